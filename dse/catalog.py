@@ -1,0 +1,202 @@
+"""Find and load the shipped catalog: ``models/`` and ``hwspecs/``.
+
+From a source checkout the catalog is the repository's top-level ``models/`` and
+``hwspecs/``; from an installed wheel it is ``dse/_catalog/`` (the wheel maps the
+same directories there). Spec files are YAML; a model may also be a Hugging Face
+``config.json`` (see :mod:`dse.specs.hf`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from functools import lru_cache
+from pathlib import Path
+
+from dse.errors import InputError, suggest
+from dse.specs import _schema
+from dse.specs.hardware import GPUSpec, HostSpec, LinkSpec, StorageSpec, SystemSpec
+from dse.specs.model import ModelSpec
+
+# Component spec type -> catalog sub-directory of hwspecs/ where its files live.
+COMPONENT_DIRS = {GPUSpec: "gpus", HostSpec: "hosts", LinkSpec: "links", StorageSpec: "storage", SystemSpec: "systems"}
+
+
+@lru_cache(maxsize=1)
+def root() -> Path:
+    """Directory holding ``models/`` and ``hwspecs/``."""
+    here = Path(__file__).resolve().parent
+    packaged = here / "_catalog"
+    if (packaged / "models").is_dir():
+        return packaged
+    return here.parent
+
+
+def models_dir() -> Path:
+    return root() / "models"
+
+
+def hw_dir(kind: str = "systems") -> Path:
+    return root() / "hwspecs" / kind
+
+
+def data_dir() -> Path:
+    return root() / "data"
+
+
+def names(directory: Path) -> list[str]:
+    if not directory.is_dir():
+        return []
+    return sorted(p.stem for p in directory.glob("*.yaml"))
+
+
+def read_yaml(path: Path, what: str = "spec") -> dict:
+    """Read a YAML mapping with one-line errors for missing files and bad syntax."""
+    import yaml
+
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise InputError(f"{path}: is a directory, expected a {what} file") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    try:
+        data = yaml.load(text, Loader=loader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise InputError(f"{path}: YAML syntax error{at}: {problem}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: expected a mapping of fields at the top level, got {type(data).__name__}")
+    return data
+
+
+def _catalog_file(directory: Path, name: str, what: str) -> Path:
+    path = directory / f"{name}.yaml"
+    if path.is_file():
+        return path
+    known = names(directory)
+    hint = suggest(name, known)
+    listing = "" if hint else f"; known: {', '.join(known[:20])}" + (" ..." if len(known) > 20 else "")
+    raise InputError(f"unknown {what} '{name}'{hint}{listing} (see `dse list`)")
+
+
+def _looks_like_path(ref: str) -> bool:
+    return ref.endswith((".yaml", ".yml", ".json")) or "/" in ref or "\\" in ref
+
+
+# ------------------------------------------------------------------ models
+
+
+def model_data(ref: str) -> tuple[dict, str]:
+    """Raw model fields and the place they came from, for a catalog name or a file."""
+    if _looks_like_path(ref):
+        path = Path(ref)
+        if ref.endswith(".json"):
+            from dse.specs.hf import from_hf_config
+
+            try:
+                cfg = json.loads(path.read_text())
+            except FileNotFoundError:
+                raise InputError(f"{path}: no such file") from None
+            except json.JSONDecodeError as exc:
+                raise InputError(f"{path}: JSON syntax error at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+            return from_hf_config(cfg, str(path), default_name=path.parent.name if path.stem == "config" else path.stem), str(path)
+        data = read_yaml(path, "model")
+        data.setdefault("name", path.stem)
+        return data, str(path)
+    path = _catalog_file(models_dir(), ref, "model")
+    data = read_yaml(path, "model")
+    data.setdefault("name", ref)
+    return data, f"models/{ref}.yaml"
+
+
+def load_model(ref: str | ModelSpec, overrides: list[tuple[list[str], object]] = ()) -> ModelSpec:
+    """A resolved :class:`ModelSpec` from a name, a YAML file or a HF config.json."""
+    if isinstance(ref, ModelSpec):
+        if not overrides:
+            return ref.resolved()
+        data, where = dataclasses.asdict(ref), ref.name
+    else:
+        data, where = model_data(ref)
+    for path, value in overrides:
+        _schema.set_path(data, path, value, ModelSpec, "--set model.")
+    return _schema.build(ModelSpec, data, where).resolved()
+
+
+# ---------------------------------------------------------------- hardware
+
+
+def _resolve_refs(cls, data: dict, where: str) -> dict:
+    """Replace component names (strings) by the component's fields, recursively."""
+    out = dict(data)
+    for name, (f, tp) in _schema._fields(cls).items():
+        if name not in out:
+            continue
+        tp, _ = _schema._unwrap_optional(tp)
+        if not dataclasses.is_dataclass(tp):
+            continue
+        value = out[name]
+        if isinstance(value, str) and tp in COMPONENT_DIRS:
+            path = _catalog_file(hw_dir(COMPONENT_DIRS[tp]), value, f"{COMPONENT_DIRS[tp].rstrip('s')} component")
+            comp = read_yaml(path, COMPONENT_DIRS[tp])
+            comp.setdefault("name", value)
+            value = comp
+        if isinstance(value, dict):
+            out[name] = _resolve_refs(tp, value, f"{where}.{name}")
+    return out
+
+
+def system_data(ref: str) -> tuple[dict, str]:
+    if _looks_like_path(ref):
+        path = Path(ref)
+        data = read_yaml(path, "hardware")
+        data.setdefault("name", path.stem)
+        where = str(path)
+    else:
+        path = _catalog_file(hw_dir("systems"), ref, "hardware system")
+        data = read_yaml(path, "hardware")
+        data.setdefault("name", ref)
+        where = f"hwspecs/systems/{ref}.yaml"
+    return _resolve_refs(SystemSpec, data, where), where
+
+
+def load_system(ref: str | SystemSpec, overrides: list[tuple[list[str], object]] = ()) -> SystemSpec:
+    """A validated :class:`SystemSpec` from a catalog name or a YAML file."""
+    if isinstance(ref, SystemSpec):
+        if not overrides:
+            return ref
+        data, where = dataclasses.asdict(ref), ref.name
+    else:
+        data, where = system_data(ref)
+    for path, value in overrides:
+        _schema.set_path(data, path, value, SystemSpec, "--set hardware.")
+    data = _resolve_refs(SystemSpec, data, where)
+    return _schema.build(SystemSpec, data, where)
+
+
+def load_component(kind_dir: str, name: str) -> dict:
+    path = _catalog_file(hw_dir(kind_dir), name, kind_dir.rstrip("s"))
+    return read_yaml(path, kind_dir)
+
+
+def find_hardware(name: str):
+    """Any hardware item by name: a system first, then components. Returns (kind, spec)."""
+    if (hw_dir("systems") / f"{name}.yaml").is_file() or _looks_like_path(name):
+        return "system", load_system(name)
+    for cls, sub in COMPONENT_DIRS.items():
+        if cls is SystemSpec:
+            continue
+        path = hw_dir(sub) / f"{name}.yaml"
+        if path.is_file():
+            data = read_yaml(path, sub)
+            data.setdefault("name", name)
+            return sub.rstrip("s"), _schema.build(cls, _resolve_refs(cls, data, str(path)), f"hwspecs/{sub}/{name}.yaml")
+    everything = [n for sub in COMPONENT_DIRS.values() for n in names(hw_dir(sub))]
+    raise InputError(f"unknown hardware '{name}'{suggest(name, everything)} (see `dse list hardware`)")

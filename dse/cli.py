@@ -1,0 +1,209 @@
+"""The ``dse`` command: a thin typer layer over :mod:`dse.estimate`, the catalog and validation.
+
+No model logic lives here. Bad input of any kind ends in one line on stderr and
+exit status 2 (see :func:`main`).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import List, Literal, Optional
+
+import typer
+
+try:  # typer >= 0.22 vendors click
+    from typer._click import exceptions as click_exc
+except ImportError:  # pragma: no cover - older typer depends on click
+    from click import exceptions as click_exc
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Cost model and design-space exploration for training LLMs on memory-constrained systems.")
+
+Recompute = Literal["none", "selective", "full"]
+Attention = Literal["flash", "math"]
+Precision = Literal["bf16", "fp16"]
+
+
+def _console():
+    from rich.console import Console
+
+    return Console()
+
+
+def _print_json(obj) -> None:
+    from dse.report.jsonout import dumps
+
+    sys.stdout.write(dumps(obj) + "\n")
+
+
+def plan_fields(tp, pp, dp, micro_batch, global_batch, seq_len, recompute, attention, sequence_parallel, zero,
+                precision) -> dict:
+    """Plan fields given on the command line (unset flags keep the plan defaults)."""
+    fields = dict(tp=tp, pp=pp, dp=dp, micro_batch=micro_batch, global_batch=global_batch, seq_len=seq_len,
+                  recompute=recompute, attention=attention, sequence_parallel=sequence_parallel, zero=zero,
+                  precision=precision)
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+@app.command()
+def estimate(
+    model: str = typer.Option("llama2-7b", "--model", "-m", help="catalog name, YAML file, or HF config.json"),
+    hw: str = typer.Option("dgx-a100-80gb", "--hw", help="hardware system: catalog name or YAML file"),
+    tp: Optional[int] = typer.Option(None, "--tp", min=1, help="tensor-parallel degree"),
+    pp: Optional[int] = typer.Option(None, "--pp", min=1, help="pipeline stages"),
+    dp: Optional[int] = typer.Option(None, "--dp", min=1, help="data-parallel replicas"),
+    micro_batch: Optional[int] = typer.Option(None, "--micro-batch", "-b", min=1, help="sequences per micro-batch"),
+    global_batch: Optional[int] = typer.Option(None, "--global-batch", "-B", min=1, help="sequences per iteration"),
+    seq_len: Optional[int] = typer.Option(None, "--seq-len", "-s", min=1, help="tokens per sequence"),
+    recompute: Optional[Recompute] = typer.Option(None, "--recompute", help="none | selective | full"),
+    attention: Optional[Attention] = typer.Option(None, "--attention", help="flash | math"),
+    sequence_parallel: Optional[bool] = typer.Option(None, "--sequence-parallel/--no-sequence-parallel",
+                                                     help="Megatron sequence parallelism"),
+    zero: Optional[int] = typer.Option(None, "--zero", min=0, max=3, help="ZeRO stage 0-3"),
+    precision: Optional[Precision] = typer.Option(None, "--precision", help="bf16 | fp16"),
+    set_: List[str] = typer.Option([], "--set", help="override any field: model.X=, hardware.X=, plan.X= (repeatable)"),
+    json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
+    explain: bool = typer.Option(False, "--explain", help="print every term with its formula, inputs and value"),
+):
+    """Estimate one training scenario: time, memory per tier, traffic, bottleneck."""
+    from dse.estimate import resolve, run
+
+    fields = plan_fields(tp, pp, dp, micro_batch, global_batch, seq_len, recompute, attention, sequence_parallel,
+                         zero, precision)
+    m, s, p = resolve(model, hw, None, set_, **fields)
+    trace = None
+    if explain:
+        from dse.estimate.trace import Trace
+
+        trace = Trace()
+    result = run(m, s, p, trace=trace)
+    if json_out:
+        if trace is not None:
+            result["explain"] = trace.rows
+        _print_json(result)
+        return
+    from dse.report.console import render_estimate, render_explain
+
+    con = _console()
+    render_estimate(con, result)
+    if trace is not None:
+        render_explain(con, trace.rows)
+
+
+@app.command("list")
+def list_(what: Literal["models", "hardware", "components"] = typer.Argument("models", help="models | hardware | components"),
+          json_out: bool = typer.Option(False, "--json")):
+    """List the shipped catalog."""
+    from dse.report.console import render_list
+
+    from dse import catalog
+
+    if what == "models":
+        items = [(n, catalog.read_yaml(catalog.models_dir() / f"{n}.yaml")) for n in catalog.names(catalog.models_dir())]
+    elif what == "hardware":
+        items = [(n, catalog.read_yaml(catalog.hw_dir("systems") / f"{n}.yaml")) for n in catalog.names(catalog.hw_dir("systems"))]
+    else:
+        items = [(f"{sub}/{n}", catalog.read_yaml(catalog.hw_dir(sub) / f"{n}.yaml"))
+                 for sub in sorted(set(catalog.COMPONENT_DIRS.values()) - {"systems"}) for n in catalog.names(catalog.hw_dir(sub))]
+    if json_out:
+        _print_json([{"name": n, **{k: v for k, v in d.items() if k != "name"}} for n, d in items])
+        return
+    render_list(_console(), what, items)
+
+
+@app.command()
+def show(kind: Literal["model", "hardware"] = typer.Argument(..., help="model | hardware"),
+         name: str = typer.Argument(..., help="catalog name or file"),
+         set_: List[str] = typer.Option([], "--set", help="override fields before showing"),
+         json_out: bool = typer.Option(False, "--json")):
+    """Show a resolved model or hardware spec (defaults filled in, units in SI)."""
+    import dataclasses
+
+    from dse import catalog
+    from dse.specs import _schema
+
+    ov = [_schema.parse_assignment(x) for x in set_]
+    if kind == "model":
+        spec = catalog.load_model(name, [(p[1:] if p[0] == "model" else p, v) for p, v in ov])
+        data = dataclasses.asdict(spec)
+        from dse.formulas import transformer as T
+
+        data["parameters"] = T.parameter_count(
+            spec.layers, spec.hidden, spec.heads, spec.kv_heads, spec.head_dim, spec.ffn_hidden, spec.vocab,
+            ffn_type=spec.ffn_type, norm=spec.norm, bias=spec.bias, qkv_bias=spec.qkv_bias,
+            position_embeddings=spec.position_embeddings, token_types=spec.token_types,
+            embedding_norm=spec.embedding_norm, tied=spec.tied_embeddings, final_norm=spec.final_norm,
+            pooler=spec.pooler, mlm_head=spec.mlm_head, nsp_head=spec.nsp_head)
+    else:
+        if ov:
+            spec = catalog.load_system(name, [(p[1:] if p[0] in ("hardware", "hw") else p, v) for p, v in ov])
+            kind_name = "system"
+        else:
+            kind_name, spec = catalog.find_hardware(name)
+        data = {"kind": kind_name, **dataclasses.asdict(spec)}
+    if json_out:
+        _print_json(data)
+        return
+    from dse.report.console import render_spec
+
+    render_spec(_console(), kind, data)
+
+
+@app.command()
+def validate(suites: List[str] = typer.Argument(None, help="suites to run (default: all)"),
+             json_out: bool = typer.Option(False, "--json"),
+             verbose: bool = typer.Option(False, "--verbose", "-v", help="print every case, not only misses")):
+    """Run the validation cases: model vs reference vs error, with summary statistics.
+
+    Exits 1 when a case misses its tolerance or a suite misses an aggregate target.
+    """
+    from dse import validate as V
+
+    names = suites or V.suite_names()
+    for n in names:
+        V.load(n)  # unknown names fail before any work
+    results = [V.run_suite(n) for n in names]
+    if json_out:
+        _print_json([{"suite": r.name, "passed": r.passed, "stats": r.stats, "targets": r.targets,
+                      "cases": [{"name": c.name, "reference": c.reference, "model": c.value, "error": c.error,
+                                 "tolerance": c.tolerance, "passed": c.passed, "expected_miss": c.expected_miss,
+                                 "source": c.source} for c in r.cases]} for r in results])
+    else:
+        from dse.report.console import render_validation
+
+        render_validation(_console(), results, verbose)
+    if not all(r.passed for r in results):
+        raise typer.Exit(1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: run the app; bad input becomes one line on stderr and exit status 2."""
+    from dse.errors import InputError
+
+    args = sys.argv[1:] if argv is None else argv
+    command = typer.main.get_command(app)
+    try:
+        rv = command.main(args=args, prog_name="dse", standalone_mode=False)
+        return rv if isinstance(rv, int) else 0
+    except InputError as exc:
+        sys.stderr.write(f"dse: error: {exc}\n")
+        return 2
+    except click_exc.NoArgsIsHelpError as exc:  # pragma: no cover - typer/click version dependent
+        sys.stdout.write(exc.ctx.get_help() + "\n")
+        return 0
+    except click_exc.UsageError as exc:
+        where = f" ({exc.ctx.command_path})" if exc.ctx is not None else ""
+        msg = " ".join(exc.format_message().split())
+        sys.stderr.write(f"dse: error{where}: {msg}\n")
+        return 2
+    except (typer.Exit, getattr(click_exc, "Exit", typer.Exit)) as exc:
+        return getattr(exc, "exit_code", 1)
+    except (typer.Abort, getattr(click_exc, "Abort", typer.Abort)):
+        sys.stderr.write("dse: aborted\n")
+        return 130
+    except BrokenPipeError:  # pragma: no cover
+        return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

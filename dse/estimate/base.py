@@ -1,0 +1,270 @@
+"""Compose the base formulas into one training-iteration estimate on GPUs.
+
+Works on scalars (``dse estimate``) and, for every numeric plan/hardware field,
+on numpy arrays (the vectorised search): only string/boolean choices branch in
+Python; numeric ones go through :mod:`dse.formulas._array`.
+
+The pieces, in order: parameter placement per stage; memory per tier (checked
+first: a search can stop there); per-layer kernel and communication times; the
+pipeline; data-parallel reduction and optimizer step; throughput and MFU.
+"""
+
+from __future__ import annotations
+
+from dse.formulas import compute as _compute
+from dse.formulas import memory as _memory
+from dse.formulas import parallelism as _parallelism
+from dse.formulas import transformer as _transformer
+from dse.formulas._array import ceil, maximum, minimum, where
+
+PRECISION_BYTES = {"bf16": 2, "fp16": 2}
+GRAD_BYTES = {"fp32": 4, "half": 2}
+
+
+def shapes(model, plan):
+    """Keyword arguments shared by the per-layer formulas."""
+    return dict(h=model.hidden, heads=model.heads, kv_heads=model.kv_heads, head_dim=model.head_dim,
+                ffn=model.ffn_hidden)
+
+
+def compose(model, system, plan, F=None) -> dict:
+    """The base estimate as nested dicts of numbers (or arrays). ``F`` swaps in traced formula modules."""
+    T = F["transformer"] if F else _transformer
+    M = F["memory"] if F else _memory
+    P = F["parallelism"] if F else _parallelism
+    C = F["compute"] if F else _compute
+
+    node = system.node
+    gpu = node.gpu
+    eff = gpu.efficiency
+    G = node.gpus_per_node
+    peak = gpu.peak_flops.get(plan.precision) or gpu.peak_flops.get("bf16") or max(gpu.peak_flops.values())
+    e = PRECISION_BYTES[plan.precision]
+    g_bytes = GRAD_BYTES[plan.grad_dtype]
+    opt_bytes = M.optimizer_bytes_per_param(plan.optimizer)
+
+    s, b, t, p, d, v = plan.seq_len, plan.micro_batch, plan.tp, plan.pp, plan.dp, plan.virtual_stages
+    B = plan.global_batch
+    L, h, V = model.layers, model.hidden, model.vocab
+    a, kv, hd, Fh = model.heads, model.kv_heads, model.head_dim, model.ffn_hidden
+    sp = plan.sequence_parallel
+    dropout = model.dropout > 0
+    m = B / (d * b)                       # micro-batches per replica per iteration
+    gpus = t * p * d
+    nodes = ceil(gpus / G)
+    tokens = B * s
+    tok = s * b                           # tokens per micro-batch
+
+    # ---------------------------------------------------------------- parameters
+    p_layer = T.layer_parameters(h, a, kv, hd, Fh, model.ffn_type, model.norm, model.bias, model.qkv_bias)
+    p_layer_rep = T.layer_parameters_replicated(h, model.ffn_type, model.norm, model.bias)
+    p_layer_gpu = (p_layer - p_layer_rep) / t + p_layer_rep
+    p_emb = T.embedding_parameters(h, V, model.position_embeddings, model.token_types, model.embedding_norm, model.norm)
+    p_head = T.head_parameters(h, V, model.tied_embeddings, model.final_norm, model.norm, model.pooler,
+                               model.mlm_head, model.nsp_head)
+    params = p_emb + L * p_layer + p_head
+    l_stage = ceil(L / (p * v)) * v       # layers on the most loaded stage
+    tied_copy = V * h if model.tied_embeddings else 0
+    single = p == 1
+    p_first = l_stage * p_layer_gpu + p_emb / t + where(single, p_head / t, 0)
+    p_last = l_stage * p_layer_gpu + p_head / t + where(single, 0, tied_copy / t)
+    p_gpu = maximum(p_first, p_last)
+
+    # ---------------------------------------------------------------- memory (GPU)
+    act_opts = dict(tp=t, sequence_parallel=sp, recompute=plan.recompute, attention=plan.attention,
+                    ffn_type=model.ffn_type, norm=model.norm, position=model.position, dropout=dropout,
+                    bytes_per_element=e)
+    a_layer = T.activation_bytes_per_layer(s, b, h, a, kv, hd, Fh, **act_opts)
+    a_work = T.recompute_working_bytes(s, b, h, a, kv, hd, Fh, **act_opts)
+    a_head = T.head_activation_bytes(s, b, h, V, tp=t, sequence_parallel=sp, norm=model.norm,
+                                     final_norm=model.final_norm, bytes_per_element=e)
+    a_emb = T.embedding_activation_bytes(s, b, h, tp=t, sequence_parallel=sp, dropout=dropout)
+    if plan.schedule == "gpipe":
+        in_flight = m
+    else:
+        in_flight = minimum(p, m) * where(v > 1, T.interleave_factor(p, v), 1)
+    act_first = in_flight * (l_stage * a_layer + a_emb) + where(single, a_head, 0) + a_work
+    act_last = l_stage * a_layer + a_head + where(single, a_emb, 0) + a_work
+
+    states_first = M.model_state_bytes(p_first, d, plan.zero, e, g_bytes, opt_bytes)
+    states_last = M.model_state_bytes(p_last, d, plan.zero, e, g_bytes, opt_bytes)
+    zero3_buf = where(plan.zero >= 3, M.zero3_gather_bytes(p_layer_gpu, e), 0)
+    total_first = states_first["weights"] + states_first["gradients"] + states_first["optimizer"] + act_first
+    total_last = states_last["weights"] + states_last["gradients"] + states_last["optimizer"] + act_last
+    first_is_max = total_first >= total_last
+    pick = lambda x, y: where(first_is_max, x, y)  # noqa: E731
+    buffers = gpu.reserved + zero3_buf
+    mem_gpu = {
+        "weights": pick(states_first["weights"], states_last["weights"]),
+        "gradients": pick(states_first["gradients"], states_last["gradients"]),
+        "optimizer": pick(states_first["optimizer"], states_last["optimizer"]),
+        "activations": pick(act_first, act_last),
+        "buffers": buffers,
+    }
+    mem_gpu["total"] = pick(total_first, total_last) + buffers
+    mem_gpu["capacity"] = gpu.hbm_capacity
+    host = node.host
+    mem_host = {"weights": 0.0, "gradients": 0.0, "optimizer": 0.0, "activations": 0.0, "buffers": host.reserved,
+                "total": host.reserved, "capacity": host.dram_capacity}
+    storage_cap = node.storage.count * node.storage.device.capacity if node.storage else 0.0
+    mem_storage = {"weights": 0.0, "gradients": 0.0, "optimizer": 0.0, "activations": 0.0, "buffers": 0.0,
+                   "total": 0.0, "capacity": storage_cap}
+
+    # ---------------------------------------------------------------- bandwidths
+    intra = node.gpu_link.bandwidth * node.gpu_link.efficiency if node.gpu_link else float("inf")
+    intra_lat = node.gpu_link.latency if node.gpu_link else 0.0
+    inter = node.network.bandwidth * node.network.efficiency if node.network else intra / 1e3
+    inter_lat = node.network.latency if node.network else 0.0
+    tp_inside = t <= G
+    bw_tp = P.group_bandwidth(t, 1, G, intra, inter)
+    lat_tp = where(tp_inside, intra_lat, inter_lat)
+    bw_dp = P.group_bandwidth(d, t, G, intra, inter)
+    dp_inside = t * d <= G
+    lat_dp = where(dp_inside, intra_lat, inter_lat)
+    pp_inside = t * d * 2 <= G
+    bw_pp = P.group_bandwidth(2, t * d, G, intra, inter)
+    lat_pp = where(pp_inside, intra_lat, inter_lat)
+
+    # ---------------------------------------------------------------- per-layer time
+    oh = eff.gemm_overhead
+    gemm_eff = eff.gemm
+    qkv_n = (a + 2 * kv) * hd / t
+    up_n = (2 if model.ffn_type == "swiglu" else 1) * Fh / t
+    gemm_fwd = (C.gemm_time(tok, h, qkv_n, peak, gemm_eff, oh) + C.gemm_time(tok, a * hd / t, h, peak, gemm_eff, oh)
+                + C.gemm_time(tok, h, up_n, peak, gemm_eff, oh) + C.gemm_time(tok, Fh / t, h, peak, gemm_eff, oh))
+    gemm_bwd = 2 * gemm_fwd                 # dgrad + wgrad of each GEMM, same shapes
+    causal = model.architecture == "decoder"
+    if plan.attention == "math":
+        attn_fwd = (C.gemm_time(s, hd, s, peak, gemm_eff, oh, batch=b * a / t)
+                    + C.gemm_time(s, s, hd, peak, gemm_eff, oh, batch=b * a / t))
+        attn_bwd = 2 * attn_fwd
+    else:
+        attn_fwd = C.flash_attention_flops(s, b, a / t, hd, causal) / (peak * eff.attention) + oh
+        attn_bwd = C.flash_attention_flops(s, b, a / t, hd, causal, backward=True) / (peak * eff.attention) + 2 * oh
+    ew_opts = dict(tp=t, sequence_parallel=sp, attention=plan.attention, ffn_type=model.ffn_type,
+                   position=model.position, dropout=dropout, bytes_per_element=e)
+    ew_fwd = C.memory_time(C.elementwise_bytes(s, b, h, Fh, a, kv, hd, **ew_opts), gpu.hbm_bandwidth, eff.memory)
+    ew_bwd = 2 * ew_fwd
+    act_msg = e * tok * h                   # bytes of one [s, b, h] activation
+    ar = P.allreduce_time(act_msg, t, bw_tp, lat_tp)
+    tp_fwd = 2 * ar                         # 2 all-reduces (or all-gather + reduce-scatter pairs with SP)
+    if plan.async_tp_allreduce and not sp:  # hidden behind the QKV and fc1 weight-gradient GEMMs
+        tp_bwd = (maximum(ar - C.gemm_time(h, tok, qkv_n, peak, gemm_eff, oh), 0.0)
+                  + maximum(ar - C.gemm_time(h, tok, up_n, peak, gemm_eff, oh), 0.0))
+    else:
+        tp_bwd = tp_fwd
+    gpu_fwd = gemm_fwd + attn_fwd + ew_fwd + tp_fwd
+    gpu_bwd = gemm_bwd + attn_bwd + ew_bwd + tp_bwd
+    host_t = eff.layer_overhead
+    if plan.recompute == "full":
+        gpu_rec, host_rec = gpu_fwd, host_t
+    elif plan.recompute == "selective":
+        soft = C.memory_time(C.elementwise_bytes(s, b, 0, 0, a, 0, hd, **{**ew_opts, "position": "none"}),
+                             gpu.hbm_bandwidth, eff.memory)
+        gpu_rec, host_rec = attn_fwd + soft, 0.0
+    else:
+        gpu_rec, host_rec = 0.0, 0.0
+    layer_fwd = maximum(gpu_fwd, host_t)
+    layer_bwd = maximum(gpu_bwd, 2 * host_t)
+    layer_rec = maximum(gpu_rec, host_rec)
+    layer_total = layer_fwd + layer_bwd + layer_rec
+    layer_host_excess = layer_total - (gpu_fwd + gpu_bwd + gpu_rec)
+
+    # ---------------------------------------------------------------- embedding and head
+    head_gemm = C.gemm_time(tok, h, V / t, peak, gemm_eff, oh)
+    head_ew = C.memory_time(4 * tok * V / t * 3, gpu.hbm_bandwidth, eff.memory)   # fp32 logits: softmax, loss, grad
+    t_head = 3 * head_gemm + 3 * head_ew
+    t_embed = P.allreduce_time(act_msg, t, bw_tp, lat_tp) + C.memory_time(3 * act_msg, gpu.hbm_bandwidth, eff.memory)
+
+    # ---------------------------------------------------------------- pipeline
+    pp_msg = act_msg / t                   # Megatron scatter-gather p2p: 1/t of the activation per rank
+    t_p2p = where(single, 0.0, 2 * P.p2p_time(pp_msg, bw_pp, lat_pp))
+    t_mb_fixed = eff.microbatch_overhead
+    stage_first = l_stage * layer_total + t_embed + where(single, t_head, 0)
+    stage_last = l_stage * layer_total + t_head + where(single, t_embed, 0)
+    stage_max = maximum(stage_first, stage_last) + t_p2p + t_mb_fixed
+    stage_mean = (L * layer_total + t_embed + t_head) / p + t_p2p + t_mb_fixed
+    t_pipe = P.pipeline_time(m, p, stage_max, stage_mean, v)
+    bubble = t_pipe - m * stage_max
+
+    # ---------------------------------------------------------------- data parallel, optimizer
+    zero = plan.zero
+    dp_ar = P.allreduce_time(p_gpu * g_bytes, d, bw_dp, lat_dp)
+    dp_rs_ag = P.allgather_time(p_gpu * g_bytes, d, bw_dp, lat_dp) + P.allgather_time(p_gpu * e, d, bw_dp, lat_dp)
+    dp_z3 = m * (2 * P.allgather_time(p_gpu * e, d, bw_dp, lat_dp) + P.allgather_time(p_gpu * g_bytes, d, bw_dp, lat_dp))
+    dp_time = where(zero == 0, dp_ar, where(zero < 3, dp_rs_ag, dp_z3))
+    bwd_window = l_stage * layer_bwd
+    if plan.overlap_grad_reduce:
+        dp_exposed = where(zero >= 3, maximum(dp_time - m * l_stage * (layer_fwd + layer_bwd), 0.0),
+                           maximum(dp_time - bwd_window, 0.0) + 0.05 * dp_time)
+    else:
+        dp_exposed = where(zero >= 3, maximum(dp_time - m * l_stage * (layer_fwd + layer_bwd), 0.0), dp_time)
+    if model.tied_embeddings:   # first and last stage both hold the word embedding: sum their gradients
+        emb_sync = where(single, 0.0, P.allreduce_time(V * h / t * g_bytes, 2, bw_pp, lat_pp))
+    else:
+        emb_sync = 0.0
+    opt_params = p_gpu / where(zero >= 1, d, 1)
+    t_opt = C.memory_time(C.adam_step_bytes(opt_params, g_bytes, e), gpu.hbm_bandwidth, eff.memory)
+    t_iter = t_pipe + dp_exposed + emb_sync + t_opt
+
+    # ---------------------------------------------------------------- breakdown
+    compute_mb = l_stage * (gpu_fwd - tp_fwd + gpu_bwd - tp_bwd) + where(single, t_embed + t_head, maximum(t_embed, t_head))
+    recompute_mb = l_stage * where(plan.recompute == "full", gpu_rec - tp_fwd, gpu_rec)
+    tp_mb = l_stage * (tp_fwd + tp_bwd + where(plan.recompute == "full", tp_fwd, 0.0))
+    overhead_mb = l_stage * layer_host_excess + t_mb_fixed
+    time = {
+        "iteration": t_iter,
+        "compute": m * compute_mb,
+        "recompute": m * recompute_mb,
+        "communication": m * (tp_mb + t_p2p) + dp_exposed + emb_sync,
+        "bubble": bubble,
+        "optimizer": t_opt,
+        "overhead": m * overhead_mb,
+        "io_exposed": 0.0,
+        "tp_communication": m * tp_mb,
+        "pp_communication": m * t_p2p,
+        "dp_communication": dp_exposed,
+        "per_microbatch": stage_max,
+        "layer_forward": layer_fwd,
+        "layer_backward": layer_bwd,
+    }
+
+    # ---------------------------------------------------------------- flops, throughput
+    f_model = T.model_flops(tokens, L, h, a, kv, hd, Fh, V, s, model.ffn_type)
+    f_hw = f_model + T.recompute_flops(tokens, L, h, a, kv, hd, Fh, s, model.ffn_type, plan.recompute)
+    throughput = {
+        "tokens_per_s": tokens / t_iter,
+        "samples_per_s": B / t_iter,
+        "mfu": f_model / (t_iter * gpus * peak),
+        "hfu": f_hw / (t_iter * gpus * peak),
+    }
+
+    # ---------------------------------------------------------------- traffic (bytes per iteration per GPU)
+    tp_bytes = m * l_stage * (4 + where(plan.recompute == "full", 2, 0)) * where(t > 1, 2 * (t - 1) / t * act_msg, 0.0)
+    dp_bytes = where(d > 1, 2 * (d - 1) / d * p_gpu * g_bytes, 0.0) * where(zero >= 3, 1.5 * m, 1.0)
+    pp_bytes = where(single, 0.0, 2 * m * pp_msg)
+    traffic = {
+        "intra_node": where(tp_inside, tp_bytes, 0.0) + where(dp_inside, dp_bytes, 0.0) + where(pp_inside, pp_bytes, 0.0),
+        "inter_node": where(tp_inside, 0.0, tp_bytes) + where(dp_inside, 0.0, dp_bytes) + where(pp_inside, 0.0, pp_bytes),
+        "gpu_host": 0.0,
+        "tp": tp_bytes,
+        "dp": dp_bytes,
+        "pp": pp_bytes,
+    }
+
+    return {
+        "params": params,
+        "params_per_gpu": p_gpu,
+        "layer_params": p_layer,
+        "gpus": gpus,
+        "nodes": nodes,
+        "micro_batches": m,
+        "layers_per_stage": l_stage,
+        "peak_flops": peak,
+        "activation_bytes_per_layer": a_layer,
+        "memory": {"gpu": mem_gpu, "host": mem_host, "storage": mem_storage},
+        "time": time,
+        "flops": {"model_per_iteration": f_model, "hardware_per_iteration": f_hw},
+        "throughput": throughput,
+        "traffic": traffic,
+    }

@@ -1,0 +1,57 @@
+"""Scalar-or-array helpers so every formula broadcasts over numpy arrays.
+
+Python floats take the builtin path (fast, no numpy import); anything else goes
+through numpy. Formulas use these instead of ``max``/``min``/``if`` on values.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+
+_SCALAR = (int, float)
+
+
+def _np():
+    np = sys.modules.get("numpy")
+    if np is None:  # pragma: no cover - only when called with array-likes before numpy is imported
+        import numpy as np
+    return np
+
+
+def maximum(a, b):
+    if type(a) in _SCALAR and type(b) in _SCALAR:
+        return a if a >= b else b
+    return _np().maximum(a, b)
+
+
+def minimum(a, b):
+    if type(a) in _SCALAR and type(b) in _SCALAR:
+        return a if a <= b else b
+    return _np().minimum(a, b)
+
+
+def where(cond, a, b):
+    if type(cond) is bool:
+        return a if cond else b
+    return _np().where(cond, a, b)
+
+
+def ceil(a):
+    if type(a) in _SCALAR:
+        return float(math.ceil(a))
+    return _np().ceil(a)
+
+
+def floor(a):
+    if type(a) in _SCALAR:
+        return float(math.floor(a))
+    return _np().floor(a)
+
+
+def clip(a, lo, hi):
+    return minimum(maximum(a, lo), hi)
+
+
+def is_scalar(*xs) -> bool:
+    return all(type(x) in _SCALAR for x in xs)

@@ -1,0 +1,1 @@
+"""Presenting estimates: rich tables for people, JSON for programs."""

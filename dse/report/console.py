@@ -1,0 +1,219 @@
+"""Rich tables for ``dse estimate``, ``dse list``, ``dse show`` and ``dse validate``."""
+
+from __future__ import annotations
+
+from rich import box
+from rich.table import Table
+from rich.text import Text
+
+from dse.units import fmt
+
+TIME_ROWS = [
+    ("compute", "compute (GEMM, attention, element-wise)"),
+    ("recompute", "activation recompute"),
+    ("tp_communication", "tensor-parallel communication"),
+    ("pp_communication", "pipeline point-to-point"),
+    ("dp_communication", "data-parallel reduction (exposed)"),
+    ("bubble", "pipeline bubble"),
+    ("optimizer", "optimizer step"),
+    ("overhead", "host overhead"),
+    ("io_exposed", "storage / host I/O (exposed)"),
+]
+CLASSES = ["weights", "gradients", "optimizer", "activations", "buffers"]
+
+
+def _pct(x: float, total: float) -> str:
+    return f"{100 * x / total:5.1f}%" if total else "-"
+
+
+def header(r: dict) -> str:
+    p = r["plan"]
+    par = r["parallelism"]
+    bits = [f"tp {p['tp']}", f"pp {p['pp']}", f"dp {p['dp']}", f"micro-batch {p['micro_batch']}",
+            f"global batch {p['global_batch']}", f"seq {p['seq_len']}", f"recompute {p['recompute']}",
+            f"{p['attention']} attention", f"ZeRO-{p['zero']}", p["precision"]]
+    if p.get("sequence_parallel"):
+        bits.append("sequence-parallel")
+    if p.get("virtual_stages", 1) > 1:
+        bits.append(f"interleaved x{p['virtual_stages']}")
+    return (f"[bold]{r['model']['name']}[/] ({fmt(r['model']['params'], 'count')} parameters) on "
+            f"[bold]{r['hardware']['name']}[/] — {int(par['gpus'])} GPUs in {int(par['nodes'])} node(s), "
+            f"{par['micro_batches']:g} micro-batches\n" + " · ".join(bits))
+
+
+def time_table(r: dict) -> Table:
+    t = r["time"]
+    total = t["iteration"]
+    tab = Table(title="Time per iteration", box=box.SIMPLE_HEAVY, title_justify="left")
+    tab.add_column("component")
+    tab.add_column("time", justify="right")
+    tab.add_column("share", justify="right")
+    for key, label in TIME_ROWS:
+        v = t.get(key, 0.0)
+        if v:
+            tab.add_row(label, fmt(v, "s"), _pct(v, total))
+    for key, v in t.items():
+        if key.startswith("phase_"):
+            tab.add_row(key[6:].replace("_", " "), fmt(v, "s"), _pct(v, total), style="dim")
+    tab.add_row(Text("iteration", style="bold"), Text(fmt(total, "s"), style="bold"), "100.0%")
+    return tab
+
+
+def memory_table(r: dict) -> Table:
+    mem = r["memory"]
+    tiers = [k for k in ("gpu", "host", "storage") if k in mem and (mem[k]["capacity"] or mem[k]["total"])]
+    tab = Table(title="Memory (GPU: per GPU, most loaded stage; host and storage: per node)", box=box.SIMPLE_HEAVY,
+                title_justify="left")
+    tab.add_column("tensor class")
+    for tier in tiers:
+        tab.add_column(tier, justify="right")
+    for cls in CLASSES + sorted({k for tier in tiers for k in mem[tier]} - set(CLASSES) - {"total", "capacity"}):
+        vals = [mem[t].get(cls, 0.0) for t in tiers]
+        if any(vals):
+            tab.add_row(cls, *[fmt(v, "bytes") if v else "-" for v in vals])
+    tab.add_row(Text("total", style="bold"), *[Text(fmt(mem[t]["total"], "bytes"), style="bold") for t in tiers])
+    cap = []
+    for t in tiers:
+        c, u = mem[t]["capacity"], mem[t]["total"]
+        style = "red" if u > c else "green"
+        cap.append(Text(f"{fmt(c, 'bytes')} ({100 * u / c:.0f}%)" if c else "-", style=style))
+    tab.add_row("capacity (used)", *cap)
+    return tab
+
+
+def traffic_table(r: dict) -> Table | None:
+    tr = {k: v for k, v in r["traffic"].items() if v}
+    if not tr:
+        return None
+    tab = Table(title="Traffic per iteration (bytes per GPU unless the link is shared)", box=box.SIMPLE_HEAVY,
+                title_justify="left")
+    tab.add_column("link / class")
+    tab.add_column("bytes", justify="right")
+    for k, v in tr.items():
+        tab.add_row(k.replace("_", " "), fmt(v, "bytes"))
+    return tab
+
+
+def throughput_table(r: dict) -> Table:
+    th = r["throughput"]
+    tab = Table(title="Throughput", box=box.SIMPLE_HEAVY, title_justify="left", show_header=False)
+    tab.add_column("metric")
+    tab.add_column("value", justify="right")
+    tab.add_row("tokens/s", f"{th['tokens_per_s']:,.0f}")
+    tab.add_row("MFU (model FLOPs / peak)", fmt(th["mfu"], "fraction"))
+    tab.add_row("HFU (with recompute)", fmt(th["hfu"], "fraction"))
+    tab.add_row("model FLOPs / iteration", fmt(r["flops"]["model_per_iteration"], "flop"))
+    tab.add_row("activations / layer / micro-batch", fmt(r["activation_bytes_per_layer"], "bytes"))
+    for k, v in r.get("cost", {}).items():
+        tab.add_row(k.replace("_", " "), fmt(v, "USD"))
+    return tab
+
+
+def render_estimate(con, r: dict) -> None:
+    con.print(header(r))
+    con.print(time_table(r))
+    con.print(memory_table(r))
+    tt = traffic_table(r)
+    if tt is not None:
+        con.print(tt)
+    con.print(throughput_table(r))
+    for extra in r.get("_extra_tables", []):
+        con.print(extra)
+    if r["feasible"]:
+        con.print("[green]feasible[/]: fits every memory tier")
+    else:
+        con.print("[red bold]infeasible[/]:")
+        for v in r["violations"]:
+            con.print(f"  [red]•[/] {v}")
+    con.print(f"[bold]bottleneck[/]: {r['bottleneck']}")
+
+
+def _short(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_short(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k}: {_short(x)}" for k, x in v.items()) + "}"
+    return str(v)
+
+
+def render_explain(con, rows: list[dict]) -> None:
+    tab = Table(title="Every formula evaluated (SI units)", box=box.SIMPLE, title_justify="left", show_lines=False)
+    tab.add_column("#", justify="right", style="dim")
+    tab.add_column("term")
+    tab.add_column("formula (source in the docstring)", overflow="fold", max_width=60)
+    tab.add_column("inputs", overflow="fold", max_width=50)
+    tab.add_column("value", justify="right", overflow="fold")
+    for i, row in enumerate(rows, 1):
+        inputs = ", ".join(f"{k}={_short(v)}" for k, v in row["inputs"].items())
+        tab.add_row(str(i), row["term"], row["formula"], inputs, _short(row["value"]))
+    con.print(tab)
+
+
+def render_list(con, what: str, items) -> None:
+    tab = Table(box=box.SIMPLE_HEAVY)
+    tab.add_column("name")
+    if what == "models":
+        for col in ("layers", "hidden", "heads", "vocab", "source"):
+            tab.add_column(col, overflow="fold")
+        for n, d in items:
+            tab.add_row(n, *[str(d.get(c, "")) for c in ("layers", "hidden", "heads", "vocab", "source")])
+    else:
+        tab.add_column("description", overflow="fold")
+        for n, d in items:
+            tab.add_row(n, str(d.get("description") or d.get("source") or ""))
+    con.print(tab)
+
+
+def render_spec(con, kind: str, data: dict) -> None:
+    tab = Table(title=f"{kind}: {data.get('name')}", box=box.SIMPLE, title_justify="left", show_header=False)
+    tab.add_column("field")
+    tab.add_column("value", overflow="fold")
+
+    def walk(prefix, d):
+        for k, v in d.items():
+            if isinstance(v, dict) and v:
+                walk(f"{prefix}{k}.", v)
+            else:
+                tab.add_row(prefix + k, _short(v))
+
+    walk("", data)
+    con.print(tab)
+
+
+def render_validation(con, results, verbose: bool) -> None:
+    for r in results:
+        tab = Table(title=f"suite {r.name}", box=box.SIMPLE_HEAVY, title_justify="left")
+        for col, j in (("case", "left"), ("reference", "right"), ("model", "right"), ("error", "right"),
+                       ("tolerance", "right"), ("", "left")):
+            tab.add_column(col, justify=j, overflow="fold")
+        for c in r.cases:
+            if not verbose and c.within:
+                continue
+            unit = c.unit or "count"
+            err = f"{100 * c.error:+.1f}%" if c.kind == "relative" else f"{c.error:+.4g}"
+            tol = f"±{100 * c.tolerance:g}%" if c.kind == "relative" else f"±{c.tolerance:g}"
+            status = "[green]ok[/]" if c.within else ("[yellow]expected miss[/]" if c.expected_miss else "[red]MISS[/]")
+            ref = fmt(c.reference, unit) if unit not in ("count",) else f"{c.reference:.6g}"
+            val = fmt(c.value, unit) if unit not in ("count",) else f"{c.value:.6g}"
+            tab.add_row(c.name, ref, val, err, tol, status)
+        if tab.row_count:
+            con.print(tab)
+        st = r.stats
+        line = f"[bold]{r.name}[/]: {st['within_tolerance']}/{st['cases']} within tolerance"
+        if st.get("expected_misses"):
+            line += f", {st['expected_misses']} documented expected misses"
+        if "mape" in st:
+            line += f"; MAPE {100 * st['mape']:.2f}%"
+            if "mape" in r.targets:
+                line += f" (target <= {100 * r.targets['mape']:g}%)"
+        if "spearman" in st and st["cases"] >= 3:
+            line += f"; Spearman {st['spearman']:.3f}"
+            if "spearman" in r.targets:
+                line += f" (target >= {r.targets['spearman']:g})"
+        line += " — " + ("[green]PASS[/]" if r.passed else "[red]FAIL[/]")
+        con.print(line)
+        for c in r.cases:
+            if c.expected_miss and not c.within and verbose:
+                con.print(f"  [yellow]expected miss[/] {c.name}: {c.expected_miss}")

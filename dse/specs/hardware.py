@@ -1,0 +1,117 @@
+"""The hardware spec: GPUs, host, links, storage, composed into nodes and systems.
+
+Every number is in SI base units once loaded (spec files use readable units).
+A *system* is a number of identical *nodes*; a plan that needs ``tp*pp*dp`` GPUs
+fills ``ceil(tp*pp*dp / gpus_per_node)`` of them. Bandwidths are per direction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dse.errors import InputError
+from dse.specs._schema import spec_field
+
+DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
+
+
+@dataclass(frozen=True, kw_only=True)
+class GPUEfficiency:
+    """Achieved fractions and fixed overheads of one GPU + software stack.
+
+    The defaults are the shared calibration against measured Megatron runs on
+    A100 (see ``dse validate`` and ``benchmarks/calibrate.py``); on other GPUs they
+    are an assumption, stated in the catalog file.
+    """
+
+    gemm: float = spec_field(0.75, unit="fraction", gt=0, le=1, help="fraction of dense peak a large GEMM reaches")
+    gemm_overhead: float = spec_field(43e-6, unit="s", ge=0, help="fixed time per GEMM kernel (launch, tail)")
+    attention: float = spec_field(0.6, unit="fraction", gt=0, le=1, help="fraction of peak reached by fused (flash) attention")
+    memory: float = spec_field(0.65, unit="fraction", gt=0, le=1, help="fraction of HBM bandwidth reached by element-wise kernels")
+    layer_overhead: float = spec_field(0.0, unit="s", ge=0, help="host-side (launch/framework) time per layer per forward pass; backward counts twice")
+    microbatch_overhead: float = spec_field(0.0, unit="s", ge=0, help="fixed time per micro-batch per pipeline stage (data broadcast, schedule, synchronisation)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class GPUSpec:
+    name: str
+    peak_flops: dict[str, float] = spec_field(unit="flop/s", gt=0, factory=dict, help="dense peak per dtype")
+    hbm_capacity: float = spec_field(unit="bytes", gt=0, help="device memory")
+    hbm_bandwidth: float = spec_field(unit="bytes/s", gt=0, help="device memory bandwidth")
+    reserved: float = spec_field(2 * 2**30, unit="bytes", ge=0, help="memory the runtime keeps (CUDA context, NCCL, allocator)")
+    power: float = spec_field(400.0, unit="W", gt=0, help="board power (TDP)")
+    price: float = spec_field(0.0, unit="USD", ge=0, help="street price per GPU")
+    efficiency: GPUEfficiency = spec_field(factory=GPUEfficiency)
+    source: str = ""
+
+    def _check(self, where: str) -> None:
+        bad = [k for k in self.peak_flops if k not in DTYPES]
+        if bad:
+            raise InputError(f"{where}.peak_flops: unknown dtype '{bad[0]}'; allowed: {', '.join(DTYPES)}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LinkSpec:
+    name: str
+    bandwidth: float = spec_field(unit="bytes/s", gt=0, help="per direction")
+    latency: float = spec_field(5e-6, unit="s", ge=0, help="per message / per collective step")
+    efficiency: float = spec_field(0.8, unit="fraction", gt=0, le=1, help="achievable fraction of bandwidth for large transfers")
+    source: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostSpec:
+    name: str
+    cpu: str = ""
+    cores: int = spec_field(64, gt=0)
+    dram_capacity: float = spec_field(unit="bytes", gt=0)
+    dram_bandwidth: float = spec_field(200e9, unit="bytes/s", gt=0)
+    reserved: float = spec_field(32 * 2**30, unit="bytes", ge=0, help="DRAM kept by the OS, framework and data loaders")
+    power: float = spec_field(1000.0, unit="W", ge=0, help="host power without GPUs and drives")
+    price: float = spec_field(0.0, unit="USD", ge=0, help="server price without GPUs and drives")
+    source: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class StorageSpec:
+    name: str
+    capacity: float = spec_field(unit="bytes", gt=0)
+    read_bandwidth: float = spec_field(unit="bytes/s", gt=0, help="sequential read")
+    write_bandwidth: float = spec_field(unit="bytes/s", gt=0, help="sequential write")
+    dwpd: float = spec_field(1.0, gt=0, help="rated drive writes per day")
+    warranty_years: float = spec_field(5.0, gt=0, help="warranty period the DWPD rating covers")
+    power: float = spec_field(15.0, unit="W", ge=0)
+    price: float = spec_field(0.0, unit="USD", ge=0)
+    source: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class StorageArraySpec:
+    device: StorageSpec
+    count: int = spec_field(1, gt=0, help="drives in the array")
+    uplink: LinkSpec | None = spec_field(None, help="shared link between the drives' switch and the host (None: each drive on its own lanes)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeSpec:
+    gpu: GPUSpec
+    host: HostSpec
+    gpus_per_node: int = spec_field(8, gt=0)
+    gpu_link: LinkSpec | None = spec_field(None, help="GPU-to-GPU inside a node (NVLink), per GPU per direction")
+    host_link: LinkSpec | None = spec_field(None, help="GPU-to-host (PCIe), per GPU per direction")
+    network: LinkSpec | None = spec_field(None, help="node-to-node, whole node per direction")
+    storage: StorageArraySpec | None = None
+    price: float = spec_field(0.0, unit="USD", ge=0, help="integration cost per node beyond its parts")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SystemSpec:
+    name: str
+    node: NodeSpec
+    nodes: int = spec_field(1, gt=0, help="nodes available")
+    description: str = ""
+    source: str = ""
+
+    @property
+    def gpus(self) -> int:
+        return self.nodes * self.node.gpus_per_node

@@ -1,0 +1,74 @@
+"""The model spec: the architecture being trained.
+
+Fields are plain integers/strings; the shapes follow the usual transformer
+notation (Korthikanti et al. 2022, Table 1): ``layers`` L, ``hidden`` h,
+``heads`` a, ``kv_heads`` (grouped-query attention), ``ffn_hidden`` F,
+``vocab`` V. Derived values (head_dim, default FFN size) are filled in by
+:meth:`ModelSpec.resolved`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from dse.errors import InputError
+from dse.specs._schema import spec_field
+
+FFN_TYPES = ("gelu", "relu", "swiglu")
+NORMS = ("layernorm", "rmsnorm")
+POSITIONS = ("learned", "rotary", "none")
+ARCHITECTURES = ("decoder", "encoder")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelSpec:
+    name: str = spec_field(help="catalog name or file stem")
+    layers: int = spec_field(gt=0, help="transformer layers L")
+    hidden: int = spec_field(gt=0, help="hidden size h")
+    heads: int = spec_field(gt=0, help="attention heads a")
+    vocab: int = spec_field(gt=0, help="vocabulary size V (as allocated, i.e. padded if the framework pads)")
+    max_seq_len: int = spec_field(gt=0, help="longest sequence the position scheme supports")
+    kv_heads: int | None = spec_field(None, gt=0, help="key/value heads (GQA); default = heads")
+    head_dim: int | None = spec_field(None, gt=0, help="per-head dimension; default = hidden / heads")
+    ffn_hidden: int | None = spec_field(None, gt=0, help="FFN inner size F; default 4h")
+    ffn_type: str = spec_field("gelu", choices=FFN_TYPES, help="two-matrix GeLU/ReLU MLP or gated SwiGLU")
+    norm: str = spec_field("layernorm", choices=NORMS, help="LayerNorm (weight+bias) or RMSNorm (weight)")
+    bias: bool = spec_field(True, help="biases on the linear layers")
+    qkv_bias: bool | None = spec_field(None, help="biases on Q/K/V only (Qwen-style); default = bias")
+    position: str = spec_field("learned", choices=POSITIONS, help="learned absolute or rotary positions")
+    position_embeddings: int | None = spec_field(None, gt=0, help="rows of the learned position table; default max_seq_len")
+    tied_embeddings: bool = spec_field(True, help="LM head shares the input embedding")
+    dropout: float = spec_field(0.0, unit="fraction", ge=0.0, lt=1.0, help="dropout probability (0 = no masks)")
+    seq_len: int | None = spec_field(None, gt=0, help="default training sequence length; default max_seq_len")
+    architecture: str = spec_field("decoder", choices=ARCHITECTURES, help="causal decoder or bidirectional encoder")
+    token_types: int = spec_field(0, ge=0, help="segment (token-type) embeddings, BERT")
+    embedding_norm: bool = spec_field(False, help="norm after the embeddings (BERT)")
+    final_norm: bool = spec_field(True, help="norm after the last layer (pre-LN models)")
+    pooler: bool = spec_field(False, help="BERT pooler (h x h dense)")
+    mlm_head: bool = spec_field(False, help="BERT masked-LM transform (dense + norm + output bias)")
+    nsp_head: bool = spec_field(False, help="BERT next-sentence classifier (h x 2)")
+    source: str = spec_field("", help="where the architecture numbers come from")
+
+    def _check(self, where: str) -> None:
+        kv = self.kv_heads or self.heads
+        if self.heads % kv:
+            raise InputError(f"{where}: heads ({self.heads}) must be a multiple of kv_heads ({kv})")
+        if self.head_dim is None and self.hidden % self.heads:
+            raise InputError(f"{where}: hidden ({self.hidden}) is not divisible by heads ({self.heads}); set head_dim")
+        if self.ffn_type == "swiglu" and self.ffn_hidden is None:
+            raise InputError(f"{where}: ffn_hidden is required when ffn_type is swiglu")
+        if self.seq_len is not None and self.position == "learned" and self.seq_len > (self.position_embeddings or self.max_seq_len):
+            raise InputError(f"{where}: seq_len {self.seq_len} exceeds the learned position table ({self.position_embeddings or self.max_seq_len})")
+
+    def resolved(self) -> "ModelSpec":
+        """The same spec with every defaulted field filled in."""
+        return dataclasses.replace(
+            self,
+            kv_heads=self.kv_heads or self.heads,
+            head_dim=self.head_dim or self.hidden // self.heads,
+            ffn_hidden=self.ffn_hidden or 4 * self.hidden,
+            qkv_bias=self.bias if self.qkv_bias is None else self.qkv_bias,
+            position_embeddings=(self.position_embeddings or self.max_seq_len) if self.position == "learned" else 0,
+            seq_len=self.seq_len or self.max_seq_len,
+        )

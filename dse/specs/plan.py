@@ -1,0 +1,88 @@
+"""The plan: how the model is trained on the hardware.
+
+Parallelism (``tp``, ``pp``, ``dp``), batch, recompute, attention kernel,
+sequence parallelism, ZeRO stage and precision. Consistency checks that need
+the model (tp divides heads, pp at most layers, ...) live in :func:`check_plan`
+so that the same rules serve the CLI, the library and the search.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from dse.errors import InputError
+from dse.specs._schema import spec_field
+
+RECOMPUTE = ("none", "selective", "full")
+ATTENTION = ("flash", "math")
+PRECISION = ("bf16", "fp16")
+GRAD_DTYPE = ("fp32", "half")
+OPTIMIZERS = ("adam",)
+SCHEDULES = ("1f1b", "interleaved", "gpipe")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    tp: int = spec_field(1, gt=0, help="tensor-parallel degree")
+    pp: int = spec_field(1, gt=0, help="pipeline-parallel stages")
+    dp: int = spec_field(1, gt=0, help="data-parallel replicas")
+    micro_batch: int = spec_field(1, gt=0, help="sequences per micro-batch b")
+    global_batch: int | None = spec_field(None, gt=0, help="sequences per iteration B; default b*dp (pp=1) or b*dp*4*pp")
+    seq_len: int | None = spec_field(None, gt=0, help="tokens per sequence s; default the model's seq_len")
+    recompute: str = spec_field("none", choices=RECOMPUTE, help="activation recomputation")
+    attention: str = spec_field("flash", choices=ATTENTION, help="fused (flash) attention or materialised softmax")
+    sequence_parallel: bool = spec_field(False, help="Megatron sequence parallelism (shards norm/dropout activations over tp)")
+    zero: int = spec_field(0, ge=0, le=3, help="ZeRO stage: 1 shards optimizer states, 2 also gradients, 3 also parameters")
+    precision: str = spec_field("bf16", choices=PRECISION, help="activation/parameter dtype")
+    grad_dtype: str = spec_field("fp32", choices=GRAD_DTYPE, help="dtype gradients are accumulated and reduced in")
+    optimizer: str = spec_field("adam", choices=OPTIMIZERS)
+    schedule: str = spec_field("1f1b", choices=SCHEDULES, help="pipeline schedule")
+    virtual_stages: int = spec_field(1, gt=0, help="model chunks per pipeline stage (interleaved schedule)")
+    overlap_grad_reduce: bool = spec_field(False, help="overlap the data-parallel gradient reduction with backward")
+    async_tp_allreduce: bool = spec_field(True, help="overlap each column-parallel linear's backward input-gradient "
+                                          "all-reduce with its weight-gradient GEMM (Megatron-LM default since 2.6)")
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp * self.dp
+
+    def resolved(self, model) -> "Plan":
+        """Fill the defaults that depend on the model."""
+        gb = self.global_batch
+        if gb is None:
+            gb = self.micro_batch * self.dp * (1 if self.pp == 1 else 4 * self.pp)
+        return dataclasses.replace(self, global_batch=gb, seq_len=self.seq_len or model.seq_len or model.max_seq_len)
+
+
+def check_plan(plan: Plan, model, where: str = "plan") -> None:
+    """Raise :class:`InputError` for a plan that cannot run this model at all.
+
+    (A plan that runs but does not fit in memory is *infeasible*, not an error.)
+    ``model`` must be resolved (kv_heads, ffn_hidden filled in).
+    """
+    if model.heads % plan.tp:
+        raise InputError(f"{where}: --tp {plan.tp} does not divide the model's {model.heads} attention heads")
+    if model.kv_heads % plan.tp and plan.tp % model.kv_heads:
+        raise InputError(f"{where}: --tp {plan.tp} and the model's {model.kv_heads} KV heads must divide one another")
+    if model.ffn_hidden % plan.tp:
+        raise InputError(f"{where}: --tp {plan.tp} does not divide ffn_hidden {model.ffn_hidden}")
+    if plan.pp > model.layers:
+        raise InputError(f"{where}: --pp {plan.pp} is larger than the model's {model.layers} layers")
+    if plan.schedule == "interleaved":
+        if plan.virtual_stages < 2:
+            raise InputError(f"{where}: the interleaved schedule needs virtual_stages >= 2")
+        if plan.pp * plan.virtual_stages > model.layers:
+            raise InputError(f"{where}: pp*virtual_stages = {plan.pp * plan.virtual_stages} exceeds {model.layers} layers")
+    elif plan.virtual_stages != 1:
+        raise InputError(f"{where}: virtual_stages > 1 needs --set plan.schedule=interleaved")
+    gb = plan.global_batch
+    if gb is not None:
+        if gb % plan.dp:
+            raise InputError(f"{where}: --global-batch {gb} is not divisible by --dp {plan.dp}")
+        if (gb // plan.dp) % plan.micro_batch:
+            raise InputError(f"{where}: --micro-batch {plan.micro_batch} does not divide global batch / dp = {gb // plan.dp}")
+    if plan.sequence_parallel and plan.seq_len and plan.seq_len % plan.tp:
+        raise InputError(f"{where}: --sequence-parallel needs seq_len {plan.seq_len} divisible by --tp {plan.tp}")
+    if model.position == "learned" and plan.seq_len and plan.seq_len > model.position_embeddings:
+        raise InputError(f"{where}: --seq-len {plan.seq_len} exceeds the model's {model.position_embeddings} learned positions")

@@ -1,0 +1,129 @@
+"""Validation cases: an input scenario, a reference value, its source and a tolerance.
+
+Cases live in suites (one module each, registered in :data:`SUITES`). A suite may
+also set aggregate targets (mean absolute percentage error, Spearman rank
+correlation) that ``dse validate`` checks besides the per-case tolerances.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+# suite name -> module that defines `cases()` and optionally `TARGETS`
+SUITES = {
+    "megatron-a100": "dse.validate.megatron",
+    "formulas": "dse.validate.formulas",
+}
+
+
+@dataclass
+class Case:
+    name: str
+    reference: float
+    compute: Callable[[], float]
+    tolerance: float                 # relative, e.g. 0.10 = 10 %
+    source: str
+    unit: str = ""                   # a dse.units kind, for printing
+    note: str = ""
+    kind: str = "relative"           # "relative": |model/ref - 1| <= tol; "absolute": |model - ref| <= tol
+    expected_miss: str = ""          # a documented reason the model cannot match this reference; still in the statistics
+    value: float | None = field(default=None, init=False)
+
+    def run(self) -> float:
+        self.value = float(self.compute())
+        return self.value
+
+    @property
+    def error(self) -> float:
+        if self.kind == "absolute":
+            return self.value - self.reference
+        return self.value / self.reference - 1.0
+
+    @property
+    def within(self) -> bool:
+        return abs(self.error) <= self.tolerance + 1e-12
+
+    @property
+    def passed(self) -> bool:
+        """Within tolerance, or a documented expected miss (which still counts in MAPE and Spearman)."""
+        return self.within or bool(self.expected_miss)
+
+
+@dataclass
+class SuiteResult:
+    name: str
+    cases: list[Case]
+    targets: dict
+    stats: dict
+
+    @property
+    def passed(self) -> bool:
+        return all(c.passed for c in self.cases) and all(self.target_checks().values())
+
+    def target_checks(self) -> dict:
+        out = {}
+        if "mape" in self.targets:
+            out["mape"] = self.stats["mape"] <= self.targets["mape"]
+        if "spearman" in self.targets:
+            out["spearman"] = self.stats["spearman"] >= self.targets["spearman"]
+        return out
+
+
+def spearman(x: list[float], y: list[float]) -> float:
+    """Spearman rank correlation with average ranks for ties."""
+    def ranks(v):
+        order = sorted(range(len(v)), key=lambda i: v[i])
+        r = [0.0] * len(v)
+        i = 0
+        while i < len(v):
+            j = i
+            while j + 1 < len(v) and v[order[j + 1]] == v[order[i]]:
+                j += 1
+            for k in range(i, j + 1):
+                r[order[k]] = (i + j) / 2
+            i = j + 1
+        return r
+
+    rx, ry = ranks(x), ranks(y)
+    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
+    cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
+    vx = math.sqrt(sum((a - mx) ** 2 for a in rx))
+    vy = math.sqrt(sum((b - my) ** 2 for b in ry))
+    return cov / (vx * vy) if vx and vy else float("nan")
+
+
+def statistics(cases: list[Case]) -> dict:
+    rel = [c for c in cases if c.kind == "relative"]
+    errs = [abs(c.error) for c in rel]
+    out = {"cases": len(cases), "within_tolerance": sum(c.within for c in cases),
+           "expected_misses": sum(bool(c.expected_miss) for c in cases)}
+    if errs:
+        out["mape"] = sum(errs) / len(errs)
+        out["max_error"] = max(errs)
+        out["mean_signed_error"] = sum(c.error for c in rel) / len(rel)
+    if len(rel) >= 3:
+        out["spearman"] = spearman([c.value for c in rel], [c.reference for c in rel])
+    return out
+
+
+def suite_names() -> list[str]:
+    return list(SUITES)
+
+
+def load(name: str):
+    from dse.errors import InputError, suggest
+
+    if name not in SUITES:
+        raise InputError(f"unknown validation suite '{name}'{suggest(name, SUITES)}; suites: {', '.join(SUITES)}")
+    return importlib.import_module(SUITES[name])
+
+
+def run_suite(name: str) -> SuiteResult:
+    mod = load(name)
+    cases = mod.cases()
+    for c in cases:
+        c.run()
+    return SuiteResult(name, cases, getattr(mod, "TARGETS", {}), statistics(cases))

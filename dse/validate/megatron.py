@@ -1,0 +1,98 @@
+"""Measured Megatron-DeepSpeed iteration times on an A100 cluster (vTrain data).
+
+88 runs of GPT models (3.6B, 18.4B, 39.1B) on up to 512 A100s with full
+recomputation, 1F1B, sequence 2048, over TP/PP/DP/micro-batch combinations.
+The scenario per row is fixed by the data's source, not fitted: GPT layers with
+biases, LayerNorm, GeLU, dropout 0.1, learned positions, vocabulary 51,200 (GPT-2
+BPE padded to a multiple of 128·TP as Megatron does), math attention with fused
+softmax (vTrain's model code), fp16 with fp16 gradients, no gradient bucketing
+(no overlap of the data-parallel all-reduce). Every row uses one shared set of
+efficiency parameters: those in ``hwspecs/gpus/a100-sxm-80gb.yaml`` and the links
+of ``hwspecs/systems/a100-cluster-800g.yaml``.
+
+Targets: mean absolute percentage error <= 10 % and Spearman rank correlation
+>= 0.85 (a search must rank plans correctly, not only be close on average).
+Each row must also be within 30 % (three times the target mean), which flags gross
+mispredictions. Four rows miss it for reasons the physics of the run does not
+explain; they are kept in every statistic and listed in :data:`EXPECTED_MISSES`.
+"""
+
+from __future__ import annotations
+
+import csv
+from functools import lru_cache
+
+SOURCE = "vTrain ground_truth_multi.csv (VIA-Research/vTrain, MIT), data/megatron_a100_multinode_times.csv"
+TARGETS = {"mape": 0.10, "spearman": 0.85}
+ROW_TOLERANCE = 0.30
+SYSTEM = "a100-cluster-800g"
+VOCAB = 51200
+
+# (params_b, tp, pp, dp, micro_batch) -> why no analytical model can match the measurement.
+_TP2 = ("39.1B at tp=2 runs ~1.5x slower than its tp=1 and tp=4 neighbours with the same work per GPU "
+        "(tp1 pp16 mb3 and tp4 pp8 are within 11 %); no bandwidth or efficiency explains it")
+EXPECTED_MISSES = {
+    (3.6, 8, 1, 8, 64): "mb 64 with one micro-batch takes 2x the time of mb 32 with two: identical work "
+                        "per iteration, so the doubling is outside any per-token cost model",
+    (39.1, 2, 8, 32, 2): _TP2,
+    (39.1, 2, 16, 16, 2): _TP2,
+    (39.1, 2, 16, 16, 3): _TP2,
+}
+
+
+@lru_cache(maxsize=1)
+def rows() -> list[dict]:
+    from dse.catalog import data_dir
+
+    with open(data_dir() / "megatron_a100_multinode_times.csv", newline="") as f:
+        reader = csv.reader(f)
+        next(reader)
+        out = []
+        for r in reader:
+            out.append(dict(params_b=float(r[0]), gpus=int(r[1]), global_batch=int(r[2]), micro_batch=int(r[3]),
+                            hidden=int(r[4]), heads=int(r[5]), layers=int(r[6]), seq_len=int(r[7]), tp=int(r[8]),
+                            dp=int(r[9]), pp=int(r[10]), time_s=float(r[11]) / 1e3))
+    return out
+
+
+def model_for(row):
+    from dse.specs.model import ModelSpec
+
+    return ModelSpec(name=f"gpt-{row['params_b']}b", layers=row["layers"], hidden=row["hidden"], heads=row["heads"],
+                     vocab=VOCAB, max_seq_len=row["seq_len"], ffn_type="gelu", norm="layernorm", bias=True,
+                     position="learned", tied_embeddings=True, dropout=0.1,
+                     source="vTrain ground truth").resolved()
+
+
+def plan_for(row, model):
+    from dse.specs.plan import Plan
+
+    return Plan(tp=row["tp"], pp=row["pp"], dp=row["dp"], micro_batch=row["micro_batch"],
+                global_batch=row["global_batch"], seq_len=row["seq_len"], recompute="full", attention="math",
+                sequence_parallel=False, zero=0, precision="fp16", grad_dtype="half", schedule="1f1b")
+
+
+def scenarios(system=None):
+    """(row, model, system, plan) for every measured run."""
+    from dse.catalog import load_system
+
+    system = system or load_system(SYSTEM)
+    out = []
+    for row in rows():
+        model = model_for(row)
+        out.append((row, model, system, plan_for(row, model)))
+    return out
+
+
+def cases():
+    from dse.estimate import run
+    from dse.validate import Case
+
+    out = []
+    for row, model, system, plan in scenarios():
+        name = (f"{row['params_b']:g}B tp{row['tp']} pp{row['pp']} dp{row['dp']} mb{row['micro_batch']}")
+        key = (row["params_b"], row["tp"], row["pp"], row["dp"], row["micro_batch"])
+        out.append(Case(name=name, reference=row["time_s"], tolerance=ROW_TOLERANCE, source=SOURCE, unit="s",
+                        compute=(lambda m=model, s=system, p=plan: run(m, s, p)["time"]["iteration"]),
+                        expected_miss=EXPECTED_MISSES.get(key, "")))
+    return out
