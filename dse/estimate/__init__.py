@@ -25,6 +25,18 @@ TIME_PARTS = {
 }
 
 
+# Technique modules, applied in order after the base composition. Each exposes
+# ``apply(c, model, system, plan, F)``, which reads ``c["internal"]`` and updates the
+# composed dict in place (memory tiers, time, traffic, extra sections), array-safe.
+TECHNIQUE_MODULES: list[str] = []
+
+
+def techniques():
+    import importlib
+
+    return [importlib.import_module(name) for name in TECHNIQUE_MODULES]
+
+
 def _violations(r: dict, system, plan) -> list[str]:
     from dse.units import fmt
 
@@ -62,6 +74,8 @@ def run(model, system, plan, *, trace=None) -> dict:
 
         F = {m.__name__.rsplit(".", 1)[-1]: Tracer(m, trace) for m in (transformer, memory, parallelism, compute)}
     c = base.compose(model, system, plan, F)
+    for technique in techniques():
+        technique.apply(c, model, system, plan, F)
     r = {"model": {"name": model.name, "params": c["params"], "layers": model.layers, "hidden": model.hidden,
                    "heads": model.heads, "kv_heads": model.kv_heads, "ffn_hidden": model.ffn_hidden,
                    "vocab": model.vocab}}
@@ -69,7 +83,11 @@ def run(model, system, plan, *, trace=None) -> dict:
     r["peak_flops_per_gpu"] = c["peak_flops"]
     for k in ("flops", "activation_bytes_per_layer", "memory", "traffic", "time", "throughput"):
         r[k] = c[k]
-    violations = _violations(r, system, plan)
+    for k, v in c.items():  # sections added by techniques (cost, energy, activation_offload, ...)
+        if k not in r and k not in ("internal", "params", "gpus", "nodes", "micro_batches", "layers_per_stage",
+                                    "params_per_gpu", "peak_flops", "extra_violations"):
+            r[k] = v
+    violations = _violations(r, system, plan) + list(c.get("extra_violations", []))
     r["hardware"] = {"name": system.name, "gpu": system.node.gpu.name, "gpus_per_node": system.node.gpus_per_node,
                      "nodes": system.nodes}
     r["plan"] = dataclasses.asdict(plan) if dataclasses.is_dataclass(plan) else dict(vars(plan))

@@ -252,7 +252,21 @@ def compose(model, system, plan, F=None) -> dict:
         "pp": pp_bytes,
     }
 
+    internal = {  # intermediate terms that technique modules (dse/estimate/*.py) build on
+        "s": s, "b": b, "t": t, "p": p, "d": d, "v": v, "B": B, "m": m, "e": e, "grad_bytes": g_bytes,
+        "optimizer_bytes": opt_bytes, "peak": peak, "tokens": tokens, "tok": tok,
+        "p_layer": p_layer, "p_layer_gpu": p_layer_gpu, "p_emb": p_emb, "p_head": p_head, "p_gpu": p_gpu,
+        "l_stage": l_stage, "a_layer": a_layer, "a_work": a_work, "a_head": a_head, "a_emb": a_emb,
+        "in_flight": in_flight, "act_opts": act_opts,
+        "gpu_fwd": gpu_fwd, "gpu_bwd": gpu_bwd, "gpu_rec": gpu_rec, "layer_fwd": layer_fwd, "layer_bwd": layer_bwd,
+        "layer_rec": layer_rec, "layer_total": layer_total, "t_embed": t_embed, "t_head": t_head, "t_p2p": t_p2p,
+        "stage_max": stage_max, "stage_mean": stage_mean, "t_pipe": t_pipe, "dp_time": dp_time,
+        "dp_exposed": dp_exposed, "emb_sync": emb_sync, "t_opt": t_opt, "opt_params": opt_params,
+        "bw_dp": bw_dp, "bw_tp": bw_tp, "bw_pp": bw_pp, "first_is_max": first_is_max,
+        "act_first": act_first, "act_last": act_last, "states_first": states_first, "states_last": states_last,
+    }
     return {
+        "internal": internal,
         "params": params,
         "params_per_gpu": p_gpu,
         "layer_params": p_layer,
