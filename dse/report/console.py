@@ -21,6 +21,9 @@ TIME_ROWS = [
 ]
 CLASSES = ["weights", "gradients", "optimizer", "activations", "buffers"]
 
+# Result section -> "module:function(con, result)" that renders it; techniques register theirs here.
+SECTION_RENDERERS: dict[str, str] = {}
+
 
 def _pct(x: float, total: float) -> str:
     return f"{100 * x / total:5.1f}%" if total else "-"
@@ -117,8 +120,12 @@ def render_estimate(con, r: dict) -> None:
     if tt is not None:
         con.print(tt)
     con.print(throughput_table(r))
-    for extra in r.get("_extra_tables", []):
-        con.print(extra)
+    import importlib
+
+    for section, target in SECTION_RENDERERS.items():
+        if section in r:
+            mod, fn = target.split(":")
+            getattr(importlib.import_module(mod), fn)(con, r)
     if r["feasible"]:
         con.print("[green]feasible[/]: fits every memory tier")
     else:
