@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from dse.estimate import base
+from dse.estimate import base, economics
 from dse.specs.plan import Plan, check_plan
 
 TIME_PARTS = {
@@ -70,12 +70,13 @@ def run(model, system, plan, *, trace=None) -> dict:
     F = None
     if trace is not None:
         from dse.estimate.trace import Tracer
-        from dse.formulas import compute, memory, parallelism, transformer
+        from dse.formulas import compute, cost, memory, parallelism, transformer
 
-        F = {m.__name__.rsplit(".", 1)[-1]: Tracer(m, trace) for m in (transformer, memory, parallelism, compute)}
+        F = {m.__name__.rsplit(".", 1)[-1]: Tracer(m, trace) for m in (transformer, memory, parallelism, compute, cost)}
     c = base.compose(model, system, plan, F)
     for technique in techniques():
         technique.apply(c, model, system, plan, F)
+    economics.apply(c, model, system, plan, F)
     r = {"model": {"name": model.name, "params": c["params"], "layers": model.layers, "hidden": model.hidden,
                    "heads": model.heads, "kv_heads": model.kv_heads, "ffn_hidden": model.ffn_hidden,
                    "vocab": model.vocab}}

@@ -107,8 +107,13 @@ def throughput_table(r: dict) -> Table:
     tab.add_row("HFU (with recompute)", fmt(th["hfu"], "fraction"))
     tab.add_row("model FLOPs / iteration", fmt(r["flops"]["model_per_iteration"], "flop"))
     tab.add_row("activations / layer / micro-batch", fmt(r["activation_bytes_per_layer"], "bytes"))
-    for k, v in r.get("cost", {}).items():
-        tab.add_row(k.replace("_", " "), fmt(v, "USD"))
+    cost = r.get("cost", {})
+    if cost:
+        tab.add_row("capital cost of the parts used", fmt(cost["capital_usd"], "USD"))
+        tab.add_row("cost per million tokens", fmt(cost["per_million_tokens_usd"], "USD"))
+    energy = r.get("energy", {})
+    if energy:
+        tab.add_row("energy per token (at the wall)", fmt(energy["per_token_j"], "J"))
     return tab
 
 

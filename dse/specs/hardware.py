@@ -105,10 +105,21 @@ class NodeSpec:
 
 
 @dataclass(frozen=True, kw_only=True)
+class SiteSpec:
+    """Where the system runs: what its capital and energy cost per token."""
+
+    amortization_years: float = spec_field(4.0, gt=0, help="years over which the capital cost is written off")
+    electricity: float = spec_field(0.10, gt=0, help="electricity price, USD per kWh")
+    pue: float = spec_field(1.2, ge=1, help="power usage effectiveness of the data centre")
+    utilization: float = spec_field(0.9, unit="fraction", gt=0, le=1, help="share of the year spent training")
+
+
+@dataclass(frozen=True, kw_only=True)
 class SystemSpec:
     name: str
     node: NodeSpec
     nodes: int = spec_field(1, gt=0, help="nodes available")
+    site: SiteSpec = spec_field(factory=SiteSpec)
     description: str = ""
     source: str = ""
 
