@@ -177,6 +177,7 @@ def load_system(ref: str | SystemSpec, overrides: list[tuple[list[str], object]]
         data, where = system_data(ref)
     for path, value in overrides:
         _schema.set_path(data, path, value, SystemSpec, "--set hardware.")
+        data = _resolve_refs(SystemSpec, data, where)  # a component named by one override can take sub-field overrides
     data = _resolve_refs(SystemSpec, data, where)
     return _schema.build(SystemSpec, data, where)
 

@@ -28,15 +28,28 @@ def shapes(model, plan):
 
 
 def compose(model, system, plan, F=None) -> dict:
-    """The base estimate as nested dicts of numbers (or arrays). ``F`` swaps in traced formula modules."""
+    """The base estimate as nested dicts of numbers (or arrays). ``F`` swaps in traced formula modules.
+
+    Equals :func:`compose_time` applied to :func:`compose_memory`; the vectorised search
+    calls the two halves itself so that it computes time only for points that fit.
+    """
+    c = compose_memory(model, system, plan, F)
+    compose_time(c, model, system, plan, F)
+    return c
+
+
+def compose_memory(model, system, plan, F=None) -> dict:
+    """First half of :func:`compose`: parameters and memory per tier (no time).
+
+    Returns the composed dict with ``internal`` (the memory-side terms), ``params``,
+    ``params_per_gpu``, ``layer_params``, ``gpus``, ``nodes``, ``micro_batches``,
+    ``layers_per_stage``, ``peak_flops``, ``activation_bytes_per_layer`` and ``memory``.
+    """
     T = F["transformer"] if F else _transformer
     M = F["memory"] if F else _memory
-    P = F["parallelism"] if F else _parallelism
-    C = F["compute"] if F else _compute
 
     node = system.node
     gpu = node.gpu
-    eff = gpu.efficiency
     G = node.gpus_per_node
     peak = gpu.peak_flops.get(plan.precision) or gpu.peak_flops.get("bf16") or max(gpu.peak_flops.values())
     e = PRECISION_BYTES[plan.precision]
@@ -110,6 +123,54 @@ def compose(model, system, plan, F=None) -> dict:
     mem_storage = {"weights": 0.0, "gradients": 0.0, "optimizer": 0.0, "activations": 0.0, "buffers": 0.0,
                    "total": 0.0, "capacity": storage_cap}
 
+    internal = {  # intermediate terms that technique modules (dse/estimate/*.py) build on
+        "s": s, "b": b, "t": t, "p": p, "d": d, "v": v, "B": B, "m": m, "e": e, "grad_bytes": g_bytes,
+        "optimizer_bytes": opt_bytes, "peak": peak, "tokens": tokens, "tok": tok,
+        "p_layer": p_layer, "p_layer_gpu": p_layer_gpu, "p_emb": p_emb, "p_head": p_head, "p_gpu": p_gpu,
+        "l_stage": l_stage, "a_layer": a_layer, "a_work": a_work, "a_head": a_head, "a_emb": a_emb,
+        "in_flight": in_flight, "act_opts": act_opts, "first_is_max": first_is_max,
+        "act_first": act_first, "act_last": act_last, "states_first": states_first, "states_last": states_last,
+    }
+    return {
+        "internal": internal,
+        "params": params,
+        "params_per_gpu": p_gpu,
+        "layer_params": p_layer,
+        "gpus": gpus,
+        "nodes": nodes,
+        "micro_batches": m,
+        "layers_per_stage": l_stage,
+        "peak_flops": peak,
+        "activation_bytes_per_layer": a_layer,
+        "memory": {"gpu": mem_gpu, "host": mem_host, "storage": mem_storage},
+    }
+
+
+def compose_time(c, model, system, plan, F=None) -> dict:
+    """Second half of :func:`compose`: adds ``time``, ``flops``, ``throughput`` and ``traffic`` to ``c``.
+
+    ``c`` is the dict :func:`compose_memory` returned (possibly with arrays subset to the
+    points that fit in memory); the time-side terms are added to ``c["internal"]``.
+    """
+    T = F["transformer"] if F else _transformer
+    P = F["parallelism"] if F else _parallelism
+    C = F["compute"] if F else _compute
+
+    node = system.node
+    gpu = node.gpu
+    eff = gpu.efficiency
+    G = node.gpus_per_node
+    i = c["internal"]
+    s, b, t, p, d, v, B, m = i["s"], i["b"], i["t"], i["p"], i["d"], i["v"], i["B"], i["m"]
+    e, g_bytes, peak, tokens, tok = i["e"], i["grad_bytes"], i["peak"], i["tokens"], i["tok"]
+    p_gpu, l_stage = i["p_gpu"], i["l_stage"]
+    L, h, V = model.layers, model.hidden, model.vocab
+    a, kv, hd, Fh = model.heads, model.kv_heads, model.head_dim, model.ffn_hidden
+    sp = plan.sequence_parallel
+    dropout = model.dropout > 0
+    gpus = c["gpus"]
+    single = p == 1
+
     # ---------------------------------------------------------------- bandwidths
     intra = node.gpu_link.bandwidth * node.gpu_link.efficiency if node.gpu_link else float("inf")
     intra_lat = node.gpu_link.latency if node.gpu_link else 0.0
@@ -174,7 +235,7 @@ def compose(model, system, plan, F=None) -> dict:
     head_gemm = C.gemm_time(tok, h, V / t, peak, gemm_eff, oh)
     head_ew = C.memory_time(4 * tok * V / t * 3, gpu.hbm_bandwidth, eff.memory)   # fp32 logits: softmax, loss, grad
     t_head = 3 * head_gemm + 3 * head_ew
-    t_embed = P.allreduce_time(act_msg, t, bw_tp, lat_tp) + C.memory_time(3 * act_msg, gpu.hbm_bandwidth, eff.memory)
+    t_embed = ar + C.memory_time(3 * act_msg, gpu.hbm_bandwidth, eff.memory)   # ar: the same all-reduce as a layer's
 
     # ---------------------------------------------------------------- pipeline
     pp_msg = act_msg / t                   # Megatron scatter-gather p2p: 1/t of the activation per rank
@@ -190,8 +251,10 @@ def compose(model, system, plan, F=None) -> dict:
     # ---------------------------------------------------------------- data parallel, optimizer
     zero = plan.zero
     dp_ar = P.allreduce_time(p_gpu * g_bytes, d, bw_dp, lat_dp)
-    dp_rs_ag = P.allgather_time(p_gpu * g_bytes, d, bw_dp, lat_dp) + P.allgather_time(p_gpu * e, d, bw_dp, lat_dp)
-    dp_z3 = m * (2 * P.allgather_time(p_gpu * e, d, bw_dp, lat_dp) + P.allgather_time(p_gpu * g_bytes, d, bw_dp, lat_dp))
+    ag_grads = P.allgather_time(p_gpu * g_bytes, d, bw_dp, lat_dp)    # reduce-scatter of the gradients
+    ag_weights = P.allgather_time(p_gpu * e, d, bw_dp, lat_dp)        # all-gather of the weights
+    dp_rs_ag = ag_grads + ag_weights
+    dp_z3 = m * (2 * ag_weights + ag_grads)
     dp_time = where(zero == 0, dp_ar, where(zero < 3, dp_rs_ag, dp_z3))
     bwd_window = l_stage * layer_bwd
     if plan.overlap_grad_reduce:
@@ -252,33 +315,15 @@ def compose(model, system, plan, F=None) -> dict:
         "pp": pp_bytes,
     }
 
-    internal = {  # intermediate terms that technique modules (dse/estimate/*.py) build on
-        "s": s, "b": b, "t": t, "p": p, "d": d, "v": v, "B": B, "m": m, "e": e, "grad_bytes": g_bytes,
-        "optimizer_bytes": opt_bytes, "peak": peak, "tokens": tokens, "tok": tok,
-        "p_layer": p_layer, "p_layer_gpu": p_layer_gpu, "p_emb": p_emb, "p_head": p_head, "p_gpu": p_gpu,
-        "l_stage": l_stage, "a_layer": a_layer, "a_work": a_work, "a_head": a_head, "a_emb": a_emb,
-        "in_flight": in_flight, "act_opts": act_opts,
+    i.update({
         "gpu_fwd": gpu_fwd, "gpu_bwd": gpu_bwd, "gpu_rec": gpu_rec, "layer_fwd": layer_fwd, "layer_bwd": layer_bwd,
         "layer_rec": layer_rec, "layer_total": layer_total, "t_embed": t_embed, "t_head": t_head, "t_p2p": t_p2p,
         "stage_max": stage_max, "stage_mean": stage_mean, "t_pipe": t_pipe, "dp_time": dp_time,
         "dp_exposed": dp_exposed, "emb_sync": emb_sync, "t_opt": t_opt, "opt_params": opt_params,
-        "bw_dp": bw_dp, "bw_tp": bw_tp, "bw_pp": bw_pp, "first_is_max": first_is_max,
-        "act_first": act_first, "act_last": act_last, "states_first": states_first, "states_last": states_last,
-    }
-    return {
-        "internal": internal,
-        "params": params,
-        "params_per_gpu": p_gpu,
-        "layer_params": p_layer,
-        "gpus": gpus,
-        "nodes": nodes,
-        "micro_batches": m,
-        "layers_per_stage": l_stage,
-        "peak_flops": peak,
-        "activation_bytes_per_layer": a_layer,
-        "memory": {"gpu": mem_gpu, "host": mem_host, "storage": mem_storage},
-        "time": time,
-        "flops": {"model_per_iteration": f_model, "hardware_per_iteration": f_hw},
-        "throughput": throughput,
-        "traffic": traffic,
-    }
+        "bw_dp": bw_dp, "bw_tp": bw_tp, "bw_pp": bw_pp,
+    })
+    c["time"] = time
+    c["flops"] = {"model_per_iteration": f_model, "hardware_per_iteration": f_hw}
+    c["throughput"] = throughput
+    c["traffic"] = traffic
+    return c

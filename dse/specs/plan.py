@@ -12,6 +12,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from dse.errors import InputError
+from dse.formulas._array import where
 from dse.specs._schema import spec_field
 
 RECOMPUTE = ("none", "selective", "full")
@@ -50,9 +51,10 @@ class Plan:
     def resolved(self, model) -> "Plan":
         """Fill the defaults that depend on the model."""
         gb = self.global_batch
-        if gb is None:
-            gb = self.micro_batch * self.dp * (1 if self.pp == 1 else 4 * self.pp)
-        return dataclasses.replace(self, global_batch=gb, seq_len=self.seq_len or model.seq_len or model.max_seq_len)
+        if gb is None:  # array-safe: the vectorised search resolves plans whose fields are numpy arrays
+            gb = self.micro_batch * self.dp * where(self.pp == 1, 1, 4 * self.pp)
+        seq = self.seq_len if self.seq_len is not None else (model.seq_len or model.max_seq_len)
+        return dataclasses.replace(self, global_batch=gb, seq_len=seq)
 
 
 def check_plan(plan: Plan, model, where: str = "plan") -> None:
@@ -86,3 +88,34 @@ def check_plan(plan: Plan, model, where: str = "plan") -> None:
         raise InputError(f"{where}: --sequence-parallel needs seq_len {plan.seq_len} divisible by --tp {plan.tp}")
     if model.position == "learned" and plan.seq_len and plan.seq_len > model.position_embeddings:
         raise InputError(f"{where}: --seq-len {plan.seq_len} exceeds the model's {model.position_embeddings} learned positions")
+
+
+def plan_rules(plan: Plan, model) -> dict:
+    """The rules of :func:`check_plan` as ``{rule: ok}``, array-safe (the vectorised search).
+
+    ``ok`` is a bool, or a numpy bool array when plan fields are arrays (broadcast
+    shapes allowed); a combination is valid where every rule holds. Same rules as
+    :func:`check_plan`, in the same order (tests/test_search_rules.py keeps the two in step).
+    String and boolean plan fields must be scalars here: only numbers vectorise.
+    """
+    t, p, v = plan.tp, plan.pp, plan.virtual_stages
+    rules = {
+        "tp does not divide the attention heads": model.heads % t == 0,
+        "tp and the KV heads do not divide one another": (model.kv_heads % t == 0) | (t % model.kv_heads == 0),
+        "tp does not divide ffn_hidden": model.ffn_hidden % t == 0,
+        "pp exceeds the layers": p <= model.layers,
+    }
+    if plan.schedule == "interleaved":
+        rules["interleaving needs virtual_stages >= 2"] = v >= 2
+        rules["pp x virtual_stages exceeds the layers"] = p * v <= model.layers
+    else:
+        rules["virtual_stages > 1 without the interleaved schedule"] = v == 1
+    gb = plan.global_batch
+    if gb is not None:
+        rules["dp does not divide the global batch"] = gb % plan.dp == 0
+        rules["micro-batch does not divide global batch / dp"] = (gb // plan.dp) % plan.micro_batch == 0
+    if plan.sequence_parallel and plan.seq_len is not None:
+        rules["tp does not divide seq_len (sequence parallelism)"] = plan.seq_len % t == 0
+    if model.position == "learned" and plan.seq_len is not None:
+        rules["seq_len exceeds the learned positions"] = plan.seq_len <= model.position_embeddings
+    return rules
