@@ -1,0 +1,315 @@
+"""optuna engine: TPE for one objective, NSGA-II for several; persistent, resumable, shareable.
+
+Each trial evaluates one configuration with the scalar estimate
+(:meth:`dse.search.evaluate.Evaluator.point`). A sampled combination that breaks
+a plan rule (tp not dividing the heads, ...) is not evaluated and not counted:
+it is told to optuna as *pruned* (so TPE learns to avoid the region) and the
+sampler is asked again. Memory on every tier, the GPUs the system has, and the
+space's budget / power / lifetime limits are optuna constraints (<= 0 feasible),
+so the sampler learns from infeasible trials too.
+
+``--trials N`` is the number of *completed* trials the study should hold: a
+resumed study runs only the missing ones, and several workers on one study stop
+together once the study has N (each may finish the trial it is running).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+import time
+
+from dse.errors import InputError
+
+MAX_REJECTED = 2000        # consecutive invalid samples before giving up on a space
+
+
+def _arith_step(vals) -> int | None:
+    """The step of an integer arithmetic progression, else None."""
+    if len(vals) < 2 or not all(isinstance(v, int) and not isinstance(v, bool) for v in vals):
+        return None
+    step = vals[1] - vals[0]
+    if step <= 0 or any(b - a != step for a, b in zip(vals, vals[1:])):
+        return None
+    return step
+
+
+def suggest(trial, params) -> dict:
+    """Sample a configuration: ordered numbers as ints (native or by index), names as categories."""
+    config = {}
+    for p in params:
+        if not p.discrete:
+            config[p.path] = trial.suggest_float(p.path, p.low, p.high, log=p.log)
+        elif len(p.values) == 1:
+            config[p.path] = p.values[0]
+        elif p.numeric:
+            step = _arith_step(p.values)
+            if step is not None:
+                config[p.path] = trial.suggest_int(p.path, p.values[0], p.values[-1], step=step)
+            else:
+                order = sorted(range(len(p.values)), key=lambda i: p.values[i])
+                k = trial.suggest_int(f"{p.path}[i]", 0, len(p.values) - 1)
+                config[p.path] = p.values[order[k]]
+        else:
+            config[p.path] = trial.suggest_categorical(p.path, list(p.values))
+    return config
+
+
+# Sampler settings. One objective: a genetic algorithm (optuna's NSGA-II, which also
+# handles one objective) for the first third of the trials, then TPE, which sees every
+# earlier trial: TPE refines best, but alone it sometimes settles in the first good
+# region it finds (e.g. 256 A100s when 128 H100s fit the budget); the GA start keeps
+# several regions alive. Several objectives: NSGA-II. Measured over seeds 0-39 with 300
+# trials on examples/spaces (README, "dse search"): see tests/test_search_optuna.py.
+SAMPLER = {"single": "ga+tpe", "multi": "nsga2", "switch": 1 / 3, "population_size": 30,
+           "n_startup_trials": 30, "n_ei_candidates": 24, "tries": 64}
+
+
+def _without_repeats(cls, seed, tries: int):
+    """``cls`` (an optuna sampler) that does not spend trials on configurations already tried.
+
+    When the sampler proposes a configuration the study already holds (complete,
+    running, or rejected as invalid), one, then two, ... parameters are moved to a
+    neighbouring value (ordered parameters by one step, categories to another
+    choice) until the configuration is new; after ``tries`` attempts the proposal
+    stands. The moves draw from a generator seeded by ``seed`` and the trial number,
+    so a seeded search stays reproducible.
+    """
+    import numpy as np
+    import optuna
+    from optuna.distributions import CategoricalDistribution, IntDistribution
+
+    class NoRepeat(cls):
+        def sample_relative(self, study, trial, search_space):
+            params = super().sample_relative(study, trial, search_space)
+            if not params or tries <= 0:
+                return params
+            names = sorted(params)
+            states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED,
+                      optuna.trial.TrialState.RUNNING)
+            seen = {tuple(t.params.get(n) for n in names)
+                    for t in study.get_trials(deepcopy=False, states=states) if t.number != trial.number}
+            if tuple(params[n] for n in names) not in seen:
+                return params
+            movable = [n for n in names if isinstance(search_space.get(n), (IntDistribution, CategoricalDistribution))
+                       and _choices(search_space[n]) > 1]
+            if not movable:
+                return params
+            rng = np.random.RandomState(((seed or 0) * 1_000_003 + trial.number) % (2**32))
+            for k in range(tries):
+                cand = dict(params)
+                for n in rng.choice(movable, size=min(len(movable), 1 + k // 8), replace=False):
+                    cand[n] = _neighbour(search_space[n], cand[n], rng)
+                if tuple(cand[n] for n in names) not in seen:
+                    return cand
+            return params
+
+    NoRepeat.__name__ = cls.__name__
+    return NoRepeat
+
+
+def _choices(dist) -> int:
+    from optuna.distributions import CategoricalDistribution
+
+    if isinstance(dist, CategoricalDistribution):
+        return len(dist.choices)
+    return (dist.high - dist.low) // dist.step + 1
+
+
+def _neighbour(dist, value, rng):
+    from optuna.distributions import CategoricalDistribution
+
+    if isinstance(dist, CategoricalDistribution):
+        others = [c for c in dist.choices if c != value]
+        return others[rng.randint(len(others))]
+    step = dist.step * (1 if rng.rand() < 0.5 else -1)
+    v = value + step
+    if v < dist.low or v > dist.high:
+        v = value - step
+    return int(min(max(v, dist.low), dist.high))
+
+
+def _phased(first, second, switch: int):
+    """A sampler that is ``first`` for trials numbered below ``switch`` and ``second`` after.
+
+    Used as a genetic algorithm (broad, keeps several regions alive) followed by TPE
+    (fine refinement of the best region), which sees every earlier trial.
+    """
+    import optuna
+
+    class Phased(optuna.samplers.BaseSampler):
+        def _pick(self, trial):
+            return first if trial.number < switch else second
+
+        def infer_relative_search_space(self, study, trial):
+            return self._pick(trial).infer_relative_search_space(study, trial)
+
+        def sample_relative(self, study, trial, search_space):
+            return self._pick(trial).sample_relative(study, trial, search_space)
+
+        def sample_independent(self, study, trial, param_name, param_distribution):
+            return self._pick(trial).sample_independent(study, trial, param_name, param_distribution)
+
+        def before_trial(self, study, trial):
+            self._pick(trial).before_trial(study, trial)
+
+        def after_trial(self, study, trial, state, values):
+            self._pick(trial).after_trial(study, trial, state, values)
+
+        def reseed_rng(self):
+            first.reseed_rng()
+            second.reseed_rng()
+
+    return Phased()
+
+
+def make_sampler(n_objectives: int, seed: int | None, constraints_func=None, trials: int = 300, **settings):
+    """The seeded sampler for a study (see ``SAMPLER``; ``settings`` override it).
+
+    ``single``/``multi`` name the sampler: ``tpe``, ``nsga2``, or ``ga+tpe`` (NSGA-II for
+    the first ``switch`` share of ``trials``, then TPE).
+    """
+    import optuna
+
+    cfg = {**SAMPLER, **settings}
+    kw = {"constraints_func": constraints_func} if constraints_func is not None else {}
+    kind = cfg["single"] if n_objectives == 1 else cfg["multi"]
+    if kind.startswith("ga+"):
+        ga = make_sampler(n_objectives, seed, constraints_func, trials, **{**settings, "single": "nsga2", "multi": "nsga2"})
+        rest = make_sampler(n_objectives, seed, constraints_func, trials,
+                            **{**settings, "single": kind[3:], "multi": kind[3:]})
+        return _phased(ga, rest, max(1, round(cfg["switch"] * trials)))
+    if kind == "tpe":
+        cls = _without_repeats(optuna.samplers.TPESampler, seed, cfg["tries"])
+        return cls(seed=seed, multivariate=True, constant_liar=True, n_startup_trials=cfg["n_startup_trials"],
+                   n_ei_candidates=cfg["n_ei_candidates"], **kw)
+    if kind == "nsga2":
+        cls = _without_repeats(optuna.samplers.NSGAIISampler, seed, cfg["tries"])
+        return cls(seed=seed, population_size=cfg["population_size"], **kw)
+    raise InputError(f"sampler {kind!r} is not one of tpe, nsga2, ga+tpe")
+
+
+def _has_set_constraint() -> bool:
+    import optuna
+
+    return hasattr(optuna.trial.Trial, "set_constraint")
+
+
+def _constraints_from_attrs(trial):
+    return list(trial.user_attrs.get("dse", {}).get("constraints", {}).values()) or [0.0]
+
+
+def constraint_values(evaluator, res) -> dict:
+    """optuna constraints of one evaluated point (<= 0 satisfied), few keys (each is a storage write).
+
+    ``memory``: the largest relative overflow over every memory tier; ``gpus``: GPUs
+    needed beyond the system's; ``technique``: 1 when a technique reports a violation;
+    then one per space constraint (budget, power cap, SSD lifetime, ...).
+    """
+    mem = evaluator.memory_violation(res["result"])
+    cons = {"memory": max((v for k, v in mem.items() if k.startswith("memory.")), default=-1.0),
+            "gpus": mem["gpus available"]}
+    known = ("gpu memory", "host memory", "storage memory", "the plan needs")
+    if any(not v.startswith(known) for v in res["result"].get("violations", [])):
+        cons["technique"] = 1.0
+    cons.update(res["constraints"])
+    return {k: float(v) if math.isfinite(v) else 1e9 for k, v in cons.items()}
+
+
+def open_study(space, storage, study_name: str, seed, trials: int = 300, **settings):
+    """Create or load the study; a study made for another space or objectives is refused."""
+    import optuna
+
+    directions = [o.direction for o in space.objectives]
+    native = _has_set_constraint()
+    sampler = make_sampler(len(directions), seed, None if native else _constraints_from_attrs, trials, **settings)
+    try:
+        study = optuna.create_study(storage=storage, study_name=study_name, directions=directions,
+                                    sampler=sampler, load_if_exists=True)
+    except ValueError as exc:  # directions differ from the stored study
+        raise InputError(f"--study {study_name}: {exc}") from None
+    if [d.name.lower() for d in study.directions] != directions:
+        raise InputError(f"--study {study_name}: the stored study optimises "
+                         f"{', '.join(d.name.lower() for d in study.directions)}; this search {', '.join(directions)}")
+    digest = space.digest()
+    stored = study.user_attrs.get("space_digest")
+    if stored is None:
+        study.set_user_attr("space_digest", digest)
+        study.set_user_attr("space", space.name)
+        study.set_user_attr("objectives", [o.metric for o in space.objectives])
+    elif stored != digest:
+        raise InputError(f"--study {study_name}: the study was created for a different space or objectives "
+                         f"({study.user_attrs.get('space')}, digest {stored}; this one {digest}); use another --study name")
+    return study
+
+
+def complete_trials(study):
+    import optuna
+
+    return study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+
+
+def run(space, evaluator, *, trials: int, seed, storage, study_name: str, progress=None, sampler=None) -> dict:
+    """Run (or resume, or join) the study until it holds ``trials`` completed trials."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = open_study(space, storage, study_name, seed, trials, **(sampler or {}))
+    native = _has_set_constraint()
+    worker = f"{socket.gethostname()}:{os.getpid()}"
+    state = {"rejected": 0, "stopped": "", "done": len(complete_trials(study)), "best": _best(study, space)}
+    single = len(space.objectives) == 1
+    sign = space.objectives[0].sign
+    t0 = time.perf_counter()
+
+    def objective(trial):
+        config = suggest(trial, space.params)
+        res = evaluator.point(config)
+        if not res["valid"]:
+            trial.set_user_attr("dse", {"params": config, "worker": worker, "excluded": res["reason"]})
+            raise optuna.TrialPruned(res["reason"])
+        r = res["result"]
+        cons = constraint_values(evaluator, res)
+        if native:
+            for k, v in cons.items():
+                trial.set_constraint(k, v)
+        trial.set_user_attr("dse", {"params": config, "worker": worker, "constraints": cons, "metrics": res["metrics"],
+                                    "feasible": bool(res["feasible"]), "violations": res["violations"],
+                                    "reasons": res["reasons"], "bottleneck": r["bottleneck"]})
+        return res["values"] if len(res["values"]) > 1 else res["values"][0]
+
+    def callback(study, frozen):
+        if frozen.state == optuna.trial.TrialState.PRUNED:
+            state["rejected"] += 1
+            if state["rejected"] >= MAX_REJECTED:
+                state["stopped"] = (f"stopped after {MAX_REJECTED} consecutive invalid samples: "
+                                    "the sampler finds no valid combination")
+                study.stop()
+            return
+        state["rejected"] = 0
+        state["done"] = len(complete_trials(study))
+        if single and frozen.user_attrs.get("dse", {}).get("feasible") and frozen.value is not None:
+            if state["best"] is None or sign * frozen.value < sign * state["best"]:
+                state["best"] = frozen.value
+        if progress:
+            progress(state["done"], state["best"])
+        if state["done"] >= trials:
+            study.stop()
+
+    if state["done"] < trials:
+        if progress:
+            progress(state["done"], state["best"])
+        study.optimize(objective, n_trials=None, callbacks=[callback], catch=(), gc_after_trial=False)
+    return {"engine": "optuna", "study": study, "elapsed": time.perf_counter() - t0, "stopped": state["stopped"]}
+
+
+def _best(study, space):
+    """Best feasible value so far (single objective) or the front size."""
+    feas = [t for t in complete_trials(study) if t.user_attrs.get("dse", {}).get("feasible")]
+    if not feas:
+        return None
+    if len(space.objectives) == 1:
+        o = space.objectives[0]
+        return min((t.value for t in feas), key=lambda v: o.sign * v)
+    return None
