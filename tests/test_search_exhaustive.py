@@ -1,0 +1,160 @@
+"""The exhaustive engine's answer equals a brute-force loop over the scalar estimate.
+
+The brute force builds every configuration with ``dse.estimate.resolve`` (the path
+``dse estimate`` takes: catalog files, --set overrides, check_plan) and runs
+``dse.estimate.run`` on each; it shares no code with the vectorised engine beyond
+the formulas themselves.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from dse.errors import InputError
+from dse.estimate import resolve, run
+from dse.search import from_dict, search
+from dse.search.objectives import lookup
+from dse.search.pareto import Front, TopK, nondominated
+
+SMALL = {
+    "model": "llama2-70b", "hardware": "a100-cluster-800g",
+    "fixed": {"plan.global_batch": 256, "plan.seq_len": 4096},
+    "parameters": {
+        "hardware.node.gpu": ["a100-sxm-80gb", "h100-sxm-80gb"],
+        "gpus": [32, 64, 128],
+        "plan.tp": [1, 2, 4, 8],
+        "plan.pp": [1, 2, 4, 8, 16],
+        "plan.micro_batch": [1, 2, 4],
+        "plan.zero": [0, 1, 3],
+        "plan.recompute": ["selective", "full"],
+        "hardware.node.network.bandwidth": ["400 Gb/s", "800 Gb/s"],
+    },
+}
+
+
+@functools.lru_cache(maxsize=None)
+def _scalar_results():
+    """(config, result) of every feasible point of SMALL, through resolve() + run() (computed once)."""
+    names = list(SMALL["parameters"])
+    space = from_dict(SMALL, "t.yaml")
+    out = []
+    for combo in itertools.product(*[space.param(n).values for n in names]):
+        cfg = dict(zip(names, combo))
+        sets = [(k.split("."), v) for k, v in SMALL["fixed"].items()]
+        sets += [(k.split("."), v) for k, v in cfg.items() if k != "gpus"]
+        sets.sort(key=lambda kv: len(kv[0]))           # a catalog component before its sub-fields
+        tp, pp = cfg["plan.tp"], cfg["plan.pp"]
+        if cfg["gpus"] % (tp * pp):
+            continue
+        sets.append((["plan", "dp"], cfg["gpus"] // (tp * pp)))
+        try:
+            m, s, p = resolve(SMALL["model"], SMALL["hardware"], None, sets)
+        except InputError:
+            continue
+        r = run(m, s, p)
+        if r["feasible"]:
+            out.append((cfg, r))
+    return out
+
+
+def brute_force(data):
+    """[(config, objective values)] of every feasible point of ``data`` (SMALL with objectives/constraints)."""
+    space = from_dict(data, "t.yaml")
+    return [(cfg, [lookup(r, o.metric) for o in space.objectives]) for cfg, r in _scalar_results()
+            if all(c.violation(lookup(r, c.metric)) <= 0 for c in space.constraints)]
+
+
+def test_exhaustive_optimum_equals_brute_force():
+    data = {**SMALL, "objectives": ["time"]}
+    ex = search(from_dict(data, "t.yaml"), engine="exhaustive", top=5)
+    bf = brute_force(data)
+    assert len(bf) == ex["feasible"] > 100
+    bf.sort(key=lambda x: x[1][0])
+    assert ex["ranked"][0]["value"] == pytest.approx(bf[0][1][0], rel=1e-12)
+    assert ex["ranked"][0]["params"] == {k: v for k, v in bf[0][0].items()}
+    assert [e["value"] for e in ex["ranked"]] == pytest.approx([v[0] for _, v in bf[:5]], rel=1e-12)
+
+
+def test_exhaustive_with_budget_and_throughput_equals_brute_force():
+    data = {**SMALL, "objectives": ["throughput"], "constraints": {"budget": "$2M"}}
+    ex = search(from_dict(data, "t.yaml"), engine="exhaustive", top=3)
+    bf = brute_force(data)
+    best = max(v[0] for _, v in bf)
+    assert ex["ranked"][0]["value"] == pytest.approx(best, rel=1e-12)
+    assert ex["ranked"][0]["metrics"]["cost.capital_usd"] <= 2e6
+
+
+def test_exhaustive_pareto_front_equals_brute_force():
+    data = {**SMALL, "objectives": ["time", "cost"]}
+    ex = search(from_dict(data, "t.yaml"), engine="exhaustive")
+    pts = np.array([v for _, v in brute_force(data)])
+    dominated = [(np.all(pts <= p, axis=1) & np.any(pts < p, axis=1)).any() for p in pts]
+    front = {tuple(np.round(p, 9)) for p, d in zip(pts, dominated) if not d}
+    got = {tuple(np.round(e["values"], 9)) for e in ex["ranked"]}
+    assert got == front and len(front) >= 3
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 200, 1 << 17])
+def test_block_size_does_not_change_the_answer(chunk):
+    params = dict(SMALL["parameters"]) if chunk > 1 else {"gpus": [32, 64], "plan.tp": [2, 4, 8], "plan.pp": [2, 4]}
+    data = {**SMALL, "parameters": params, "objectives": ["time", "energy"]}
+    ex = search(from_dict(data, "t.yaml"), engine="exhaustive", chunk=chunk)
+    ref = search(from_dict(data, "t.yaml"), engine="exhaustive", chunk=1 << 20)
+    assert [e["params"] for e in ex["ranked"]] == [e["params"] for e in ref["ranked"]]
+    assert ex["excluded"] == ref["excluded"] and ex["feasible"] == ref["feasible"]
+
+
+def test_no_feasible_point_says_which_constraint_excluded_most(cli, tmp_path):
+    f = tmp_path / "tiny.yaml"
+    f.write_text("model: llama2-70b\nhardware: a100-cluster-800g\nfixed: {plan.global_batch: 64}\n"
+                 "parameters: {gpus: [8, 16], plan.tp: [1, 2, 4, 8], plan.pp: [1, 2]}\n")
+    rc, out, err = cli("search", "--space", f, "--engine", "exhaustive", "-q")
+    assert rc == 0
+    assert "no feasible configuration: gpu memory capacity excluded the most" in out
+    rc, out, err = cli("search", "--space", f, "--engine", "optuna", "--trials", "8", "--storage", "memory", "-q")
+    assert rc == 0 and "no feasible configuration: gpu memory capacity excluded the most" in out
+
+
+# ----------------------------------------------------------------------------- pareto / top-k bookkeeping
+
+
+def naive_front(X):
+    keep = []
+    for i, x in enumerate(X):
+        dom = any((np.all(y <= x) and np.any(y < x)) or (np.all(y == x) and j < i) for j, y in enumerate(X) if j != i)
+        if not dom:
+            keep.append(i)
+    return keep
+
+
+@pytest.mark.parametrize("d", [1, 2, 3, 4])
+def test_nondominated_matches_naive(d):
+    rng = np.random.default_rng(d)
+    X = rng.integers(0, 6, size=(300, d)).astype(float)        # many ties and duplicates
+    got = sorted(nondominated(X, np.arange(len(X))).tolist())
+    assert got == naive_front(X)
+
+
+def test_front_streamed_in_blocks_equals_front_of_all():
+    rng = np.random.default_rng(7)
+    X = rng.random((2000, 3))
+    X[::10] = X[1::10]                                          # duplicates across blocks
+    f = Front([1.0, -1.0, 1.0])
+    for a in range(0, len(X), 97):
+        f.add(np.arange(a, min(a + 97, len(X))), X[a:a + 97], {"m": X[a:a + 97, 0]})
+    want = naive_front(X * np.array([1.0, -1.0, 1.0]))
+    assert sorted(f.index.tolist()) == want
+    assert np.allclose(f.metrics["m"], X[f.index, 0])
+
+
+def test_topk_keeps_lowest_index_on_ties():
+    t = TopK(3, -1.0)                     # maximise
+    t.add(np.array([5, 6, 7, 8]), np.array([[1.0], [3.0], [3.0], [2.0]]), {})
+    t.add(np.array([1, 2]), np.array([[3.0], [0.5]]), {})
+    assert t.index.tolist() == [1, 6, 7] and t.best == 3.0
+    assert math.isclose(t.values[0, 0], 3.0)

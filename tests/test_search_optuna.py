@@ -1,0 +1,120 @@
+"""The optuna engine: as good as the exact answer on every shipped space, seeded, resumable.
+
+Target (issue: dse search): optuna's best within 2% of the exhaustive optimum in at
+most 300 trials on every shipped example space, with the default seed. For a space
+with several objectives "within 2%" is measured on the hypervolume: the front optuna
+finds covers at least 98% of the hypervolume of the exact front (objectives scaled
+to the exact front's range, reference point 1.1 x that range).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dse.errors import InputError
+from dse.search import from_dict, load_space, search
+
+ROOT = Path(__file__).resolve().parent.parent
+SPACES = sorted((ROOT / "examples" / "spaces").glob("*.yaml"))
+
+
+def hypervolume_2d(F, ref):
+    """Area dominated by the rows of F (minimisation) up to the reference point."""
+    P = F[np.argsort(F[:, 0])]
+    hv, prev = 0.0, ref[1]
+    for x, y in P:
+        if y < prev:
+            hv += (ref[0] - x) * (prev - y)
+            prev = y
+    return hv
+
+
+def test_every_example_space_is_shipped_and_parses():
+    assert len(SPACES) >= 3
+    for f in SPACES:
+        assert load_space(str(f)).size > 0
+
+
+@pytest.mark.parametrize("path", SPACES, ids=[p.stem for p in SPACES])
+def test_optuna_within_2_percent_of_exhaustive(path):
+    exact = search(load_space(str(path)), engine="exhaustive")
+    found = search(load_space(str(path)), engine="optuna", trials=300, storage="memory")
+    assert found["evaluated"] == 300
+    objs = exact["objectives"]
+    if len(objs) == 1:
+        sign = 1.0 if objs[0]["direction"] == "minimize" else -1.0
+        best, got = exact["ranked"][0]["value"], found["ranked"][0]["value"]
+        gap = sign * (got - best) / abs(best)
+        assert -1e-9 <= gap <= 0.02, (best, got)
+    else:
+        assert len(objs) == 2
+        signs = np.array([1.0 if o["direction"] == "minimize" else -1.0 for o in objs])
+        E = np.array([e["values"] for e in exact["ranked"]]) * signs
+        O = np.array([e["values"] for e in found["ranked"]]) * signs
+        lo, span = E.min(axis=0), E.max(axis=0) - E.min(axis=0)
+        ref = np.full(2, 1.1)
+        ratio = hypervolume_2d((O - lo) / span, ref) / hypervolume_2d((E - lo) / span, ref)
+        assert ratio >= 0.98, ratio
+
+
+SMALL = {"model": "llama2-70b", "hardware": "a100-cluster-800g", "fixed": {"plan.global_batch": 512},
+         "parameters": {"gpus": 64, "plan.tp": [1, 2, 3, 4, 8], "plan.pp": [1, 2, 4, 8, 16],
+                        "plan.micro_batch": [1, 2, 4, 8, 16, 32], "plan.zero": [0, 1, 2],
+                        "plan.recompute": ["selective", "full"]}}
+
+
+def test_seeded_runs_are_reproducible():
+    a = search(from_dict(SMALL, "s.yaml"), engine="optuna", trials=60, seed=7, storage="memory")
+    b = search(from_dict(SMALL, "s.yaml"), engine="optuna", trials=60, seed=7, storage="memory")
+    c = search(from_dict(SMALL, "s.yaml"), engine="optuna", trials=60, seed=8, storage="memory")
+    key = lambda out: [(t["state"], t["params"]) for t in out["trials"]]  # noqa: E731
+    assert key(a) == key(b)
+    assert key(a) != key(c)
+
+
+def test_invalid_samples_are_not_evaluated_nor_counted():
+    out = search(from_dict(SMALL, "s.yaml"), engine="optuna", trials=80, seed=1, storage="memory")
+    states = [t["state"] for t in out["trials"]]
+    assert states.count("COMPLETE") == 80
+    pruned = [t for t in out["trials"] if t["state"] == "PRUNED"]
+    assert pruned and out["invalid_samples"] == len(pruned)          # tp = 3 never divides 64 heads
+    assert all(t["reason"] and not t["metrics"] for t in pruned)
+    assert all(t["params"]["plan.tp"] != 3 for t in out["trials"] if t["state"] == "COMPLETE")
+    complete = {tuple(sorted(t["params"].items())) for t in out["trials"] if t["state"] == "COMPLETE"}
+    assert len(complete) >= 76     # repeats are steered away; only the random first generation can repeat
+
+
+def test_constraints_reach_optuna():
+    import optuna
+
+    from dse.search.evaluate import Evaluator
+    from dse.search.optuna_engine import run
+
+    sp = from_dict({**SMALL, "constraints": {"budget": "$1.3M"}}, "s.yaml")
+    raw = run(sp, Evaluator(sp), trials=30, seed=0, storage=optuna.storages.InMemoryStorage(), study_name="c")
+    trials = [t for t in raw["study"].trials if t.state.name == "COMPLETE"]
+    for t in trials:
+        assert {"memory", "gpus", "budget"} <= set(t.constraints)
+        assert (max(t.constraints.values()) <= 0) == t.user_attrs["dse"]["feasible"]
+        cost = t.user_attrs["dse"]["metrics"]["cost.capital_usd"]
+        assert t.constraints["budget"] == pytest.approx((cost - 1.3e6) / 1.3e6)
+
+
+def test_resume_runs_only_the_missing_trials(tmp_path):
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    first = search(from_dict(SMALL, "s.yaml"), engine="optuna", trials=20, storage=url, study="r")
+    again = search(from_dict(SMALL, "s.yaml"), engine="optuna", trials=35, storage=url, study="r")
+    assert first["evaluated"] == 20 and again["evaluated"] == 35
+    done = [t for t in again["trials"] if t["state"] == "COMPLETE"]
+    assert [t["params"] for t in done[:20]] == [t["params"] for t in first["trials"] if t["state"] == "COMPLETE"]
+
+
+def test_study_for_another_space_is_refused(tmp_path):
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    search(from_dict(SMALL, "s.yaml"), engine="optuna", trials=5, storage=url, study="x")
+    other = {**SMALL, "parameters": {**SMALL["parameters"], "plan.zero": [0, 1]}}
+    with pytest.raises(InputError, match="different space"):
+        search(from_dict(other, "s.yaml"), engine="optuna", trials=5, storage=url, study="x")

@@ -1,0 +1,106 @@
+"""The vectorised plan rules (dse.specs.plan.plan_rules) agree with check_plan.
+
+The plans are drawn from every Plan field's own metadata (choices, ranges), so a
+field added to Plan later is exercised too: a rule added to check_plan without its
+twin in plan_rules makes this test fail.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import numpy as np
+import pytest
+
+from dse.catalog import load_model
+from dse.errors import InputError
+from dse.specs import _schema
+from dse.specs.plan import Plan, check_plan, plan_rules
+
+SMALL_INTS = [1, 2, 3, 4, 5, 6, 8, 12, 16, 25, 32, 48, 64, 80, 96, 128]
+
+
+def random_value(rng, name, tp, meta):
+    tp, optional = _schema._unwrap_optional(tp)
+    if optional and rng.random() < 0.5:
+        return None
+    if meta.get("choices"):
+        return rng.choice(list(meta["choices"]))
+    if tp is bool:
+        return rng.random() < 0.5
+    if tp is int:
+        if rng.random() < 0.6:                 # keep valid plans common: most rules then hold
+            return 1 if (meta.get("ge") or 0) <= 1 else meta["ge"]
+        lo = meta["ge"] if meta.get("ge") is not None else (meta["gt"] + 1 if meta.get("gt") is not None else 0)
+        hi = meta["le"] if meta.get("le") is not None else 10**9
+        vals = [v for v in SMALL_INTS + [0, 1024, 2048, 4096, 1000, 1536] if lo <= v <= hi]
+        return rng.choice(vals)
+    if tp is float:
+        return rng.choice([0.0, 0.5, 1.0, 2.0])
+    return None
+
+
+def random_plan(rng):
+    data = {}
+    for name, (f, tp) in _schema._fields(Plan).items():
+        v = random_value(rng, name, tp, f.metadata)
+        if v is not None:
+            data[name] = v
+    try:
+        return _schema.build(Plan, data, "plan")
+    except InputError:
+        return None
+
+
+@pytest.mark.parametrize("model_name", ["gpt2-xl", "llama2-70b"])
+def test_plan_rules_agree_with_check_plan(model_name):
+    model = load_model(model_name)
+    rng = random.Random(1)
+    n = invalid = 0
+    while n < 3000:
+        plan = random_plan(rng)
+        if plan is None:
+            continue
+        plan = plan.resolved(model)
+        n += 1
+        try:
+            check_plan(plan, model)
+            raised = False
+        except InputError:
+            raised = True
+        ok = all(bool(v) for v in plan_rules(plan, model).values())
+        assert raised == (not ok), (plan, plan_rules(plan, model))
+        invalid += raised
+    assert 0.1 * n < invalid < 0.95 * n        # both outcomes are exercised
+
+
+def test_plan_rules_broadcast_over_arrays():
+    model = load_model("llama2-70b")
+    tp = np.array([1, 2, 3, 4, 8, 16], dtype=float).reshape(6, 1, 1)
+    pp = np.array([1, 4, 80, 81], dtype=float).reshape(1, 4, 1)
+    mb = np.array([1, 3, 4], dtype=float).reshape(1, 1, 3)
+    base = Plan(global_batch=96, dp=8)
+    arr = dataclasses.replace(base, tp=tp, pp=pp, micro_batch=mb)
+    rules = plan_rules(arr, model)
+    ok = np.ones((6, 4, 3), dtype=bool)
+    for v in rules.values():
+        ok &= np.broadcast_to(v, ok.shape)
+    for i, t in enumerate(tp.ravel()):
+        for j, p in enumerate(pp.ravel()):
+            for k, b in enumerate(mb.ravel()):
+                scalar = dataclasses.replace(base, tp=int(t), pp=int(p), micro_batch=int(b))
+                try:
+                    check_plan(scalar, model)
+                    valid = True
+                except InputError:
+                    valid = False
+                assert ok[i, j, k] == valid
+
+
+def test_resolved_is_array_safe_and_unchanged_for_scalars():
+    model = load_model("gpt2-xl")
+    p = Plan(tp=1, pp=4, dp=2, micro_batch=2).resolved(model)
+    assert p.global_batch == 2 * 2 * 4 * 4 and p.seq_len == 1024
+    arr = Plan(pp=np.array([1.0, 4.0]), dp=2, micro_batch=2).resolved(model)
+    assert arr.global_batch.tolist() == [4.0, 64.0]

@@ -1,0 +1,161 @@
+"""The composed estimate on numpy arrays equals the scalar estimate, point by point.
+
+Every numeric plan and hardware field the search varies is given as an array, in
+the two layouts the search uses (a broadcasting grid block, and flat columns of
+gathered points); every leaf of the composed result (memory, time, traffic,
+throughput, cost, energy and the internal terms) is compared with the scalar
+estimate of the same point. Results agree to floating-point rounding (the scalar
+path keeps Python ints where the array path has float64).
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import numpy as np
+import pytest
+
+from dse.estimate import base, economics, resolve
+from dse.search.evaluate import replace_path
+
+NUMERIC = {
+    "plan.tp": [1, 2, 4, 8],
+    "plan.pp": [1, 2, 3, 8],
+    "plan.dp": [1, 2, 16],
+    "plan.micro_batch": [1, 2, 4],
+    "plan.zero": [0, 1, 2, 3],
+    "plan.global_batch": [64, 96, 256],
+    "hardware.node.network.bandwidth": [25e9, 100e9],
+    "hardware.node.gpu_link.bandwidth": [150e9, 450e9],
+    "hardware.node.gpu.hbm_bandwidth": [2.0e12, 3.35e12],
+}
+GROUPS = [
+    dict(recompute="none", attention="flash", sequence_parallel=False, schedule="1f1b"),
+    dict(recompute="selective", attention="flash", sequence_parallel=True, schedule="1f1b", overlap_grad_reduce=True),
+    dict(recompute="full", attention="math", sequence_parallel=False, schedule="gpipe", async_tp_allreduce=False),
+    dict(recompute="full", attention="flash", sequence_parallel=True, schedule="interleaved", virtual_stages=2,
+         overlap_grad_reduce=True),
+]
+
+
+def composed(model, system, plan):
+    c = base.compose(model, system, plan)
+    economics.apply(c, model, system, plan)
+    return c
+
+
+def apply(system, plan, values: dict):
+    for path, v in values.items():
+        head, *rest = path.split(".")
+        if head == "plan":
+            plan = replace_path(plan, rest, v)
+        else:
+            system = replace_path(system, rest, v)
+    return system, plan
+
+
+def leaves(tree, prefix=""):
+    if isinstance(tree, dict):
+        for k, v in tree.items():
+            yield from leaves(v, f"{prefix}.{k}" if prefix else k)
+    elif not isinstance(tree, str):
+        yield prefix, tree
+
+
+def check_point(c_arr, c_scalar, where, shape):
+    got = dict(leaves(c_arr))
+    for key, want in leaves(c_scalar):
+        g = np.broadcast_to(np.asarray(got[key]), shape)[where]
+        if isinstance(want, (bool, np.bool_)):
+            assert bool(g) == bool(want), key
+        else:
+            np.testing.assert_allclose(float(g), float(want), rtol=1e-12, atol=0, err_msg=key)
+
+
+def specs(model_name, group):
+    return resolve(model_name, "a100-cluster-800g", None, [], **group)
+
+
+@pytest.mark.parametrize("model_name", ["llama2-70b", "gpt2-xl"])
+@pytest.mark.parametrize("gi", range(len(GROUPS)))
+def test_grid_block_equals_scalar(model_name, gi):
+    m, s, p = specs(model_name, GROUPS[gi])
+    names = list(NUMERIC)
+    nd = len(names)
+    arrays = {}
+    for k, name in enumerate(names):
+        shape = [1] * nd
+        shape[k] = len(NUMERIC[name])
+        arrays[name] = np.asarray(NUMERIC[name], dtype=float).reshape(shape)
+    sa, pa = apply(s, p, arrays)
+    with np.errstate(all="ignore"):
+        c = composed(m, sa, pa)
+    full = tuple(len(NUMERIC[n]) for n in names)
+    rng = random.Random(gi)
+    idx_all = list(itertools.product(*[range(len(NUMERIC[n])) for n in names]))
+    for idx in rng.sample(idx_all, 40):
+        vals = {n: NUMERIC[n][i] for n, i in zip(names, idx)}
+        ss, ps = apply(s, p, vals)
+        check_point(c, composed(m, ss, ps), idx, full)
+
+
+@pytest.mark.parametrize("model_name", ["llama2-70b", "gpt2-xl"])
+def test_flat_columns_equal_scalar(model_name):
+    rng = np.random.default_rng(3)
+    for group in GROUPS:
+        m, s, p = specs(model_name, group)
+        n = 64
+        cols = {name: np.asarray(v, dtype=float)[rng.integers(0, len(v), n)] for name, v in NUMERIC.items()}
+        sa, pa = apply(s, p, cols)
+        with np.errstate(all="ignore"):
+            c = composed(m, sa, pa)
+        for i in range(0, n, 4):
+            vals = {k: (int(v[i]) if k.startswith("plan.") else float(v[i])) for k, v in cols.items()}
+            ss, ps = apply(s, p, vals)
+            check_point(c, composed(m, ss, ps), (i,), (n,))
+
+
+def test_compose_is_memory_then_time():
+    m, s, p = resolve("llama2-70b", "a100-cluster-800g", None, [], tp=8, pp=4, dp=8, micro_batch=1, global_batch=512)
+    c = base.compose(m, s, p)
+    half = base.compose_memory(m, s, p)
+    assert set(half) < set(c) and "time" not in half and half["memory"] == c["memory"]
+    base.compose_time(half, m, s, p)
+    assert list(half) == list(c)
+    assert set(half["internal"]) == set(c["internal"])
+    assert half["time"] == c["time"] and half["traffic"] == c["traffic"]
+
+
+def test_evaluator_block_equals_scalar_points():
+    """The search's own block path (rules, memory first, gathered time) against its scalar path."""
+    from dse.search.evaluate import Evaluator
+    from dse.search.grid import Grid
+    from dse.search.runner import split_params
+    from dse.search.space import from_dict
+
+    sp = from_dict({"model": "llama2-70b", "hardware": "a100-cluster-800g",
+                    "fixed": {"plan.global_batch": 512, "plan.seq_len": 4096},
+                    "parameters": {"gpus": [32, 64], "plan.tp": [1, 2, 4, 8], "plan.pp": [1, 2, 4, 8, 16],
+                                   "plan.micro_batch": [1, 2, 4], "plan.zero": [0, 1, 3],
+                                   "hardware.node.network.bandwidth": ["200 Gb/s", "800 Gb/s"],
+                                   "plan.recompute": ["selective", "full"]},
+                    "objectives": ["time", "cost"], "constraints": {"power_cap": "100 kW"}}, "t.yaml")
+    ev = Evaluator(sp)
+    group, vector = split_params(sp)
+    grid = Grid(group, vector, chunk=50)
+    seen = 0
+    for gi in range(grid.n_groups):
+        g = ev.group(grid.group_values(gi))
+        for start, shape, cols in grid.blocks():
+            res = ev.block(g, shape, cols)
+            feas = dict(zip(res.feasible.tolist(), res.objectives.tolist()))
+            for local in range(int(np.prod(shape))):
+                config = grid.config(gi * grid.n_vector + start + local)
+                s = ev.point(config)
+                ok = s["valid"] and s["feasible"]
+                assert ok == (local in feas), config
+                if ok:
+                    np.testing.assert_allclose(feas[local], s["values"], rtol=1e-12)
+                    seen += 1
+    assert seen > 50
