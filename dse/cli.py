@@ -194,6 +194,8 @@ def search(
     set_: List[str] = typer.Option([], "--set", help="fix a field for every point: PATH=VALUE"),
     engine: Optional[str] = typer.Option(None, "--engine", help="auto | optuna | exhaustive (default auto)"),
     trials: Optional[int] = typer.Option(None, "--trials", help="completed optuna trials the study should hold (default 300)"),
+    sampler: Optional[str] = typer.Option(None, "--sampler", help="optuna sampler: ga+tpe (default, one objective), "
+                                          "nsga2 (default, several), tpe"),
     seed: Optional[int] = typer.Option(None, "--seed", help="sampler seed (default 0)"),
     storage: Optional[str] = typer.Option(None, "--storage", help="optuna storage: sqlite:///FILE (default "
                                           "sqlite:///dse-search.db), postgresql://..., journal:FILE, memory"),
@@ -210,7 +212,8 @@ def search(
 
     return run_search(space_file=space, model=model, hw=hw, gpus=gpus, global_batch=global_batch, seq_len=seq_len,
                       objectives=objective, budget=budget, power_cap=power_cap, min_ssd_lifetime=min_ssd_lifetime,
-                      params=param, sets=set_, engine=engine, trials=trials, seed=seed, storage=storage, study=study,
+                      params=param, sets=set_, engine=engine, trials=trials, sampler=sampler, seed=seed,
+                      storage=storage, study=study,
                       top=top, json_path=json_path, csv_path=csv_path, plot_path=plot_path, chunk=chunk, quiet=quiet)
 
 

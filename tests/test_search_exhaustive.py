@@ -158,3 +158,19 @@ def test_topk_keeps_lowest_index_on_ties():
     t.add(np.array([1, 2]), np.array([[3.0], [0.5]]), {})
     assert t.index.tolist() == [1, 6, 7] and t.best == 3.0
     assert math.isclose(t.values[0, 0], 3.0)
+
+
+def test_model_fields_are_searchable():
+    """model.* parameters are grouped in Python (a model is resolved per value) in both engines."""
+    data = {"model": "llama2-70b", "hardware": "a100-cluster-800g", "fixed": {"plan.global_batch": 256},
+            "parameters": {"model.layers": [40, 80], "gpus": 64, "plan.tp": [4, 8], "plan.pp": [1, 2, 4],
+                           "plan.recompute": ["full"]}, "objectives": ["time"]}
+    ex = search(from_dict(data, "m.yaml"), engine="exhaustive", top=20)
+    assert {e["params"]["model.layers"] for e in ex["ranked"]} == {40, 80}
+    for e in ex["ranked"]:
+        m, s, p = resolve("llama2-70b", "a100-cluster-800g", None,
+                          [(["model", "layers"], e["params"]["model.layers"]), (["plan", "global_batch"], 256),
+                           (["plan", "recompute"], "full")],
+                          tp=e["params"]["plan.tp"], pp=e["params"]["plan.pp"],
+                          dp=64 // (e["params"]["plan.tp"] * e["params"]["plan.pp"]))
+        assert run(m, s, p)["time"]["iteration"] == pytest.approx(e["value"], rel=1e-12)

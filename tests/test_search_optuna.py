@@ -118,3 +118,38 @@ def test_study_for_another_space_is_refused(tmp_path):
     other = {**SMALL, "parameters": {**SMALL["parameters"], "plan.zero": [0, 1]}}
     with pytest.raises(InputError, match="different space"):
         search(from_dict(other, "s.yaml"), engine="optuna", trials=5, storage=url, study="x")
+
+
+@pytest.mark.parametrize("sampler", ["tpe", "nsga2", "ga+tpe"])
+def test_every_sampler_runs(sampler):
+    out = search(from_dict(SMALL, "s.yaml"), engine="optuna", trials=40, storage="memory",
+                 sampler={"single": sampler, "multi": sampler})
+    assert out["evaluated"] == 40 and out["ranked"]
+
+
+def test_bad_sampler_flag(cli):
+    rc, _, err = cli("search", "--model", "llama2-70b", "--hw", "a100-cluster-800g", "--gpus", "64",
+                     "--engine", "optuna", "--sampler", "cmaes", "--storage", "memory", "-q")
+    assert rc == 2 and "not one of tpe, nsga2, ga+tpe" in err
+
+
+def test_constraints_func_path_for_optuna_without_set_constraint(monkeypatch):
+    """optuna < 5 has no Trial.set_constraint: constraints then go through the sampler's constraints_func."""
+    import warnings
+
+    import optuna
+
+    from dse.search import optuna_engine
+    from dse.search.evaluate import Evaluator
+
+    monkeypatch.setattr(optuna_engine, "_has_set_constraint", lambda: False)
+    sp = from_dict({**SMALL, "constraints": {"budget": "$1.3M"}}, "s.yaml")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")      # constraints_func is deprecated from optuna 5 on
+        raw = optuna_engine.run(sp, Evaluator(sp), trials=20, seed=0, storage=optuna.storages.InMemoryStorage(),
+                                study_name="f")
+    trials = [t for t in raw["study"].trials if t.state.name == "COMPLETE"]
+    assert len(trials) == 20
+    for t in trials:
+        want = list(t.user_attrs["dse"]["constraints"].values())
+        assert list(t.constraints.values()) == pytest.approx(want)

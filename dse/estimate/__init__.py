@@ -28,6 +28,12 @@ TIME_PARTS = {
 # Technique modules, applied in order after the base composition. Each exposes
 # ``apply(c, model, system, plan, F)``, which reads ``c["internal"]`` and updates the
 # composed dict in place (memory tiers, time, traffic, extra sections), array-safe.
+# For the vectorised search (dse/search/evaluate.py) a module may also expose
+# ``apply_memory`` and ``apply_time`` (same arguments; ``apply`` = both in that order):
+# the search then checks memory after base.compose_memory + every apply_memory and runs
+# base.compose_time + apply_time only for the points that fit. Without them it composes
+# everything first (same results, no pruning). On arrays, an ``extra_violations`` entry
+# may be ``(message, mask)``, ``mask`` True where a point violates.
 TECHNIQUE_MODULES: list[str] = []
 
 

@@ -99,7 +99,8 @@ def build_space(space_file, model, hw, gpus, global_batch, seq_len, objectives, 
 
 
 def run(*, space_file, model, hw, gpus, global_batch, seq_len, objectives, budget, power_cap, min_ssd_lifetime,
-        params, sets, engine, trials, seed, storage, study, top, json_path, csv_path, plot_path, chunk, quiet) -> int:
+        params, sets, engine, trials, seed, storage, study, top, json_path, csv_path, plot_path, chunk, quiet,
+        sampler=None) -> int:
     """Everything ``dse search`` does; returns the exit status."""
     from rich.console import Console
 
@@ -116,6 +117,10 @@ def run(*, space_file, model, hw, gpus, global_batch, seq_len, objectives, budge
     if chunk < 1:
         raise InputError(f"--chunk {chunk}: must be at least 1")
     chosen, _ = choose_engine(space, engine, chunk)
+    samplers = ("tpe", "nsga2", "ga+tpe")
+    if sampler is not None and sampler not in samplers:
+        raise InputError(f"--sampler {sampler!r} is not one of {', '.join(samplers)}")
+    settings = {"single": sampler, "multi": sampler} if sampler else None
     if chosen == "optuna":
         from dse.search.storage import open_storage
 
@@ -129,7 +134,7 @@ def run(*, space_file, model, hw, gpus, global_batch, seq_len, objectives, budge
     try:
         with output.Progress(space, chosen, enabled=not quiet) as prog:
             out = search(space, engine=engine, trials=trials, seed=seed, storage=storage, study=study, top=top,
-                         chunk=chunk, progress=prog, sink=exporter if exporter.active else None)
+                         chunk=chunk, progress=prog, sink=exporter if exporter.active else None, sampler=settings)
     finally:
         exporter.close(out)
     output.render(con, space, out)

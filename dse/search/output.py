@@ -96,7 +96,7 @@ class Progress:
             o = self.space.objectives[0]
             text = f"best {o.label}: {fmt_metric(o.metric, best, o.unit)}"
         else:
-            text = ""
+            text = f"Pareto front: {best} points" if self.engine == "exhaustive" else ""
         self._bar.update(self._task, completed=done, total=total, best=text)
 
     def __exit__(self, *exc):

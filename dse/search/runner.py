@@ -10,13 +10,12 @@ a disagreement with the vectorised value is reported in ``notes``.
 
 from __future__ import annotations
 
-import math
 import time
 
 import numpy as np
 
 from dse.errors import InputError
-from dse.search.evaluate import Evaluator
+from dse.search.evaluate import Evaluator, tune_allocator
 from dse.search.grid import Grid
 
 AUTO_MAX_SECONDS = 20.0     # --engine auto exhausts spaces expected to finish within this
@@ -73,6 +72,8 @@ def search(space, *, engine: str = "auto", trials: int = 300, seed: int | None =
     if top < 1:
         raise InputError(f"--top {top}: must be at least 1")
     engine, why = choose_engine(space, engine, chunk)
+    if engine == "exhaustive":
+        tune_allocator()
     ev = Evaluator(space)
     notes = []
     t0 = time.perf_counter()
@@ -280,10 +281,3 @@ def estimate_command(space, config: dict) -> str:
             sets += ["--set", f"{path}={_fmt_value(v)}"]
     return " ".join(shlex.quote(a) for a in args + sets)
 
-
-def best_entry(out: dict) -> dict | None:
-    return out["ranked"][0] if out["ranked"] and len(out["objectives"]) == 1 else None
-
-
-def finite(x) -> bool:
-    return isinstance(x, (int, float)) and math.isfinite(x)

@@ -280,6 +280,8 @@ def parse_param(path: str, spec, where: str) -> Param:
     else:
         raw, cont = [spec], None
     kind = _kind(tp)
+    if path.startswith("model."):   # a model is resolved (head_dim, ffn_hidden, ...) per value: Python level
+        group = True
     if cont is not None:
         lo, hi, log = cont
         for v in (lo, hi):
