@@ -159,3 +159,31 @@ def test_evaluator_block_equals_scalar_points():
                     np.testing.assert_allclose(feas[local], s["values"], rtol=1e-12)
                     seen += 1
     assert seen > 50
+
+
+def test_technique_that_is_not_array_safe_is_detected(monkeypatch):
+    """A technique module that branches on a numeric field: that field is grouped, answers stay exact."""
+    import dse.estimate as E
+    from dse.search import from_dict, search
+
+    monkeypatch.setattr(E, "TECHNIQUE_MODULES", ["_scalar_only_technique"])
+    data = {"model": "llama2-70b", "hardware": "a100-cluster-800g", "fixed": {"plan.global_batch": 256},
+            "parameters": {"gpus": 64, "plan.tp": [2, 4, 8], "plan.pp": [1, 2, 4, 8], "plan.zero": [0, 1, 2, 3],
+                           "plan.micro_batch": [1, 2]}, "objectives": ["time"]}
+    out = search(from_dict(data, "t.yaml"), engine="exhaustive", top=200)
+    assert any("plan.zero" in n and "Python" in n for n in out["notes"])
+    assert not any("differ" in n for n in out["notes"])
+    brute = {}
+    for tp, pp, zero, mb in itertools.product([2, 4, 8], [1, 2, 4, 8], [0, 1, 2, 3], [1, 2]):
+        try:
+            m, s, pl = resolve("llama2-70b", "a100-cluster-800g", None, [(["plan", "global_batch"], 256)],
+                               tp=tp, pp=pp, dp=64 // (tp * pp), zero=zero, micro_batch=mb)
+        except Exception:
+            continue
+        r = E.run(m, s, pl)
+        if r["feasible"]:
+            brute[(tp, pp, zero, mb)] = r["time"]["iteration"]
+    got = {(e["params"]["plan.tp"], e["params"]["plan.pp"], e["params"]["plan.zero"], e["params"]["plan.micro_batch"]):
+           e["value"] for e in out["ranked"]}
+    assert got.keys() == brute.keys()
+    assert all(got[k] == pytest.approx(v, rel=1e-12) for k, v in brute.items())

@@ -172,7 +172,7 @@ class Evaluator:
         out.sort(key=lambda x: (x[0] != "hardware", len(x[1])))  # a component before its sub-fields
         return config.get("model", sp.model), config.get("hardware", sp.hardware), out
 
-    def group(self, values: dict, numeric_defaults: dict | None = None) -> Group:
+    def group(self, values: dict) -> Group:
         """Specs of one group (cached); numeric parameters take their first value until a block replaces them."""
         key = tuple(values.items())
         g = self._groups.get(key)
@@ -186,8 +186,6 @@ class Evaluator:
         for p in self.space.params:
             if p.path not in config and p.path != "gpus":
                 config[p.path] = p.values[0] if p.discrete else p.low
-        if numeric_defaults:
-            config.update(numeric_defaults)
         mref, href, items = self.overrides(config)
         g = Group(values=dict(values))
         try:
@@ -219,12 +217,13 @@ class Evaluator:
             elif head == "hardware":
                 system = replace_path(system, rest, value)
         rules = {}
-        if gpus is None and "gpus" in (p.path for p in self.space.params):
-            gpus = next(p for p in self.space.params if p.path == "gpus").values[0]
+        if gpus is None:                    # gpus grouped in Python: part of the group's values
+            gpus = g.values.get("gpus")
         if gpus is not None:
             tp_pp = plan.tp * plan.pp
             rules[GPUS_RULE] = gpus % tp_pp == 0
-            plan = dataclasses.replace(plan, dp=gpus // tp_pp if isinstance(tp_pp, int) and isinstance(gpus, int)
+            scalar = isinstance(tp_pp, int) and isinstance(gpus, int)     # dp >= 1 also where the rule fails
+            plan = dataclasses.replace(plan, dp=max(gpus // tp_pp, 1) if scalar
                                        else np.maximum(np.floor_divide(gpus, tp_pp), 1))
         return system, plan.resolved(g.model), rules
 
