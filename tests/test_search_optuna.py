@@ -5,6 +5,10 @@ most 300 trials on every shipped example space, with the default seed. For a spa
 with several objectives "within 2%" is measured on the hypervolume: the front optuna
 finds covers at least 98% of the hypervolume of the exact front (objectives scaled
 to the exact front's range, reference point 1.1 x that range).
+
+Beyond the default seed tested here, over seeds 0-39 (300 trials each) the default
+sampler was within 2% in 38/40 runs on gpu-choice, 40/40 on llama2-70b-parallelism
+and 40/40 (hypervolume) on cost-time-pareto; see dse/search/optuna_engine.py.
 """
 
 from __future__ import annotations
