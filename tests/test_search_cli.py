@@ -104,3 +104,23 @@ def test_exhaustive_search_imports_neither_optuna_nor_matplotlib():
             "print('LOADED', [m for m in ('optuna', 'scipy', 'matplotlib') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True).stdout
     assert "LOADED []" in out
+
+
+def test_plot_without_matplotlib_is_one_line(cli, monkeypatch, tmp_path):
+    import builtins
+
+    real = builtins.__import__
+
+    def no_mpl(name, *a, **k):
+        if name.startswith("matplotlib"):
+            raise ImportError(name)
+        return real(name, *a, **k)
+
+    monkeypatch.setattr(builtins, "__import__", no_mpl)
+    rc, out, err = cli("search", "--space", SPACE, "--engine", "exhaustive", "--plot", tmp_path / "x.png", "-q")
+    assert rc == 2 and "pip install 'dse[plot]'" in err and err.count("\n") == 1 and out == ""
+
+
+def test_json_and_csv_cannot_both_use_stdout(cli):
+    rc, _, err = cli("search", "--space", SPACE, "--json", "-", "--csv", "-", "-q")
+    assert rc == 2 and "only one of them" in err

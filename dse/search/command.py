@@ -12,6 +12,7 @@ adds or replaces a parameter (``--param plan.zero=[0,1]``), ``--set`` fixes a fi
 from __future__ import annotations
 
 import math
+import sys
 
 from dse.errors import InputError
 
@@ -125,6 +126,10 @@ def run(*, space_file, model, hw, gpus, global_batch, seq_len, objectives, budge
         from dse.search.storage import open_storage
 
         open_storage(storage)            # an unreachable storage fails before anything starts
+    if plot_path:
+        output.plot_backend()            # fail before the search when matplotlib is missing
+    if json_path == "-" and csv_path == "-":
+        raise InputError("--json - and --csv -: only one of them can write to stdout")
     exporter = output.Exporter(space, json_path, csv_path)
     to_stdout = "-" in (json_path, csv_path)
     con = Console(stderr=to_stdout)
@@ -135,6 +140,11 @@ def run(*, space_file, model, hw, gpus, global_batch, seq_len, objectives, budge
         with output.Progress(space, chosen, enabled=not quiet) as prog:
             out = search(space, engine=engine, trials=trials, seed=seed, storage=storage, study=study, top=top,
                          chunk=chunk, progress=prog, sink=exporter if exporter.active else None, sampler=settings)
+    except KeyboardInterrupt:
+        kept = " (completed optuna trials stay in the study: run again with the same --storage and --study)" \
+            if chosen == "optuna" else ""
+        sys.stderr.write(f"dse: interrupted{kept}\n")
+        return 130
     finally:
         exporter.close(out)
     output.render(con, space, out)

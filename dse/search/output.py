@@ -295,8 +295,8 @@ def summary(out: dict) -> dict:
 # ----------------------------------------------------------------------------- plots
 
 
-def plot(path: str, space, out: dict) -> None:
-    """PNG of the Pareto front (several objectives) or the convergence curve (one)."""
+def plot_backend():
+    """matplotlib.pyplot with a file backend, or a one-line error naming the extra to install."""
     try:
         import matplotlib
 
@@ -304,6 +304,12 @@ def plot(path: str, space, out: dict) -> None:
         import matplotlib.pyplot as plt
     except ImportError:
         raise InputError("--plot needs matplotlib: pip install 'dse[plot]'") from None
+    return plt
+
+
+def plot(path: str, space, out: dict) -> None:
+    """PNG of the Pareto front (several objectives) or the convergence curve (one)."""
+    plt = plot_backend()
     fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=120)
     objs = space.objectives
     if len(objs) > 1:
