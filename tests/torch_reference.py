@@ -562,7 +562,7 @@ def formula_layer(spec: LayerSpec) -> float:
 
 
 def main():  # pragma: no cover - documentation script
-    base = dict(s=256, b=1, h=1024)
+    base = dict(s=256, b=2, h=1024)
     specs = []
     for fam, mk in (("gpt", lambda **k: gpt(heads=16, **base, **k)),
                     ("llama", lambda **k: llama(heads=16, kv_heads=4, ffn=2816, **base, **k))):
