@@ -1,7 +1,8 @@
 """Hugging Face ``config.json`` import: offline, no transformers, exact parameter counts.
 
-The fixtures in tests/fixtures/hf/<model>/config.json are the public configs of the
-named Hugging Face repositories (field values are facts, copied as published):
+The fixtures in tests/fixtures/hf/<model>/config.json carry the fields of the public
+configs of these Hugging Face repositories (values are facts, copied as published;
+the ``transformers_version`` stamp is left out):
 
 - gpt2: openai-community/gpt2
 - Llama-2-70b-hf: meta-llama/Llama-2-70b-hf (GQA, 8 KV heads)
