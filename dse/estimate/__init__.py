@@ -126,7 +126,7 @@ def resolve(model, hardware, plan=None, overrides=(), **plan_fields):
     plan_data = {k: v for k, v in plan_data.items() if v is not None}
     for path, value in groups["plan"]:
         _schema.set_path(plan_data, path, value, Plan, "--set plan")
-    plan = _schema.build(Plan, plan_data, "plan: ").resolved(model)
+    plan = _schema.build(Plan, plan_data, "plan: ").resolved(model, system)
     check_plan(plan, model)
     return model, system, plan
 
