@@ -22,6 +22,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 Recompute = Literal["none", "selective", "full"]
 Attention = Literal["flash", "math"]
 Precision = Literal["bf16", "fp16"]
+OffloadActivations = Literal["none", "ssd", "host"]
+ActivationIOPath = Literal["gds", "bounce"]
 
 
 def _console():
@@ -45,6 +47,24 @@ def plan_fields(tp, pp, dp, micro_batch, global_batch, seq_len, recompute, atten
     return {k: v for k, v in fields.items() if v is not None}
 
 
+def activation_offload_fields(offload_activations, offload_layers, ssds, activation_io_path) -> dict:
+    """Activation-offload plan fields from the command line (``--offload-layers auto`` = the adaptive rule)."""
+    from dse.errors import InputError
+
+    layers = None
+    if offload_layers is not None and offload_layers.strip().lower() != "auto":
+        try:
+            layers = int(offload_layers)
+        except ValueError:
+            raise InputError(f"--offload-layers {offload_layers!r}: expected a number of layers (0 or more) "
+                             "or auto") from None
+        if layers < 0:
+            raise InputError(f"--offload-layers {layers}: must be 0 or more, or auto")
+    fields = dict(offload_activations=offload_activations, offload_layers=layers, ssds=ssds,
+                  activation_io_path=activation_io_path)
+    return {k: v for k, v in fields.items() if v is not None}
+
+
 @app.command()
 def estimate(
     model: str = typer.Option("llama2-7b", "--model", "-m", help="catalog name, YAML file, or HF config.json"),
@@ -61,6 +81,13 @@ def estimate(
                                                      help="Megatron sequence parallelism"),
     zero: Optional[int] = typer.Option(None, "--zero", min=0, max=3, help="ZeRO stage 0-3"),
     precision: Optional[Precision] = typer.Option(None, "--precision", help="bf16 | fp16"),
+    offload_activations: Optional[OffloadActivations] = typer.Option(
+        None, "--offload-activations", help="none | ssd (SSDTrain: to the drives) | host (pinned host memory)"),
+    offload_layers: Optional[str] = typer.Option(
+        None, "--offload-layers", help="N | auto: leading layers per stage to offload (auto: SSDTrain's adaptive rule)"),
+    ssds: Optional[int] = typer.Option(None, "--ssds", min=1, help="drives used for offload (default: all of the hardware's)"),
+    activation_io_path: Optional[ActivationIOPath] = typer.Option(
+        None, "--activation-io-path", help="gds (GPUDirect Storage, default) | bounce (through host memory)"),
     set_: List[str] = typer.Option([], "--set", help="override any field: model.X=, hardware.X=, plan.X= (repeatable)"),
     json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
     explain: bool = typer.Option(False, "--explain", help="print every term with its formula, inputs and value"),
@@ -70,6 +97,7 @@ def estimate(
 
     fields = plan_fields(tp, pp, dp, micro_batch, global_batch, seq_len, recompute, attention, sequence_parallel,
                          zero, precision)
+    fields.update(activation_offload_fields(offload_activations, offload_layers, ssds, activation_io_path))
     m, s, p = resolve(model, hw, None, set_, **fields)
     trace = None
     if explain:
@@ -88,6 +116,59 @@ def estimate(
     render_estimate(con, result)
     if trace is not None:
         render_explain(con, trace.rows)
+
+
+@app.command()
+def rok(
+    model: str = typer.Option("llama2-7b", "--model", "-m", help="catalog name, YAML file, or HF config.json"),
+    hw: str = typer.Option("dgx-a100-80gb", "--hw", help="hardware system: catalog name or YAML file"),
+    micro_batches: str = typer.Option("1,2,4,8", "--micro-batches", help="micro-batch sizes to compare, e.g. 4,8,16,32"),
+    tp: Optional[int] = typer.Option(None, "--tp", min=1, help="tensor-parallel degree"),
+    pp: Optional[int] = typer.Option(None, "--pp", min=1, help="pipeline stages"),
+    dp: Optional[int] = typer.Option(None, "--dp", min=1, help="data-parallel replicas"),
+    global_batch: Optional[int] = typer.Option(None, "--global-batch", "-B", min=1, help="sequences per iteration"),
+    seq_len: Optional[int] = typer.Option(None, "--seq-len", "-s", min=1, help="tokens per sequence"),
+    attention: Optional[Attention] = typer.Option(None, "--attention", help="flash | math"),
+    sequence_parallel: Optional[bool] = typer.Option(None, "--sequence-parallel/--no-sequence-parallel"),
+    zero: Optional[int] = typer.Option(None, "--zero", min=0, max=3, help="ZeRO stage 0-3"),
+    precision: Optional[Precision] = typer.Option(None, "--precision", help="bf16 | fp16"),
+    target: Optional[Literal["ssd", "host"]] = typer.Option(
+        None, "--target", help="where offload writes: ssd | host (default: ssd when the hardware has drives)"),
+    offload_layers: Optional[str] = typer.Option(None, "--offload-layers", help="N | auto (default auto)"),
+    ssds: Optional[int] = typer.Option(None, "--ssds", min=1, help="drives used for offload"),
+    activation_io_path: Optional[ActivationIOPath] = typer.Option(None, "--activation-io-path", help="gds | bounce"),
+    stages: Optional[str] = typer.Option(None, "--stages", help="pipeline stage counts to scan, e.g. 1,2,4 "
+                                         "(default: powers of two the system can hold)"),
+    set_: List[str] = typer.Option([], "--set", help="override any field: model.X=, hardware.X=, plan.X= (repeatable)"),
+    plot: Optional[str] = typer.Option(None, "--plot", help="write the ROK curve as a PNG (needs the plot extra)"),
+    json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
+):
+    """Recompute-offload-keep: activation memory and throughput of keep / selective / full recompute / offload
+    across micro-batch sizes, and what the freed memory buys (largest micro-batch, fewest pipeline stages)."""
+    from dse.estimate.rok import compare
+
+    fields = plan_fields(tp, pp, dp, None, global_batch, seq_len, None, attention, sequence_parallel, zero, precision)
+    fields.update(activation_offload_fields(None, offload_layers, ssds, activation_io_path))
+    result = compare(model, hw, _int_list(micro_batches, "--micro-batches"), overrides=set_, target=target,
+                     stages=_int_list(stages, "--stages") if stages else None, plot=plot, **fields)
+    if json_out:
+        _print_json(result)
+        return
+    from dse.report.activation_offload import render_rok
+
+    render_rok(_console(), result)
+
+
+def _int_list(text: str, flag: str) -> list[int]:
+    from dse.errors import InputError
+
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise InputError(f"{flag} {text!r}: expected positive integers separated by commas, e.g. 4,8,16") from None
+    if not values or any(v < 1 for v in values):
+        raise InputError(f"{flag} {text!r}: expected positive integers separated by commas, e.g. 4,8,16")
+    return values
 
 
 @app.command("list")

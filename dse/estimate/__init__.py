@@ -12,7 +12,7 @@ import sys
 import types
 
 from dse.estimate import base, economics
-from dse.specs.plan import Plan, check_plan
+from dse.specs.plan import Plan, check_activation_offload, check_plan
 
 TIME_PARTS = {
     "compute": "GEMMs, attention and element-wise kernels",
@@ -30,7 +30,7 @@ TIME_PARTS = {
 # Technique modules, applied in order after the base composition. Each exposes
 # ``apply(c, model, system, plan, F)``, which reads ``c["internal"]`` and updates the
 # composed dict in place (memory tiers, time, traffic, extra sections), array-safe.
-TECHNIQUE_MODULES: list[str] = []
+TECHNIQUE_MODULES: list[str] = ["dse.estimate.activation_offload"]
 
 
 def techniques():
@@ -72,9 +72,10 @@ def run(model, system, plan, *, trace=None) -> dict:
     F = None
     if trace is not None:
         from dse.estimate.trace import Tracer
-        from dse.formulas import compute, cost, memory, parallelism, transformer
+        from dse.formulas import activation_offload, compute, cost, memory, parallelism, transformer
 
-        F = {m.__name__.rsplit(".", 1)[-1]: Tracer(m, trace) for m in (transformer, memory, parallelism, compute, cost)}
+        F = {m.__name__.rsplit(".", 1)[-1]: Tracer(m, trace)
+             for m in (transformer, memory, parallelism, compute, cost, activation_offload)}
     c = base.compose(model, system, plan, F)
     for technique in techniques():
         technique.apply(c, model, system, plan, F)
@@ -128,6 +129,7 @@ def resolve(model, hardware, plan=None, overrides=(), **plan_fields):
         _schema.set_path(plan_data, path, value, Plan, "--set plan")
     plan = _schema.build(Plan, plan_data, "plan: ").resolved(model, system)
     check_plan(plan, model)
+    check_activation_offload(plan, model, system)
     return model, system, plan
 
 

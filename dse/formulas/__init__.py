@@ -7,11 +7,12 @@ One module per concern:
 - :mod:`dse.formulas.parallelism` — collectives, group bandwidths, pipeline bubble
 - :mod:`dse.formulas.compute` — GEMM, attention and element-wise kernel times
 - :mod:`dse.formulas.cost` — capital cost, power, energy and cost per token
+- :mod:`dse.formulas.activation_offload` — SSDTrain: activations offloaded to SSDs, overlap, endurance
 
 Every function states its equation and source in its docstring, on a line that
 starts with ``Formula:``; ``dse estimate --explain`` prints those lines.
 """
 
-from dse.formulas import compute, cost, memory, parallelism, transformer
+from dse.formulas import activation_offload, compute, cost, memory, parallelism, transformer
 
-__all__ = ["transformer", "memory", "parallelism", "compute", "cost"]
+__all__ = ["transformer", "memory", "parallelism", "compute", "cost", "activation_offload"]

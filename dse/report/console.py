@@ -22,7 +22,9 @@ TIME_ROWS = [
 CLASSES = ["weights", "gradients", "optimizer", "activations", "buffers"]
 
 # Result section -> "module:function(con, result)" that renders it; techniques register theirs here.
-SECTION_RENDERERS: dict[str, str] = {}
+SECTION_RENDERERS: dict[str, str] = {
+    "activation_offload": "dse.report.activation_offload:render",
+}
 
 
 def _pct(x: float, total: float) -> str:

@@ -20,6 +20,8 @@ PRECISION = ("bf16", "fp16")
 GRAD_DTYPE = ("fp32", "half")
 OPTIMIZERS = ("adam",)
 SCHEDULES = ("1f1b", "interleaved", "gpipe")
+OFFLOAD_ACTIVATIONS = ("none", "ssd", "host")   # where saved activations go between forward and backward
+ACTIVATION_IO_PATHS = ("gds", "bounce")         # GPUDirect Storage, or staged through host memory
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,6 +45,14 @@ class Plan:
     overlap_grad_reduce: bool = spec_field(False, help="overlap the data-parallel gradient reduction with backward")
     async_tp_allreduce: bool = spec_field(True, help="overlap each column-parallel linear's backward input-gradient "
                                           "all-reduce with its weight-gradient GEMM (Megatron-LM default since 2.6)")
+    offload_activations: str = spec_field("none", choices=OFFLOAD_ACTIVATIONS,
+                                          help="write saved activations to the drives (ssd, SSDTrain) or to pinned "
+                                               "host memory (host) during forward, read them back in backward")
+    offload_layers: int | None = spec_field(None, ge=0, help="leading layers of each pipeline stage whose "
+                                            "activations are offloaded; default (auto): SSDTrain's adaptive rule")
+    ssds: int | None = spec_field(None, gt=0, help="drives used for offload; default: all drives of the hardware")
+    activation_io_path: str = spec_field("gds", choices=ACTIVATION_IO_PATHS,
+                                         help="GPU<->drive path: GPUDirect Storage (gds) or bounce through host memory")
 
     @property
     def gpus(self) -> int:
@@ -93,3 +103,24 @@ def check_plan(plan: Plan, model, where: str = "plan") -> None:
         raise InputError(f"{where}: --sequence-parallel needs seq_len {plan.seq_len} divisible by --tp {plan.tp}")
     if model.position == "learned" and plan.seq_len and plan.seq_len > model.position_embeddings:
         raise InputError(f"{where}: --seq-len {plan.seq_len} exceeds the model's {model.position_embeddings} learned positions")
+
+
+def check_activation_offload(plan: Plan, model, system, where: str = "plan") -> None:
+    """Activation-offload choices that cannot run at all (SSDTrain; dse/estimate/activation_offload.py)."""
+    mode = plan.offload_activations
+    if mode == "none":
+        if plan.offload_layers is not None:
+            raise InputError(f"{where}: --offload-layers {plan.offload_layers} needs --offload-activations ssd or host")
+        return
+    if mode == "ssd" and system.node.storage is None:
+        raise InputError(f"{where}: --offload-activations ssd: hardware '{system.name}' has no storage drives "
+                         "(node.storage); use --offload-activations host or a system with drives, "
+                         "e.g. ssdtrain-a100-optane")
+    k = plan.offload_layers
+    if k is not None:
+        per_stage = -(-model.layers // (plan.pp * plan.virtual_stages)) * plan.virtual_stages
+        if k > model.layers:
+            raise InputError(f"{where}: --offload-layers {k} is more than the model's {model.layers} layers")
+        if k > per_stage:
+            raise InputError(f"{where}: --offload-layers {k} is more than the {per_stage} layers on each pipeline "
+                             f"stage (model {model.layers} layers, --pp {plan.pp}); allowed 0..{per_stage} or auto")
