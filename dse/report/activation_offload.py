@@ -62,16 +62,16 @@ def render(con, r: dict) -> None:
 def render_rok(con, res: dict) -> None:
     """``dse rok``: the recompute-offload-keep comparison across micro-batches, then what memory buys."""
     cap = fmt(res["rows"][0]["gpu_capacity"], "bytes") if res["rows"] else "-"
-    tab = Table(title=f"Recompute-offload-keep: {res['model']} on {res['hardware']} (per GPU, {cap} each; "
-                      f"offload to {res['target']})", box=box.SIMPLE_HEAVY, title_justify="left")
-    for col, j in (("b", "right"), ("strategy", "left"), ("activations", "right"), ("GPU total", "right"),
-                   ("fits", "left"), ("iteration", "right"), ("tokens/s", "right"), ("exposed I/O", "right"),
-                   ("offloaded", "right")):
+    tab = Table(title=f"Recompute-offload-keep: {res['model']} on {res['hardware']} (per GPU, {cap} each, red: "
+                      f"does not fit; offload to {res['target']})", box=box.SIMPLE_HEAVY, title_justify="left",
+                pad_edge=False)
+    for col, j in (("b", "right"), ("strategy", "left"), ("activations", "right"), ("total", "right"),
+                   ("iteration", "right"), ("tok/s", "right"), ("I/O wait", "right"), ("offl", "right")):
         tab.add_column(col, justify=j, no_wrap=True)
     for row in res["rows"]:
+        total = fmt(row["gpu_total"], "bytes")
         tab.add_row(str(row["micro_batch"]), row["strategy"], fmt(row["gpu_activations"], "bytes"),
-                    fmt(row["gpu_total"], "bytes"),
-                    "[green]yes[/]" if row["fits"] else "[red]no[/]", fmt(row["iteration_s"], "s"),
+                    f"[green]{total}[/]" if row["fits"] else f"[red]{total}[/]", fmt(row["iteration_s"], "s"),
                     f"{row['tokens_per_s']:,.0f}", fmt(row["exposed_io_s"], "s") if row["exposed_io_s"] else "-",
                     f"{row['layers_offloaded']:g}" if row["strategy"] == "offload" else "-")
     con.print(tab)
