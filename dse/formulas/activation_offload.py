@@ -147,6 +147,9 @@ def adaptive_offload_layers(bandwidth, layer_bytes, layer_forward_time, forward_
     ``solve_num_adaptive_keep_layers`` walk for l identical layers; ``T_f`` is the micro-batch's whole
     forward time on the stage). The code also tracks attention and MLP sub-scopes, so it may stop inside a
     layer; this closed form counts whole layers (see :func:`adaptive_first_kept_scope` for any scope list).
+
+    >>> adaptive_offload_layers(18.6e9, 4.43e9, 0.15, 0.5, 3)   # 3 layers of 4.43 GB at 18.6 GB/s: keep the last
+    2.0
     """
     a = maximum(layer_bytes, 1e-300)
     x = (3 * bandwidth * forward_time - 2 * a) / (a + 2 * bandwidth * layer_forward_time)
@@ -327,6 +330,9 @@ def rated_endurance(capacity, dwpd, warranty_years):
 
     Formula: TBW = capacity x DWPD x 365 x warranty years (research note §1.6; e.g. P5800X 1.6 TB, 100 DWPD,
     5 years: 292 PB).
+
+    >>> rated_endurance(1.6e12, 100, 5) / 1e15   # Optane P5800X 1.6 TB, PB
+    292.0
     """
     return capacity * dwpd * DAYS_PER_YEAR * warranty_years
 
@@ -336,6 +342,9 @@ def lifetime_years(endurance_bytes, write_rate):
 
     Formula: years = TBW / (rate x 3.156e7 s) (research note §1.6; 292 PB at 3 GB/s: 3.1 years). A rate
     below 1e-30 B/s counts as 1e-30 (no writes: about 1e40 years, i.e. never).
+
+    >>> round(lifetime_years(292e15, 3e9), 2)   # P5800X at a sustained 3 GB/s
+    3.08
     """
     return endurance_bytes / (maximum(write_rate, 1e-30) * SECONDS_PER_YEAR)
 
