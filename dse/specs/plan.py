@@ -20,6 +20,8 @@ PRECISION = ("bf16", "fp16")
 GRAD_DTYPE = ("fp32", "half")
 OPTIMIZERS = ("adam",)
 SCHEDULES = ("1f1b", "interleaved", "gpipe")
+CHIPLET_SCHEMES = ("megatron-1d", "summa-2d", "hecaton-2d")
+CHIPLET_SCHEDULES = ("auto", "minibatch", "microbatch")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,6 +44,18 @@ class Plan:
     overlap_grad_reduce: bool = spec_field(False, help="overlap the data-parallel gradient reduction with backward")
     async_tp_allreduce: bool = spec_field(True, help="overlap each column-parallel linear's backward input-gradient "
                                           "all-reduce with its weight-gradient GEMM (Megatron-LM default since 2.6)")
+    # chiplet packages only (dse/estimate/chiplet.py); None = not set
+    chiplet_scheme: str | None = spec_field(None, choices=CHIPLET_SCHEMES, help="how a layer is split over the dies "
+                                            "of a chiplet package (default hecaton-2d)")
+    chiplet_mesh: str | None = spec_field(None, help="logical RxC layout of the package's dies, e.g. 8x8 (default: the package's)")
+    chiplet_schedule: str | None = spec_field(None, choices=CHIPLET_SCHEDULES, help="minibatch: layer-major over the "
+                                              "global batch (weights fetched once per pass); microbatch: micro-batch-major "
+                                              "(Megatron gradient accumulation); auto: microbatch for megatron-1d and summa-2d, "
+                                              "minibatch for hecaton-2d")
+    chiplet_minibatch: int | None = spec_field(None, gt=0, help="micro-batches per mini-batch of the minibatch schedule "
+                                               "(weights fetched once per mini-batch; default: the whole global batch)")
+    chiplet_overlap: float = spec_field(1.0, unit="fraction", ge=0, le=1, help="how completely a chiplet package "
+                                        "overlaps compute, NoP and DRAM (1: max of the three, 0: their sum)")
 
     @property
     def gpus(self) -> int:
