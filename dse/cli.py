@@ -67,7 +67,7 @@ def estimate(
     explain: bool = typer.Option(False, "--explain", help="print every term with its formula, inputs and value"),
     chiplet_scheme: Optional[ChipletScheme] = typer.Option(None, "--chiplet-scheme",
                                                            help="chiplet packages: megatron-1d | summa-2d | hecaton-2d"),
-    mesh: Optional[str] = typer.Option(None, "--mesh", help="chiplet packages: logical RxC layout of the dies, e.g. 8x8"),
+    mesh: Optional[str] = typer.Option(None, "--mesh", help="chiplet packages: RxC layout of the dies, e.g. 4x16 (same die count)"),
 ):
     """Estimate one training scenario: time, memory per tier, traffic, bottleneck."""
     from dse.estimate import resolve, run

@@ -24,6 +24,7 @@ from dse.formulas import compute as _compute
 from dse.formulas import cost as _cost
 from dse.formulas import package_cost as _package_cost
 from dse.formulas import transformer as _transformer
+from dse.formulas.memory import optimizer_bytes_per_param
 from dse.specs.chiplet import plan_mesh
 
 PRECISION_BYTES = {"bf16": 2, "fp16": 2}
@@ -69,7 +70,7 @@ def compose(model, package, plan, M=None) -> dict:
     die, nop_spec, dram_spec, site = package.die, package.nop, package.dram, package.site
     e = PRECISION_BYTES[plan.precision]
     g = GRAD_BYTES[plan.grad_dtype]
-    o = _memory_optimizer_bytes(plan.optimizer)
+    o = optimizer_bytes_per_param(plan.optimizer)
     s, b = plan.seq_len, plan.micro_batch
     gb = plan.global_batch
     m = gb / b
@@ -100,8 +101,9 @@ def compose(model, package, plan, M=None) -> dict:
         rec = 0.0
     layer_f = gemm_fwd + attn_fwd
     layer_b = 2 * gemm_fwd + attn_bwd + rec
-    flops_hw = m * (L * (layer_f + layer_b) + 3 * head_fwd)
+    flops_exec = m * (L * (layer_f + layer_b) + 3 * head_fwd)      # executed (causal attention halved): time, energy
     flops_model = T.model_flops(tokens, L, h, a, kv, hd, ffn, V, s, model.ffn_type)
+    flops_hw = flops_model + T.recompute_flops(tokens, L, h, a, kv, hd, ffn, s, model.ffn_type, plan.recompute)
 
     # ------------------------------------------------------------ per micro-batch, per layer, per die
     rate = dies * die.peak_flops * die.utilization
@@ -111,7 +113,7 @@ def compose(model, package, plan, M=None) -> dict:
     nop_rec = plan.recompute == "full"
     if nop_rec:  # the recomputed forward repeats its collectives
         t_nop_b = t_nop_b + t_nop_f
-    ratio = K.compute_to_communication(scheme, tok, b, *shape, rows, cols, e)
+    ratio = 3 * gemm_fwd / dies / (nop["forward"] + nop["backward"])   # = K.compute_to_communication(...)
 
     # ------------------------------------------------------------ DRAM
     act_opts = dict(tp=1, sequence_parallel=False, recompute=plan.recompute, attention="flash",
@@ -154,8 +156,8 @@ def compose(model, package, plan, M=None) -> dict:
     nop_die = m * L * (nop["forward"] + nop["backward"] + (nop["forward"] if nop_rec else 0.0))
     nop_total = dies * nop_die
     hops = 0.0 if dram_spec.placement == "per-die" else K.edge_hops(rows, cols)
-    sram_bytes = K.sram_operand_bytes(flops_hw, die.tile, e) + 2 * (nop_total + dram["total"])
-    parts = K.iteration_energy(flops_hw, sram_bytes, nop_total + dram["total"] * hops, dram["total"], die.flop_energy,
+    sram_bytes = K.sram_operand_bytes(flops_exec, die.tile, e) + 2 * (nop_total + dram["total"])
+    parts = K.iteration_energy(flops_exec, sram_bytes, nop_total + dram["total"] * hops, dram["total"], die.flop_energy,
                                die.sram_energy, nop_spec.energy, dram_spec.energy, die.static_power * dies, t_iter)
     chip_j = parts.pop("total_j")
     facility = chip_j * (site.pue - 1)
@@ -186,14 +188,13 @@ def compose(model, package, plan, M=None) -> dict:
                       "cols": package.cols, "peak_flops_per_die": die.peak_flops, "sram_per_die": die.sram,
                       "link_bandwidth": nop_spec.link_bandwidth, "dram_bandwidth": dram_bw, "dram_capacity": dram_cap,
                       "packaging": package.packaging, "node": die.node},
-         "plan": {**dataclasses.asdict(plan), "chiplet_scheme": scheme, "chiplet_schedule": schedule,
-                  "chiplet_mesh": f"{rows}x{cols}"},
          "chiplet": {"scheme": scheme, "schedule": schedule, "mesh": f"{rows}x{cols}", "dies": dies,
                      "micro_batches": m, "minibatch": k, "tokens_per_micro_batch": tok,
                      "compute_to_communication": ratio,
                      "layer_nop_bytes_per_die": {"forward": nop["forward"], "backward": nop["backward"]},
                      "dram_devices": devices, "edge_hops": hops},
-         "flops": {"model_per_iteration": flops_model, "hardware_per_iteration": flops_hw},
+         "flops": {"model_per_iteration": flops_model, "hardware_per_iteration": flops_hw,
+                   "executed_per_iteration": flops_exec},
          "time": time,
          "memory": {"sram": sram, "dram": {**foot, "capacity": dram_cap}},
          "traffic": {"nop_bytes_per_die": nop_die, "nop_bytes": nop_total, "dram_bytes": dram["total"],
@@ -213,6 +214,9 @@ def run(model, package, plan, *, trace=None) -> dict:
     from dse.units import fmt
 
     r = compose(model, package, plan, _modules(trace))
+    ch = r["chiplet"]
+    r["plan"] = {**dataclasses.asdict(plan), "chiplet_scheme": ch["scheme"], "chiplet_schedule": ch["schedule"],
+                 "chiplet_mesh": ch["mesh"]}
     sram, foot = r["memory"]["sram"], r["memory"]["dram"]
     die = package.die
     scheme = r["chiplet"]["scheme"]
@@ -240,8 +244,3 @@ def run(model, package, plan, *, trace=None) -> dict:
     r["bottleneck"] = bottleneck
     return r
 
-
-def _memory_optimizer_bytes(optimizer: str) -> int:
-    from dse.formulas.memory import optimizer_bytes_per_param
-
-    return optimizer_bytes_per_param(optimizer)

@@ -47,7 +47,8 @@ class Plan:
     # chiplet packages only (dse/estimate/chiplet.py); None = not set
     chiplet_scheme: str | None = spec_field(None, choices=CHIPLET_SCHEMES, help="how a layer is split over the dies "
                                             "of a chiplet package (default hecaton-2d)")
-    chiplet_mesh: str | None = spec_field(None, help="logical RxC layout of the package's dies, e.g. 8x8 (default: the package's)")
+    chiplet_mesh: str | None = spec_field(None, help="RxC layout of the package's dies, e.g. 4x16: sets the mesh the "
+                                          "collectives run on and the perimeter edge DRAM attaches to (default: the package's)")
     chiplet_schedule: str | None = spec_field(None, choices=CHIPLET_SCHEDULES, help="minibatch: layer-major over the "
                                               "global batch (weights fetched once per pass); microbatch: micro-batch-major "
                                               "(Megatron gradient accumulation); auto: microbatch for megatron-1d and summa-2d, "
