@@ -22,6 +22,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 Recompute = Literal["none", "selective", "full"]
 Attention = Literal["flash", "math"]
 Precision = Literal["bf16", "fp16"]
+ChipletScheme = Literal["megatron-1d", "summa-2d", "hecaton-2d"]
 
 
 def _console():
@@ -64,12 +65,16 @@ def estimate(
     set_: List[str] = typer.Option([], "--set", help="override any field: model.X=, hardware.X=, plan.X= (repeatable)"),
     json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
     explain: bool = typer.Option(False, "--explain", help="print every term with its formula, inputs and value"),
+    chiplet_scheme: Optional[ChipletScheme] = typer.Option(None, "--chiplet-scheme",
+                                                           help="chiplet packages: megatron-1d | summa-2d | hecaton-2d"),
+    mesh: Optional[str] = typer.Option(None, "--mesh", help="chiplet packages: RxC layout of the dies, e.g. 4x16 (same die count)"),
 ):
     """Estimate one training scenario: time, memory per tier, traffic, bottleneck."""
     from dse.estimate import resolve, run
 
     fields = plan_fields(tp, pp, dp, micro_batch, global_batch, seq_len, recompute, attention, sequence_parallel,
                          zero, precision)
+    fields.update({k: v for k, v in (("chiplet_scheme", chiplet_scheme), ("chiplet_mesh", mesh)) if v is not None})
     m, s, p = resolve(model, hw, None, set_, **fields)
     trace = None
     if explain:
@@ -101,7 +106,8 @@ def list_(what: Literal["models", "hardware", "components"] = typer.Argument("mo
     if what == "models":
         items = [(n, catalog.read_yaml(catalog.models_dir() / f"{n}.yaml")) for n in catalog.names(catalog.models_dir())]
     elif what == "hardware":
-        items = [(n, catalog.read_yaml(catalog.hw_dir("systems") / f"{n}.yaml")) for n in catalog.names(catalog.hw_dir("systems"))]
+        items = [(n, catalog.read_yaml(catalog.hw_dir(sub) / f"{n}.yaml"))
+                 for sub in ("systems", "chiplets") for n in catalog.names(catalog.hw_dir(sub))]
     else:
         items = [(f"{sub}/{n}", catalog.read_yaml(catalog.hw_dir(sub) / f"{n}.yaml"))
                  for sub in sorted(set(catalog.COMPONENT_DIRS.values()) - {"systems"}) for n in catalog.names(catalog.hw_dir(sub))]
@@ -135,7 +141,10 @@ def show(kind: Literal["model", "hardware"] = typer.Argument(..., help="model | 
             embedding_norm=spec.embedding_norm, tied=spec.tied_embeddings, final_norm=spec.final_norm,
             pooler=spec.pooler, mlm_head=spec.mlm_head, nsp_head=spec.nsp_head)
     else:
-        if ov:
+        if ov and catalog.is_chiplet_package(name):
+            spec = catalog.load_chiplet_package(name, [(p[1:] if p[0] in ("hardware", "hw") else p, v) for p, v in ov])
+            kind_name = "chiplet-package"
+        elif ov:
             spec = catalog.load_system(name, [(p[1:] if p[0] in ("hardware", "hw") else p, v) for p, v in ov])
             kind_name = "system"
         else:
@@ -174,6 +183,71 @@ def validate(suites: List[str] = typer.Argument(None, help="suites to run (defau
         render_validation(_console(), results, verbose)
     if not all(r.passed for r in results):
         raise typer.Exit(1)
+
+
+@app.command("chiplet-scaling")
+def chiplet_scaling(
+    hw: str = typer.Option("chiplet-train-8x8", "--hw", help="chiplet package of the first point (catalog name or YAML)"),
+    model: str = typer.Option("llama2-70b", "--model", "-m", help="model of the first point"),
+    to: str = typer.Option("llama3.1-405b", "--to", help="model of the last point"),
+    steps: int = typer.Option(2, "--steps", min=0, max=20, help="interpolated models between the two"),
+    scheme: List[str] = typer.Option(["megatron-1d", "summa-2d", "hecaton-2d"], "--scheme",
+                                     help="schemes to compare (repeatable): megatron-1d, summa-2d, hecaton-2d"),
+    seq_len: int = typer.Option(4096, "--seq-len", "-s", min=1, help="tokens per sequence (fixed across points)"),
+    micro_batch: int = typer.Option(1, "--micro-batch", "-b", min=1, help="sequences per micro-batch"),
+    global_batch: int = typer.Option(16, "--global-batch", "-B", min=1, help="sequences per iteration on one package"),
+    recompute: Recompute = typer.Option("full", "--recompute", help="none | selective | full (full: the minibatch "
+                                        "schedule's stored activations fit the catalog package's DRAM)"),
+    square: bool = typer.Option(False, "--square/--no-square", help="lay later points out as q x q meshes (SUMMA needs them)"),
+    set_: List[str] = typer.Option([], "--set", help="override fields: model.X= (both models), hardware.X=, plan.X="),
+    json_out: bool = typer.Option(False, "--json", help="print the rows as JSON"),
+    plot: Optional[str] = typer.Option(None, "--plot", help="also write a PNG of ratio and time per token (needs matplotlib)"),
+):
+    """Weak scaling on a chiplet package: model and die count grow together; FLOP per NoP byte and time per token per scheme."""
+    from dse import catalog
+    from dse.errors import InputError
+    from dse.estimate.chiplet_scaling import weak_scaling
+    from dse.specs import _schema
+
+    groups = {"model": [], "hardware": [], "plan": []}
+    for item in set_:
+        path, value = _schema.parse_assignment(item)
+        head = {"hw": "hardware", "m": "model", "p": "plan"}.get(path[0], path[0])
+        if head not in groups:
+            raise InputError(f"--set {item}: the path must start with model., hardware. or plan.")
+        groups[head].append((path[1:], value))
+    from dse.errors import suggest
+    from dse.specs.plan import CHIPLET_SCHEMES, Plan
+
+    for sch in scheme:
+        if sch not in CHIPLET_SCHEMES:
+            raise InputError(f"--scheme {sch!r} is not one of {', '.join(CHIPLET_SCHEMES)}{suggest(sch, CHIPLET_SCHEMES)}")
+    if not catalog.is_chiplet_package(hw):
+        raise InputError(f"--hw {hw}: not a chiplet package (see `dse list hardware`: names with 'chiplet')")
+    package = catalog.load_chiplet_package(hw, groups["hardware"])
+    base = catalog.load_model(model, groups["model"])
+    target = catalog.load_model(to, groups["model"])
+    if base.ffn_type != target.ffn_type or base.head_dim != target.head_dim:
+        raise InputError(f"--model {model} and --to {to} must share the FFN type and head dimension to interpolate")
+    extra = {}
+    for path, value in groups["plan"]:
+        _schema.set_path(extra, path, value, Plan, "--set plan.")
+    rows = weak_scaling(base, target, package, steps=steps, schemes=tuple(dict.fromkeys(scheme)), seq_len=seq_len,
+                        micro_batch=micro_batch, global_batch=global_batch, recompute=recompute, plan_extra=extra,
+                        square=square)
+    if plot:
+        from dse.report.chiplet import plot_scaling
+
+        plot_scaling(rows, plot)
+    if json_out:
+        _print_json(rows)
+        return
+    from dse.report.chiplet import render_scaling
+
+    con = _console()
+    render_scaling(con, rows)
+    if plot:
+        con.print(f"plot written to {plot}")
 
 
 def main(argv: list[str] | None = None) -> int:

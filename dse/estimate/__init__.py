@@ -69,6 +69,10 @@ def bottleneck(r: dict) -> str:
 
 def run(model, system, plan, *, trace=None) -> dict:
     """Estimate one scenario from resolved specs. ``trace`` (a :class:`~dse.estimate.trace.Trace`) records formulas."""
+    if getattr(system, "die", None) is not None:   # a chiplet package (dse.specs.chiplet)
+        from dse.estimate import chiplet
+
+        return chiplet.run(model, system, plan, trace=trace)
     F = None
     if trace is not None:
         from dse.estimate.trace import Tracer
@@ -102,7 +106,7 @@ def run(model, system, plan, *, trace=None) -> dict:
 
 def resolve(model, hardware, plan=None, overrides=(), **plan_fields):
     """Load and check specs: names/paths/objects in, resolved (model, system, plan) out."""
-    from dse.catalog import load_model, load_system
+    from dse.catalog import is_chiplet_package, load_chiplet_package, load_model, load_system
     from dse.specs import _schema
 
     groups = {"model": [], "hardware": [], "plan": []}
@@ -116,7 +120,8 @@ def resolve(model, hardware, plan=None, overrides=(), **plan_fields):
                              f"{suggest(path[0], groups)}")
         groups[head].append((path[1:], value))
     model = load_model(model, groups["model"])
-    system = load_system(hardware, groups["hardware"])
+    chiplet = is_chiplet_package(hardware)
+    system = load_chiplet_package(hardware, groups["hardware"]) if chiplet else load_system(hardware, groups["hardware"])
     if plan is None:
         plan_data = dict(plan_fields)
     elif isinstance(plan, Plan):
@@ -127,8 +132,25 @@ def resolve(model, hardware, plan=None, overrides=(), **plan_fields):
     for path, value in groups["plan"]:
         _schema.set_path(plan_data, path, value, Plan, "--set plan")
     plan = _schema.build(Plan, plan_data, "plan: ").resolved(model, system)
+    if chiplet:
+        from dse.specs.chiplet import check_chiplet_plan
+
+        check_chiplet_plan(plan, model, system)
+        return model, system, plan
     check_plan(plan, model)
+    _check_no_chiplet_fields(plan, system)
     return model, system, plan
+
+
+def _check_no_chiplet_fields(plan, system) -> None:
+    """The chiplet-only plan fields are an error on a GPU system (they would be silently ignored)."""
+    from dse.errors import InputError
+
+    for name, flag in (("chiplet_scheme", "--chiplet-scheme"), ("chiplet_mesh", "--mesh"),
+                       ("chiplet_schedule", "plan.chiplet_schedule"), ("chiplet_minibatch", "plan.chiplet_minibatch")):
+        if getattr(plan, name) is not None:
+            raise InputError(f"plan: {flag} applies to chiplet packages only; {system.name} is a GPU system "
+                             f"(see `dse list hardware`)")
 
 
 def estimate(model, hardware, plan=None, *, overrides=(), trace=None, **plan_fields) -> dict:

@@ -7,11 +7,13 @@ One module per concern:
 - :mod:`dse.formulas.parallelism` — collectives, group bandwidths, pipeline bubble
 - :mod:`dse.formulas.compute` — GEMM, attention and element-wise kernel times
 - :mod:`dse.formulas.cost` — capital cost, power, energy and cost per token
+- :mod:`dse.formulas.chiplet` — chiplet packages: NoP collectives per scheme, SRAM, DRAM, overlap, energy
+- :mod:`dse.formulas.package_cost` — die yield, known-good dies, packaging cost (Chiplet Actuary)
 
 Every function states its equation and source in its docstring, on a line that
 starts with ``Formula:``; ``dse estimate --explain`` prints those lines.
 """
 
-from dse.formulas import compute, cost, memory, parallelism, transformer
+from dse.formulas import chiplet, compute, cost, memory, package_cost, parallelism, transformer
 
-__all__ = ["transformer", "memory", "parallelism", "compute", "cost"]
+__all__ = ["transformer", "memory", "parallelism", "compute", "cost", "chiplet", "package_cost"]

@@ -118,6 +118,10 @@ def throughput_table(r: dict) -> Table:
 
 
 def render_estimate(con, r: dict) -> None:
+    if r.get("kind") == "chiplet":   # a chiplet-package estimate has its own layout
+        from dse.report.chiplet import render_chiplet_estimate
+
+        return render_chiplet_estimate(con, r)
     con.print(header(r))
     con.print(time_table(r))
     con.print(memory_table(r))

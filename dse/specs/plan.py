@@ -20,6 +20,8 @@ PRECISION = ("bf16", "fp16")
 GRAD_DTYPE = ("fp32", "half")
 OPTIMIZERS = ("adam",)
 SCHEDULES = ("1f1b", "interleaved", "gpipe")
+CHIPLET_SCHEMES = ("megatron-1d", "summa-2d", "hecaton-2d")
+CHIPLET_SCHEDULES = ("auto", "minibatch", "microbatch")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -33,8 +35,9 @@ class Plan:
     recompute: str = spec_field("none", choices=RECOMPUTE, help="activation recomputation")
     attention: str = spec_field("flash", choices=ATTENTION, help="fused (flash) attention or materialised softmax")
     sequence_parallel: bool = spec_field(False, help="Megatron sequence parallelism (shards norm/dropout activations over tp)")
-    zero: int = spec_field(1, ge=0, le=3, help="ZeRO stage: 1 shards optimizer states (Megatron's distributed "
-                           "optimizer, the default), 2 also gradients, 3 also parameters; 0 replicates them")
+    zero: int | None = spec_field(None, ge=0, le=3, help="ZeRO stage: 1 shards optimizer states (Megatron's distributed "
+                           "optimizer, the default on GPU systems), 2 also gradients, 3 also parameters; 0 replicates "
+                           "them")
     precision: str = spec_field("bf16", choices=PRECISION, help="activation/parameter dtype")
     grad_dtype: str = spec_field("fp32", choices=GRAD_DTYPE, help="dtype gradients are accumulated and reduced in")
     optimizer: str = spec_field("adam", choices=OPTIMIZERS)
@@ -43,6 +46,19 @@ class Plan:
     overlap_grad_reduce: bool = spec_field(False, help="overlap the data-parallel gradient reduction with backward")
     async_tp_allreduce: bool = spec_field(True, help="overlap each column-parallel linear's backward input-gradient "
                                           "all-reduce with its weight-gradient GEMM (Megatron-LM default since 2.6)")
+    # chiplet packages only (dse/estimate/chiplet.py); None = not set
+    chiplet_scheme: str | None = spec_field(None, choices=CHIPLET_SCHEMES, help="how a layer is split over the dies "
+                                            "of a chiplet package (default hecaton-2d)")
+    chiplet_mesh: str | None = spec_field(None, help="RxC layout of the package's dies, e.g. 4x16: sets the mesh the "
+                                          "collectives run on and the perimeter edge DRAM attaches to (default: the package's)")
+    chiplet_schedule: str | None = spec_field(None, choices=CHIPLET_SCHEDULES, help="minibatch: layer-major over the "
+                                              "global batch (weights fetched once per pass); microbatch: micro-batch-major "
+                                              "(Megatron gradient accumulation); auto: microbatch for megatron-1d and summa-2d, "
+                                              "minibatch for hecaton-2d")
+    chiplet_minibatch: int | None = spec_field(None, gt=0, help="micro-batches per mini-batch of the minibatch schedule "
+                                               "(weights fetched once per mini-batch; default: the whole global batch)")
+    chiplet_overlap: float = spec_field(1.0, unit="fraction", ge=0, le=1, help="how completely a chiplet package "
+                                        "overlaps compute, NoP and DRAM (1: max of the three, 0: their sum)")
 
     @property
     def gpus(self) -> int:
@@ -58,7 +74,10 @@ class Plan:
         gb = self.global_batch
         if gb is None:
             gb = self.micro_batch * dp * (1 if self.pp == 1 else 4 * self.pp)
-        return dataclasses.replace(self, dp=dp, global_batch=gb,
+        zero = self.zero
+        if zero is None:
+            zero = 1 if system is None or hasattr(system, "node") else 0
+        return dataclasses.replace(self, dp=dp, global_batch=gb, zero=zero,
                                    seq_len=self.seq_len or model.seq_len or model.max_seq_len)
 
 
