@@ -22,6 +22,10 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 Recompute = Literal["none", "selective", "full"]
 Attention = Literal["flash", "math"]
 Precision = Literal["bf16", "fp16"]
+OffloadOptimizer = Literal["gpu", "cpu", "nvme", "csd"]
+OffloadParams = Literal["gpu", "cpu", "nvme"]
+Optimizer = Literal["adam", "sgd-momentum", "adagrad"]
+ExchangeDtype = Literal["fp32", "fp16"]
 
 
 def _console():
@@ -45,6 +49,13 @@ def plan_fields(tp, pp, dp, micro_batch, global_batch, seq_len, recompute, atten
     return {k: v for k, v in fields.items() if v is not None}
 
 
+def offload_fields(offload_optimizer, offload_params, gradient_compression, ssds, optimizer, exchange_dtype) -> dict:
+    """Storage-offload plan fields given on the command line (see dse/specs/plan.py)."""
+    fields = dict(offload_optimizer=offload_optimizer, offload_params=offload_params,
+                  gradient_compression=gradient_compression, ssds=ssds, optimizer=optimizer, exchange_dtype=exchange_dtype)
+    return {k: v for k, v in fields.items() if v is not None}
+
+
 @app.command()
 def estimate(
     model: str = typer.Option("llama2-7b", "--model", "-m", help="catalog name, YAML file, or HF config.json"),
@@ -61,6 +72,15 @@ def estimate(
                                                      help="Megatron sequence parallelism"),
     zero: Optional[int] = typer.Option(None, "--zero", min=0, max=3, help="ZeRO stage 0-3"),
     precision: Optional[Precision] = typer.Option(None, "--precision", help="bf16 | fp16"),
+    offload_optimizer: Optional[OffloadOptimizer] = typer.Option(
+        None, "--offload-optimizer", help="optimizer states: gpu | cpu | nvme (ZeRO-Infinity) | csd (update on the drives)"),
+    offload_params: Optional[OffloadParams] = typer.Option(None, "--offload-params", help="fp16 parameters: gpu | cpu | nvme"),
+    gradient_compression: Optional[float] = typer.Option(
+        None, "--gradient-compression", help="gradient bytes sent / dense, in (0, 1] (csd only; 0.02 = top-1% with indices)"),
+    ssds: Optional[int] = typer.Option(None, "--ssds", help="drives used for offload (default: all of the hardware's)"),
+    optimizer: Optional[Optimizer] = typer.Option(None, "--optimizer", help="adam | sgd-momentum | adagrad"),
+    exchange_dtype: Optional[ExchangeDtype] = typer.Option(
+        None, "--exchange-dtype", help="gradients/params exchanged with the drives' accelerators: fp32 (paper) | fp16 (released code)"),
     set_: List[str] = typer.Option([], "--set", help="override any field: model.X=, hardware.X=, plan.X= (repeatable)"),
     json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
     explain: bool = typer.Option(False, "--explain", help="print every term with its formula, inputs and value"),
@@ -70,6 +90,7 @@ def estimate(
 
     fields = plan_fields(tp, pp, dp, micro_batch, global_batch, seq_len, recompute, attention, sequence_parallel,
                          zero, precision)
+    fields.update(offload_fields(offload_optimizer, offload_params, gradient_compression, ssds, optimizer, exchange_dtype))
     m, s, p = resolve(model, hw, None, set_, **fields)
     trace = None
     if explain:

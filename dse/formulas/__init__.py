@@ -7,11 +7,14 @@ One module per concern:
 - :mod:`dse.formulas.parallelism` — collectives, group bandwidths, pipeline bubble
 - :mod:`dse.formulas.compute` — GEMM, attention and element-wise kernel times
 - :mod:`dse.formulas.cost` — capital cost, power, energy and cost per token
+- :mod:`dse.formulas.offload` — ZeRO-Infinity placement, bytes per tier and link, phase times
+- :mod:`dse.formulas.near_storage` — Smart-Infinity's update on computational storage, top-k compression
 
 Every function states its equation and source in its docstring, on a line that
 starts with ``Formula:``; ``dse estimate --explain`` prints those lines.
 """
 
 from dse.formulas import compute, cost, memory, parallelism, transformer
+from dse.formulas import near_storage, offload
 
-__all__ = ["transformer", "memory", "parallelism", "compute", "cost"]
+__all__ = ["transformer", "memory", "parallelism", "compute", "cost", "offload", "near_storage"]

@@ -16,6 +16,7 @@ from typing import Callable
 SUITES = {
     "megatron-a100": "dse.validate.megatron",
     "formulas": "dse.validate.formulas",
+    "smart-infinity": "dse.validate.smart_infinity",
 }
 
 
