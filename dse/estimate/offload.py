@@ -152,11 +152,12 @@ def apply(c, model, system, plan, F=None) -> None:
         up_write = up_write + g_tier
         t_tier = O.transfer_time(g_tier, b_write)
         # Released code: dense gradients go back to the GPU, are sorted there, values + indices come back.
-        t_comp = where(compressed, O.transfer_time(e * shard_opt, b_host)
-                       + NS.topk_time(shard_opt, gpu.hbm_bandwidth, gpu.efficiency.memory)
-                       + O.transfer_time(cr * x * shard_opt, b_host), 0.0)
-        h2d = h2d + where(compressed, e * shard_opt, 0.0)
-        d2h = d2h + where(compressed, cr * x * shard_opt, 0.0)
+        if not (is_scalar(cr) and not compressed):
+            t_comp = where(compressed, O.transfer_time(e * shard_opt, b_host)
+                           + NS.topk_time(shard_opt, gpu.hbm_bandwidth, gpu.efficiency.memory)
+                           + O.transfer_time(cr * x * shard_opt, b_host), 0.0)
+            h2d = h2d + where(compressed, e * shard_opt, 0.0)
+            d2h = d2h + where(compressed, cr * x * shard_opt, 0.0)
 
     # ------------------------------------------------------------ update
     csd_read = csd_write = 0.0 * p_gpu
@@ -232,7 +233,9 @@ def apply(c, model, system, plan, F=None) -> None:
     if storage is not None and (opt in ("nvme", "csd") or par == "nvme"):
         if has_uplink:
             busy["host_switch"] = maximum(up_read, up_write) / b_up
-        busy["drives"] = up_read / (N * dev.read_bandwidth) + up_write / (N * dev.write_bandwidth)
+        # csd: what comes up is the updated parameters from the accelerators' DRAM, at the device link
+        up_rate = dev.near_storage.device_link if opt == "csd" else dev.read_bandwidth
+        busy["drives"] = up_read / (N * up_rate) + up_write / (N * dev.write_bandwidth)
     if opt == "csd":
         busy["csd_internal"] = (csd_read / minimum(ns.internal_read_bandwidth, ns.device_link)
                                 + csd_write / minimum(ns.internal_write_bandwidth, ns.device_link)) / N

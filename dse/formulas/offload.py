@@ -158,9 +158,9 @@ def swap_out_bytes(params, state_bytes=12):
 def shared_link_traffic(params, mode: str = "baseline", state_bytes=12, grad_bytes=4, param_bytes=4, compression=1.0):
     """Bytes per iteration on the host <-> drives shared link, by tensor class and direction.
 
-    Formula (Smart-Infinity Table I, M = 2P): baseline (ZeRO-Infinity): optimizer states
-    read 6M + written 6M, gradients written 2M + read 2M = 32P; SmartUpdate: gradients
-    written 2M, updated fp32 params read 2M = 8P; with compression c: 4P (1 + c).
+    Formula: baseline (ZeRO-Infinity): states read + written 2 x state x P, gradients
+    written + read 2 x g x P = 32P; SmartUpdate: c x g x P down, p x P up = 8P, 4P (1 + c)
+    with compression c (Smart-Infinity Table I, in M = 2P: 6M + 6M + 2M + 2M vs 2M + 2M).
     Keys: states_read, states_write, gradients_write, gradients_read, params_read, total.
     """
     if mode == "baseline":

@@ -22,7 +22,7 @@ TIME_ROWS = [
 CLASSES = ["weights", "gradients", "optimizer", "activations", "buffers"]
 
 # Result section -> "module:function(con, result)" that renders it; techniques register theirs here.
-SECTION_RENDERERS: dict[str, str] = {}
+SECTION_RENDERERS: dict[str, str] = {"offload": "dse.report.offload:render"}
 
 
 def _pct(x: float, total: float) -> str:
