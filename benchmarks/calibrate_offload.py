@@ -103,6 +103,8 @@ def main() -> None:
     rows = evaluate(x0)
     print("shipped:", ", ".join(f"{n}={v:.4g}" for (n, *_), v in zip(PARAMS, x0)))
     summary(rows, "shipped values")
+    for seg, errs in SI.segment_errors(systems_with(x0)).items():
+        print(f"  Fig. 9 {seg} segments: {100 * min(errs):+.0f}% .. {100 * max(errs):+.0f}% ({len(errs)} bars)")
     if args.cases:
         for name, group, kind, ref, val, tol in rows:
             err = (val - ref) if kind == "absolute" else (val / ref - 1)

@@ -67,3 +67,11 @@ def test_one_calibrated_hardware_set_and_held_out_error():
     suite_values = {c.name: c.run() for c in SI.cases()}
     for name, _g, _k, _ref, v, _t in rows:
         assert suite_values[name] == pytest.approx(v, rel=1e-12)
+
+
+def test_gpu_segment_split_is_as_documented():
+    """The A5000 file states these bands (forward long, backward short, their sum close)."""
+    err = SI.segment_errors()
+    assert 0.20 < min(err["forward"]) and max(err["forward"]) < 0.60
+    assert -0.17 < min(err["backward"]) and max(err["backward"]) < 0.0
+    assert max(abs(e) for e in err["forward+backward"]) < 0.12
