@@ -58,7 +58,7 @@ def mode_label(plan) -> str:
     return "ZeRO-3 with parameters offloaded"
 
 
-def _bandwidths(system, plan, N):
+def _bandwidths(system, N):
     node = system.node
     hl = node.host_link
     b_host = _offload.link_bandwidth(hl.bandwidth, hl.efficiency) if hl else INF
@@ -107,7 +107,7 @@ def apply(c, model, system, plan, F=None) -> None:
     P_w = shard_w * g_node
     state = O.optimizer_state_bytes(plan.optimizer)
     N = drives_used(system, plan)
-    b_host, b_up, b_read, b_write = _bandwidths(system, plan, N)
+    b_host, b_up, b_read, b_write = _bandwidths(system, N)
     x = EXCHANGE_BYTES[plan.exchange_dtype]
     cr = plan.gradient_compression
     compressed = cr < 1
@@ -214,7 +214,7 @@ def apply(c, model, system, plan, F=None) -> None:
     t["phase_backward"] = t_bw
     t["phase_update"] = t_update
     t["optimizer"] = optimizer
-    t["io_exposed"] = iteration - gpu_part - optimizer
+    t["io_exposed"] = t.get("io_exposed", 0.0) + (iteration - gpu_part - optimizer)   # keeps I/O other techniques set
     t["iteration"] = iteration
     scale = old_iteration / iteration
     for k in ("tokens_per_s", "samples_per_s", "mfu", "hfu"):
@@ -222,12 +222,12 @@ def apply(c, model, system, plan, F=None) -> None:
 
     # ------------------------------------------------------------ traffic per iteration
     tr = c["traffic"]
-    tr["gpu_host"] = h2d + d2h
     shared = up_read + up_write
     has_uplink = storage is not None and storage.uplink is not None
-    tr["host_switch"] = shared if has_uplink else 0.0 * shared
-    tr["switch_drives"] = shared
-    tr["csd_internal"] = csd_read + csd_write
+    tr["gpu_host"] = tr.get("gpu_host", 0.0) + h2d + d2h          # added to what other techniques move
+    tr["host_switch"] = tr.get("host_switch", 0.0) + (shared if has_uplink else 0.0 * shared)
+    tr["switch_drives"] = tr.get("switch_drives", 0.0) + shared
+    tr["csd_internal"] = tr.get("csd_internal", 0.0) + csd_read + csd_write
 
     busy = {"gpu_host": maximum(h2d, d2h) / b_host}
     if storage is not None and (opt in ("nvme", "csd") or par == "nvme"):

@@ -22,7 +22,7 @@ All functions broadcast over numpy arrays.
 
 from __future__ import annotations
 
-from dse.formulas._array import maximum, minimum, where
+from dse.formulas._array import maximum, minimum
 
 TIERS = ("gpu", "cpu", "nvme", "csd")
 TENSOR_CLASSES = ("params_fp16", "grads_fp16", "grads_fp32", "master_fp32", "momentum", "variance")
@@ -74,7 +74,7 @@ def placement(zero: int, offload_optimizer: str = "gpu", offload_params: str = "
     return out
 
 
-def bytes_by_tier(params, where: dict, class_bytes: dict | None = None) -> dict:
+def bytes_by_tier(params, placed: dict, class_bytes: dict | None = None) -> dict:
     """Bytes each tier holds for ``params`` parameters: {tier: {class: bytes}}.
 
     Formula: bytes(tier, class) = P x bytes_per_param(class) for the classes placed on the tier.
@@ -82,7 +82,7 @@ def bytes_by_tier(params, where: dict, class_bytes: dict | None = None) -> dict:
     """
     sizes = {**CLASS_BYTES, **(class_bytes or {})}
     out = {t: {} for t in TIERS}
-    for cls, tier in where.items():
+    for cls, tier in placed.items():
         out[tier][cls] = params * sizes[cls]
     return out
 
