@@ -126,8 +126,8 @@ def load_model(ref: str | ModelSpec, overrides: list[tuple[list[str], object]] =
     else:
         data, where = model_data(ref)
     for path, value in overrides:
-        _schema.set_path(data, path, value, ModelSpec, "--set model.")
-    return _schema.build(ModelSpec, data, where).resolved()
+        _schema.set_path(data, path, value, ModelSpec, "--set model")
+    return _schema.build(ModelSpec, data, where + ": ").resolved()
 
 
 # ---------------------------------------------------------------- hardware
@@ -176,9 +176,9 @@ def load_system(ref: str | SystemSpec, overrides: list[tuple[list[str], object]]
     else:
         data, where = system_data(ref)
     for path, value in overrides:
-        _schema.set_path(data, path, value, SystemSpec, "--set hardware.")
+        _schema.set_path(data, path, value, SystemSpec, "--set hardware")
     data = _resolve_refs(SystemSpec, data, where)
-    return _schema.build(SystemSpec, data, where)
+    return _schema.build(SystemSpec, data, where + ": ")
 
 
 def load_component(kind_dir: str, name: str) -> dict:
@@ -197,6 +197,6 @@ def find_hardware(name: str):
         if path.is_file():
             data = read_yaml(path, sub)
             data.setdefault("name", name)
-            return sub.rstrip("s"), _schema.build(cls, _resolve_refs(cls, data, str(path)), f"hwspecs/{sub}/{name}.yaml")
+            return sub.rstrip("s"), _schema.build(cls, _resolve_refs(cls, data, str(path)), f"hwspecs/{sub}/{name}.yaml: ")
     everything = [n for sub in COMPONENT_DIRS.values() for n in names(hw_dir(sub))]
     raise InputError(f"unknown hardware '{name}'{suggest(name, everything)} (see `dse list hardware`)")

@@ -8,6 +8,8 @@ Both return the dictionary that ``dse estimate --json`` prints.
 from __future__ import annotations
 
 import dataclasses
+import sys
+import types
 
 from dse.estimate import base, economics
 from dse.specs.plan import Plan, check_plan
@@ -124,8 +126,8 @@ def resolve(model, hardware, plan=None, overrides=(), **plan_fields):
         plan_data = {**dict(plan), **plan_fields}
     plan_data = {k: v for k, v in plan_data.items() if v is not None}
     for path, value in groups["plan"]:
-        _schema.set_path(plan_data, path, value, Plan, "--set plan.")
-    plan = _schema.build(Plan, plan_data, "plan").resolved(model)
+        _schema.set_path(plan_data, path, value, Plan, "--set plan")
+    plan = _schema.build(Plan, plan_data, "plan: ").resolved(model, system)
     check_plan(plan, model, system=system)
     return model, system, plan
 
@@ -140,3 +142,13 @@ def estimate(model, hardware, plan=None, *, overrides=(), trace=None, **plan_fie
     """
     m, s, p = resolve(model, hardware, plan, overrides, **plan_fields)
     return run(m, s, p, trace=trace)
+
+
+class _CallableModule(types.ModuleType):
+    """``dse.estimate(...)`` calls :func:`estimate`; ``dse.estimate`` is still this package."""
+
+    def __call__(self, *args, **kwargs):
+        return estimate(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

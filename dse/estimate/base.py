@@ -78,7 +78,8 @@ def compose(model, system, plan, F=None) -> dict:
     a_work = T.recompute_working_bytes(s, b, h, a, kv, hd, Fh, **act_opts)
     a_head = T.head_activation_bytes(s, b, h, V, tp=t, sequence_parallel=sp, norm=model.norm,
                                      final_norm=model.final_norm, bytes_per_element=e)
-    a_emb = T.embedding_activation_bytes(s, b, h, tp=t, sequence_parallel=sp, dropout=dropout)
+    a_emb = T.embedding_activation_bytes(s, b, h, tp=t, sequence_parallel=sp, dropout=dropout,
+                                         position=model.position)
     if plan.schedule == "gpipe":
         in_flight = m
     else:

@@ -163,19 +163,32 @@ def activation_terms(s, b, h, heads, kv_heads, head_dim, ffn, *, tp=1, sequence_
     s b h (34/t + 5 a s/(h t)) with it (Korthikanti et al. 2022, Table 2, Eqs. 2, 4);
     full recompute keeps only the layer input, 2 s b h (/t with SP).
 
-    The accounting follows what autograd holds in a Megatron-style layer (fused QKV
-    projection split into views, fused norms and SwiGLU that save their input,
-    FlashAttention saving Q, K, V, output and the fp32 log-sum-exp):
+    The accounting is what autograd holds in a Megatron-core layer, counted as unique
+    buffers (a view keeps its whole buffer alive), and is checked against PyTorch's
+    saved tensors within 3 % by tests/test_activations_torch.py. ``r`` = 1/t for
+    tensors that sequence parallelism shards, else 1; TP-split tensors are /t.
 
-    - ``r`` = 1/t for tensors that sequence parallelism shards, else 1; TP-split tensors are /t.
-    - norms: input (e·sbh·r) + fp32 statistics (8 B/row LayerNorm, 4 B/row RMSNorm);
-    - QKV GEMM input: e·sbh·r (SP stores the un-gathered shard);
-    - fused QKV output (a + 2kv)·d, held alive by the Q/K/V views; rotary embeddings
-      add rotated copies of Q and K, (a + kv)·d;
-    - math attention: softmax output e·a s^2 b/t, plus dropout mask (1 B) and dropout
-      output when dropout > 0; GQA expands K and V to a heads (2 a d);
-    - flash attention: output O (e·a d) and fp32 log-sum-exp (4·a·s b/t);
-    - selective recompute: neither the s^2 terms nor O/LSE (core attention re-run);
+    - layer input, saved by the first norm: e·sbh·r, plus fp32 statistics (8 B/row
+      LayerNorm mean + rstd, 4 B/row RMSNorm rstd); the second norm likewise;
+    - QKV GEMM input e·sbh·r (with SP the GEMM saves the un-gathered shard);
+    - the fused QKV output, (a + 2kv)·d, in Megatron-core's grouped layout; it stays
+      alive while core attention keeps any of Q, K, V as a view of it;
+    - ``query_copy`` e·a d: Q is a tensor of its own when it is rotated (rotary) or
+      when kv < a, where reshaping the grouped layout to a heads copies it;
+    - ``rotary_key`` e·kv d: the rotated K (rotary);
+    - math attention: with kv < a, Megatron-core repeats K and V to a heads inside core
+      attention (``gqa_expanded_kv``, 2 e·a d); QK^T and PV then keep the copies, so the
+      fused QKV buffer and the rotated K are freed. Softmax output e·a s^2 b/t, and with
+      dropout its 1-byte mask and the dropout output e·a s^2 b/t;
+    - flash attention: Q, K, V (as above, kv heads: GQA is native), the output O and the
+      fp32 log-sum-exp (4·a·s b/t). O is counted once, as the out-projection input: the
+      kernel writes it in Q's [s, b, a, d] memory layout, so the view to [s, b, h] needs
+      no copy (measured with PyTorch's CPU flash kernel; flash-attn 2 allocates O with
+      empty_like(Q), which keeps that layout when Q is a dense tensor, i.e. rotated or
+      copied for GQA; for a strided Q view of the fused buffer, learned positions with
+      kv = a and b > 1, Megatron would add a transposed copy, e·a d, not counted here);
+    - selective recompute: core attention saves only its inputs Q, K, V (the repeat to a
+      heads, the s^2 terms, O and LSE are recomputed);
     - out-projection input e·a d·sb/t; two residual dropout masks sbh·r (1 B each);
     - MLP: fc1 input e·sbh·r; GeLU keeps its input and output (2 e F), ReLU its output
       (e F), SwiGLU its 2F input and F output (3 e F), all /t.
@@ -190,24 +203,25 @@ def activation_terms(s, b, h, heads, kv_heads, head_dim, ffn, *, tp=1, sequence_
         return {"layer_input": e * sb * h * r}
     hd_q = heads * head_dim / tp
     hd_kv = kv_heads * head_dim / tp
+    grouped = where(kv_heads < heads, 1, 0)
+    rotary = 1 if position == "rotary" else 0
+    math_kept = attention == "math" and recompute != "selective"
+    expanded = grouped if math_kept else 0          # K, V repeated to a heads are what QK^T, PV keep
     t = {}
     t["norm1_input"] = e * sb * h * r + stats * sb * r
     t["qkv_input"] = e * sb * h * r
-    t["qkv_output"] = e * sb * (hd_q + 2 * hd_kv)
-    if position == "rotary":
-        t["rotary_qk"] = e * sb * (hd_q + hd_kv)
-    if recompute == "selective":
-        pass
-    elif attention == "math":
+    t["qkv_output"] = e * sb * (hd_q + 2 * hd_kv) * (1 - expanded)
+    t["query_copy"] = e * sb * hd_q * where(rotary + grouped > 0, 1, 0)
+    if rotary:
+        t["rotary_key"] = e * sb * hd_kv * (1 - expanded)
+    if math_kept:
         a_loc = heads / tp
-        if kv_heads != heads:
-            t["gqa_expanded_kv"] = 2 * e * sb * hd_q
+        t["gqa_expanded_kv"] = 2 * e * sb * hd_q * grouped
         t["softmax_output"] = e * a_loc * s * s * b
         if dropout:
             t["attn_dropout_mask"] = a_loc * s * s * b
             t["attn_dropout_output"] = e * a_loc * s * s * b
-    else:
-        t["flash_output"] = e * sb * hd_q
+    elif recompute != "selective":
         t["flash_lse"] = 4 * sb * heads / tp
     t["out_proj_input"] = e * sb * hd_q
     if dropout:
@@ -232,8 +246,8 @@ def activation_bytes_per_layer(s, b, h, heads, kv_heads, head_dim, ffn, **option
     Formula: GPT, no recompute, math attention: s b h (10 + 24/t + 5 a s / (h t)) (Korthikanti Eq. 2).
 
     >>> activation_bytes_per_layer(2048, 1, 12288, 96, 96, 128, 49152, tp=8, attention="math",
-    ...     norm="layernorm", dropout=True) / (2048 * 12288)  # GPT-3 layer, t = 8 (note V2): 23 + 80/8 + stats
-    33.0009765625
+    ...     norm="layernorm", dropout=True) / (2048 * 12288)  # GPT-3 layer, t = 8 (note V2): 10 + 3 + 10, + stats
+    23.001302083333332
     """
     total = 0
     for v in activation_terms(s, b, h, heads, kv_heads, head_dim, ffn, **options).values():
@@ -257,6 +271,8 @@ def head_activation_bytes(s, b, h, vocab, *, tp=1, sequence_parallel=False, norm
 
     Formula: e·sbh·r (norm input) + e·sbh·r (head input) + 4 s b V / t (fp32 cross-entropy
     softmax in the vocab-parallel loss; Korthikanti et al. 2022 §4.3: 4sbv/t).
+    Matches PyTorch's saved tensors within 0.5 % (tests/test_activations_torch.py); left
+    out: the loss's bool target mask and int64 masked targets, 9 B per token.
     """
     e = bytes_per_element
     r = 1 / tp if sequence_parallel else 1
@@ -265,13 +281,17 @@ def head_activation_bytes(s, b, h, vocab, *, tp=1, sequence_parallel=False, norm
     return n + e * s * b * h * r + 4 * s * b * vocab / tp
 
 
-def embedding_activation_bytes(s, b, h, *, tp=1, sequence_parallel=False, dropout=True):
-    """Bytes the input side keeps per micro-batch: token ids and the embedding-dropout mask.
+def embedding_activation_bytes(s, b, h, *, tp=1, sequence_parallel=False, dropout=True, position="learned"):
+    """Bytes the input side keeps per micro-batch: int64 ids, the vocab-range mask, the dropout mask.
 
-    Formula: 8 s b (int64 ids) + s b h r (1-byte dropout mask, Korthikanti §4.3: sbhp/t over p in flight).
+    Formula: 8 s b (token ids, kept by the embedding lookup) + 8 s b (position ids, learned
+    positions only) + s b (bool mask of ids outside this rank's vocabulary shard, t > 1) +
+    s b h r (1-byte embedding-dropout mask; Korthikanti et al. 2022 §4.3: sbhp/t over p in flight).
+    Megatron's VocabParallelEmbedding; measured with PyTorch in tests/test_activations_torch.py.
     """
     r = 1 / tp if sequence_parallel else 1
-    return 8 * s * b + where(dropout, s * b * h * r, 0 * s)
+    ids = 16 * s * b if position == "learned" else 8 * s * b
+    return ids + where(tp > 1, s * b, 0 * s) + where(dropout, s * b * h * r, 0 * s)
 
 
 def interleave_factor(pp, virtual_stages=1):

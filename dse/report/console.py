@@ -151,21 +151,18 @@ def _short(v) -> str:
 
 
 def render_explain(con, rows: list[dict]) -> None:
-    tab = Table(title="Every formula evaluated (SI units)", box=box.SIMPLE, title_justify="left", show_lines=False)
-    tab.add_column("#", justify="right", style="dim")
-    tab.add_column("term")
-    tab.add_column("formula (source in the docstring)", overflow="fold", max_width=60)
-    tab.add_column("inputs", overflow="fold", max_width=50)
-    tab.add_column("value", justify="right", overflow="fold")
+    """Every formula the estimate evaluated: term = value, then its equation and inputs."""
+    con.print(f"[bold]Every formula evaluated[/] ({len(rows)} calls, SI units; sources in each docstring)")
     for i, row in enumerate(rows, 1):
         inputs = ", ".join(f"{k}={_short(v)}" for k, v in row["inputs"].items())
-        tab.add_row(str(i), row["term"], row["formula"], inputs, _short(row["value"]))
-    con.print(tab)
+        con.print(f"[dim]{i:3d}.[/] [bold]{row['term']}[/] = {_short(row['value'])}", highlight=False)
+        con.print(f"      formula: {row['formula']}", highlight=False, markup=False)
+        con.print(f"      inputs:  {inputs}", highlight=False, markup=False)
 
 
 def render_list(con, what: str, items) -> None:
     tab = Table(box=box.SIMPLE_HEAVY)
-    tab.add_column("name")
+    tab.add_column("name", no_wrap=True)   # names must stay whole to be copied into --model/--hw
     if what == "models":
         for col in ("layers", "hidden", "heads", "vocab", "source"):
             tab.add_column(col, overflow="fold")

@@ -29,14 +29,15 @@ SCHEDULES = ("1f1b", "interleaved", "gpipe")
 class Plan:
     tp: int = spec_field(1, gt=0, help="tensor-parallel degree")
     pp: int = spec_field(1, gt=0, help="pipeline-parallel stages")
-    dp: int = spec_field(1, gt=0, help="data-parallel replicas")
+    dp: int | None = spec_field(None, gt=0, help="data-parallel replicas; default: fill one node of the system")
     micro_batch: int = spec_field(1, gt=0, help="sequences per micro-batch b")
     global_batch: int | None = spec_field(None, gt=0, help="sequences per iteration B; default b*dp (pp=1) or b*dp*4*pp")
     seq_len: int | None = spec_field(None, gt=0, help="tokens per sequence s; default the model's seq_len")
     recompute: str = spec_field("none", choices=RECOMPUTE, help="activation recomputation")
     attention: str = spec_field("flash", choices=ATTENTION, help="fused (flash) attention or materialised softmax")
     sequence_parallel: bool = spec_field(False, help="Megatron sequence parallelism (shards norm/dropout activations over tp)")
-    zero: int = spec_field(0, ge=0, le=3, help="ZeRO stage: 1 shards optimizer states, 2 also gradients, 3 also parameters")
+    zero: int = spec_field(1, ge=0, le=3, help="ZeRO stage: 1 shards optimizer states (Megatron's distributed "
+                           "optimizer, the default), 2 also gradients, 3 also parameters; 0 replicates them")
     precision: str = spec_field("bf16", choices=PRECISION, help="activation/parameter dtype")
     grad_dtype: str = spec_field("fp32", choices=GRAD_DTYPE, help="dtype gradients are accumulated and reduced in")
     optimizer: str = spec_field("adam", choices=OPTIMIZERS)
@@ -70,18 +71,23 @@ class Plan:
 
     @property
     def gpus(self) -> int:
-        return self.tp * self.pp * self.dp
+        return self.tp * self.pp * (self.dp or 1)
 
-    def resolved(self, model) -> "Plan":
-        """Fill the defaults that depend on the model."""
+    def resolved(self, model, system=None) -> "Plan":
+        """Fill the defaults that depend on the model (and, for dp, on the system)."""
+        dp = self.dp
+        if dp is None:
+            per_node = system.node.gpus_per_node if system is not None and hasattr(system, "node") else 1
+            dp = per_node // (self.tp * self.pp) if per_node % (self.tp * self.pp) == 0 else 1
+            dp = max(dp, 1)
         gb = self.global_batch
         if gb is None:
-            gb = self.micro_batch * self.dp * (1 if self.pp == 1 else 4 * self.pp)
+            gb = self.micro_batch * dp * (1 if self.pp == 1 else 4 * self.pp)
         sg = self.sub_group_size
         if sg is None:
             sg = 4e7 if self.offload_optimizer == "csd" else 1e9
-        return dataclasses.replace(self, global_batch=gb, seq_len=self.seq_len or model.seq_len or model.max_seq_len,
-                                   sub_group_size=sg)
+        return dataclasses.replace(self, dp=dp, global_batch=gb,
+                                   seq_len=self.seq_len or model.seq_len or model.max_seq_len, sub_group_size=sg)
 
 
 def check_plan(plan: Plan, model, where: str = "plan", system=None) -> None:
