@@ -279,6 +279,7 @@ def apply(c, model, system, plan, F=None) -> None:
         ms["capacity"] = N * dev.capacity
 
     section = {"mode": mode_label(plan), "optimizer_tier": opt, "params_tier": par, "drives": N,
+               "drives_in_hardware": storage.count if storage is not None else 0,
                "placement": O.placement(3, opt, par, plan.optimizer),   # par != gpu implies ZeRO-3 (check_offload)
                "links": links, "bottleneck_link": _argmax_name(busy)}
     if opt == "csd":

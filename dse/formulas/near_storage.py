@@ -62,6 +62,9 @@ def compression_ratio(kept_fraction, value_bytes=4, index_bytes=4, dense_bytes=4
     Formula: c = k (value + index) / dense. The paper's 2 % is top-1 % with one index per
     value (c = 2k, Sec. VII-A); the released code stores int32 index + fp16 value = 6 B per
     kept element, c = 3k against fp16 and 1.5k against fp32 gradients (note section 1.5).
+
+    >>> compression_ratio(0.01), compression_ratio(0.01, value_bytes=2, index_bytes=4, dense_bytes=2)
+    (0.02, 0.03)
     """
     return kept_fraction * (value_bytes + index_bytes) / dense_bytes
 

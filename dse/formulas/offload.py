@@ -162,6 +162,11 @@ def shared_link_traffic(params, mode: str = "baseline", state_bytes=12, grad_byt
     written + read 2 x g x P = 32P; SmartUpdate: c x g x P down, p x P up = 8P, 4P (1 + c)
     with compression c (Smart-Infinity Table I, in M = 2P: 6M + 6M + 2M + 2M vs 2M + 2M).
     Keys: states_read, states_write, gradients_write, gradients_read, params_read, total.
+
+    >>> shared_link_traffic(1.0, "baseline")["total"], shared_link_traffic(1.0, "smartupdate")["total"]
+    (32.0, 8.0)
+    >>> round(shared_link_traffic(1.0, "smartupdate", compression=0.02)["total"], 2)
+    4.08
     """
     if mode == "baseline":
         out = {"states_read": state_bytes * params, "states_write": state_bytes * params,
@@ -274,5 +279,8 @@ def required_bandwidth(efficiency, ait, peak_flops):
 
     Formula: bw = eff x peak_tp / (ait x (1 - eff)) (ZeRO-Infinity Sec. 4.1, Fig. 3;
     optimizer states at 90 %, 2048 tokens, 70 TFLOP/s -> 1.23 TB/s, "nearly 1.5 TB/s").
+
+    >>> round(required_bandwidth(0.9, arithmetic_intensity("optimizer", 2048, 1), 70e12) / 1e12, 2)
+    1.23
     """
     return efficiency * peak_flops / (ait * (1 - efficiency))

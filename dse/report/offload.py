@@ -21,8 +21,9 @@ def render(con, r: dict) -> None:
     """The ``offload`` section of ``dse estimate``."""
     o = r["offload"]
     total = r["time"]["iteration"]
+    extra = f" (the hardware has {o['drives_in_hardware']}: a what-if)" if o["drives"] != o["drives_in_hardware"] else ""
     con.print(f"[bold]Offload[/]: {o['mode']}; optimizer states on {o['optimizer_tier']}, fp16 params on "
-              f"{o['params_tier']}, {int(o['drives'])} drive(s)")
+              f"{o['params_tier']}, {int(o['drives'])} drive(s){extra}")
     tab = Table(title="Links per iteration", box=box.SIMPLE_HEAVY, title_justify="left")
     for col, j in (("link", "left"), ("toward storage", "right"), ("toward GPU", "right"), ("bandwidth", "right"),
                    ("busy", "right"), ("of iteration", "right")):
