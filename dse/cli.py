@@ -23,6 +23,10 @@ Recompute = Literal["none", "selective", "full"]
 Attention = Literal["flash", "math"]
 Precision = Literal["bf16", "fp16"]
 ChipletScheme = Literal["megatron-1d", "summa-2d", "hecaton-2d"]
+OffloadOptimizer = Literal["gpu", "cpu", "nvme", "csd"]
+OffloadParams = Literal["gpu", "cpu", "nvme"]
+Optimizer = Literal["adam", "sgd-momentum", "adagrad"]
+ExchangeDtype = Literal["fp32", "fp16"]
 
 
 def _console():
@@ -46,6 +50,13 @@ def plan_fields(tp, pp, dp, micro_batch, global_batch, seq_len, recompute, atten
     return {k: v for k, v in fields.items() if v is not None}
 
 
+def offload_fields(offload_optimizer, offload_params, gradient_compression, ssds, optimizer, exchange_dtype) -> dict:
+    """Storage-offload plan fields given on the command line (see dse/specs/plan.py)."""
+    fields = dict(offload_optimizer=offload_optimizer, offload_params=offload_params,
+                  gradient_compression=gradient_compression, ssds=ssds, optimizer=optimizer, exchange_dtype=exchange_dtype)
+    return {k: v for k, v in fields.items() if v is not None}
+
+
 @app.command()
 def estimate(
     model: str = typer.Option("llama2-7b", "--model", "-m", help="catalog name, YAML file, or HF config.json"),
@@ -62,6 +73,15 @@ def estimate(
                                                      help="Megatron sequence parallelism"),
     zero: Optional[int] = typer.Option(None, "--zero", min=0, max=3, help="ZeRO stage 0-3"),
     precision: Optional[Precision] = typer.Option(None, "--precision", help="bf16 | fp16"),
+    offload_optimizer: Optional[OffloadOptimizer] = typer.Option(
+        None, "--offload-optimizer", help="optimizer states: gpu | cpu | nvme (ZeRO-Infinity) | csd (update on the drives)"),
+    offload_params: Optional[OffloadParams] = typer.Option(None, "--offload-params", help="fp16 parameters: gpu | cpu | nvme"),
+    gradient_compression: Optional[float] = typer.Option(
+        None, "--gradient-compression", help="gradient bytes sent / dense, in (0, 1] (csd only; 0.02 = top-1% with indices)"),
+    ssds: Optional[int] = typer.Option(None, "--ssds", help="drives used for offload (default: all of the hardware's)"),
+    optimizer: Optional[Optimizer] = typer.Option(None, "--optimizer", help="adam | sgd-momentum | adagrad"),
+    exchange_dtype: Optional[ExchangeDtype] = typer.Option(
+        None, "--exchange-dtype", help="gradients/params exchanged with the drives' accelerators: fp32 (paper) | fp16 (released code)"),
     set_: List[str] = typer.Option([], "--set", help="override any field: model.X=, hardware.X=, plan.X= (repeatable)"),
     json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
     explain: bool = typer.Option(False, "--explain", help="print every term with its formula, inputs and value"),
@@ -75,6 +95,7 @@ def estimate(
     fields = plan_fields(tp, pp, dp, micro_batch, global_batch, seq_len, recompute, attention, sequence_parallel,
                          zero, precision)
     fields.update({k: v for k, v in (("chiplet_scheme", chiplet_scheme), ("chiplet_mesh", mesh)) if v is not None})
+    fields.update(offload_fields(offload_optimizer, offload_params, gradient_compression, ssds, optimizer, exchange_dtype))
     m, s, p = resolve(model, hw, None, set_, **fields)
     trace = None
     if explain:
@@ -93,6 +114,50 @@ def estimate(
     render_estimate(con, result)
     if trace is not None:
         render_explain(con, trace.rows)
+
+
+@app.command("offload-compare")
+def offload_compare(
+    model: str = typer.Option(..., "--model", "-m", help="catalog name, YAML file, or HF config.json"),
+    hw: str = typer.Option("smart-infinity-a5000", "--hw", help="system with computational storage (SmartUpdate runs here)"),
+    baseline_hw: Optional[str] = typer.Option(None, "--baseline-hw",
+                                              help="system for the ZeRO-Infinity baseline, e.g. the same box with plain "
+                                                   "drives (default: --hw, its drives used as plain NVMe)"),
+    ssds: Optional[int] = typer.Option(None, "--ssds", help="drives for the side-by-side table (default: all)"),
+    compression: float = typer.Option(0.02, "--compression", help="top-k ratio of the third variant, in (0, 1]"),
+    scaling: Optional[str] = typer.Option(None, "--scaling", help="drive counts to scale over, e.g. 1,2,4,8 (default: 1..all)"),
+    micro_batch: Optional[int] = typer.Option(None, "--micro-batch", "-b", min=1, help="sequences per micro-batch"),
+    global_batch: Optional[int] = typer.Option(None, "--global-batch", "-B", min=1, help="sequences per iteration"),
+    seq_len: Optional[int] = typer.Option(None, "--seq-len", "-s", min=1, help="tokens per sequence"),
+    recompute: Optional[Recompute] = typer.Option(None, "--recompute", help="none | selective | full (default full)"),
+    precision: Optional[Precision] = typer.Option(None, "--precision", help="bf16 | fp16"),
+    offload_params: Optional[OffloadParams] = typer.Option(None, "--offload-params", help="gpu | cpu | nvme (default cpu)"),
+    optimizer: Optional[Optimizer] = typer.Option(None, "--optimizer", help="adam | sgd-momentum | adagrad"),
+    exchange_dtype: Optional[ExchangeDtype] = typer.Option(None, "--exchange-dtype", help="fp32 (paper) | fp16 (released code)"),
+    set_: List[str] = typer.Option([], "--set", help="override any field: model.X=, hardware.X=, plan.X= (repeatable)"),
+    plot: Optional[str] = typer.Option(None, "--plot", help="write a PNG of the drive scaling (needs the plot extra)"),
+    json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
+):
+    """Compare ZeRO-Infinity, SmartUpdate and SmartUpdate + compression side by side, and over drive counts."""
+    from dse.errors import InputError
+    from dse.estimate.offload_compare import compare
+
+    counts = None
+    if scaling:
+        try:
+            counts = [int(x) for x in scaling.split(",") if x.strip()]
+        except ValueError:
+            raise InputError(f"--scaling {scaling!r}: expected comma-separated drive counts, e.g. 1,2,4,8") from None
+    result = compare(model, hw, baseline_hw, drives=ssds, compression=compression, scaling=counts, overrides=set_,
+                     plot=plot, micro_batch=micro_batch, global_batch=global_batch, seq_len=seq_len,
+                     recompute=recompute, precision=precision, offload_params=offload_params, optimizer=optimizer,
+                     exchange_dtype=exchange_dtype)
+    if json_out:
+        _print_json(result)
+        return
+    from dse.report.offload import render_compare
+
+    render_compare(_console(), result)
 
 
 @app.command("list")

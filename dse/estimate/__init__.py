@@ -30,7 +30,7 @@ TIME_PARTS = {
 # Technique modules, applied in order after the base composition. Each exposes
 # ``apply(c, model, system, plan, F)``, which reads ``c["internal"]`` and updates the
 # composed dict in place (memory tiers, time, traffic, extra sections), array-safe.
-TECHNIQUE_MODULES: list[str] = []
+TECHNIQUE_MODULES: list[str] = ["dse.estimate.offload"]
 
 
 def techniques():
@@ -76,9 +76,10 @@ def run(model, system, plan, *, trace=None) -> dict:
     F = None
     if trace is not None:
         from dse.estimate.trace import Tracer
-        from dse.formulas import compute, cost, memory, parallelism, transformer
+        from dse.formulas import compute, cost, memory, near_storage, offload, parallelism, transformer
 
-        F = {m.__name__.rsplit(".", 1)[-1]: Tracer(m, trace) for m in (transformer, memory, parallelism, compute, cost)}
+        F = {m.__name__.rsplit(".", 1)[-1]: Tracer(m, trace)
+             for m in (transformer, memory, parallelism, compute, cost, offload, near_storage)}
     c = base.compose(model, system, plan, F)
     for technique in techniques():
         technique.apply(c, model, system, plan, F)
@@ -137,7 +138,7 @@ def resolve(model, hardware, plan=None, overrides=(), **plan_fields):
 
         check_chiplet_plan(plan, model, system)
         return model, system, plan
-    check_plan(plan, model)
+    check_plan(plan, model, system=system)
     _check_no_chiplet_fields(plan, system)
     return model, system, plan
 

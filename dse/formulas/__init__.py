@@ -7,6 +7,8 @@ One module per concern:
 - :mod:`dse.formulas.parallelism` — collectives, group bandwidths, pipeline bubble
 - :mod:`dse.formulas.compute` — GEMM, attention and element-wise kernel times
 - :mod:`dse.formulas.cost` — capital cost, power, energy and cost per token
+- :mod:`dse.formulas.offload` — ZeRO-Infinity placement, bytes per tier and link, phase times
+- :mod:`dse.formulas.near_storage` — Smart-Infinity's update on computational storage, top-k compression
 - :mod:`dse.formulas.chiplet` — chiplet packages: NoP collectives per scheme, SRAM, DRAM, overlap, energy
 - :mod:`dse.formulas.package_cost` — die yield, known-good dies, packaging cost (Chiplet Actuary)
 
@@ -14,6 +16,7 @@ Every function states its equation and source in its docstring, on a line that
 starts with ``Formula:``; ``dse estimate --explain`` prints those lines.
 """
 
-from dse.formulas import chiplet, compute, cost, memory, package_cost, parallelism, transformer
+from dse.formulas import chiplet, compute, cost, memory, near_storage, offload, package_cost, parallelism, transformer
 
-__all__ = ["transformer", "memory", "parallelism", "compute", "cost", "chiplet", "package_cost"]
+__all__ = ["transformer", "memory", "parallelism", "compute", "cost", "offload", "near_storage", "chiplet",
+           "package_cost"]

@@ -22,7 +22,7 @@ TIME_ROWS = [
 CLASSES = ["weights", "gradients", "optimizer", "activations", "buffers"]
 
 # Result section -> "module:function(con, result)" that renders it; techniques register theirs here.
-SECTION_RENDERERS: dict[str, str] = {}
+SECTION_RENDERERS: dict[str, str] = {"offload": "dse.report.offload:render"}
 
 
 def _pct(x: float, total: float) -> str:
@@ -166,7 +166,7 @@ def render_explain(con, rows: list[dict]) -> None:
 
 def render_list(con, what: str, items) -> None:
     tab = Table(box=box.SIMPLE_HEAVY)
-    tab.add_column("name")
+    tab.add_column("name", no_wrap=True)   # names must stay whole to be copied into --model/--hw
     if what == "models":
         for col in ("layers", "hidden", "heads", "vocab", "source"):
             tab.add_column(col, overflow="fold")

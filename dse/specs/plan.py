@@ -18,7 +18,10 @@ RECOMPUTE = ("none", "selective", "full")
 ATTENTION = ("flash", "math")
 PRECISION = ("bf16", "fp16")
 GRAD_DTYPE = ("fp32", "half")
-OPTIMIZERS = ("adam",)
+OPTIMIZERS = ("adam", "sgd-momentum", "adagrad")
+OFFLOAD_OPTIMIZER = ("gpu", "cpu", "nvme", "csd")   # where the optimizer states (and fp32 gradients) live
+OFFLOAD_PARAMS = ("gpu", "cpu", "nvme")             # where the fp16 parameters live between uses
+EXCHANGE_DTYPES = ("fp32", "fp16")
 SCHEDULES = ("1f1b", "interleaved", "gpipe")
 CHIPLET_SCHEMES = ("megatron-1d", "summa-2d", "hecaton-2d")
 CHIPLET_SCHEDULES = ("auto", "minibatch", "microbatch")
@@ -59,6 +62,28 @@ class Plan:
                                                "(weights fetched once per mini-batch; default: the whole global batch)")
     chiplet_overlap: float = spec_field(1.0, unit="fraction", ge=0, le=1, help="how completely a chiplet package "
                                         "overlaps compute, NoP and DRAM (1: max of the three, 0: their sum)")
+    # Storage offload (ZeRO-Infinity) and near-storage update (Smart-Infinity); see dse/formulas/offload.py.
+    offload_optimizer: str = spec_field("gpu", choices=OFFLOAD_OPTIMIZER,
+                                        help="optimizer states + fp32 gradients on gpu, host DRAM (cpu), NVMe drives, "
+                                             "or computational storage that runs the update (csd)")
+    offload_params: str = spec_field("gpu", choices=OFFLOAD_PARAMS, help="fp16 parameters between uses: gpu, host DRAM (cpu) or NVMe")
+    ssds: int | None = spec_field(None, gt=0, help="drives used for offload; default: all drives of the hardware")
+    gradient_compression: float = spec_field(1.0, unit="fraction", gt=0, le=1,
+                                             help="gradient bytes sent / dense bytes (Smart-Infinity SmartComp ratio; "
+                                                  "0.02 = top-1% values with their indices); 1 = no compression")
+    exchange_dtype: str = spec_field("fp32", choices=EXCHANGE_DTYPES,
+                                     help="dtype of the gradients sent to and params returned by the drives' "
+                                          "accelerators (the paper's times use fp32; the released code fp16)")
+    transfer_overlap: bool = spec_field(True, help="Smart-Infinity transfer handler (preallocated buffers, writes "
+                                        "overlapped with the next loads: SU+O); false = naive SmartUpdate (SU)")
+    swap_pipeline: bool = spec_field(False, help="DeepSpeed pipeline_read/pipeline_write: overlap the NVMe swap with "
+                                     "the CPU optimizer step (off by default in DeepSpeed)")
+    sub_group_size: float | None = spec_field(None, unit="count", gt=0,
+                                              help="optimizer sub-group (elements); default DeepSpeed's 1e9, or "
+                                                   "Smart-Infinity's 4e7 when the update runs on the drives (csd)")
+    optimizer_buffer_count: int = spec_field(4, gt=0, help="pinned host swap buffers for optimizer state (DeepSpeed default 4)")
+    param_buffer_count: int = spec_field(5, gt=0, help="pinned host swap buffers for NVMe-offloaded params (DeepSpeed default 5)")
+    param_buffer_size: float = spec_field(1e8, unit="count", gt=0, help="elements per param swap buffer (DeepSpeed default 1e8)")
 
     @property
     def gpus(self) -> int:
@@ -77,16 +102,21 @@ class Plan:
         zero = self.zero
         if zero is None:
             zero = 1 if system is None or hasattr(system, "node") else 0
+        sg = self.sub_group_size
+        if sg is None:
+            sg = 4e7 if self.offload_optimizer == "csd" else 1e9
         return dataclasses.replace(self, dp=dp, global_batch=gb, zero=zero,
-                                   seq_len=self.seq_len or model.seq_len or model.max_seq_len)
+                                   seq_len=self.seq_len or model.seq_len or model.max_seq_len, sub_group_size=sg)
 
 
-def check_plan(plan: Plan, model, where: str = "plan") -> None:
+def check_plan(plan: Plan, model, where: str = "plan", system=None) -> None:
     """Raise :class:`InputError` for a plan that cannot run this model at all.
 
     (A plan that runs but does not fit in memory is *infeasible*, not an error.)
-    ``model`` must be resolved (kv_heads, ffn_hidden filled in).
+    ``model`` must be resolved (kv_heads, ffn_hidden filled in). With ``system``,
+    also check that the hardware has the tiers the plan offloads to.
     """
+    check_offload(plan, system, where)
     if model.heads % plan.tp:
         raise InputError(f"{where}: --tp {plan.tp} does not divide the model's {model.heads} attention heads")
     if model.kv_heads % plan.tp and plan.tp % model.kv_heads:
@@ -112,3 +142,30 @@ def check_plan(plan: Plan, model, where: str = "plan") -> None:
         raise InputError(f"{where}: --sequence-parallel needs seq_len {plan.seq_len} divisible by --tp {plan.tp}")
     if model.position == "learned" and plan.seq_len and plan.seq_len > model.position_embeddings:
         raise InputError(f"{where}: --seq-len {plan.seq_len} exceeds the model's {model.position_embeddings} learned positions")
+
+
+def check_offload(plan: Plan, system=None, where: str = "plan") -> None:
+    """Offload choices that cannot run at all: the tier is missing, or the combination is undefined."""
+    opt, par = plan.offload_optimizer, plan.offload_params
+    if opt in ("nvme", "csd") and plan.zero != 3:
+        raise InputError(f"{where}: --offload-optimizer {opt} needs --zero 3 (ZeRO-Infinity swaps optimizer state to "
+                         f"drives only in stage 3), got --zero {plan.zero}")
+    if opt == "cpu" and plan.zero < 1:
+        raise InputError(f"{where}: --offload-optimizer cpu needs --zero 1, 2 or 3 (ZeRO-Offload), got --zero {plan.zero}")
+    if par != "gpu" and plan.zero != 3:
+        raise InputError(f"{where}: --offload-params {par} needs --zero 3 (only stage 3 partitions parameters), "
+                         f"got --zero {plan.zero}")
+    if plan.gradient_compression < 1 and opt != "csd":
+        raise InputError(f"{where}: --gradient-compression {plan.gradient_compression:g} needs --offload-optimizer csd "
+                         "(the compressed gradients are decompressed by the drives' accelerators)")
+    if system is None:
+        return
+    storage = system.node.storage
+    if (opt in ("nvme", "csd") or par == "nvme") and storage is None:
+        flag = f"--offload-optimizer {opt}" if opt in ("nvme", "csd") else f"--offload-params {par}"
+        raise InputError(f"{where}: {flag}: hardware '{system.name}' has no storage drives; use gpu or cpu, "
+                         "or a system with drives")
+    if opt == "csd" and storage.device.near_storage is None:
+        raise InputError(f"{where}: --offload-optimizer csd: the drives of '{system.name}' ({storage.device.name}) "
+                         "have no near-storage compute; use --offload-optimizer nvme, or a system with computational "
+                         "storage (e.g. smart-infinity-a5000)")

@@ -17,6 +17,7 @@ SUITES = {
     "megatron-a100": "dse.validate.megatron",
     "formulas": "dse.validate.formulas",
     "chiplet": "dse.validate.chiplet",
+    "smart-infinity": "dse.validate.smart_infinity",
 }
 
 
