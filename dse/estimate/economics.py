@@ -7,6 +7,7 @@ PUE, utilisation) from ``system.site``. A plan is charged for the nodes it fills
 from __future__ import annotations
 
 from dse.formulas import cost as _cost
+from dse.formulas._array import where
 
 
 def apply(c, model, system, plan, F=None) -> None:
@@ -36,6 +37,6 @@ def apply(c, model, system, plan, F=None) -> None:
         "nodes_usd": nodes * node_price,
         "storage_usd": drives * drive_price,
         "per_million_tokens_usd": usd_token * 1e6,
-        "tokens_per_s_per_kusd": tps / (capital / 1e3) if capital > 0 else float("nan"),
+        "tokens_per_s_per_kusd": tps * 1e3 / where(capital > 0, capital, float("nan")),
     }
     c["energy"] = {"iteration_j": energy, "per_token_j": per_token, "power_w": power * site.pue}
