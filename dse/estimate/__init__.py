@@ -98,7 +98,7 @@ def run(model, system, plan, *, trace=None) -> dict:
     violations = _violations(r, system, plan) + list(c.get("extra_violations", []))
     r["hardware"] = {"name": system.name, "gpu": system.node.gpu.name, "gpus_per_node": system.node.gpus_per_node,
                      "nodes": system.nodes}
-    r["plan"] = dataclasses.asdict(plan) if dataclasses.is_dataclass(plan) else dict(vars(plan))
+    r["plan"] = dict(vars(plan))   # plan fields are scalars: a shallow copy is the whole plan
     r["feasible"] = not violations
     r["violations"] = violations
     r["bottleneck"] = bottleneck(r) if not violations else "Infeasible: " + "; ".join(violations) + "."
