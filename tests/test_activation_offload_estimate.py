@@ -290,3 +290,23 @@ def test_drive_lifetime_falls_as_more_layers_are_written(ssdtrain_gpt):
     assert [r["activation_offload"]["bytes_forwarded_per_microbatch"] > 0 for r in runs] == [False, False, True]
     assert written == sorted(written) and written[0] < written[-1]
     assert years == sorted(years, reverse=True) and years[-1] < years[0]
+
+
+def test_with_storage_offload_of_the_optimizer():
+    """ZeRO-Infinity's optimizer swaps and SSDTrain's activations share the GPU link and the drives."""
+    kw = dict(tp=1, dp=8, micro_batch=2, zero=3, offload_optimizer="nvme")
+    alone = est("llama2-7b", "a100-server-nvme", **kw)
+    both = est("llama2-7b", "a100-server-nvme", offload_activations="ssd", offload_layers=4, **kw)
+    only = est("llama2-7b", "a100-server-nvme", offload_activations="ssd", offload_layers=4, tp=1, dp=8, micro_batch=2,
+               zero=3)
+    moved = 2 * both["activation_offload"]["bytes_offloaded_per_iteration"]
+    assert both["traffic"]["gpu_host"] == pytest.approx(alone["traffic"]["gpu_host"] + moved)
+    assert both["traffic"]["switch_drives"] == pytest.approx(alone["traffic"]["switch_drives"] + 8 * moved)
+    assert both["memory"]["storage"]["optimizer"] == alone["memory"]["storage"]["optimizer"] > 0
+    assert both["memory"]["storage"]["activations"] > 0
+    ao_both, ao_only = both["activation_offload"], only["activation_offload"]
+    assert ao_both["write_bandwidth_available"] < ao_only["write_bandwidth_available"]
+    t = both["time"]
+    assert sum(t[k] for k in PARTS) == pytest.approx(t["iteration"], rel=1e-12)
+    for tier in both["memory"].values():
+        assert tier["total"] == pytest.approx(sum(tier[c] for c in CLASSES))

@@ -50,11 +50,21 @@ REFERENCE = {
     "llama3-70b": (70_553_706_496, "HF API safetensors.total of meta-llama/Llama-3.1-70B (same shape as "
                    "Meta-Llama-3-70B); " + HF_META),
     "llama3.1-405b": (405_853_388_800, "HF API safetensors.total of meta-llama/Llama-3.1-405B; " + HF_META),
+    # Smart-Infinity's evaluation models, reconstructed from their sizes (see the model files).
+    "smart-infinity-gpt2-4.0b": (3_986_552_320, HF_META + " (GPT2LMHeadModel, 49 x 2560, V 50304, 1024 positions)"),
+    "smart-infinity-gpt2-8.4b": (8_392_435_200, HF_META + " (GPT2LMHeadModel, 105 x 2560, V 50304, 1024 positions)"),
+    "smart-infinity-bert-4.0b": (4_027_924_354, HF_META + " (BertForPreTraining, 50 x 2560, V 30592, 1024 positions; "
+                                 "HF's embedding LayerNorm stands for Megatron's final LayerNorm, same count)"),
+    "smart-infinity-bert-8.3b": (8_276_454_274, HF_META + " (BertForPreTraining, 104 x 2560, V 30592, 1024 positions; "
+                                 "HF's embedding LayerNorm stands for Megatron's final LayerNorm, same count)"),
 }
 
 # Size labels the papers use; the exact counts must round to them (tolerance: the rounding
 # of the label, 1 %). Korthikanti et al. 2022 Table 3, Brown et al. 2020 Table 2.1.
-NOMINAL = {"megatron-22b": 22e9, "megatron-530b": 530e9, "megatron-1t": 1e12, "gpt3-175b": 175e9}
+NOMINAL = {"megatron-22b": 22e9, "megatron-530b": 530e9, "megatron-1t": 1e12, "gpt3-175b": 175e9,
+           # Smart-Infinity (arXiv 2403.06664) Fig. 9 labels
+           "smart-infinity-gpt2-4.0b": 4.0e9, "smart-infinity-gpt2-8.4b": 8.4e9,
+           "smart-infinity-bert-4.0b": 4.0e9, "smart-infinity-bert-8.3b": 8.3e9}
 
 
 def parameters(spec) -> int:

@@ -30,7 +30,7 @@ TIME_PARTS = {
 # Technique modules, applied in order after the base composition. Each exposes
 # ``apply(c, model, system, plan, F)``, which reads ``c["internal"]`` and updates the
 # composed dict in place (memory tiers, time, traffic, extra sections), array-safe.
-TECHNIQUE_MODULES: list[str] = ["dse.estimate.activation_offload"]
+TECHNIQUE_MODULES: list[str] = ["dse.estimate.offload", "dse.estimate.activation_offload"]
 
 
 def techniques():
@@ -69,13 +69,17 @@ def bottleneck(r: dict) -> str:
 
 def run(model, system, plan, *, trace=None) -> dict:
     """Estimate one scenario from resolved specs. ``trace`` (a :class:`~dse.estimate.trace.Trace`) records formulas."""
+    if getattr(system, "die", None) is not None:   # a chiplet package (dse.specs.chiplet)
+        from dse.estimate import chiplet
+
+        return chiplet.run(model, system, plan, trace=trace)
     F = None
     if trace is not None:
         from dse.estimate.trace import Tracer
-        from dse.formulas import activation_offload, compute, cost, memory, parallelism, transformer
+        from dse.formulas import activation_offload, compute, cost, memory, near_storage, offload, parallelism, transformer
 
         F = {m.__name__.rsplit(".", 1)[-1]: Tracer(m, trace)
-             for m in (transformer, memory, parallelism, compute, cost, activation_offload)}
+             for m in (transformer, memory, parallelism, compute, cost, offload, near_storage, activation_offload)}
     c = base.compose(model, system, plan, F)
     for technique in techniques():
         technique.apply(c, model, system, plan, F)
@@ -94,7 +98,7 @@ def run(model, system, plan, *, trace=None) -> dict:
     violations = _violations(r, system, plan) + list(c.get("extra_violations", []))
     r["hardware"] = {"name": system.name, "gpu": system.node.gpu.name, "gpus_per_node": system.node.gpus_per_node,
                      "nodes": system.nodes}
-    r["plan"] = dataclasses.asdict(plan) if dataclasses.is_dataclass(plan) else dict(vars(plan))
+    r["plan"] = dict(vars(plan))   # plan fields are scalars: a shallow copy is the whole plan
     r["feasible"] = not violations
     r["violations"] = violations
     r["bottleneck"] = bottleneck(r) if not violations else "Infeasible: " + "; ".join(violations) + "."
@@ -103,7 +107,7 @@ def run(model, system, plan, *, trace=None) -> dict:
 
 def resolve(model, hardware, plan=None, overrides=(), **plan_fields):
     """Load and check specs: names/paths/objects in, resolved (model, system, plan) out."""
-    from dse.catalog import load_model, load_system
+    from dse.catalog import is_chiplet_package, load_chiplet_package, load_model, load_system
     from dse.specs import _schema
 
     groups = {"model": [], "hardware": [], "plan": []}
@@ -117,7 +121,8 @@ def resolve(model, hardware, plan=None, overrides=(), **plan_fields):
                              f"{suggest(path[0], groups)}")
         groups[head].append((path[1:], value))
     model = load_model(model, groups["model"])
-    system = load_system(hardware, groups["hardware"])
+    chiplet = is_chiplet_package(hardware)
+    system = load_chiplet_package(hardware, groups["hardware"]) if chiplet else load_system(hardware, groups["hardware"])
     if plan is None:
         plan_data = dict(plan_fields)
     elif isinstance(plan, Plan):
@@ -128,9 +133,26 @@ def resolve(model, hardware, plan=None, overrides=(), **plan_fields):
     for path, value in groups["plan"]:
         _schema.set_path(plan_data, path, value, Plan, "--set plan")
     plan = _schema.build(Plan, plan_data, "plan: ").resolved(model, system)
-    check_plan(plan, model)
+    if chiplet:
+        from dse.specs.chiplet import check_chiplet_plan
+
+        check_chiplet_plan(plan, model, system)
+        return model, system, plan
+    check_plan(plan, model, system=system)
+    _check_no_chiplet_fields(plan, system)
     check_activation_offload(plan, model, system)
     return model, system, plan
+
+
+def _check_no_chiplet_fields(plan, system) -> None:
+    """The chiplet-only plan fields are an error on a GPU system (they would be silently ignored)."""
+    from dse.errors import InputError
+
+    for name, flag in (("chiplet_scheme", "--chiplet-scheme"), ("chiplet_mesh", "--mesh"),
+                       ("chiplet_schedule", "plan.chiplet_schedule"), ("chiplet_minibatch", "plan.chiplet_minibatch")):
+        if getattr(plan, name) is not None:
+            raise InputError(f"plan: {flag} applies to chiplet packages only; {system.name} is a GPU system "
+                             f"(see `dse list hardware`)")
 
 
 def estimate(model, hardware, plan=None, *, overrides=(), trace=None, **plan_fields) -> dict:

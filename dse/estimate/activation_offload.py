@@ -10,8 +10,11 @@ changes, per GPU on the most loaded stage:
 - time: the I/O the compute cannot hide goes to ``time.io_exposed`` and the iteration
   (throughput and MFU rescaled), so the components still sum to the iteration;
 - traffic (added to whatever other techniques put there): ``gpu_host`` (the GPU's PCIe
-  link, both directions), ``storage_write``/``storage_read`` (the GPU's drives), ``host_dram``
+  link, both directions), ``storage_write``/``storage_read`` (the GPU's drives), per GPU;
+  ``switch_drives`` (and ``host_switch`` behind a switch uplink) per node; ``host_dram``
   (staging through host memory);
+- bandwidth left by other techniques: their ``gpu_host`` bytes share the GPU's PCIe link and
+  their ``switch_drives`` bytes the drives, time-shared over the iteration;
 - sections ``activation_offload`` (bytes, layers, required vs available bandwidth, exposed
   time, memory saved, what it buys) and ``endurance`` (drive wear, ``ssd`` only).
 
@@ -72,6 +75,10 @@ def apply(c, model, system, plan, F=None) -> None:
         if storage.uplink is not None:   # all drives behind one switch uplink, shared by the node's GPUs
             up = storage.uplink.bandwidth * storage.uplink.efficiency / gpus_node
             array_w, array_r = minimum(array_w, up), minimum(array_r, up)
+        # drive time other techniques use (e.g. optimizer or parameter swaps), shared over the iteration
+        other_drive = c["traffic"].get("switch_drives", 0.0) / gpus_node
+        array_w = A.link_bandwidth_left(array_w, other_drive, c["time"]["iteration"])
+        array_r = A.link_bandwidth_left(array_r, other_drive, c["time"]["iteration"])
         path = plan.activation_io_path
     else:
         array_w = array_r = float("inf")
@@ -136,6 +143,9 @@ def apply(c, model, system, plan, F=None) -> None:
     if mode == "ssd":
         tr["storage_write"] = tr.get("storage_write", 0.0) + m * written
         tr["storage_read"] = tr.get("storage_read", 0.0) + m * read
+        tr["switch_drives"] = tr.get("switch_drives", 0.0) + gpus_node * moved      # per node, all drives
+        if storage.uplink is not None:
+            tr["host_switch"] = tr.get("host_switch", 0.0) + gpus_node * moved
     if path in ("bounce", "host"):
         tr["host_dram"] = tr.get("host_dram", 0.0) + (2 if path == "bounce" else 1) * moved
 

@@ -22,9 +22,8 @@ TIME_ROWS = [
 CLASSES = ["weights", "gradients", "optimizer", "activations", "buffers"]
 
 # Result section -> "module:function(con, result)" that renders it; techniques register theirs here.
-SECTION_RENDERERS: dict[str, str] = {
-    "activation_offload": "dse.report.activation_offload:render",
-}
+SECTION_RENDERERS: dict[str, str] = {"offload": "dse.report.offload:render",
+                                     "activation_offload": "dse.report.activation_offload:render"}
 
 
 def _pct(x: float, total: float) -> str:
@@ -120,6 +119,10 @@ def throughput_table(r: dict) -> Table:
 
 
 def render_estimate(con, r: dict) -> None:
+    if r.get("kind") == "chiplet":   # a chiplet-package estimate has its own layout
+        from dse.report.chiplet import render_chiplet_estimate
+
+        return render_chiplet_estimate(con, r)
     con.print(header(r))
     con.print(time_table(r))
     con.print(memory_table(r))
@@ -164,7 +167,7 @@ def render_explain(con, rows: list[dict]) -> None:
 
 def render_list(con, what: str, items) -> None:
     tab = Table(box=box.SIMPLE_HEAVY)
-    tab.add_column("name")
+    tab.add_column("name", no_wrap=True)   # names must stay whole to be copied into --model/--hw
     if what == "models":
         for col in ("layers", "hidden", "heads", "vocab", "source"):
             tab.add_column(col, overflow="fold")

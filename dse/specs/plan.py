@@ -18,8 +18,13 @@ RECOMPUTE = ("none", "selective", "full")
 ATTENTION = ("flash", "math")
 PRECISION = ("bf16", "fp16")
 GRAD_DTYPE = ("fp32", "half")
-OPTIMIZERS = ("adam",)
+OPTIMIZERS = ("adam", "sgd-momentum", "adagrad")
+OFFLOAD_OPTIMIZER = ("gpu", "cpu", "nvme", "csd")   # where the optimizer states (and fp32 gradients) live
+OFFLOAD_PARAMS = ("gpu", "cpu", "nvme")             # where the fp16 parameters live between uses
+EXCHANGE_DTYPES = ("fp32", "fp16")
 SCHEDULES = ("1f1b", "interleaved", "gpipe")
+CHIPLET_SCHEMES = ("megatron-1d", "summa-2d", "hecaton-2d")
+CHIPLET_SCHEDULES = ("auto", "minibatch", "microbatch")
 OFFLOAD_ACTIVATIONS = ("none", "ssd", "host")   # where saved activations go between forward and backward
 ACTIVATION_IO_PATHS = ("gds", "bounce")         # GPUDirect Storage, or staged through host memory
 
@@ -35,8 +40,9 @@ class Plan:
     recompute: str = spec_field("none", choices=RECOMPUTE, help="activation recomputation")
     attention: str = spec_field("flash", choices=ATTENTION, help="fused (flash) attention or materialised softmax")
     sequence_parallel: bool = spec_field(False, help="Megatron sequence parallelism (shards norm/dropout activations over tp)")
-    zero: int = spec_field(1, ge=0, le=3, help="ZeRO stage: 1 shards optimizer states (Megatron's distributed "
-                           "optimizer, the default), 2 also gradients, 3 also parameters; 0 replicates them")
+    zero: int | None = spec_field(None, ge=0, le=3, help="ZeRO stage: 1 shards optimizer states (Megatron's distributed "
+                           "optimizer, the default on GPU systems), 2 also gradients, 3 also parameters; 0 replicates "
+                           "them")
     precision: str = spec_field("bf16", choices=PRECISION, help="activation/parameter dtype")
     grad_dtype: str = spec_field("fp32", choices=GRAD_DTYPE, help="dtype gradients are accumulated and reduced in")
     optimizer: str = spec_field("adam", choices=OPTIMIZERS)
@@ -45,12 +51,47 @@ class Plan:
     overlap_grad_reduce: bool = spec_field(False, help="overlap the data-parallel gradient reduction with backward")
     async_tp_allreduce: bool = spec_field(True, help="overlap each column-parallel linear's backward input-gradient "
                                           "all-reduce with its weight-gradient GEMM (Megatron-LM default since 2.6)")
+    # chiplet packages only (dse/estimate/chiplet.py); None = not set
+    chiplet_scheme: str | None = spec_field(None, choices=CHIPLET_SCHEMES, help="how a layer is split over the dies "
+                                            "of a chiplet package (default hecaton-2d)")
+    chiplet_mesh: str | None = spec_field(None, help="RxC layout of the package's dies, e.g. 4x16: sets the mesh the "
+                                          "collectives run on and the perimeter edge DRAM attaches to (default: the package's)")
+    chiplet_schedule: str | None = spec_field(None, choices=CHIPLET_SCHEDULES, help="minibatch: layer-major over the "
+                                              "global batch (weights fetched once per pass); microbatch: micro-batch-major "
+                                              "(Megatron gradient accumulation); auto: microbatch for megatron-1d and summa-2d, "
+                                              "minibatch for hecaton-2d")
+    chiplet_minibatch: int | None = spec_field(None, gt=0, help="micro-batches per mini-batch of the minibatch schedule "
+                                               "(weights fetched once per mini-batch; default: the whole global batch)")
+    chiplet_overlap: float = spec_field(1.0, unit="fraction", ge=0, le=1, help="how completely a chiplet package "
+                                        "overlaps compute, NoP and DRAM (1: max of the three, 0: their sum)")
+    # Storage offload (ZeRO-Infinity) and near-storage update (Smart-Infinity); see dse/formulas/offload.py.
+    offload_optimizer: str = spec_field("gpu", choices=OFFLOAD_OPTIMIZER,
+                                        help="optimizer states + fp32 gradients on gpu, host DRAM (cpu), NVMe drives, "
+                                             "or computational storage that runs the update (csd)")
+    offload_params: str = spec_field("gpu", choices=OFFLOAD_PARAMS, help="fp16 parameters between uses: gpu, host DRAM (cpu) or NVMe")
+    ssds: int | None = spec_field(None, gt=0, help="drives used for offload; default: all drives of the hardware")
+    gradient_compression: float = spec_field(1.0, unit="fraction", gt=0, le=1,
+                                             help="gradient bytes sent / dense bytes (Smart-Infinity SmartComp ratio; "
+                                                  "0.02 = top-1% values with their indices); 1 = no compression")
+    exchange_dtype: str = spec_field("fp32", choices=EXCHANGE_DTYPES,
+                                     help="dtype of the gradients sent to and params returned by the drives' "
+                                          "accelerators (the paper's times use fp32; the released code fp16)")
+    transfer_overlap: bool = spec_field(True, help="Smart-Infinity transfer handler (preallocated buffers, writes "
+                                        "overlapped with the next loads: SU+O); false = naive SmartUpdate (SU)")
+    swap_pipeline: bool = spec_field(False, help="DeepSpeed pipeline_read/pipeline_write: overlap the NVMe swap with "
+                                     "the CPU optimizer step (off by default in DeepSpeed)")
+    sub_group_size: float | None = spec_field(None, unit="count", gt=0,
+                                              help="optimizer sub-group (elements); default DeepSpeed's 1e9, or "
+                                                   "Smart-Infinity's 4e7 when the update runs on the drives (csd)")
+    optimizer_buffer_count: int = spec_field(4, gt=0, help="pinned host swap buffers for optimizer state (DeepSpeed default 4)")
+    param_buffer_count: int = spec_field(5, gt=0, help="pinned host swap buffers for NVMe-offloaded params (DeepSpeed default 5)")
+    param_buffer_size: float = spec_field(1e8, unit="count", gt=0, help="elements per param swap buffer (DeepSpeed default 1e8)")
+    # Activation offload (SSDTrain); see dse/formulas/activation_offload.py. Uses ssds above.
     offload_activations: str = spec_field("none", choices=OFFLOAD_ACTIVATIONS,
                                           help="write saved activations to the drives (ssd, SSDTrain) or to pinned "
                                                "host memory (host) during forward, read them back in backward")
     offload_layers: int | None = spec_field(None, ge=0, help="leading layers of each pipeline stage whose "
                                             "activations are offloaded; default (auto): SSDTrain's adaptive rule")
-    ssds: int | None = spec_field(None, gt=0, help="drives used for offload; default: all drives of the hardware")
     activation_io_path: str = spec_field("gds", choices=ACTIVATION_IO_PATHS,
                                          help="GPU<->drive path: GPUDirect Storage (gds) or bounce through host memory")
 
@@ -68,16 +109,24 @@ class Plan:
         gb = self.global_batch
         if gb is None:
             gb = self.micro_batch * dp * (1 if self.pp == 1 else 4 * self.pp)
-        return dataclasses.replace(self, dp=dp, global_batch=gb,
-                                   seq_len=self.seq_len or model.seq_len or model.max_seq_len)
+        zero = self.zero
+        if zero is None:
+            zero = 1 if system is None or hasattr(system, "node") else 0
+        sg = self.sub_group_size
+        if sg is None:
+            sg = 4e7 if self.offload_optimizer == "csd" else 1e9
+        return dataclasses.replace(self, dp=dp, global_batch=gb, zero=zero,
+                                   seq_len=self.seq_len or model.seq_len or model.max_seq_len, sub_group_size=sg)
 
 
-def check_plan(plan: Plan, model, where: str = "plan") -> None:
+def check_plan(plan: Plan, model, where: str = "plan", system=None) -> None:
     """Raise :class:`InputError` for a plan that cannot run this model at all.
 
     (A plan that runs but does not fit in memory is *infeasible*, not an error.)
-    ``model`` must be resolved (kv_heads, ffn_hidden filled in).
+    ``model`` must be resolved (kv_heads, ffn_hidden filled in). With ``system``,
+    also check that the hardware has the tiers the plan offloads to.
     """
+    check_offload(plan, system, where)
     if model.heads % plan.tp:
         raise InputError(f"{where}: --tp {plan.tp} does not divide the model's {model.heads} attention heads")
     if model.kv_heads % plan.tp and plan.tp % model.kv_heads:
@@ -105,6 +154,31 @@ def check_plan(plan: Plan, model, where: str = "plan") -> None:
         raise InputError(f"{where}: --seq-len {plan.seq_len} exceeds the model's {model.position_embeddings} learned positions")
 
 
+def check_offload(plan: Plan, system=None, where: str = "plan") -> None:
+    """Offload choices that cannot run at all: the tier is missing, or the combination is undefined."""
+    opt, par = plan.offload_optimizer, plan.offload_params
+    if opt in ("nvme", "csd") and plan.zero != 3:
+        raise InputError(f"{where}: --offload-optimizer {opt} needs --zero 3 (ZeRO-Infinity swaps optimizer state to "
+                         f"drives only in stage 3), got --zero {plan.zero}")
+    if opt == "cpu" and plan.zero < 1:
+        raise InputError(f"{where}: --offload-optimizer cpu needs --zero 1, 2 or 3 (ZeRO-Offload), got --zero {plan.zero}")
+    if par != "gpu" and plan.zero != 3:
+        raise InputError(f"{where}: --offload-params {par} needs --zero 3 (only stage 3 partitions parameters), "
+                         f"got --zero {plan.zero}")
+    if plan.gradient_compression < 1 and opt != "csd":
+        raise InputError(f"{where}: --gradient-compression {plan.gradient_compression:g} needs --offload-optimizer csd "
+                         "(the compressed gradients are decompressed by the drives' accelerators)")
+    if system is None:
+        return
+    storage = system.node.storage
+    if (opt in ("nvme", "csd") or par == "nvme") and storage is None:
+        flag = f"--offload-optimizer {opt}" if opt in ("nvme", "csd") else f"--offload-params {par}"
+        raise InputError(f"{where}: {flag}: hardware '{system.name}' has no storage drives; use gpu or cpu, "
+                         "or a system with drives")
+    if opt == "csd" and storage.device.near_storage is None:
+        raise InputError(f"{where}: --offload-optimizer csd: the drives of '{system.name}' ({storage.device.name}) "
+                         "have no near-storage compute; use --offload-optimizer nvme, or a system with computational "
+                         "storage (e.g. smart-infinity-a5000)")
 def check_activation_offload(plan: Plan, model, system, where: str = "plan") -> None:
     """Activation-offload choices that cannot run at all (SSDTrain; dse/estimate/activation_offload.py)."""
     mode = plan.offload_activations
