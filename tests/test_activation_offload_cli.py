@@ -180,3 +180,8 @@ def test_rok_plot_unwritable(dse, tmp_path):
     r = dse("rok", "--model", "gpt2-xl", "--hw", "ssdtrain-a100-optane", "--micro-batches", "1",
             "--plot", tmp_path / "missing-dir" / "rok.png")
     one_line_error(r, "--plot")
+
+
+def test_offload_on_a_chiplet_package(dse):
+    one_line_error(dse("estimate", "--model", "llama2-70b", "--hw", "chiplet-train-8x8", "-B", "16",
+                       "--offload-activations", "ssd"), "--offload-activations ssd", "chiplet package")

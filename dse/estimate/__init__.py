@@ -137,6 +137,7 @@ def resolve(model, hardware, plan=None, overrides=(), **plan_fields):
         from dse.specs.chiplet import check_chiplet_plan
 
         check_chiplet_plan(plan, model, system)
+        check_activation_offload(plan, model, system)
         return model, system, plan
     check_plan(plan, model, system=system)
     _check_no_chiplet_fields(plan, system)

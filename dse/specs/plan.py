@@ -186,6 +186,9 @@ def check_activation_offload(plan: Plan, model, system, where: str = "plan") -> 
         if plan.offload_layers is not None:
             raise InputError(f"{where}: --offload-layers {plan.offload_layers} needs --offload-activations ssd or host")
         return
+    if not hasattr(system, "node"):
+        raise InputError(f"{where}: --offload-activations {mode} applies to GPU systems; {system.name} is a chiplet "
+                         "package (see `dse list hardware`)")
     if mode == "ssd" and system.node.storage is None:
         raise InputError(f"{where}: --offload-activations ssd: hardware '{system.name}' has no storage drives "
                          "(node.storage); use --offload-activations host or a system with drives, "
