@@ -159,3 +159,9 @@ def test_estimate_does_not_import_heavy_modules():
             "bad=[m for m in ('optuna','scipy','matplotlib') if m in sys.modules]; sys.stderr.write(repr(bad))")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert res.stderr.strip().endswith("[]")
+
+
+def test_storage_offload_flags_are_errors_on_a_package(dse):
+    for flags in (["--offload-optimizer", "nvme"], ["--ssds", "2"], ["--gradient-compression", "0.1"]):
+        r = dse("estimate", "-m", "llama2-70b", "--hw", "chiplet-train-8x8", *flags)
+        assert r.code == 2 and "does not apply to a chiplet package" in r.err and len(r.err.strip().splitlines()) == 1

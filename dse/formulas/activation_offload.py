@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from dse.formulas._array import clip, floor, maximum, minimum, where
 from dse.formulas.cost import SECONDS_PER_YEAR
-from dse.formulas.transformer import activation_terms
+from dse.formulas.transformer import activation_terms, backward_working_bytes  # noqa: F401 (re-exported)
 
 SMALL_TENSOR_ELEMENTS = 8 * 1024 * 1024   # FlashTrain tensor_cache.py: skip_small_tensors threshold
 DAYS_PER_YEAR = 365                       # drive ratings: DWPD x 365 x warranty years
@@ -250,20 +250,6 @@ def rok_activation_peaks(layers, in_flight, keep_layer_bytes, selective_layer_by
             "selective": base * selective_layer_bytes + other_bytes,
             "full": base * full_layer_bytes + keep_layer_bytes + other_bytes,
             "offload": base * offload_layer_kept_bytes + keep_layer_bytes + other_bytes}
-
-
-def backward_working_bytes(s, b, h, ffn, *, tp=1, sequence_parallel=False, ffn_type="gelu", bytes_per_element=2):
-    """Gradient buffers alive together at the worst point of one layer's backward (an estimate).
-
-    Formula: W = e s b (h r + n F / t), n = 2 for GeLU/ReLU (gradients of the fc2 input and of the activation
-    input, both F wide, beside the incoming [s, b, h] gradient), 3 for SwiGLU (F and 2F). Read off the op
-    order of a Megatron MLP backward, not measured; the saved tensors freed meanwhile are not subtracted.
-    Offloading leaves W unchanged; it is part of what an allocator-peak measurement (SSDTrain's "activation
-    peak": max_memory_allocated minus model states) sees besides the saved activations.
-    """
-    r = 1 / tp if sequence_parallel else 1
-    n = 3 if ffn_type == "swiglu" else 2
-    return bytes_per_element * s * b * (h * r + n * ffn / tp)
 
 
 # ------------------------------------------------------------------ bandwidth over PCIe

@@ -265,6 +265,21 @@ def recompute_working_bytes(s, b, h, heads, kv_heads, head_dim, ffn, **options):
     return activation_bytes_per_layer(s, b, h, heads, kv_heads, head_dim, ffn, **{**options, "recompute": "none"})
 
 
+def backward_working_bytes(s, b, h, ffn, *, tp=1, sequence_parallel=False, ffn_type="gelu", bytes_per_element=2):
+    """Gradient buffers alive together at the worst point of one layer's backward (an estimate).
+
+    Formula: W = e s b (h r + n F / t), n = 2 for GeLU/ReLU (gradients of the fc2 input and of the activation
+    input, both F wide, beside the incoming [s, b, h] gradient), 3 for SwiGLU (F and 2F). Read off the op
+    order of a Megatron MLP backward, not measured; the saved tensors freed meanwhile are not subtracted.
+    Offloading leaves W unchanged; it is part of what an allocator-peak measurement (SSDTrain's "activation
+    peak": max_memory_allocated minus model states) sees besides the saved activations. The base estimate
+    counts it in the GPU's ``buffers``.
+    """
+    r = 1 / tp if sequence_parallel else 1
+    n = 3 if ffn_type == "swiglu" else 2
+    return bytes_per_element * s * b * (h * r + n * ffn / tp)
+
+
 def head_activation_bytes(s, b, h, vocab, *, tp=1, sequence_parallel=False, norm="layernorm", final_norm=True,
                           bytes_per_element=2):
     """Bytes the output side keeps per micro-batch: final norm, LM-head input, fp32 loss softmax.

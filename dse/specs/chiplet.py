@@ -129,6 +129,12 @@ def check_chiplet_plan(plan, model, package, where: str = "plan") -> None:
                              f"--chiplet-scheme and --mesh (one package, tp = pp = dp = 1)")
     if plan.zero:
         raise InputError(f"{where}: --zero {plan.zero} does not apply to a chiplet package (one package holds every state)")
+    storage_flags = (("--offload-optimizer", plan.offload_optimizer, "gpu"), ("--offload-params", plan.offload_params, "gpu"),
+                     ("--gradient-compression", plan.gradient_compression, 1.0), ("--ssds", plan.ssds, None))
+    for flag, value, default in storage_flags:
+        if value != default:
+            raise InputError(f"{where}: {flag} {value} does not apply to a chiplet package (it has no host or drives; "
+                             f"its training state lives in the package's DRAM)")
     if plan.attention != "flash":
         raise InputError(f"{where}: the chiplet model assumes fused (flash) attention; --attention {plan.attention} is not modelled")
     if plan.global_batch is not None and plan.global_batch % plan.micro_batch:
