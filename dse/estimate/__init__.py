@@ -73,6 +73,17 @@ def run(model, system, plan, *, trace=None) -> dict:
         from dse.estimate import chiplet
 
         return chiplet.run(model, system, plan, trace=trace)
+    r, extra = numbers(model, system, plan, trace=trace)
+    r["feasible"], r["violations"], r["bottleneck"] = verdict(r, system, plan, extra)
+    return r
+
+
+def numbers(model, system, plan, *, trace=None) -> tuple[dict, list[str]]:
+    """Every number of a GPU-system estimate (array-safe), without the verdict.
+
+    Returns the result dict (all sections except ``feasible``, ``violations``,
+    ``bottleneck``) and the violations the technique modules appended while composing.
+    """
     F = None
     if trace is not None:
         from dse.estimate.trace import Tracer
@@ -95,18 +106,39 @@ def run(model, system, plan, *, trace=None) -> dict:
         if k not in r and k not in ("internal", "params", "gpus", "nodes", "micro_batches", "layers_per_stage",
                                     "params_per_gpu", "peak_flops", "extra_violations"):
             r[k] = v
-    violations = _violations(r, system, plan) + list(c.get("extra_violations", []))
     r["hardware"] = {"name": system.name, "gpu": system.node.gpu.name, "gpus_per_node": system.node.gpus_per_node,
                      "nodes": system.nodes}
     r["plan"] = dict(vars(plan))   # plan fields are scalars: a shallow copy is the whole plan
-    r["feasible"] = not violations
-    r["violations"] = violations
-    r["bottleneck"] = bottleneck(r) if not violations else "Infeasible: " + "; ".join(violations) + "."
-    return r
+    return r, list(c.get("extra_violations", []))
+
+
+def verdict(r: dict, system, plan, extra=()) -> tuple[bool, list[str], str]:
+    """Feasibility, the violated constraints and the bottleneck sentence of one scalar result.
+
+    Technique modules may contribute constraints through an optional
+    ``violations(r, system, plan) -> list[str]`` function.
+    """
+    violations = _violations(r, system, plan) + list(extra)
+    for technique in techniques():
+        check = getattr(technique, "violations", None)
+        if check is not None:
+            violations += check(r, system, plan)
+    text = bottleneck(r) if not violations else "Infeasible: " + "; ".join(violations) + "."
+    return not violations, violations, text
 
 
 def resolve(model, hardware, plan=None, overrides=(), **plan_fields):
     """Load and check specs: names/paths/objects in, resolved (model, system, plan) out."""
+    model, system, plan_data = load(model, hardware, plan, overrides, **plan_fields)
+    return model, system, make_plan(model, system, plan_data)
+
+
+def load(model, hardware, plan=None, overrides=(), **plan_fields):
+    """Load the model and hardware specs and merge the plan's fields (before they are validated).
+
+    Returns ``(model, system, plan_data)``: resolved specs and a dict of plan fields with the
+    ``plan.*`` overrides applied, ready for :func:`make_plan`.
+    """
     from dse.catalog import is_chiplet_package, load_chiplet_package, load_model, load_system
     from dse.specs import _schema
 
@@ -126,23 +158,30 @@ def resolve(model, hardware, plan=None, overrides=(), **plan_fields):
     if plan is None:
         plan_data = dict(plan_fields)
     elif isinstance(plan, Plan):
-        plan_data = {**dataclasses.asdict(plan), **plan_fields}
+        plan_data = {**{f.name: getattr(plan, f.name) for f in dataclasses.fields(plan)}, **plan_fields}
     else:
         plan_data = {**dict(plan), **plan_fields}
     plan_data = {k: v for k, v in plan_data.items() if v is not None}
     for path, value in groups["plan"]:
         _schema.set_path(plan_data, path, value, Plan, "--set plan")
+    return model, system, plan_data
+
+
+def make_plan(model, system, plan_data: dict) -> Plan:
+    """Validate plan fields (a dict of scalars) against the model and system: the resolved :class:`Plan`."""
+    from dse.specs import _schema
+
     plan = _schema.build(Plan, plan_data, "plan: ").resolved(model, system)
-    if chiplet:
+    if getattr(system, "die", None) is not None:
         from dse.specs.chiplet import check_chiplet_plan
 
         check_chiplet_plan(plan, model, system)
         check_activation_offload(plan, model, system)
-        return model, system, plan
+        return plan
     check_plan(plan, model, system=system)
     _check_no_chiplet_fields(plan, system)
     check_activation_offload(plan, model, system)
-    return model, system, plan
+    return plan
 
 
 def _check_no_chiplet_fields(plan, system) -> None:
@@ -163,9 +202,23 @@ def estimate(model, hardware, plan=None, *, overrides=(), trace=None, **plan_fie
     ``plan`` a :class:`~dse.specs.plan.Plan`, a dict, or keyword fields
     (``tp=2, micro_batch=4, ...``); ``overrides`` are ``"model.hidden=4096"``-style
     assignments. Returns the same dictionary as ``dse estimate --json``.
+
+    Numeric plan fields may be numpy arrays (or lists): the arrays broadcast together,
+    every distinct scenario is validated by the same rules as a scalar call, the
+    numbers are composed once over the arrays, and every numeric leaf of the result
+    is an array of the broadcast shape (see :mod:`dse.estimate.arrays`).
+
+    >>> import numpy as np
+    >>> r = estimate("llama2-7b", "dgx-a100-80gb", tp=2, micro_batch=np.array([1, 2, 4]))
+    >>> r["memory"]["gpu"]["activations"].shape, bool(np.all(np.diff(r["memory"]["gpu"]["activations"]) > 0))
+    ((3,), True)
     """
-    m, s, p = resolve(model, hardware, plan, overrides, **plan_fields)
-    return run(m, s, p, trace=trace)
+    m, s, data = load(model, hardware, plan, overrides, **plan_fields)
+    from dse.estimate import arrays
+
+    if arrays.has_arrays(data):
+        return arrays.estimate(m, s, data, trace=trace)
+    return run(m, s, make_plan(m, s, data), trace=trace)
 
 
 class _CallableModule(types.ModuleType):

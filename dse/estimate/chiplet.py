@@ -44,7 +44,8 @@ def schedule_of(plan) -> str:
 
 def minibatch_of(plan) -> int:
     """Micro-batches per mini-batch under the minibatch schedule (default: all of the iteration's)."""
-    return plan.chiplet_minibatch or plan.global_batch // plan.micro_batch
+    k = plan.chiplet_minibatch
+    return k if k is not None else plan.global_batch // plan.micro_batch
 
 
 def _modules(trace):
@@ -211,12 +212,24 @@ def compose(model, package, plan, M=None) -> dict:
 
 def run(model, package, plan, *, trace=None) -> dict:
     """Estimate one iteration of ``model`` on chiplet ``package`` under ``plan`` (resolved specs, scalars)."""
-    from dse.units import fmt
+    r = numbers(model, package, plan, trace=trace)
+    r["feasible"], r["violations"], r["bottleneck"] = verdict(r, package, plan)
+    return r
 
+
+def numbers(model, package, plan, *, trace=None) -> dict:
+    """Every number of the estimate, without the verdict (array-safe in the plan's numeric fields)."""
     r = compose(model, package, plan, _modules(trace))
     ch = r["chiplet"]
     r["plan"] = {**dataclasses.asdict(plan), "chiplet_scheme": ch["scheme"], "chiplet_schedule": ch["schedule"],
                  "chiplet_mesh": ch["mesh"]}
+    return r
+
+
+def verdict(r: dict, package, plan) -> tuple[bool, list[str], str]:
+    """Feasibility, violated constraints and bottleneck sentence of one scalar result."""
+    from dse.units import fmt
+
     sram, foot = r["memory"]["sram"], r["memory"]["dram"]
     die = package.die
     scheme = r["chiplet"]["scheme"]
@@ -239,8 +252,4 @@ def run(model, package, plan, *, trace=None) -> dict:
         bottleneck = (f"{top[0].upper() + top[1:]}-bound: {top} alone would take {100 * float(shares[top]) / float(t['iteration']):.0f}% "
                       f"of the iteration (compute {fmt(t['compute'], 's')}, NoP {fmt(t['nop'], 's')}, "
                       f"DRAM {fmt(t['dram'], 's')}, optimizer step {fmt(t['optimizer'], 's')}).")
-    r["feasible"] = not violations
-    r["violations"] = violations
-    r["bottleneck"] = bottleneck
-    return r
-
+    return not violations, violations, bottleneck

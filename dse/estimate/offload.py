@@ -49,8 +49,13 @@ def mode_label(plan) -> str:
     opt = plan.offload_optimizer
     if opt == "csd":
         label = "SmartUpdate" + (" (transfer handler)" if plan.transfer_overlap else " (naive)")
-        return label + (f" + top-k compression {plan.gradient_compression:g}"
-                        if is_scalar(plan.gradient_compression) and plan.gradient_compression < 1 else "")
+        cr = plan.gradient_compression
+        if not is_scalar(cr):   # an array of ratios: one label per scenario
+            import numpy as np
+
+            return np.asarray([label + (f" + top-k compression {x:g}" if x < 1 else "")
+                               for x in np.ravel(cr).tolist()]).reshape(np.shape(cr))
+        return label + (f" + top-k compression {cr:g}" if cr < 1 else "")
     if opt == "nvme":
         return "ZeRO-Infinity (optimizer on NVMe, CPU update)"
     if opt == "cpu":
@@ -288,12 +293,6 @@ def apply(c, model, system, plan, F=None) -> None:
         need = NS.handler_buffer_bytes(sg, state, x, 2 if x == 2 else 0, kept, 6)
         section["accelerator"] = {"buffer_bytes": need, "dram_capacity": ns.dram_capacity,
                                   "kernel_s": t_kernel, "share_params": P_opt / N}
-        if is_scalar(need) and need > ns.dram_capacity:
-            from dse.units import fmt
-
-            c.setdefault("extra_violations", []).append(
-                f"accelerator DRAM: the transfer handler needs {fmt(need, 'bytes')} per CSD, "
-                f"{dev.name} has {fmt(ns.dram_capacity, 'bytes')} (lower plan.sub_group_size)")
     section["required_bandwidth"] = required_bandwidths(c, model, system, plan, b_host, b_read, N)
     c["offload"] = section
 
@@ -302,6 +301,17 @@ def apply(c, model, system, plan, F=None) -> None:
         i["drives_used"] = N
         i["drive_price"] = dev.price + (dev.near_storage.price if opt == "csd" else 0.0)
         i["drive_power"] = dev.power + (dev.near_storage.power if opt == "csd" else 0.0)
+
+
+def violations(r, system, plan) -> list[str]:
+    """Constraints of one scalar result this technique adds: the CSD accelerator's DRAM must hold the handler buffers."""
+    acc = r.get("offload", {}).get("accelerator")
+    if acc is None or not acc["buffer_bytes"] > acc["dram_capacity"]:
+        return []
+    from dse.units import fmt
+
+    return [f"accelerator DRAM: the transfer handler needs {fmt(acc['buffer_bytes'], 'bytes')} per CSD, "
+            f"{system.node.storage.device.name} has {fmt(acc['dram_capacity'], 'bytes')} (lower plan.sub_group_size)"]
 
 
 def required_bandwidths(c, model, system, plan, b_host, b_read, N) -> dict:
