@@ -23,10 +23,14 @@ from __future__ import annotations
 
 import math
 
-from dse.formulas._array import where
+from dse.formulas._array import Num, where
 
-# process node (nm, as a string) -> defect density D0 (/cm^2), wafer price (USD, 300 mm)
-# (Chiplet Actuary parameter.ini; the 3 nm row is flagged "Inaccurate Assumptions" there).
+__all__ = ["PROCESS_NODES", "WAFER_DIAMETER", "EDGE_LOSS", "SCRIBE_LANE", "CRITICAL_LEVEL", "PACKAGING",
+           "PACKAGE_TECHNOLOGIES", "die_yield", "dies_per_wafer", "raw_die_cost", "known_good_die_cost",
+           "node_constants", "package_re_cost", "split_die_area"]
+
+#: Process node (nm, as a string) -> defect density D0 (/cm^2) and wafer price (USD, 300 mm)
+#: (Chiplet Actuary parameter.ini; the 3 nm row is flagged "Inaccurate Assumptions" there).
 PROCESS_NODES = {
     "3": {"defect_density": 0.20, "wafer_cost": 30000.0},
     "5": {"defect_density": 0.11, "wafer_cost": 16988.0},
@@ -57,34 +61,86 @@ PACKAGING = {
 PACKAGE_TECHNOLOGIES = tuple(PACKAGING)
 
 
-def die_yield(area_mm2, defect_density_cm2, critical_level=CRITICAL_LEVEL):
+def die_yield(area_mm2: Num, defect_density_cm2: Num, critical_level: Num = CRITICAL_LEVEL) -> Num:
     """Fraction of good dies of a given area (negative binomial yield).
 
-    Formula: Y = (1 + D0 A / (100 alpha))^(-alpha), A in mm^2, D0 in defects/cm^2, alpha = 10
-    (Chiplet Actuary ``Chip.die_yield``; Feng & Ma DAC'22 Eq. 1).
+    Formula: Y = (1 + D0 A / (100 alpha))^(-alpha), A in mm^2, D0 in defects/cm^2
+    Source: Feng & Ma, Chiplet Actuary (DAC 2022) Eq. 1; code ``Chip.die_yield`` (alpha = 10).
+
+    Args:
+        area_mm2: A, die area [mm^2]
+        defect_density_cm2: D0, defect density [1/cm^2]
+        critical_level: alpha, clustering parameter [1]
+    Returns:
+        yield [fraction]
+
+    >>> round(die_yield(100, 0.09), 4)   # 7 nm, 100 mm^2 (research note chiplet.md §4a: 0.9143)
+    0.9143
+    >>> import numpy as np
+    >>> np.round(die_yield(np.array([100, 400, 800]), 0.09), 4)
+    array([0.9143, 0.7021, 0.4989])
     """
     return (1 + defect_density_cm2 * area_mm2 / (100 * critical_level)) ** (-critical_level)
 
 
-def dies_per_wafer(area_mm2, wafer_diameter=WAFER_DIAMETER, edge_loss=EDGE_LOSS, scribe_lane=SCRIBE_LANE):
+def dies_per_wafer(area_mm2: Num, wafer_diameter: Num = WAFER_DIAMETER, edge_loss: Num = EDGE_LOSS,
+                   scribe_lane: Num = SCRIBE_LANE) -> Num:
     """Gross dies on a round wafer, scribe lanes and edge loss counted.
 
     Formula: A_s = A + 2 s sqrt(A) + s^2; N = pi (d/2 - e)^2 / A_s - pi (d - 2e) / sqrt(2 A_s)
-    (Chiplet Actuary ``Chip.N_die_total``; d = 300 mm, e = 5 mm, s = 0.2 mm).
+    Source: Chiplet Actuary (Feng & Ma, DAC 2022) code ``Chip.N_die_total`` (d = 300 mm, e = 5 mm, s = 0.2 mm).
+
+    Args:
+        area_mm2: A, die area [mm^2]
+        wafer_diameter: d [mm]
+        edge_loss: e [mm]
+        scribe_lane: s [mm]
+    Returns:
+        dies [count]
+
+    >>> round(dies_per_wafer(100), 1)
+    571.7
     """
     a_s = area_mm2 + 2 * scribe_lane * area_mm2 ** 0.5 + scribe_lane ** 2
     return math.pi * (wafer_diameter / 2 - edge_loss) ** 2 / a_s - math.pi * (wafer_diameter - 2 * edge_loss) / (2 * a_s) ** 0.5
 
 
-def raw_die_cost(area_mm2, wafer_cost):
-    """Cost of one die before test (good or not). Formula: C_raw = C_wafer / N_die (Chiplet Actuary ``cost_raw_die``)."""
+def raw_die_cost(area_mm2: Num, wafer_cost: Num) -> Num:
+    """Cost of one die before test (good or not).
+
+    Formula: C_raw = C_wafer / N_die
+    Source: Chiplet Actuary (Feng & Ma, DAC 2022) code ``cost_raw_die``.
+
+    Args:
+        area_mm2: A, die area [mm^2]
+        wafer_cost: C_wafer, price of a processed 300 mm wafer [USD]
+    Returns:
+        cost [USD]
+
+    >>> round(raw_die_cost(100, 9346), 2)   # 7 nm
+    16.35
+    """
     return wafer_cost / dies_per_wafer(area_mm2)
 
 
-def known_good_die_cost(area_mm2, wafer_cost, defect_density_cm2, critical_level=CRITICAL_LEVEL):
+def known_good_die_cost(area_mm2: Num, wafer_cost: Num, defect_density_cm2: Num,
+                        critical_level: Num = CRITICAL_LEVEL) -> Num:
     """Cost of one known-good die: the wafer is paid for by the good dies only.
 
-    Formula: C_KGD = C_wafer / (N_die Y_die) (Chiplet Actuary ``Chip.cost_KGD``).
+    Formula: C_KGD = C_wafer / (N_die Y_die)
+    Source: Chiplet Actuary (Feng & Ma, DAC 2022) code ``Chip.cost_KGD``.
+
+    Args:
+        area_mm2: A, die area [mm^2]
+        wafer_cost: C_wafer [USD]
+        defect_density_cm2: D0 [1/cm^2]
+        critical_level: alpha [1]
+    Returns:
+        cost [USD]
+
+    >>> import numpy as np
+    >>> np.round(known_good_die_cost(np.array([100, 400, 800]), 9346, 0.09), 2)   # note §4a: 17.88, 102.41, 318.60
+    array([ 17.88, 102.41, 318.6 ])
     """
     return wafer_cost / (dies_per_wafer(area_mm2) * die_yield(area_mm2, defect_density_cm2, critical_level))
 
@@ -92,17 +148,28 @@ def known_good_die_cost(area_mm2, wafer_cost, defect_density_cm2, critical_level
 def node_constants(node: str) -> dict:
     """Defect density and wafer price of a process node (``"7"`` for 7 nm); KeyError if unknown.
 
-    Formula: a row of :data:`PROCESS_NODES` (Chiplet Actuary ``parameter.ini``).
+    Formula: a row of PROCESS_NODES
+    Source: Chiplet Actuary (Feng & Ma, DAC 2022) ``parameter.ini``.
+
+    Args:
+        node: process node in nm, as a string [choice]
+    Returns:
+        dict defect_density [1/cm^2], wafer_cost [USD]
+
+    >>> node_constants("7")
+    {'defect_density': 0.09, 'wafer_cost': 9346.0}
     """
     return PROCESS_NODES[str(node)]
 
 
-def package_re_cost(n_dies, die_area_mm2, node="7", technology="organic", bump_per_type=True):
+def package_re_cost(n_dies: Num, die_area_mm2: Num, node: str = "7", technology: str = "organic",
+                    bump_per_type: bool = True) -> dict:
     """Recurring cost of ``n_dies`` identical dies of one node in one package, by component.
 
     Formula: total = chips + chip defects + package + package defects + wasted KGD
-    (Chiplet Actuary ``OS.cost_RE`` / ``Advanced.cost_RE``, chip-last), with
-    organic: A_pkg = 4 n A; C_pkg = A_pkg 0.005 f (f = 1 single die, 1.5 if A_pkg <= 17^2,
+    Source: Chiplet Actuary (Feng & Ma, DAC 2022) code ``OS.cost_RE`` / ``Advanced.cost_RE``, chip-last.
+
+    With organic: A_pkg = 4 n A; C_pkg = A_pkg 0.005 f (f = 1 single die, 1.5 if A_pkg <= 17^2,
     1.75 if <= 30^2, else 2); chips = n (C_raw + 0.005 A) ; defects = n (C_KGD - C_raw);
     package defects = C_pkg (1/y^n - 1); wasted KGD = (chips + defects)(1/y^n - 1), y = 0.99.
     fanout / interposer: A_int = k n A; y1 = (1 + D A_int/(100 a))^-a; y2 = y_b^n; y3 = 0.99;
@@ -110,7 +177,21 @@ def package_re_cost(n_dies, die_area_mm2, node="7", technology="organic", bump_p
     chips = n C_raw + u A (u = 0.01 $/mm^2; once per chip type, see the module note);
     package defects = C_int (1/(y1 y2 y3) - 1) + C_sub (1/y3 - 1); wasted KGD = (chips + defects)(1/(y2 y3) - 1).
 
-    Returns a dict: chips, chip_defects, package, package_defects, wasted_kgd, total (USD).
+    Args:
+        n_dies: n, dies in the package [count]
+        die_area_mm2: A, area of each die [mm^2]
+        node: process node in nm [choice]
+        technology: organic, fanout or interposer [choice]
+        bump_per_type: reproduce the reference's micro-bump cost once per chip type [bool]
+    Returns:
+        dict chips, chip_defects, package, package_defects, wasted_kgd, total [USD]
+
+    >>> round(package_re_cost(1, 800)["total"], 1)   # 800 mm^2 of 7 nm as one SoC (note §4a: $342.0)
+    342.0
+    >>> import numpy as np
+    >>> n = np.array([2, 4, 8, 16])
+    >>> np.round(package_re_cost(n, split_die_area(800, n))["total"], 1)   # split into chiplets (note: 281.0 ... 221.5)
+    array([281. , 231. , 215.6, 221.5])
     """
     c = node_constants(node)
     raw = raw_die_cost(die_area_mm2, c["wafer_cost"])
@@ -143,10 +224,20 @@ def package_re_cost(n_dies, die_area_mm2, node="7", technology="organic", bump_p
             "wasted_kgd": wasted, "total": total}
 
 
-def split_die_area(total_logic_mm2, n_chiplets, d2d_overhead=0.10):
+def split_die_area(total_logic_mm2: Num, n_chiplets: Num, d2d_overhead: Num = 0.10) -> Num:
     """Area of each chiplet when a monolithic design is split into n pieces.
 
-    Formula: A_chiplet = A_total / n x (1 + d2d) for n > 1 (die-to-die PHY overhead; the
-    Chiplet Actuary exploration adds 10 %), A_total for n = 1.
+    Formula: A_chiplet = A_total / n x (1 + d2d) for n > 1, A_total for n = 1
+    Source: Chiplet Actuary (Feng & Ma, DAC 2022) exploration: die-to-die PHY overhead of 10 %.
+
+    Args:
+        total_logic_mm2: A_total, area of the monolithic design [mm^2]
+        n_chiplets: n [count]
+        d2d_overhead: d2d, area added per chiplet for die-to-die interfaces [fraction]
+    Returns:
+        area per chiplet [mm^2]
+
+    >>> split_die_area(800, 8)
+    110.00000000000001
     """
     return where(n_chiplets == 1, total_logic_mm2, total_logic_mm2 / n_chiplets * (1 + d2d_overhead))
