@@ -5,8 +5,9 @@ From Llama-2-70B on 8 x 8 dies to Llama-3.1-405B, with models interpolated betwe
 die count grown in proportion to the per-layer weight parameters (the research note's "hardware
 scaled with P", reference/chiplet.md §2d): for each even square mesh q x q (SUMMA needs a square;
 an odd q would leave Megatron's ring without a nearest-neighbour cycle) the model whose per-layer
-parameters are q^2/64 times Llama-2-70B's, ending at Llama-3.1-405B on 16 x 16 (238 dies ideal). The die (compute, SRAM, links) stays that of ``chiplet-train-8x8``; the HBM
-stacks on the package edge grow with the model's parameters so its training state fits.
+parameters are q^2/64 times Llama-2-70B's, ending at Llama-3.1-405B on 16 x 16 (238 dies ideal).
+The die (compute, SRAM, links) stays that of ``chiplet-train-8x8``; the HBM stacks on the package
+edge grow with the model's parameters so its training state fits.
 
 (a) compute-to-communication ratio (GEMM FLOP per NoP byte per die, one layer, forward +
     backward) for Megatron 1D tensor parallelism, SUMMA 2D (Optimus) and the 2D weight-stationary
@@ -38,7 +39,8 @@ from dse.formulas import chiplet, transformer
 BASE = dict(hidden=8192, ffn=28672, layers=80, vocab=32000)        # Llama-2-70B
 TARGET = dict(hidden=16384, ffn=53248, layers=126, vocab=128256)   # Llama-3.1-405B
 MESHES = (8, 10, 12, 14, 16)          # q x q dies; even q, so that Megatron's ring is a nearest-neighbour cycle
-SCHEMES = {"megatron-1d": "Megatron 1D TP", "summa-2d": "SUMMA 2D (Optimus)", "hecaton-2d": "2D weight-stationary AG/RS"}
+SCHEMES = {"megatron-1d": "Megatron 1D TP", "summa-2d": "SUMMA 2D (Optimus)",
+           "hecaton-2d": "2D weight-stationary AG/RS"}
 PLAN = dict(micro_batch=1, global_batch=16, seq_len=4096, recompute="full")
 HEAD_DIM, KV_HEADS = 128, 8
 PUBLISHED_SPEEDUP = {"Llama-2-70B (v1)": (0.0, 4.98), "Llama-3.1-405B (v2)": (1.0, 5.29)}
@@ -84,7 +86,8 @@ def compute() -> dict:
                      f"model.heads={m['heads']}", f"model.ffn_hidden={m['ffn']}", f"model.layers={m['layers']}",
                      f"model.vocab={m['vocab']}", f"hardware.rows={q}", f"hardware.cols={q}",
                      f"hardware.dram.per_attach={stacks_per_side}"]
-        row = {"t": float(t), "model": f"h{m['hidden']} L{m['layers']}", "params": params(m), "layer_params": layer_params(m),
+        row = {"t": float(t), "model": f"h{m['hidden']} L{m['layers']}", "params": params(m),
+               "layer_params": layer_params(m),
                "ideal_dies": ideal, "dies": q * q, "mesh": f"{q}x{q}", "stacks_per_side": stacks_per_side}
         for scheme in SCHEMES:
             r = dse.estimate("llama2-70b", "chiplet-train-8x8", overrides=overrides, chiplet_scheme=scheme, **PLAN)

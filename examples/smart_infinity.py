@@ -116,7 +116,8 @@ def report(data: dict) -> str:
     pubs = []
     for (m, n), vals in FIG9_SPEEDUP.items():
         pubs.append(f"Fig. 9 {m} {n} drives: SU {vals[0]}, SU+O {vals[1]}, SU+O+C {vals[2]}")
-    pubs.append(f"Fig. 11(b) A100 10 drives: SU+O {FIG11_A100_SPEEDUP['SU+O']:.2f}, SU+O+C {FIG11_A100_SPEEDUP['SU+O+C']}")
+    pubs.append(f"Fig. 11(b) A100 10 drives: SU+O {FIG11_A100_SPEEDUP['SU+O']:.2f}, "
+                f"SU+O+C {FIG11_A100_SPEEDUP['SU+O+C']}")
     pubs.append("Fig. 3(b) BASE over 1 drive: " + ", ".join(f"{n}: {v}" for n, v in FIG3B.items()))
     lines += ["published: " + p for p in pubs]
     return "\n".join(lines)

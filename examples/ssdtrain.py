@@ -49,7 +49,7 @@ def model(family: str, hidden: int, layers: int) -> tuple[str, list[str], dict]:
     heads = hidden // 128
     common = [f"model.name=ssdtrain-{family}-{hidden}x{layers}", f"model.hidden={hidden}", f"model.heads={heads}",
               f"model.layers={layers}"]
-    if family == "gpt":   # Megatron GPT: LayerNorm, GeLU, learned positions, dropout 0.1; GPT-2 vocabulary padded to 256
+    if family == "gpt":   # Megatron GPT: LayerNorm, GeLU, learned positions, dropout 0.1; GPT-2 vocabulary, padded
         return "gpt2-xl", common + ["model.vocab=50432"], dict(h=hidden, ffn=4 * hidden, ffn_type="gelu")
     ffn = int(4 * hidden * 2 / 3 / 64) * 64   # Llama: SwiGLU with Megatron's default FFN size, 8 KV heads
     return "llama2-7b", common + ["model.kv_heads=8", f"model.ffn_hidden={ffn}", "model.max_seq_len=1024"], \
@@ -160,7 +160,8 @@ def plot(data: dict, path: Path) -> None:
     ax = axes[2]
     ax.bar(xs - 0.2, [100 * c["reduction"] for c in cfg], 0.38, color="#2ca02c",
            label="dse: activation peak (+ working set)")
-    ax.bar(xs + 0.2, [100 * c["reduction_held"] for c in cfg], 0.38, color="#98df8a", label="dse: held activations only")
+    ax.bar(xs + 0.2, [100 * c["reduction_held"] for c in cfg], 0.38, color="#98df8a",
+           label="dse: held activations only")
     for (label, v), ls in zip(PUBLISHED.items(), ("-", ":")):
         ax.axhline(100 * v, color="black", linestyle=ls, label=label)
     for xi, c in zip(xs, cfg):

@@ -123,12 +123,16 @@ def plot(data: dict, path: Path) -> None:
     server_key = {"params_grads": "params_grads", "optimizer": "optimizer_states", "activations": None}
     for ax, (cls, title, keys) in zip(axes, panels):
         for k in keys:
-            label = k.split(" ", 1)[1].replace("tokens", "tokens (bsz x seq)") if cls != "activations" else k.split(" ", 1)[1]
+            label = k.split(" ", 1)[1]
+            if cls != "activations":
+                label = label.replace("tokens", "tokens (bsz x seq)")
             ax.semilogx(bw, np.asarray(data["curves"][k]) * 100, label=label)
-        for pc, b, e, what in PUBLISHED:
+        first = True
+        for pc, b, e, _ in PUBLISHED:
             if pc == cls:
                 ax.plot(b / 1e9, e * 100, marker="*", markersize=14, color="black", linestyle="none",
-                        label="paper's stated threshold" if what == next(w for p, *_, w in PUBLISHED if p == cls) else None)
+                        label="paper's stated threshold" if first else None)
+                first = False
         for c in data["checkpoints"]:
             if c["class"] == cls:
                 ax.plot(c["note_bandwidth"] / 1e9, c["note_efficiency"] * 100, marker="o", markersize=9,
@@ -139,8 +143,9 @@ def plot(data: dict, path: Path) -> None:
         if sk is not None:
             row = data["server"]["classes"][sk]
             if row["available"] is not None:
+                tokens = data["server"]["tokens_per_gpu"]
                 ax.plot(row["available"] / 1e9, row["efficiency"] * 100, marker="D", markersize=8, color="#8c564b",
-                        linestyle="none", label=f"dse.estimate: A5000 NVMe server\n({data['server']['tokens_per_gpu']} tokens, its own peak)")
+                        linestyle="none", label=f"dse.estimate: A5000 NVMe server\n({tokens} tokens, its own peak)")
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("bandwidth per GPU (GB/s, log scale)")
         ax.grid(alpha=0.3, which="both")

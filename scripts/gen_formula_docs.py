@@ -14,7 +14,6 @@ scenario calls is listed with the files of ``dse/`` that call it.
 from __future__ import annotations
 
 import argparse
-import importlib
 import inspect
 import re
 import sys
@@ -251,7 +250,6 @@ def _md(text: str) -> str:
 def render(feeds: dict) -> str:
     from dse.formulas._docstring import parse
 
-    all_keys = {name: set() for name, *_ in SCENARIOS}
     from dse.estimate import resolve, run
 
     every_key = set()

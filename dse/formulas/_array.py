@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import math
 import sys
-from typing import Union
+from typing import TYPE_CHECKING, Union
+
+if TYPE_CHECKING:
+    import numpy
 
 _SCALAR = (int, float)
 

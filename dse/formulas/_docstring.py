@@ -37,6 +37,11 @@ def _formula_continues(line: str) -> bool:
     return not (line == line.lstrip() and s[:1].isupper())
 
 
+def _source_continues(line: str) -> bool:
+    s = line.strip()
+    return bool(s) and not _HEADER.match(s) and not _BLOCK.match(s) and not s.startswith(">>>")
+
+
 def parse(doc: str) -> dict:
     """Sections of a (dedented) docstring: summary, formula, source, args, returns, examples, prose.
 
@@ -67,9 +72,7 @@ def parse(doc: str) -> dict:
         if m:
             key, text = m.group(1).lower(), m.group(2).strip()
             i += 1
-            while i < len(lines) and (_formula_continues(lines[i]) if key == "formula" else
-                                      (lines[i].strip() and not _HEADER.match(lines[i].strip())
-                                       and not _BLOCK.match(lines[i].strip()) and not lines[i].strip().startswith(">>>"))):
+            while i < len(lines) and (_formula_continues(lines[i]) if key == "formula" else _source_continues(lines[i])):
                 text += " " + lines[i].strip()
                 i += 1
             out[key] = text

@@ -225,8 +225,12 @@ def layer_gemms(h: Num, heads: Num, kv_heads: Num, head_dim: Num, ffn: Num, ffn_
     Returns:
         tuple of (name, k, n, kind) [tuple]
 
-    >>> layer_gemms(8192, 64, 8, 128, 28672)   # Llama-2-70B
-    (('qkv', 8192, 10240, 'column'), ('out', 8192, 8192, 'row'), ('fc1', 8192, 57344, 'column'), ('fc2', 28672, 8192, 'row'))
+    >>> for gemm in layer_gemms(8192, 64, 8, 128, 28672):   # Llama-2-70B
+    ...     print(gemm)
+    ('qkv', 8192, 10240, 'column')
+    ('out', 8192, 8192, 'row')
+    ('fc1', 8192, 57344, 'column')
+    ('fc2', 28672, 8192, 'row')
     """
     n_up = 2 if ffn_type == "swiglu" else 1
     return (("qkv", h, (heads + 2 * kv_heads) * head_dim, "column"),
@@ -550,7 +554,8 @@ def worked_check_ratio(scheme: str, layer_params: Num, h: Num, ffn: Num, group: 
 
 
 def sram_per_die(scheme: str, tokens: Num, h: Num, heads: Num, kv_heads: Num, head_dim: Num, ffn: Num, ffn_type: str,
-                 rows: Num, cols: Num, bytes_per_element: Num = 2, grad_bytes: Num = 4, weight_buffers: Num = 2) -> dict:
+                 rows: Num, cols: Num, bytes_per_element: Num = 2, grad_bytes: Num = 4,
+                 weight_buffers: Num = 2) -> dict:
     """SRAM one die needs while a layer runs: its weight block, gradient block, activation working set.
 
     Formula: weights n_buf P e / N + gradients P g / N + max over GEMMs of the operands + T h e / N

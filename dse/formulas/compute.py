@@ -80,7 +80,8 @@ def memory_time(nbytes: Num, bandwidth: Num, efficiency: Num = 1.0) -> Num:
     return nbytes / (bandwidth * efficiency)
 
 
-def flash_attention_flops(s: Num, b: Num, heads: Num, head_dim: Num, causal: bool = True, backward: bool = False) -> Num:
+def flash_attention_flops(s: Num, b: Num, heads: Num, head_dim: Num, causal: bool = True,
+                          backward: bool = False) -> Num:
     """FLOPs a fused (flash) attention kernel executes for one layer's local heads.
 
     Formula: 4 s^2 b a d (forward; x2.5 backward), halved when causal

@@ -18,7 +18,8 @@ __all__ = ["SECONDS_PER_YEAR", "capital_cost", "power_draw", "iteration_energy",
 SECONDS_PER_YEAR = 365.25 * 86400
 
 
-def capital_cost(gpus: Num, gpu_price: Num, nodes: Num, node_price: Num, drives: Num = 0, drive_price: Num = 0.0) -> Num:
+def capital_cost(gpus: Num, gpu_price: Num, nodes: Num, node_price: Num, drives: Num = 0,
+                 drive_price: Num = 0.0) -> Num:
     """Purchase cost of the parts a plan uses.
 
     Formula: C = n_gpu p_gpu + n_node p_node + n_drive p_drive

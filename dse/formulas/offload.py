@@ -109,8 +109,9 @@ def placement(zero: int, offload_optimizer: str = "gpu", offload_params: str = "
     Returns:
         dict tensor class -> tier [choice]
 
-    >>> placement(3, "nvme", "cpu")
-    {'params_fp16': 'cpu', 'grads_fp16': 'gpu', 'grads_fp32': 'nvme', 'master_fp32': 'nvme', 'momentum': 'nvme', 'variance': 'nvme'}
+    >>> tiers = placement(3, "nvme", "cpu")   # ZeRO-Infinity with fp16 parameters in host memory
+    >>> tiers["params_fp16"], tiers["grads_fp16"], sorted(k for k, t in tiers.items() if t == "nvme")
+    ('cpu', 'gpu', ['grads_fp32', 'master_fp32', 'momentum', 'variance'])
     """
     out = {"params_fp16": offload_params if zero >= 3 else "gpu", "grads_fp16": "gpu", "grads_fp32": offload_optimizer}
     for k in OPTIMIZER_CLASSES[optimizer]:
@@ -156,7 +157,7 @@ def optimizer_swap_buffer_bytes(sub_group_size: Num = SUB_GROUP_SIZE, buffer_cou
     Returns:
         pinned host bytes [bytes]
 
-    >>> optimizer_swap_buffer_bytes() / 1e9, optimizer_swap_buffer_bytes(4e7, 40) / 1e9   # DeepSpeed, Smart-Infinity: GB
+    >>> optimizer_swap_buffer_bytes() / 1e9, optimizer_swap_buffer_bytes(4e7, 40) / 1e9   # DeepSpeed, Smart-Inf.: GB
     (16.0, 6.4)
     """
     return buffer_count * sub_group_size * element_bytes
