@@ -33,10 +33,18 @@ TIME_PARTS = {
 TECHNIQUE_MODULES: list[str] = ["dse.estimate.offload", "dse.estimate.activation_offload"]
 
 
-def techniques():
-    import importlib
+_LOADED: dict[tuple, list] = {}
 
-    return [importlib.import_module(name) for name in TECHNIQUE_MODULES]
+
+def techniques():
+    """The technique modules, imported once (the list may be changed at run time, e.g. by tests)."""
+    key = tuple(TECHNIQUE_MODULES)
+    mods = _LOADED.get(key)
+    if mods is None:
+        import importlib
+
+        mods = _LOADED[key] = [importlib.import_module(name) for name in key]
+    return mods
 
 
 def _violations(r: dict, system, plan) -> list[str]:
