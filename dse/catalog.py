@@ -126,8 +126,8 @@ def load_model(ref: str | ModelSpec, overrides: list[tuple[list[str], object]] =
     else:
         data, where = model_data(ref)
     for path, value in overrides:
-        _schema.set_path(data, path, value, ModelSpec, "--set model.")
-    return _schema.build(ModelSpec, data, where).resolved()
+        _schema.set_path(data, path, value, ModelSpec, "--set model")
+    return _schema.build(ModelSpec, data, where + ": ").resolved()
 
 
 # ---------------------------------------------------------------- hardware
@@ -176,10 +176,10 @@ def load_system(ref: str | SystemSpec, overrides: list[tuple[list[str], object]]
     else:
         data, where = system_data(ref)
     for path, value in overrides:
-        _schema.set_path(data, path, value, SystemSpec, "--set hardware.")
+        _schema.set_path(data, path, value, SystemSpec, "--set hardware")
         data = _resolve_refs(SystemSpec, data, where)  # a component named by one override can take sub-field overrides
     data = _resolve_refs(SystemSpec, data, where)
-    return _schema.build(SystemSpec, data, where)
+    return _schema.build(SystemSpec, data, where + ": ")
 
 
 def load_component(kind_dir: str, name: str) -> dict:
@@ -188,7 +188,9 @@ def load_component(kind_dir: str, name: str) -> dict:
 
 
 def find_hardware(name: str):
-    """Any hardware item by name: a system first, then components. Returns (kind, spec)."""
+    """Any hardware item by name: a system first, then chiplet packages, then components. Returns (kind, spec)."""
+    if is_chiplet_package(name):
+        return "chiplet-package", load_chiplet_package(name)
     if (hw_dir("systems") / f"{name}.yaml").is_file() or _looks_like_path(name):
         return "system", load_system(name)
     for cls, sub in COMPONENT_DIRS.items():
@@ -198,6 +200,49 @@ def find_hardware(name: str):
         if path.is_file():
             data = read_yaml(path, sub)
             data.setdefault("name", name)
-            return sub.rstrip("s"), _schema.build(cls, _resolve_refs(cls, data, str(path)), f"hwspecs/{sub}/{name}.yaml")
-    everything = [n for sub in COMPONENT_DIRS.values() for n in names(hw_dir(sub))]
+            return sub.rstrip("s"), _schema.build(cls, _resolve_refs(cls, data, str(path)), f"hwspecs/{sub}/{name}.yaml: ")
+    everything = [n for sub in (*COMPONENT_DIRS.values(), "chiplets") for n in names(hw_dir(sub))]
     raise InputError(f"unknown hardware '{name}'{suggest(name, everything)} (see `dse list hardware`)")
+
+
+# ---------------------------------------------------------------- chiplet packages (hwspecs/chiplets/)
+
+
+def is_chiplet_package(ref) -> bool:
+    """True for a chiplet-package spec, a name in ``hwspecs/chiplets/``, or a YAML file with ``die`` and ``nop``."""
+    from dse.specs.chiplet import ChipletPackageSpec
+
+    if isinstance(ref, ChipletPackageSpec):
+        return True
+    if not isinstance(ref, str):
+        return False
+    if _looks_like_path(ref):
+        path = Path(ref)
+        if not path.is_file() or ref.endswith(".json"):
+            return False
+        data = read_yaml(path, "hardware")
+        return "die" in data and "nop" in data
+    return (hw_dir("chiplets") / f"{ref}.yaml").is_file()
+
+
+def load_chiplet_package(ref, overrides: list[tuple[list[str], object]] = ()):
+    """A validated :class:`~dse.specs.chiplet.ChipletPackageSpec` from a catalog name, a YAML file or a spec."""
+    from dse.specs.chiplet import ChipletPackageSpec
+
+    if isinstance(ref, ChipletPackageSpec):
+        if not overrides:
+            return ref
+        data, where = dataclasses.asdict(ref), ref.name
+    elif _looks_like_path(ref):
+        path = Path(ref)
+        data = read_yaml(path, "chiplet package")
+        data.setdefault("name", path.stem)
+        where = str(path)
+    else:
+        path = _catalog_file(hw_dir("chiplets"), ref, "chiplet package")
+        data = read_yaml(path, "chiplet package")
+        data.setdefault("name", ref)
+        where = f"hwspecs/chiplets/{ref}.yaml"
+    for keys, value in overrides:
+        _schema.set_path(data, keys, value, ChipletPackageSpec, "--set hardware.")
+    return _schema.build(ChipletPackageSpec, data, where)

@@ -22,6 +22,13 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 Recompute = Literal["none", "selective", "full"]
 Attention = Literal["flash", "math"]
 Precision = Literal["bf16", "fp16"]
+ChipletScheme = Literal["megatron-1d", "summa-2d", "hecaton-2d"]
+OffloadOptimizer = Literal["gpu", "cpu", "nvme", "csd"]
+OffloadParams = Literal["gpu", "cpu", "nvme"]
+Optimizer = Literal["adam", "sgd-momentum", "adagrad"]
+ExchangeDtype = Literal["fp32", "fp16"]
+OffloadActivations = Literal["none", "ssd", "host"]
+ActivationIOPath = Literal["gds", "bounce"]
 
 
 def _console():
@@ -45,6 +52,31 @@ def plan_fields(tp, pp, dp, micro_batch, global_batch, seq_len, recompute, atten
     return {k: v for k, v in fields.items() if v is not None}
 
 
+def activation_offload_fields(offload_activations, offload_layers, ssds, activation_io_path) -> dict:
+    """Activation-offload plan fields from the command line (``--offload-layers auto`` = the adaptive rule)."""
+    from dse.errors import InputError
+
+    layers = None
+    if offload_layers is not None and offload_layers.strip().lower() != "auto":
+        try:
+            layers = int(offload_layers)
+        except ValueError:
+            raise InputError(f"--offload-layers {offload_layers!r}: expected a number of layers (0 or more) "
+                             "or auto") from None
+        if layers < 0:
+            raise InputError(f"--offload-layers {layers}: must be 0 or more, or auto")
+    fields = dict(offload_activations=offload_activations, offload_layers=layers, ssds=ssds,
+                  activation_io_path=activation_io_path)
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+def offload_fields(offload_optimizer, offload_params, gradient_compression, ssds, optimizer, exchange_dtype) -> dict:
+    """Storage-offload plan fields given on the command line (see dse/specs/plan.py)."""
+    fields = dict(offload_optimizer=offload_optimizer, offload_params=offload_params,
+                  gradient_compression=gradient_compression, ssds=ssds, optimizer=optimizer, exchange_dtype=exchange_dtype)
+    return {k: v for k, v in fields.items() if v is not None}
+
+
 @app.command()
 def estimate(
     model: str = typer.Option("llama2-7b", "--model", "-m", help="catalog name, YAML file, or HF config.json"),
@@ -61,15 +93,36 @@ def estimate(
                                                      help="Megatron sequence parallelism"),
     zero: Optional[int] = typer.Option(None, "--zero", min=0, max=3, help="ZeRO stage 0-3"),
     precision: Optional[Precision] = typer.Option(None, "--precision", help="bf16 | fp16"),
+    offload_optimizer: Optional[OffloadOptimizer] = typer.Option(
+        None, "--offload-optimizer", help="optimizer states: gpu | cpu | nvme (ZeRO-Infinity) | csd (update on the drives)"),
+    offload_params: Optional[OffloadParams] = typer.Option(None, "--offload-params", help="fp16 parameters: gpu | cpu | nvme"),
+    gradient_compression: Optional[float] = typer.Option(
+        None, "--gradient-compression", help="gradient bytes sent / dense, in (0, 1] (csd only; 0.02 = top-1% with indices)"),
+    ssds: Optional[int] = typer.Option(None, "--ssds", min=1, help="drives used for offload (default: all of the hardware's)"),
+    optimizer: Optional[Optimizer] = typer.Option(None, "--optimizer", help="adam | sgd-momentum | adagrad"),
+    exchange_dtype: Optional[ExchangeDtype] = typer.Option(
+        None, "--exchange-dtype", help="gradients/params exchanged with the drives' accelerators: fp32 (paper) | fp16 (released code)"),
+    offload_activations: Optional[OffloadActivations] = typer.Option(
+        None, "--offload-activations", help="none | ssd (SSDTrain: to the drives) | host (pinned host memory)"),
+    offload_layers: Optional[str] = typer.Option(
+        None, "--offload-layers", help="N | auto: leading layers per stage to offload (auto: SSDTrain's adaptive rule)"),
+    activation_io_path: Optional[ActivationIOPath] = typer.Option(
+        None, "--activation-io-path", help="gds (GPUDirect Storage, default) | bounce (through host memory)"),
     set_: List[str] = typer.Option([], "--set", help="override any field: model.X=, hardware.X=, plan.X= (repeatable)"),
     json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
     explain: bool = typer.Option(False, "--explain", help="print every term with its formula, inputs and value"),
+    chiplet_scheme: Optional[ChipletScheme] = typer.Option(None, "--chiplet-scheme",
+                                                           help="chiplet packages: megatron-1d | summa-2d | hecaton-2d"),
+    mesh: Optional[str] = typer.Option(None, "--mesh", help="chiplet packages: RxC layout of the dies, e.g. 4x16 (same die count)"),
 ):
     """Estimate one training scenario: time, memory per tier, traffic, bottleneck."""
     from dse.estimate import resolve, run
 
     fields = plan_fields(tp, pp, dp, micro_batch, global_batch, seq_len, recompute, attention, sequence_parallel,
                          zero, precision)
+    fields.update({k: v for k, v in (("chiplet_scheme", chiplet_scheme), ("chiplet_mesh", mesh)) if v is not None})
+    fields.update(offload_fields(offload_optimizer, offload_params, gradient_compression, ssds, optimizer, exchange_dtype))
+    fields.update(activation_offload_fields(offload_activations, offload_layers, None, activation_io_path))
     m, s, p = resolve(model, hw, None, set_, **fields)
     trace = None
     if explain:
@@ -90,6 +143,103 @@ def estimate(
         render_explain(con, trace.rows)
 
 
+@app.command()
+def rok(
+    model: str = typer.Option("llama2-7b", "--model", "-m", help="catalog name, YAML file, or HF config.json"),
+    hw: str = typer.Option("dgx-a100-80gb", "--hw", help="hardware system: catalog name or YAML file"),
+    micro_batches: str = typer.Option("1,2,4,8", "--micro-batches", help="micro-batch sizes to compare, e.g. 4,8,16,32"),
+    tp: Optional[int] = typer.Option(None, "--tp", min=1, help="tensor-parallel degree"),
+    pp: Optional[int] = typer.Option(None, "--pp", min=1, help="pipeline stages"),
+    dp: Optional[int] = typer.Option(None, "--dp", min=1, help="data-parallel replicas"),
+    global_batch: Optional[int] = typer.Option(None, "--global-batch", "-B", min=1, help="sequences per iteration"),
+    seq_len: Optional[int] = typer.Option(None, "--seq-len", "-s", min=1, help="tokens per sequence"),
+    attention: Optional[Attention] = typer.Option(None, "--attention", help="flash | math"),
+    sequence_parallel: Optional[bool] = typer.Option(None, "--sequence-parallel/--no-sequence-parallel"),
+    zero: Optional[int] = typer.Option(None, "--zero", min=0, max=3, help="ZeRO stage 0-3"),
+    precision: Optional[Precision] = typer.Option(None, "--precision", help="bf16 | fp16"),
+    target: Optional[Literal["ssd", "host"]] = typer.Option(
+        None, "--target", help="where offload writes: ssd | host (default: ssd when the hardware has drives)"),
+    offload_layers: Optional[str] = typer.Option(None, "--offload-layers", help="N | auto (default auto)"),
+    ssds: Optional[int] = typer.Option(None, "--ssds", min=1, help="drives used for offload"),
+    activation_io_path: Optional[ActivationIOPath] = typer.Option(None, "--activation-io-path", help="gds | bounce"),
+    stages: Optional[str] = typer.Option(None, "--stages", help="pipeline stage counts to scan, e.g. 1,2,4 "
+                                         "(default: powers of two the system can hold)"),
+    set_: List[str] = typer.Option([], "--set", help="override any field: model.X=, hardware.X=, plan.X= (repeatable)"),
+    plot: Optional[str] = typer.Option(None, "--plot", help="write the ROK curve as a PNG (needs the plot extra)"),
+    json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
+):
+    """Recompute-offload-keep: activation memory and throughput of keep / selective / full recompute / offload
+    across micro-batch sizes, and what the freed memory buys (largest micro-batch, fewest pipeline stages)."""
+    from dse.estimate.rok import compare
+
+    fields = plan_fields(tp, pp, dp, None, global_batch, seq_len, None, attention, sequence_parallel, zero, precision)
+    fields.update(activation_offload_fields(None, offload_layers, ssds, activation_io_path))
+    result = compare(model, hw, _int_list(micro_batches, "--micro-batches"), overrides=set_, target=target,
+                     stages=_int_list(stages, "--stages") if stages else None, plot=plot, **fields)
+    if json_out:
+        _print_json(result)
+        return
+    from dse.report.activation_offload import render_rok
+
+    render_rok(_console(), result)
+
+
+def _int_list(text: str, flag: str) -> list[int]:
+    from dse.errors import InputError
+
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise InputError(f"{flag} {text!r}: expected positive integers separated by commas, e.g. 4,8,16") from None
+    if not values or any(v < 1 for v in values):
+        raise InputError(f"{flag} {text!r}: expected positive integers separated by commas, e.g. 4,8,16")
+    return values
+
+
+@app.command("offload-compare")
+def offload_compare(
+    model: str = typer.Option(..., "--model", "-m", help="catalog name, YAML file, or HF config.json"),
+    hw: str = typer.Option("smart-infinity-a5000", "--hw", help="system with computational storage (SmartUpdate runs here)"),
+    baseline_hw: Optional[str] = typer.Option(None, "--baseline-hw",
+                                              help="system for the ZeRO-Infinity baseline, e.g. the same box with plain "
+                                                   "drives (default: --hw, its drives used as plain NVMe)"),
+    ssds: Optional[int] = typer.Option(None, "--ssds", help="drives for the side-by-side table (default: all)"),
+    compression: float = typer.Option(0.02, "--compression", help="top-k ratio of the third variant, in (0, 1]"),
+    scaling: Optional[str] = typer.Option(None, "--scaling", help="drive counts to scale over, e.g. 1,2,4,8 (default: 1..all)"),
+    micro_batch: Optional[int] = typer.Option(None, "--micro-batch", "-b", min=1, help="sequences per micro-batch"),
+    global_batch: Optional[int] = typer.Option(None, "--global-batch", "-B", min=1, help="sequences per iteration"),
+    seq_len: Optional[int] = typer.Option(None, "--seq-len", "-s", min=1, help="tokens per sequence"),
+    recompute: Optional[Recompute] = typer.Option(None, "--recompute", help="none | selective | full (default full)"),
+    precision: Optional[Precision] = typer.Option(None, "--precision", help="bf16 | fp16"),
+    offload_params: Optional[OffloadParams] = typer.Option(None, "--offload-params", help="gpu | cpu | nvme (default cpu)"),
+    optimizer: Optional[Optimizer] = typer.Option(None, "--optimizer", help="adam | sgd-momentum | adagrad"),
+    exchange_dtype: Optional[ExchangeDtype] = typer.Option(None, "--exchange-dtype", help="fp32 (paper) | fp16 (released code)"),
+    set_: List[str] = typer.Option([], "--set", help="override any field: model.X=, hardware.X=, plan.X= (repeatable)"),
+    plot: Optional[str] = typer.Option(None, "--plot", help="write a PNG of the drive scaling (needs the plot extra)"),
+    json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
+):
+    """Compare ZeRO-Infinity, SmartUpdate and SmartUpdate + compression side by side, and over drive counts."""
+    from dse.errors import InputError
+    from dse.estimate.offload_compare import compare
+
+    counts = None
+    if scaling:
+        try:
+            counts = [int(x) for x in scaling.split(",") if x.strip()]
+        except ValueError:
+            raise InputError(f"--scaling {scaling!r}: expected comma-separated drive counts, e.g. 1,2,4,8") from None
+    result = compare(model, hw, baseline_hw, drives=ssds, compression=compression, scaling=counts, overrides=set_,
+                     plot=plot, micro_batch=micro_batch, global_batch=global_batch, seq_len=seq_len,
+                     recompute=recompute, precision=precision, offload_params=offload_params, optimizer=optimizer,
+                     exchange_dtype=exchange_dtype)
+    if json_out:
+        _print_json(result)
+        return
+    from dse.report.offload import render_compare
+
+    render_compare(_console(), result)
+
+
 @app.command("list")
 def list_(what: Literal["models", "hardware", "components"] = typer.Argument("models", help="models | hardware | components"),
           json_out: bool = typer.Option(False, "--json")):
@@ -101,7 +251,8 @@ def list_(what: Literal["models", "hardware", "components"] = typer.Argument("mo
     if what == "models":
         items = [(n, catalog.read_yaml(catalog.models_dir() / f"{n}.yaml")) for n in catalog.names(catalog.models_dir())]
     elif what == "hardware":
-        items = [(n, catalog.read_yaml(catalog.hw_dir("systems") / f"{n}.yaml")) for n in catalog.names(catalog.hw_dir("systems"))]
+        items = [(n, catalog.read_yaml(catalog.hw_dir(sub) / f"{n}.yaml"))
+                 for sub in ("systems", "chiplets") for n in catalog.names(catalog.hw_dir(sub))]
     else:
         items = [(f"{sub}/{n}", catalog.read_yaml(catalog.hw_dir(sub) / f"{n}.yaml"))
                  for sub in sorted(set(catalog.COMPONENT_DIRS.values()) - {"systems"}) for n in catalog.names(catalog.hw_dir(sub))]
@@ -135,7 +286,10 @@ def show(kind: Literal["model", "hardware"] = typer.Argument(..., help="model | 
             embedding_norm=spec.embedding_norm, tied=spec.tied_embeddings, final_norm=spec.final_norm,
             pooler=spec.pooler, mlm_head=spec.mlm_head, nsp_head=spec.nsp_head)
     else:
-        if ov:
+        if ov and catalog.is_chiplet_package(name):
+            spec = catalog.load_chiplet_package(name, [(p[1:] if p[0] in ("hardware", "hw") else p, v) for p, v in ov])
+            kind_name = "chiplet-package"
+        elif ov:
             spec = catalog.load_system(name, [(p[1:] if p[0] in ("hardware", "hw") else p, v) for p, v in ov])
             kind_name = "system"
         else:
@@ -174,6 +328,71 @@ def validate(suites: List[str] = typer.Argument(None, help="suites to run (defau
         render_validation(_console(), results, verbose)
     if not all(r.passed for r in results):
         raise typer.Exit(1)
+
+
+@app.command("chiplet-scaling")
+def chiplet_scaling(
+    hw: str = typer.Option("chiplet-train-8x8", "--hw", help="chiplet package of the first point (catalog name or YAML)"),
+    model: str = typer.Option("llama2-70b", "--model", "-m", help="model of the first point"),
+    to: str = typer.Option("llama3.1-405b", "--to", help="model of the last point"),
+    steps: int = typer.Option(2, "--steps", min=0, max=20, help="interpolated models between the two"),
+    scheme: List[str] = typer.Option(["megatron-1d", "summa-2d", "hecaton-2d"], "--scheme",
+                                     help="schemes to compare (repeatable): megatron-1d, summa-2d, hecaton-2d"),
+    seq_len: int = typer.Option(4096, "--seq-len", "-s", min=1, help="tokens per sequence (fixed across points)"),
+    micro_batch: int = typer.Option(1, "--micro-batch", "-b", min=1, help="sequences per micro-batch"),
+    global_batch: int = typer.Option(16, "--global-batch", "-B", min=1, help="sequences per iteration on one package"),
+    recompute: Recompute = typer.Option("full", "--recompute", help="none | selective | full (full: the minibatch "
+                                        "schedule's stored activations fit the catalog package's DRAM)"),
+    square: bool = typer.Option(False, "--square/--no-square", help="lay later points out as q x q meshes (SUMMA needs them)"),
+    set_: List[str] = typer.Option([], "--set", help="override fields: model.X= (both models), hardware.X=, plan.X="),
+    json_out: bool = typer.Option(False, "--json", help="print the rows as JSON"),
+    plot: Optional[str] = typer.Option(None, "--plot", help="also write a PNG of ratio and time per token (needs matplotlib)"),
+):
+    """Weak scaling on a chiplet package: model and die count grow together; FLOP per NoP byte and time per token per scheme."""
+    from dse import catalog
+    from dse.errors import InputError
+    from dse.estimate.chiplet_scaling import weak_scaling
+    from dse.specs import _schema
+
+    groups = {"model": [], "hardware": [], "plan": []}
+    for item in set_:
+        path, value = _schema.parse_assignment(item)
+        head = {"hw": "hardware", "m": "model", "p": "plan"}.get(path[0], path[0])
+        if head not in groups:
+            raise InputError(f"--set {item}: the path must start with model., hardware. or plan.")
+        groups[head].append((path[1:], value))
+    from dse.errors import suggest
+    from dse.specs.plan import CHIPLET_SCHEMES, Plan
+
+    for sch in scheme:
+        if sch not in CHIPLET_SCHEMES:
+            raise InputError(f"--scheme {sch!r} is not one of {', '.join(CHIPLET_SCHEMES)}{suggest(sch, CHIPLET_SCHEMES)}")
+    if not catalog.is_chiplet_package(hw):
+        raise InputError(f"--hw {hw}: not a chiplet package (see `dse list hardware`: names with 'chiplet')")
+    package = catalog.load_chiplet_package(hw, groups["hardware"])
+    base = catalog.load_model(model, groups["model"])
+    target = catalog.load_model(to, groups["model"])
+    if base.ffn_type != target.ffn_type or base.head_dim != target.head_dim:
+        raise InputError(f"--model {model} and --to {to} must share the FFN type and head dimension to interpolate")
+    extra = {}
+    for path, value in groups["plan"]:
+        _schema.set_path(extra, path, value, Plan, "--set plan.")
+    rows = weak_scaling(base, target, package, steps=steps, schemes=tuple(dict.fromkeys(scheme)), seq_len=seq_len,
+                        micro_batch=micro_batch, global_batch=global_batch, recompute=recompute, plan_extra=extra,
+                        square=square)
+    if plot:
+        from dse.report.chiplet import plot_scaling
+
+        plot_scaling(rows, plot)
+    if json_out:
+        _print_json(rows)
+        return
+    from dse.report.chiplet import render_scaling
+
+    con = _console()
+    render_scaling(con, rows)
+    if plot:
+        con.print(f"plot written to {plot}")
 
 
 @app.command()

@@ -8,9 +8,11 @@ Both return the dictionary that ``dse estimate --json`` prints.
 from __future__ import annotations
 
 import dataclasses
+import sys
+import types
 
 from dse.estimate import base, economics
-from dse.specs.plan import Plan, check_plan
+from dse.specs.plan import Plan, check_activation_offload, check_plan
 
 TIME_PARTS = {
     "compute": "GEMMs, attention and element-wise kernels",
@@ -29,18 +31,27 @@ TIME_PARTS = {
 # ``apply(c, model, system, plan, F)``, which reads ``c["internal"]`` and updates the
 # composed dict in place (memory tiers, time, traffic, extra sections), array-safe.
 # For the vectorised search (dse/search/evaluate.py) a module may also expose
-# ``apply_memory`` and ``apply_time`` (same arguments; ``apply`` = both in that order):
+# ``apply_memory`` and ``apply_time`` (same arguments; ``apply`` = both in that order),
+# or ``active(plan)`` (False: this plan's string/bool fields leave the estimate untouched):
 # the search then checks memory after base.compose_memory + every apply_memory and runs
 # base.compose_time + apply_time only for the points that fit. Without them it composes
 # everything first (same results, no pruning). On arrays, an ``extra_violations`` entry
 # may be ``(message, mask)``, ``mask`` True where a point violates.
-TECHNIQUE_MODULES: list[str] = []
+TECHNIQUE_MODULES: list[str] = ["dse.estimate.offload", "dse.estimate.activation_offload"]
+
+
+_LOADED: dict[tuple, list] = {}
 
 
 def techniques():
-    import importlib
+    """The technique modules, imported once (the list may be changed at run time, e.g. by tests)."""
+    key = tuple(TECHNIQUE_MODULES)
+    mods = _LOADED.get(key)
+    if mods is None:
+        import importlib
 
-    return [importlib.import_module(name) for name in TECHNIQUE_MODULES]
+        mods = _LOADED[key] = [importlib.import_module(name) for name in key]
+    return mods
 
 
 def _violations(r: dict, system, plan) -> list[str]:
@@ -73,12 +84,28 @@ def bottleneck(r: dict) -> str:
 
 def run(model, system, plan, *, trace=None) -> dict:
     """Estimate one scenario from resolved specs. ``trace`` (a :class:`~dse.estimate.trace.Trace`) records formulas."""
+    if getattr(system, "die", None) is not None:   # a chiplet package (dse.specs.chiplet)
+        from dse.estimate import chiplet
+
+        return chiplet.run(model, system, plan, trace=trace)
+    r, extra = numbers(model, system, plan, trace=trace)
+    r["feasible"], r["violations"], r["bottleneck"] = verdict(r, system, plan, extra)
+    return r
+
+
+def numbers(model, system, plan, *, trace=None) -> tuple[dict, list[str]]:
+    """Every number of a GPU-system estimate (array-safe), without the verdict.
+
+    Returns the result dict (all sections except ``feasible``, ``violations``,
+    ``bottleneck``) and the violations the technique modules appended while composing.
+    """
     F = None
     if trace is not None:
         from dse.estimate.trace import Tracer
-        from dse.formulas import compute, cost, memory, parallelism, transformer
+        from dse.formulas import activation_offload, compute, cost, memory, near_storage, offload, parallelism, transformer
 
-        F = {m.__name__.rsplit(".", 1)[-1]: Tracer(m, trace) for m in (transformer, memory, parallelism, compute, cost)}
+        F = {m.__name__.rsplit(".", 1)[-1]: Tracer(m, trace)
+             for m in (transformer, memory, parallelism, compute, cost, offload, near_storage, activation_offload)}
     c = base.compose(model, system, plan, F)
     for technique in techniques():
         technique.apply(c, model, system, plan, F)
@@ -94,19 +121,40 @@ def run(model, system, plan, *, trace=None) -> dict:
         if k not in r and k not in ("internal", "params", "gpus", "nodes", "micro_batches", "layers_per_stage",
                                     "params_per_gpu", "peak_flops", "extra_violations"):
             r[k] = v
-    violations = _violations(r, system, plan) + list(c.get("extra_violations", []))
     r["hardware"] = {"name": system.name, "gpu": system.node.gpu.name, "gpus_per_node": system.node.gpus_per_node,
                      "nodes": system.nodes}
-    r["plan"] = dataclasses.asdict(plan) if dataclasses.is_dataclass(plan) else dict(vars(plan))
-    r["feasible"] = not violations
-    r["violations"] = violations
-    r["bottleneck"] = bottleneck(r) if not violations else "Infeasible: " + "; ".join(violations) + "."
-    return r
+    r["plan"] = dict(vars(plan))   # plan fields are scalars: a shallow copy is the whole plan
+    return r, list(c.get("extra_violations", []))
+
+
+def verdict(r: dict, system, plan, extra=()) -> tuple[bool, list[str], str]:
+    """Feasibility, the violated constraints and the bottleneck sentence of one scalar result.
+
+    Technique modules may contribute constraints through an optional
+    ``violations(r, system, plan) -> list[str]`` function.
+    """
+    violations = _violations(r, system, plan) + list(extra)
+    for technique in techniques():
+        check = getattr(technique, "violations", None)
+        if check is not None:
+            violations += check(r, system, plan)
+    text = bottleneck(r) if not violations else "Infeasible: " + "; ".join(violations) + "."
+    return not violations, violations, text
 
 
 def resolve(model, hardware, plan=None, overrides=(), **plan_fields):
     """Load and check specs: names/paths/objects in, resolved (model, system, plan) out."""
-    from dse.catalog import load_model, load_system
+    model, system, plan_data = load(model, hardware, plan, overrides, **plan_fields)
+    return model, system, make_plan(model, system, plan_data)
+
+
+def load(model, hardware, plan=None, overrides=(), **plan_fields):
+    """Load the model and hardware specs and merge the plan's fields (before they are validated).
+
+    Returns ``(model, system, plan_data)``: resolved specs and a dict of plan fields with the
+    ``plan.*`` overrides applied, ready for :func:`make_plan`.
+    """
+    from dse.catalog import is_chiplet_package, load_chiplet_package, load_model, load_system
     from dse.specs import _schema
 
     groups = {"model": [], "hardware": [], "plan": []}
@@ -120,19 +168,46 @@ def resolve(model, hardware, plan=None, overrides=(), **plan_fields):
                              f"{suggest(path[0], groups)}")
         groups[head].append((path[1:], value))
     model = load_model(model, groups["model"])
-    system = load_system(hardware, groups["hardware"])
+    chiplet = is_chiplet_package(hardware)
+    system = load_chiplet_package(hardware, groups["hardware"]) if chiplet else load_system(hardware, groups["hardware"])
     if plan is None:
         plan_data = dict(plan_fields)
     elif isinstance(plan, Plan):
-        plan_data = {**dataclasses.asdict(plan), **plan_fields}
+        plan_data = {**{f.name: getattr(plan, f.name) for f in dataclasses.fields(plan)}, **plan_fields}
     else:
         plan_data = {**dict(plan), **plan_fields}
     plan_data = {k: v for k, v in plan_data.items() if v is not None}
     for path, value in groups["plan"]:
-        _schema.set_path(plan_data, path, value, Plan, "--set plan.")
-    plan = _schema.build(Plan, plan_data, "plan").resolved(model)
-    check_plan(plan, model)
-    return model, system, plan
+        _schema.set_path(plan_data, path, value, Plan, "--set plan")
+    return model, system, plan_data
+
+
+def make_plan(model, system, plan_data: dict) -> Plan:
+    """Validate plan fields (a dict of scalars) against the model and system: the resolved :class:`Plan`."""
+    from dse.specs import _schema
+
+    plan = _schema.build(Plan, plan_data, "plan: ").resolved(model, system)
+    if getattr(system, "die", None) is not None:
+        from dse.specs.chiplet import check_chiplet_plan
+
+        check_chiplet_plan(plan, model, system)
+        check_activation_offload(plan, model, system)
+        return plan
+    check_plan(plan, model, system=system)
+    _check_no_chiplet_fields(plan, system)
+    check_activation_offload(plan, model, system)
+    return plan
+
+
+def _check_no_chiplet_fields(plan, system) -> None:
+    """The chiplet-only plan fields are an error on a GPU system (they would be silently ignored)."""
+    from dse.errors import InputError
+
+    for name, flag in (("chiplet_scheme", "--chiplet-scheme"), ("chiplet_mesh", "--mesh"),
+                       ("chiplet_schedule", "plan.chiplet_schedule"), ("chiplet_minibatch", "plan.chiplet_minibatch")):
+        if getattr(plan, name) is not None:
+            raise InputError(f"plan: {flag} applies to chiplet packages only; {system.name} is a GPU system "
+                             f"(see `dse list hardware`)")
 
 
 def estimate(model, hardware, plan=None, *, overrides=(), trace=None, **plan_fields) -> dict:
@@ -142,6 +217,30 @@ def estimate(model, hardware, plan=None, *, overrides=(), trace=None, **plan_fie
     ``plan`` a :class:`~dse.specs.plan.Plan`, a dict, or keyword fields
     (``tp=2, micro_batch=4, ...``); ``overrides`` are ``"model.hidden=4096"``-style
     assignments. Returns the same dictionary as ``dse estimate --json``.
+
+    Numeric plan fields may be numpy arrays (or lists): the arrays broadcast together,
+    every distinct scenario is validated by the same rules as a scalar call, the
+    numbers are composed once over the arrays, and every numeric leaf of the result
+    is an array of the broadcast shape (see :mod:`dse.estimate.arrays`).
+
+    >>> import numpy as np
+    >>> r = estimate("llama2-7b", "dgx-a100-80gb", tp=2, micro_batch=np.array([1, 2, 4]))
+    >>> r["memory"]["gpu"]["activations"].shape, bool(np.all(np.diff(r["memory"]["gpu"]["activations"]) > 0))
+    ((3,), True)
     """
-    m, s, p = resolve(model, hardware, plan, overrides, **plan_fields)
-    return run(m, s, p, trace=trace)
+    m, s, data = load(model, hardware, plan, overrides, **plan_fields)
+    from dse.estimate import arrays
+
+    if arrays.has_arrays(data):
+        return arrays.estimate(m, s, data, trace=trace)
+    return run(m, s, make_plan(m, s, data), trace=trace)
+
+
+class _CallableModule(types.ModuleType):
+    """``dse.estimate(...)`` calls :func:`estimate`; ``dse.estimate`` is still this package."""
+
+    def __call__(self, *args, **kwargs):
+        return estimate(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

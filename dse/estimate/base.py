@@ -91,7 +91,8 @@ def compose_memory(model, system, plan, F=None) -> dict:
     a_work = T.recompute_working_bytes(s, b, h, a, kv, hd, Fh, **act_opts)
     a_head = T.head_activation_bytes(s, b, h, V, tp=t, sequence_parallel=sp, norm=model.norm,
                                      final_norm=model.final_norm, bytes_per_element=e)
-    a_emb = T.embedding_activation_bytes(s, b, h, tp=t, sequence_parallel=sp, dropout=dropout)
+    a_emb = T.embedding_activation_bytes(s, b, h, tp=t, sequence_parallel=sp, dropout=dropout,
+                                         position=model.position)
     if plan.schedule == "gpipe":
         in_flight = m
     else:
@@ -106,7 +107,9 @@ def compose_memory(model, system, plan, F=None) -> dict:
     total_last = states_last["weights"] + states_last["gradients"] + states_last["optimizer"] + act_last
     first_is_max = total_first >= total_last
     pick = lambda x, y: where(first_is_max, x, y)  # noqa: E731
-    buffers = gpu.reserved + zero3_buf
+    bwd_work = T.backward_working_bytes(s, b, h, Fh, tp=t, sequence_parallel=sp, ffn_type=model.ffn_type,
+                                        bytes_per_element=e)
+    buffers = gpu.reserved + zero3_buf + bwd_work
     mem_gpu = {
         "weights": pick(states_first["weights"], states_last["weights"]),
         "gradients": pick(states_first["gradients"], states_last["gradients"]),

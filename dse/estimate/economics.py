@@ -15,11 +15,15 @@ def apply(c, model, system, plan, F=None) -> None:
     node = system.node
     nodes = c["nodes"]
     gpus = c["gpus"]
-    drives = nodes * node.storage.count if node.storage else 0
     drive = node.storage.device if node.storage else None
+    # A technique may say how many drives the plan uses and what each costs (e.g. a CSD's accelerator).
+    internal = c["internal"]
+    drives = nodes * internal.get("drives_used", node.storage.count if node.storage else 0)
+    drive_price = internal.get("drive_price", drive.price if drive else 0.0)
+    drive_power = internal.get("drive_power", drive.power if drive else 0.0)
     node_price = node.price + node.host.price
-    capital = K.capital_cost(gpus, node.gpu.price, nodes, node_price, drives, drive.price if drive else 0.0)
-    power = K.power_draw(gpus, node.gpu.power, nodes, node.host.power, drives, drive.power if drive else 0.0)
+    capital = K.capital_cost(gpus, node.gpu.price, nodes, node_price, drives, drive_price)
+    power = K.power_draw(gpus, node.gpu.power, nodes, node.host.power, drives, drive_power)
     t_iter = c["time"]["iteration"]
     tokens = c["internal"]["tokens"]
     site = system.site
@@ -31,8 +35,8 @@ def apply(c, model, system, plan, F=None) -> None:
         "capital_usd": capital,
         "gpus_usd": gpus * node.gpu.price,
         "nodes_usd": nodes * node_price,
-        "storage_usd": drives * (drive.price if drive else 0.0),
+        "storage_usd": drives * drive_price,
         "per_million_tokens_usd": usd_token * 1e6,
-        "tokens_per_s_per_kusd": where(capital > 0, tps / (where(capital > 0, capital, 1.0) / 1e3), float("nan")),
+        "tokens_per_s_per_kusd": tps * 1e3 / where(capital > 0, capital, float("nan")),
     }
     c["energy"] = {"iteration_j": energy, "per_token_j": per_token, "power_w": power * site.pue}

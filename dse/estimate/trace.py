@@ -11,18 +11,10 @@ import inspect
 
 
 def formula_line(fn) -> str:
-    """The ``Formula:`` line of a formula's docstring (its equation and source)."""
-    doc = inspect.getdoc(fn) or ""
-    lines = doc.splitlines()
-    for i, line in enumerate(lines):
-        if line.strip().startswith("Formula:"):
-            text = line.strip()[len("Formula:"):].strip()
-            for nxt in lines[i + 1:]:
-                if not nxt.strip() or nxt.strip().startswith((">>>", "-")) or nxt[:1] not in (" ", "\t") and nxt == nxt.lstrip() and nxt.strip()[:1].isupper():
-                    break
-                text += " " + nxt.strip()
-            return text
-    return doc.splitlines()[0] if doc else fn.__name__
+    """The ``Formula:`` line of a formula's docstring (its equation), with its ``Source:`` in parentheses."""
+    from dse.formulas._docstring import formula_line as line
+
+    return line(fn)
 
 
 class Trace:

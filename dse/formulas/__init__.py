@@ -7,11 +7,26 @@ One module per concern:
 - :mod:`dse.formulas.parallelism` — collectives, group bandwidths, pipeline bubble
 - :mod:`dse.formulas.compute` — GEMM, attention and element-wise kernel times
 - :mod:`dse.formulas.cost` — capital cost, power, energy and cost per token
+- :mod:`dse.formulas.offload` — ZeRO-Infinity placement, bytes per tier and link, phase times
+- :mod:`dse.formulas.near_storage` — Smart-Infinity's update on computational storage, top-k compression
+- :mod:`dse.formulas.activation_offload` — SSDTrain: activations offloaded to SSDs, overlap, endurance
+- :mod:`dse.formulas.chiplet` — chiplet packages: NoP collectives per scheme, SRAM, DRAM, overlap, energy
+- :mod:`dse.formulas.package_cost` — die yield, known-good dies, packaging cost (Chiplet Actuary)
+- :mod:`dse.formulas.energy` — every energy and cost function in one place (re-exports)
 
-Every function states its equation and source in its docstring, on a line that
-starts with ``Formula:``; ``dse estimate --explain`` prints those lines.
+Every public function (the names in each module's ``__all__``) takes numbers or numpy
+arrays (``Num``; arrays broadcast), states its equation on a ``Formula:`` line and its
+source on a ``Source:`` line, gives each argument's unit, and shows a doctest example.
+``dse estimate --explain`` prints the equations; docs/formulas.md lists them all.
+
+>>> from dse.formulas import activation_offload
+>>> round(activation_offload.lifetime_years(292e15, 3e9), 2)   # an Optane P5800X written at 3 GB/s
+3.08
 """
 
-from dse.formulas import compute, cost, memory, parallelism, transformer
+from dse.formulas import (activation_offload, chiplet, compute, cost, energy, memory, near_storage, offload,
+                          package_cost, parallelism, transformer)
+from dse.formulas._array import Num
 
-__all__ = ["transformer", "memory", "parallelism", "compute", "cost"]
+__all__ = ["transformer", "memory", "parallelism", "compute", "cost", "offload", "near_storage", "chiplet",
+           "package_cost", "activation_offload", "energy", "Num"]

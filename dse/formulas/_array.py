@@ -8,8 +8,16 @@ from __future__ import annotations
 
 import math
 import sys
+from typing import TYPE_CHECKING, Union
+
+if TYPE_CHECKING:
+    import numpy
 
 _SCALAR = (int, float)
+
+#: A number or a numpy array of numbers: what every formula accepts and returns (arrays broadcast).
+#: A forward reference, so that annotating with it never imports numpy.
+Num = Union[int, float, "numpy.ndarray"]
 
 
 def _np():

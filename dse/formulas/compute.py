@@ -8,29 +8,94 @@ with F0 = overhead x peak x efficiency — the size-dependent efficiency that
 Calculon models as a step table (Isaev et al., SC'23) in closed form.
 Element-wise kernels (norms, activations, dropout, softmax) are memory-bound:
 bytes / (HBM bandwidth x efficiency).
+
+Symbols:
+    s: sequence length [count]
+    b: micro-batch size (sequences) [count]
+    h: hidden size [count]
+    ffn: F, FFN inner size [count]
+    heads: a, attention heads (on this GPU where stated) [count]
+    kv_heads: kv, key/value heads [count]
+    head_dim: d, head dimension [count]
+    tp: t, tensor-parallel degree [count]
+    sequence_parallel: Megatron sequence parallelism (shards norm/dropout tensors over t) [bool]
+    attention: flash or math (materialised softmax) [choice]
+    ffn_type: gelu, relu or swiglu [choice]
+    position: learned, rotary or none [choice]
+    dropout: dropout layers present [bool]
+    bytes_per_element: e, bytes per activation element [bytes]
+    peak_flops: dense peak of the dtype [FLOP/s]
+    efficiency: eta, achieved share of the peak [fraction]
 """
 
 from __future__ import annotations
 
+from dse.formulas._array import Num
 
-def gemm_time(m, k, n, peak_flops, efficiency, overhead=0.0, batch=1):
+__all__ = ["gemm_time", "memory_time", "flash_attention_flops", "elementwise_bytes", "adam_step_bytes"]
+
+
+def gemm_time(m: Num, k: Num, n: Num, peak_flops: Num, efficiency: Num, overhead: Num = 0.0, batch: Num = 1) -> Num:
     """Time of ``batch`` GEMMs of (m x k)(k x n).
 
-    Formula: 2 m k n batch / (peak eta) + t0.
+    Formula: t = 2 m k n batch / (peak eta) + t0
+    Source: 2mkn FLOP per GEMM (Narayanan et al. 2021, arXiv 2104.04473, App. A); the fixed per-kernel term t0
+    is this tool's closed form of Calculon's size-dependent efficiency (Isaev et al., SC'23), fitted in
+    benchmarks/calibrate.py.
+
+    Args:
+        m: rows of the left operand (tokens) [count]
+        k: inner dimension [count]
+        n: columns of the right operand [count]
+        overhead: t0, fixed time per kernel [s]
+        batch: GEMMs of this shape run together [count]
+    Returns:
+        time [s]
+
+    >>> round(gemm_time(4096, 4096, 4096, 312e12, 0.8) * 1e6, 1)   # 137 GFLOP at 250 TFLOP/s: microseconds
+    550.6
+    >>> import numpy as np
+    >>> gemm_time(np.array([512, 4096]), 4096, 4096, 312e12, 0.8, overhead=1e-5) * 1e6   # microseconds
+    array([ 78.8296041 , 560.63683282])
     """
     return 2 * m * k * n * batch / (peak_flops * efficiency) + overhead
 
 
-def memory_time(nbytes, bandwidth, efficiency=1.0):
-    """Time of a memory-bound kernel. Formula: bytes / (B_hbm eta_mem)."""
+def memory_time(nbytes: Num, bandwidth: Num, efficiency: Num = 1.0) -> Num:
+    """Time of a memory-bound kernel.
+
+    Formula: t = bytes / (B_hbm eta_mem)
+    Source: roofline model (Williams et al., CACM 2009), memory-bound side.
+
+    Args:
+        nbytes: bytes read and written [bytes]
+        bandwidth: B_hbm, memory bandwidth [bytes/s]
+        efficiency: eta_mem, achieved share of the bandwidth [fraction]
+    Returns:
+        time [s]
+
+    >>> round(memory_time(2e9, 2.039e12, 0.8) * 1e3, 3)   # 2 GB at 80 % of an A100-80GB's HBM: ms
+    1.226
+    """
     return nbytes / (bandwidth * efficiency)
 
 
-def flash_attention_flops(s, b, heads, head_dim, causal=True, backward=False):
+def flash_attention_flops(s: Num, b: Num, heads: Num, head_dim: Num, causal: bool = True,
+                          backward: bool = False) -> Num:
     """FLOPs a fused (flash) attention kernel executes for one layer's local heads.
 
-    Formula: 4 s^2 b a d (forward; x2.5 backward: recomputes QK^T and forms dQ, dK, dV, dP;
-    Dao 2023, FlashAttention-2 §3), halved when causal blocks above the diagonal are skipped.
+    Formula: 4 s^2 b a d (forward; x2.5 backward), halved when causal
+    Source: Dao 2023, FlashAttention-2 (arXiv 2307.08691) §3: the backward pass recomputes QK^T and forms dQ, dK,
+    dV, dP (2.5x the forward matmuls); causal blocks above the diagonal are skipped.
+
+    Args:
+        causal: skip the masked half of the score matrix [bool]
+        backward: count the backward pass instead of the forward [bool]
+    Returns:
+        FLOPs [FLOP]
+
+    >>> flash_attention_flops(4096, 1, 32, 128) / 1e12   # Llama-2-7B layer, causal forward: TFLOP
+    0.137438953472
     """
     f = 4 * s * s * b * heads * head_dim
     if causal:
@@ -38,14 +103,21 @@ def flash_attention_flops(s, b, heads, head_dim, causal=True, backward=False):
     return f * 2.5 if backward else f
 
 
-def elementwise_bytes(s, b, h, ffn, heads, kv_heads, head_dim, *, tp=1, sequence_parallel=False, attention="flash",
-                      ffn_type="gelu", position="learned", dropout=True, bytes_per_element=2):
+def elementwise_bytes(s: Num, b: Num, h: Num, ffn: Num, heads: Num, kv_heads: Num, head_dim: Num, *, tp: Num = 1,
+                      sequence_parallel: bool = False, attention: str = "flash", ffn_type: str = "gelu",
+                      position: str = "learned", dropout: bool = True, bytes_per_element: Num = 2) -> Num:
     """HBM bytes moved by one layer's memory-bound kernels in a forward pass, per GPU.
 
-    Formula: norms 2 x 2e sbh r; bias-dropout-residual 2 x (3e + 1_drop) sbh r;
-    activation 2e sbF/t (GeLU/ReLU) or 3e sbF/t (SwiGLU); rotary 2e sb(a+kv)d/t;
-    math attention (2e + (2e + 1) 1_drop) a s^2 b / t (scale-mask-softmax, dropout).
-    Backward moves about twice these bytes (gradient in and out plus saved input).
+    Formula: norms 2 x 2e sbh r; bias-dropout-residual 2 x (3e + 1_drop) sbh r; activation 2e sbF/t (GeLU/ReLU)
+    or 3e sbF/t (SwiGLU); rotary 2e sb(a+kv)d/t; math attention (2e + (2e + 1) 1_drop) a s^2 b / t
+    Source: byte counts of Megatron-LM's fused kernels (read input, write output per element; masks 1 B),
+    r = 1/t with sequence parallelism; this tool's accounting. Backward moves about twice these bytes.
+
+    Returns:
+        bytes moved in the forward pass [bytes]
+
+    >>> elementwise_bytes(2048, 1, 4096, 11008, 32, 32, 128, ffn_type="swiglu", position="rotary") / 1e6   # MB
+    386.924544
     """
     e = bytes_per_element
     sb = s * b
@@ -60,9 +132,21 @@ def elementwise_bytes(s, b, h, ffn, heads, kv_heads, head_dim, *, tp=1, sequence
     return total
 
 
-def adam_step_bytes(params, grad_bytes=4, weight_bytes=2):
+def adam_step_bytes(params: Num, grad_bytes: Num = 4, weight_bytes: Num = 2) -> Num:
     """HBM bytes of a fused Adam step on the GPU.
 
-    Formula: P (read+write master 8, m 8, v 8, read grad g, write weight w) = P (24 + g + w).
+    Formula: P (read+write master 8, m 8, v 8, read grad g, write weight w) = P (24 + g + w)
+    Source: the operands of Adam (Kingma & Ba 2015, Algorithm 1) in mixed precision (Micikevicius et al. 2018):
+    each fp32 state is read and written once.
+
+    Args:
+        params: P, parameters this GPU updates [count]
+        grad_bytes: g, bytes per gradient read [bytes]
+        weight_bytes: w, bytes per half-precision weight written [bytes]
+    Returns:
+        bytes moved [bytes]
+
+    >>> adam_step_bytes(1e9) / 1e9   # 30 B per parameter with fp32 gradients: GB
+    30.0
     """
     return params * (24 + grad_bytes + weight_bytes)

@@ -22,7 +22,8 @@ TIME_ROWS = [
 CLASSES = ["weights", "gradients", "optimizer", "activations", "buffers"]
 
 # Result section -> "module:function(con, result)" that renders it; techniques register theirs here.
-SECTION_RENDERERS: dict[str, str] = {}
+SECTION_RENDERERS: dict[str, str] = {"offload": "dse.report.offload:render",
+                                     "activation_offload": "dse.report.activation_offload:render"}
 
 
 def _pct(x: float, total: float) -> str:
@@ -118,6 +119,10 @@ def throughput_table(r: dict) -> Table:
 
 
 def render_estimate(con, r: dict) -> None:
+    if r.get("kind") == "chiplet":   # a chiplet-package estimate has its own layout
+        from dse.report.chiplet import render_chiplet_estimate
+
+        return render_chiplet_estimate(con, r)
     con.print(header(r))
     con.print(time_table(r))
     con.print(memory_table(r))
@@ -151,21 +156,18 @@ def _short(v) -> str:
 
 
 def render_explain(con, rows: list[dict]) -> None:
-    tab = Table(title="Every formula evaluated (SI units)", box=box.SIMPLE, title_justify="left", show_lines=False)
-    tab.add_column("#", justify="right", style="dim")
-    tab.add_column("term")
-    tab.add_column("formula (source in the docstring)", overflow="fold", max_width=60)
-    tab.add_column("inputs", overflow="fold", max_width=50)
-    tab.add_column("value", justify="right", overflow="fold")
+    """Every formula the estimate evaluated: term = value, then its equation and inputs."""
+    con.print(f"[bold]Every formula evaluated[/] ({len(rows)} calls, SI units; sources in each docstring)")
     for i, row in enumerate(rows, 1):
         inputs = ", ".join(f"{k}={_short(v)}" for k, v in row["inputs"].items())
-        tab.add_row(str(i), row["term"], row["formula"], inputs, _short(row["value"]))
-    con.print(tab)
+        con.print(f"[dim]{i:3d}.[/] [bold]{row['term']}[/] = {_short(row['value'])}", highlight=False)
+        con.print(f"      formula: {row['formula']}", highlight=False, markup=False)
+        con.print(f"      inputs:  {inputs}", highlight=False, markup=False)
 
 
 def render_list(con, what: str, items) -> None:
     tab = Table(box=box.SIMPLE_HEAVY)
-    tab.add_column("name")
+    tab.add_column("name", no_wrap=True)   # names must stay whole to be copied into --model/--hw
     if what == "models":
         for col in ("layers", "hidden", "heads", "vocab", "source"):
             tab.add_column(col, overflow="fold")

@@ -33,6 +33,12 @@ KEY_METRICS = ("time.iteration", "throughput.tokens_per_s", "throughput.mfu", "m
                "memory.gpu.capacity", "cost.capital_usd", "cost.per_million_tokens_usd", "energy.per_token_j",
                "energy.power_w", "gpus", "nodes")
 MEMORY_METRICS = ("memory.gpu.total", "memory.gpu.capacity", "gpus", "nodes")
+
+
+def _python(param, value):
+    """A numpy value of a vector parameter back as the space wrote it (int or float)."""
+    v = float(value)
+    return int(v) if param is not None and param.kind == "int" else v
 GPUS_RULE = "gpus not divisible by tp x pp"
 
 
@@ -117,9 +123,13 @@ def _full(x, shape):
 class Group:
     values: dict                  # group parameter -> value
     model: object = None
-    system: object = None
+    system: object = None         # a GPU SystemSpec or a chiplet package
     plan: object = None           # unresolved Plan (numeric vector fields replaced per block)
     error: str | None = None      # the specs cannot be built: every point of the group is excluded
+
+    @property
+    def chiplet(self) -> bool:
+        return getattr(self.system, "die", None) is not None
 
 
 @dataclasses.dataclass
@@ -135,6 +145,18 @@ class BlockResult:
     n_valid: int = 0                                # points that passed the plan rules (evaluated)
 
 
+def _count(counts: dict, reason: str, k: int) -> None:
+    if k:
+        counts[reason] = counts.get(reason, 0) + k
+
+
+def load_hardware(ref, overrides=()):
+    """A GPU system or a chiplet package, from a catalog name, a file or a spec."""
+    from dse.catalog import is_chiplet_package, load_chiplet_package, load_system
+
+    return load_chiplet_package(ref, list(overrides)) if is_chiplet_package(ref) else load_system(ref, list(overrides))
+
+
 # ----------------------------------------------------------------------------- evaluator
 
 
@@ -148,16 +170,21 @@ class Evaluator:
         self.objectives = space.objectives
         self.constraints = space.constraints
         self.techniques = techniques()
-        self.memory_first = all(hasattr(t, "apply_memory") and hasattr(t, "apply_time") for t in self.techniques)
         self.record = list(dict.fromkeys([o.metric for o in self.objectives] + [c.metric for c in self.constraints]
                                          + list(KEY_METRICS)))
         self.reasons = ["feasible"]        # status codes of evaluated points
+        self.seen_metrics: set = set()     # objective/constraint metrics some evaluated point produced
+        self.notes: list = []
         self._groups: dict = {}
 
     def reason_code(self, reason: str) -> int:
         if reason not in self.reasons:
             self.reasons.append(reason)
         return self.reasons.index(reason)
+
+    def note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
 
     # ------------------------------------------------------------------ specs
 
@@ -178,7 +205,7 @@ class Evaluator:
         g = self._groups.get(key)
         if g is not None:
             return g
-        from dse.catalog import load_model, load_system
+        from dse.catalog import load_model
         from dse.specs import _schema
         from dse.specs.plan import Plan
 
@@ -190,7 +217,7 @@ class Evaluator:
         g = Group(values=dict(values))
         try:
             g.model = load_model(mref, [(r, v) for h, r, v in items if h == "model"])
-            g.system = load_system(href, [(r, v) for h, r, v in items if h == "hardware"])
+            g.system = load_hardware(href, [(r, v) for h, r, v in items if h == "hardware"])
             data = {}
             for h, r, v in items:
                 if h == "plan":
@@ -204,7 +231,7 @@ class Evaluator:
         return g
 
     def _specs(self, g: Group, columns: dict):
-        """(system, resolved plan, extra rules) with the numeric columns in place."""
+        """(system, unresolved plan, extra rules) with the numeric columns in place."""
         system, plan = g.system, g.plan
         gpus = None
         for path, value in columns.items():
@@ -225,18 +252,22 @@ class Evaluator:
             scalar = isinstance(tp_pp, int) and isinstance(gpus, int)     # dp >= 1 also where the rule fails
             plan = dataclasses.replace(plan, dp=max(gpus // tp_pp, 1) if scalar
                                        else np.maximum(np.floor_divide(gpus, tp_pp), 1))
-        return system, plan.resolved(g.model), rules
+        return system, plan, rules
+
+    def active_techniques(self, plan) -> list:
+        """Technique modules that may change this plan's estimate (``active(plan)``, else assumed to)."""
+        return [t for t in self.techniques if getattr(t, "active", None) is None or t.active(plan)]
 
     # ------------------------------------------------------------------ one point (scalar estimate)
 
     def point(self, config: dict) -> dict:
-        """Evaluate one configuration with :func:`dse.estimate.run`.
+        """Evaluate one configuration exactly as ``dse estimate`` would (:func:`dse.estimate.make_plan`, ``run``).
 
         Returns ``{"valid": bool, "reason": str, "result": dict, "values": [..],
         "constraints": {name: violation}, "feasible": bool, "metrics": {..}}``.
         """
-        from dse.estimate import run
-        from dse.specs.plan import check_plan, plan_rules
+        from dse.estimate import make_plan, run
+        from dse.specs.plan import plan_rules
 
         gvals = {p.path: config[p.path] for p in self.space.params if p.group and p.path in config}
         g = self.group(gvals)
@@ -246,33 +277,38 @@ class Evaluator:
         system, plan, rules = self._specs(g, cols)
         if rules and not all(rules.values()):
             return {"valid": False, "reason": GPUS_RULE}
+        data = {f.name: getattr(plan, f.name) for f in dataclasses.fields(plan)}
         try:
-            check_plan(plan, g.model)
+            plan = make_plan(g.model, system, {k: v for k, v in data.items() if v is not None})
         except InputError as exc:   # named like the vectorised rules, so counts add up across engines
-            broken = [name for name, ok in plan_rules(plan, g.model).items() if not ok]
+            try:
+                resolved = g.plan.__class__(**data).resolved(g.model, system)
+                broken = [name for name, ok in plan_rules(resolved, g.model, system).items() if not ok]
+            except (InputError, TypeError, ValueError):
+                broken = []
             return {"valid": False, "reason": broken[0] if broken else str(exc).split(": ", 1)[-1]}
-        r = run(g.model, system, plan)
-        return self.score(r)
+        return self.score(run(g.model, system, plan))
 
     def score(self, r: dict) -> dict:
         """Objectives, constraint violations and feasibility of one estimate result."""
         violations = list(r["violations"])
         reasons = []                                # the names the vectorised path counts under
         for tier, mem in r["memory"].items():      # every tier, also ones techniques add
-            if mem.get("total", 0) > mem.get("capacity", math.inf):
+            if isinstance(mem, dict) and mem.get("total", 0) > mem.get("capacity", math.inf):
                 reasons.append(f"{tier} memory capacity")
-                if tier not in ("gpu", "host", "storage"):
+                if tier not in ("gpu", "host", "storage", "sram", "dram"):
                     violations.append(f"{tier} memory")
-        if r["parallelism"]["gpus"] > r["hardware"]["nodes"] * r["hardware"]["gpus_per_node"]:
+        hw = r.get("hardware", {})
+        if "gpus_per_node" in hw and r["parallelism"]["gpus"] > hw["nodes"] * hw["gpus_per_node"]:
             reasons.append("more GPUs than the system has")
-        extra = [v for v in r["violations"] if not v.startswith(("gpu memory", "host memory", "storage memory",
-                                                                  "the plan needs"))]
-        reasons += extra
+        known = ("gpu memory", "host memory", "storage memory", "the plan needs", "SRAM:", "DRAM:")
+        reasons += [v for v in r["violations"] if not v.startswith(known)]
         cons = {}
         for c in self.constraints:
             v = lookup(r, c.metric)
-            if v is None:
-                raise missing_metric_error(c.metric, f"constraint {c.name}", self.space.source)
+            if v is None:          # the constraint does not apply here (e.g. no drives written: no wear)
+                continue
+            self.seen_metrics.add(c.metric)
             cons[c.name] = float(c.violation(float(v)))
             if cons[c.name] > 0:
                 violations.append(c.label)
@@ -281,30 +317,45 @@ class Evaluator:
         for o in self.objectives:
             v = lookup(r, o.metric)
             if v is None:
-                raise missing_metric_error(o.metric, f"objective {o.name}", self.space.source)
+                violations.append(f"no {o.metric}")
+                reasons.append(f"no {o.metric} in this configuration")
+                values.append(float("nan"))
+                continue
+            self.seen_metrics.add(o.metric)
             values.append(float(v))
         if not all(math.isfinite(v) for v in values):
-            reasons.append("objective not finite")
-            violations.append("objective not finite")
+            if not any(x.startswith("no ") for x in reasons):
+                reasons.append("objective not finite")
+                violations.append("objective not finite")
+            values = [v if math.isfinite(v) else (1e300 if o.sign > 0 else -1e300) for v, o in zip(values, self.objectives)]
         metrics = {m: float(v) for m in self.record if isinstance(v := lookup(r, m), (int, float, np.number))}
         return {"valid": True, "reason": "", "result": r, "values": values, "constraints": cons,
                 "feasible": not violations, "violations": violations, "reasons": reasons, "metrics": metrics}
 
     def memory_violation(self, r: dict) -> dict:
-        """Normalised memory overflow per tier (<= 0 fits), for optuna's constraints."""
+        """Normalised memory overflow per tier (<= 0 fits), and GPUs beyond the system's, for optuna's constraints."""
         out = {}
         for tier, mem in r["memory"].items():
+            if not isinstance(mem, dict):
+                continue
             cap = mem.get("capacity", 0.0)
             total = mem.get("total", 0.0)
             if cap > 0:
                 out[f"memory.{tier}"] = (total - cap) / cap
             elif total > 0:
                 out[f"memory.{tier}"] = 1.0
-        par = r["parallelism"]
-        hw = r["hardware"]
-        avail = hw["nodes"] * hw["gpus_per_node"]
-        out["gpus available"] = (par["gpus"] - avail) / avail
+        hw = r.get("hardware", {})
+        if "gpus_per_node" in hw:
+            avail = hw["nodes"] * hw["gpus_per_node"]
+            out["gpus available"] = (r["parallelism"]["gpus"] - avail) / avail
         return out
+
+    def check_metrics(self) -> None:
+        """After a search: an objective or constraint no evaluated point produced is an input error."""
+        for what, metric in ([(f"objective {o.name}", o.metric) for o in self.objectives]
+                             + [(f"constraint {c.name}", c.metric) for c in self.constraints]):
+            if metric not in self.seen_metrics:
+                raise missing_metric_error(metric, what, self.space.source)
 
     # ------------------------------------------------------------------ a block (numpy)
 
@@ -325,39 +376,49 @@ class Evaluator:
 
         model = g.model
         system, plan, extra = self._specs(g, columns)
+        plan = plan.resolved(model, system)
         # 1. plan rules: each excluded point is counted under the first rule it breaks
         valid = np.ones(shape, dtype=bool)
-        for name, ok in list(extra.items()) + list(plan_rules(plan, model).items()):
+        for name, ok in list(extra.items()) + list(plan_rules(plan, model, system).items()):
             if ok is True:
                 continue
             bad = valid & ~_full(ok, shape)
-            k = int(np.count_nonzero(bad))
-            if k:
-                counts[name] = counts.get(name, 0) + k
-                valid &= ~bad
+            _count(counts, name, int(np.count_nonzero(bad)))
+            valid &= ~bad
         n_valid = int(np.count_nonzero(valid))
         if n_valid == 0:
             return empty
         empty = dataclasses.replace(empty, n_valid=n_valid)
-        # 2. memory (and the GPUs the system has)
-        if self.memory_first:
+        # 2. memory (and the GPUs the system has): before time when no active technique needs time for it
+        active = [] if g.chiplet else self.active_techniques(plan)
+        memory_first = not g.chiplet and all(hasattr(t, "apply_memory") and hasattr(t, "apply_time") for t in active)
+        if g.chiplet:
+            from dse.estimate import chiplet
+
+            c = chiplet.numbers(model, system, plan)
+        elif memory_first:
             c = base.compose_memory(model, system, plan, None)
-            for t in self.techniques:
+            for t in active:
                 t.apply_memory(c, model, system, plan, None)
         else:
             c = base.compose(model, system, plan, None)
             for t in self.techniques:
                 t.apply(c, model, system, plan, None)
+            economics.apply(c, model, system, plan, None)
         fits = valid.copy()
+        over_by = []
         for tier, mem in c["memory"].items():
+            if not isinstance(mem, dict) or "capacity" not in mem:
+                continue
             over = fits & _full(mem["total"] > mem["capacity"], shape)
-            k = int(np.count_nonzero(over))
-            if k:
-                counts[f"{tier} memory capacity"] = counts.get(f"{tier} memory capacity", 0) + k
-                fits &= ~over
-        over = fits & _full(c["gpus"] > system.nodes * system.node.gpus_per_node, shape)
-        if over.any():
-            counts["more GPUs than the system has"] = counts.get("more GPUs than the system has", 0) + int(over.sum())
+            _count(counts, f"{tier} memory capacity", int(np.count_nonzero(over)))
+            over_by.append((f"{tier} memory capacity", mem["total"] > mem["capacity"]))
+            fits &= ~over
+        if not g.chiplet:
+            too_many = c["gpus"] > system.nodes * system.node.gpus_per_node
+            over = fits & _full(too_many, shape)
+            _count(counts, "more GPUs than the system has", int(np.count_nonzero(over)))
+            over_by.append(("more GPUs than the system has", too_many))
             fits &= ~over
         valid_idx = np.flatnonzero(valid) if want_all else None
         fit_idx = np.flatnonzero(fits)
@@ -367,67 +428,75 @@ class Evaluator:
             gv = _Gather(valid_idx, shape)
             for m in MEMORY_METRICS:
                 x = lookup(c, m)
-                if x is not None:
-                    vm[m] = np.full(valid_idx.size, float(x)) if np.ndim(x) == 0 else gv(x).astype(float)
+                if x is not None and not isinstance(x, dict):
+                    vm[m] = np.full(valid_idx.size, float(x)) if np.ndim(x) == 0 else gv(np.asarray(x)).astype(float)
             notfit = ~np.isin(valid_idx, fit_idx, assume_unique=True)
-            for tier, mem in c["memory"].items():
-                over = notfit & np.broadcast_to(gv(np.asarray(mem["total"] > mem["capacity"])), notfit.shape)
-                status[over & (status == 0)] = self.reason_code(f"{tier} memory capacity")
-            status[notfit & (status == 0)] = self.reason_code("more GPUs than the system has")
+            for reason, mask in over_by:
+                over = notfit & np.broadcast_to(gv(np.asarray(mask)), notfit.shape)
+                status[over & (status == 0)] = self.reason_code(reason)
         if fit_idx.size == 0:
             res = dataclasses.replace(empty)
             if want_all:
                 res.valid, res.status, res.valid_metrics = valid_idx, status, vm
             return res
-        # 3. time, techniques, cost and energy only for the points that fit
+        # 3. time, techniques, cost and energy only for the points that fit (memory-first path)
         G = _Gather(fit_idx, shape)
-        if self.memory_first:
+        system1, plan1 = system, plan
+        if memory_first:
             c = G(c)
             system1, plan1 = G(system), G(plan)
             base.compose_time(c, model, system1, plan1, None)
             for t in self.techniques:
-                t.apply_time(c, model, system1, plan1, None)
+                if t in active:
+                    t.apply_time(c, model, system1, plan1, None)
+                else:
+                    t.apply(c, model, system1, plan1, None)   # leaves memory alone for this plan (not active)
             economics.apply(c, model, system1, plan1, None)
         else:
-            economics.apply(c, model, system, plan, None)
             c = G(c)
+            system1, plan1 = G(system), G(plan)
         m_fit = fit_idx.size
         ok = np.ones(m_fit, dtype=bool)
         code = np.zeros(m_fit, dtype=np.int16)
-        for item in c.get("extra_violations", []):
-            msg, bad = (item, True) if isinstance(item, str) else item
-            bad = np.broadcast_to(np.asarray(bad), (m_fit,)) & ok
+
+        def exclude(reason, bad):
+            nonlocal ok
+            bad = np.broadcast_to(np.asarray(bad, dtype=bool), (m_fit,)) & ok
             k = int(np.count_nonzero(bad))
             if k:
-                counts[msg] = counts.get(msg, 0) + k
-                code[bad] = self.reason_code(msg)
+                _count(counts, reason, k)
+                code[bad] = self.reason_code(reason)
                 ok &= ~bad
+
+        for item in c.get("extra_violations", []):
+            msg, bad = (item, True) if isinstance(item, str) else item
+            exclude(msg, bad)
+        for t in active:   # technique constraints on the result (e.g. the CSD's accelerator DRAM)
+            if hasattr(t, "violation_masks"):
+                for msg, bad in t.violation_masks(c, system1, plan1).items():
+                    exclude(msg, bad)
+            elif hasattr(t, "violations"):
+                exclude(*self._scalar_violations(t, g, columns, shape, fit_idx, ok))
         metrics = {}
         for m in self.record:
             x = lookup(c, m)
             if x is not None and not isinstance(x, dict):
                 metrics[m] = np.broadcast_to(np.asarray(x, dtype=float), (m_fit,))
         for con in self.constraints:
-            if con.metric not in metrics:
-                raise missing_metric_error(con.metric, f"constraint {con.name}", self.space.source)
-            bad = ok & ~(con.violation(metrics[con.metric]) <= 0)
-            k = int(np.count_nonzero(bad))
-            if k:
-                counts[con.label] = counts.get(con.label, 0) + k
-                code[bad] = self.reason_code(con.label)
-                ok &= ~bad
+            if con.metric not in metrics:          # does not apply to this configuration
+                continue
+            self.seen_metrics.add(con.metric)
+            exclude(con.label, ~(con.violation(metrics[con.metric]) <= 0))
         cols = []
         for o in self.objectives:
             if o.metric not in metrics:
-                raise missing_metric_error(o.metric, f"objective {o.name}", self.space.source)
+                exclude(f"no {o.metric} in this configuration", True)
+                cols.append(np.full(m_fit, np.nan))
+                continue
+            self.seen_metrics.add(o.metric)
             cols.append(metrics[o.metric])
         obj = np.stack(cols, axis=1) if cols else np.zeros((m_fit, 0))
-        finite = np.isfinite(obj).all(axis=1)
-        bad = ok & ~finite
-        if bad.any():
-            counts["objective not finite"] = counts.get("objective not finite", 0) + int(bad.sum())
-            code[bad] = self.reason_code("objective not finite")
-            ok &= ~bad
+        exclude("objective not finite", ~np.isfinite(obj).all(axis=1))
         res = BlockResult(n, counts, fit_idx[ok], obj[ok], {k: v[ok] for k, v in metrics.items()}, n_valid=n_valid)
         if want_all:
             pos = np.searchsorted(valid_idx, fit_idx)
@@ -436,6 +505,23 @@ class Evaluator:
                 vm[k][pos] = v
             res.valid, res.status, res.valid_metrics = valid_idx, status, vm
         return res
+
+    def _scalar_violations(self, technique, g, columns, shape, fit_idx, ok):
+        """A technique's scalar ``violations`` hook, point by point (it has no ``violation_masks``)."""
+        name = technique.__name__.rsplit(".", 1)[-1]
+        self.note(f"technique {name} has no array form of its constraints (violation_masks): "
+                  "those points were checked one by one with the scalar estimate")
+        known = ("gpu memory", "host memory", "storage memory", "the plan needs")
+        bad = np.zeros(fit_idx.size, dtype=bool)
+        axes = np.unravel_index(fit_idx, shape) if len(shape) > 1 else (fit_idx,)
+        for j in np.flatnonzero(ok):
+            config = dict(g.values)
+            for path, col in columns.items():
+                value = np.broadcast_to(np.asarray(col), shape)[tuple(a[j] for a in axes)]
+                config[path] = _python(self.space.param(path), value)
+            res = self.point(config)
+            bad[j] = res["valid"] and any(not v.startswith(known) for v in res["result"]["violations"])
+        return f"{name} constraints", bad
 
     # ------------------------------------------------------------------ array-safety check
 

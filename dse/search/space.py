@@ -132,8 +132,13 @@ def normalise_path(path: str, where: str) -> str:
     return ".".join([head] + parts[1:])
 
 
-def field_info(path: str, where: str):
-    """(type, metadata) of the spec field a dotted path names; unknown fields raise with the nearest name."""
+def field_info(path: str, where: str, hardware_classes=None):
+    """(type, metadata) of the spec field a dotted path names; unknown fields raise with the nearest name.
+
+    ``hardware.*`` paths are looked up in the hardware's spec class: a GPU system
+    (:class:`~dse.specs.hardware.SystemSpec`) or a chiplet package; with several
+    hardware choices a path valid for any of them is accepted.
+    """
     import typing
 
     from dse.specs import _schema
@@ -142,18 +147,39 @@ def field_info(path: str, where: str):
     from dse.specs.plan import Plan
 
     head, *rest = path.split(".")
-    cls = {"model": ModelSpec, "hardware": SystemSpec, "plan": Plan}[head]
-    _schema.set_path({}, rest, None, cls, f"{where}: parameter {head}.")   # raises with "did you mean"
-    tp, meta = cls, {}
-    for key in rest:
+    classes = {"model": [ModelSpec], "hardware": list(hardware_classes or [SystemSpec]), "plan": [Plan]}[head]
+    error = None
+    for cls in classes:
+        try:
+            _schema.set_path({}, rest, None, cls, f"{where}: parameter {head}.")   # raises with "did you mean"
+        except InputError as exc:
+            error = error or exc
+            continue
+        tp, meta = cls, {}
+        for key in rest:
+            tp, _ = _schema._unwrap_optional(tp)
+            if dataclasses.is_dataclass(tp):
+                f, tp = _schema._fields(tp)[key]
+                meta = f.metadata
+            else:  # dict[str, X]
+                tp = typing.get_args(tp)[1]
         tp, _ = _schema._unwrap_optional(tp)
-        if dataclasses.is_dataclass(tp):
-            f, tp = _schema._fields(tp)[key]
-            meta = f.metadata
-        else:  # dict[str, X]
-            tp = typing.get_args(tp)[1]
-    tp, _ = _schema._unwrap_optional(tp)
-    return tp, meta
+        return tp, meta
+    raise error
+
+
+def hardware_classes(refs) -> list:
+    """Spec classes of the hardware choices (GPU system or chiplet package)."""
+    from dse.catalog import is_chiplet_package
+    from dse.specs.chiplet import ChipletPackageSpec
+    from dse.specs.hardware import SystemSpec
+
+    out = []
+    for ref in refs:
+        cls = ChipletPackageSpec if is_chiplet_package(ref) else SystemSpec
+        if cls not in out:
+            out.append(cls)
+    return out
 
 
 def _kind(tp) -> str:
@@ -247,7 +273,7 @@ def _range_values(path: str, spec: dict, tp, meta, where: str):
     return None, (lo, hi, bool(spec.get("log")))
 
 
-def parse_param(path: str, spec, where: str) -> Param:
+def parse_param(path: str, spec, where: str, hw_classes=None) -> Param:
     """One parameter from its YAML value (see the module docstring)."""
     path = normalise_path(path, where)
     group = False
@@ -269,7 +295,7 @@ def parse_param(path: str, spec, where: str) -> Param:
     if path == "gpus":
         tp, meta = int, {"gt": 0}
     else:
-        tp, meta = field_info(path, where)
+        tp, meta = field_info(path, where, hw_classes)
         if _kind(tp) == "other":
             raise InputError(f"{where}: parameter {path} is a {getattr(tp, '__name__', tp)} field; "
                              f"name one of its numeric, string or boolean sub-fields")
@@ -300,10 +326,11 @@ def parse_param(path: str, spec, where: str) -> Param:
 
 def _check_spec(kind: str, ref: str, where: str, overrides=()) -> None:
     """Load a model or hardware system once so that a bad name or file fails now, in one line."""
-    from dse.catalog import load_model, load_system
+    from dse.catalog import load_model
+    from dse.search.evaluate import load_hardware
 
     try:
-        (load_model if kind == "model" else load_system)(ref, list(overrides))
+        (load_model if kind == "model" else load_hardware)(ref, list(overrides))
     except InputError as exc:
         raise InputError(f"{where}: {kind}: {exc}") from None
 
@@ -333,6 +360,8 @@ def from_dict(data: dict, source: str, *, model: str | None = None, hardware: st
             raise InputError(f"{source}: {key}: expected a catalog name or a list of names, got {v!r}")
         else:
             _check_spec(key, v, source)
+    hw_refs = [p.values for p in params if p.path == "hardware"]
+    hw_classes = hardware_classes(hw_refs[0] if hw_refs else [hw_v])
     fixed_raw = data.get("fixed") or {}
     if not isinstance(fixed_raw, dict):
         raise InputError(f"{source}: fixed: expected a mapping of dotted.path: value")
@@ -341,7 +370,7 @@ def from_dict(data: dict, source: str, *, model: str | None = None, hardware: st
         path = normalise_path(str(path), f"{source}: fixed")
         if path in SPECIAL:
             raise InputError(f"{source}: fixed: {path} belongs at the top level (model, hardware) or in parameters (gpus)")
-        tp, meta = field_info(path, f"{source}: fixed")
+        tp, meta = field_info(path, f"{source}: fixed", hw_classes)
         fixed.append((path, _convert(path, value, tp, meta, f"{source}: fixed")))
     raw = data.get("parameters")
     if raw is None:
@@ -349,7 +378,7 @@ def from_dict(data: dict, source: str, *, model: str | None = None, hardware: st
     if not isinstance(raw, dict):
         raise InputError(f"{source}: parameters: expected a mapping of dotted.path: values")
     for path, spec in raw.items():
-        p = parse_param(str(path), spec, f"{source}: parameters")
+        p = parse_param(str(path), spec, f"{source}: parameters", hw_classes)
         if p.path in ("model", "hardware"):
             raise InputError(f"{source}: parameters: give {p.path} choices at the top level ({p.path}: [a, b])")
         if any(q.path == p.path for q in params):

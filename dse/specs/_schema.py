@@ -30,6 +30,19 @@ def spec_field(default=_MISSING, *, unit: str | None = None, choices=None, gt=No
     return dataclasses.field(default=default, metadata=meta)
 
 
+def _join(where: str, name: str) -> str:
+    """Location of a sub-field: ``file.yaml: a.b`` (file roots end with ': ')."""
+    if not where:
+        return name
+    if where.endswith(": "):
+        return where + name
+    return f"{where}.{name}"
+
+
+def _at(where: str) -> str:
+    return where[:-2] if where.endswith(": ") else where
+
+
 @lru_cache(maxsize=None)
 def _fields(cls):
     hints = typing.get_type_hints(cls)
@@ -66,7 +79,7 @@ def _convert(value, tp, meta, where):
         _, vt = typing.get_args(tp)
         if not isinstance(value, dict):
             raise InputError(f"{where}: expected a mapping, got {value!r}")
-        return {str(k): _convert(v, vt, meta, f"{where}.{k}") for k, v in value.items()}
+        return {str(k): _convert(v, vt, meta, _join(where, str(k))) for k, v in value.items()}
     if origin in (list, tuple):
         (vt, *_) = typing.get_args(tp)
         if not isinstance(value, (list, tuple)):
@@ -128,23 +141,23 @@ def _check_range(x, meta, where):
 def build(cls, data: dict, where: str):
     """Construct ``cls`` from ``data``; ``where`` prefixes every error (file or path)."""
     if not isinstance(data, dict):
-        raise InputError(f"{where}: expected a mapping of fields, got {type(data).__name__}")
+        raise InputError(f"{_at(where)}: expected a mapping of fields, got {type(data).__name__}")
     fields = _fields(cls)
     unknown = [k for k in data if k not in fields]
     if unknown:
         k = unknown[0]
-        raise InputError(f"{where}: unknown field '{k}'{suggest(k, fields)}; valid fields: {', '.join(fields)}")
+        raise InputError(f"{_join(where, str(k))}: unknown field '{k}'{suggest(k, fields)}; "
+                         f"valid fields: {', '.join(fields)}")
     kwargs = {}
     for name, (f, tp) in fields.items():
-        sub = f"{where}.{name}" if where else name
         if name in data:
-            kwargs[name] = _convert(data[name], tp, f.metadata, sub)
+            kwargs[name] = _convert(data[name], tp, f.metadata, _join(where, name))
         elif f.default is _MISSING and f.default_factory is _MISSING:
-            raise InputError(f"{where}: missing required field '{name}'")
+            raise InputError(f"{_at(where)}: missing required field '{name}'")
     obj = cls(**kwargs)
     check = getattr(obj, "_check", None)
     if check is not None:
-        check(where)
+        check(_at(where))
     return obj
 
 
@@ -176,16 +189,16 @@ def set_path(data: dict, path: list[str], value, cls, where: str) -> None:
     tp = cls
     for i, key in enumerate(path):
         tp, _ = _unwrap_optional(tp)
-        here = ".".join(path[: i + 1])
+        here = where + "." + ".".join(path[: i + 1])
         if dataclasses.is_dataclass(tp):
             fields = _fields(tp)
             if key not in fields:
-                raise InputError(f"{where} {here}: unknown field '{key}'{suggest(key, fields)}; valid fields: {', '.join(fields)}")
+                raise InputError(f"{here}: unknown field '{key}'{suggest(key, fields)}; valid fields: {', '.join(fields)}")
             sub_tp = fields[key][1]
         elif typing.get_origin(tp) is dict:
             sub_tp = typing.get_args(tp)[1]
         else:
-            raise InputError(f"{where} {here}: '{path[i - 1]}' has no sub-fields")
+            raise InputError(f"{here}: '{path[i - 1]}' has no sub-fields")
         if i == len(path) - 1:
             node[key] = value
         else:
@@ -193,7 +206,7 @@ def set_path(data: dict, path: list[str], value, cls, where: str) -> None:
             if not isinstance(nxt, dict):
                 nxt = {} if nxt is None else nxt
                 if not isinstance(nxt, dict):
-                    raise InputError(f"{where} {here}: '{key}' has no sub-fields")
+                    raise InputError(f"{here}: '{key}' has no sub-fields")
                 node[key] = nxt
             node = nxt
             tp = sub_tp

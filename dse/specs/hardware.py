@@ -69,7 +69,35 @@ class HostSpec:
     reserved: float = spec_field(32 * 2**30, unit="bytes", ge=0, help="DRAM kept by the OS, framework and data loaders")
     power: float = spec_field(1000.0, unit="W", ge=0, help="host power without GPUs and drives")
     price: float = spec_field(0.0, unit="USD", ge=0, help="server price without GPUs and drives")
+    optimizer_throughput: float = spec_field(16e9, unit="bytes/s", gt=0,
+                                             help="CPU optimizer step (DeepSpeed CPU-Adam): bytes of fp32 optimizer "
+                                                  "state (master + moments) updated per second")
     source: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class NearStorageSpec:
+    """Compute beside each drive (a computational storage drive, e.g. an FPGA in a SmartSSD).
+
+    Used when a plan runs the optimizer step on the drives (``--offload-optimizer csd``).
+    Throughputs count the bytes the kernel reads from the drive (optimizer state and
+    gradients) per second; the internal bandwidths are the drive<->accelerator path,
+    which never touches the host's shared link.
+    """
+
+    accelerator: str = ""
+    update_throughput: float = spec_field(unit="bytes/s", gt=0, help="optimizer-update kernel, bytes of state + gradient read per second")
+    decompress_throughput: float = spec_field(unit="bytes/s", gt=0, help="decompress (top-k scatter) + update kernel, bytes read per second")
+    dram_capacity: float = spec_field(unit="bytes", gt=0, help="accelerator DRAM that holds the transfer handler's buffers")
+    device_link: float = spec_field(unit="bytes/s", gt=0, help="PCIe link of the device, per direction: drive<->accelerator "
+                                    "through its internal switch, and device<->host")
+    internal_read_bandwidth: float = spec_field(unit="bytes/s", gt=0, help="drive -> accelerator (peer-to-peer) read, measured")
+    internal_write_bandwidth: float = spec_field(unit="bytes/s", gt=0, help="accelerator -> drive (peer-to-peer) write, measured")
+    write_overlap: float = spec_field(0.0, unit="fraction", ge=0, le=1,
+                                      help="share of the ideal overlap of drive writes with the next sub-group's loads "
+                                           "that the transfer handler reaches (0 = serial, 1 = fully pipelined)")
+    price: float = spec_field(0.0, unit="USD", ge=0, help="price of the compute part above a plain drive of the same capacity")
+    power: float = spec_field(0.0, unit="W", ge=0, help="extra power of the accelerator while it is used")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,6 +110,7 @@ class StorageSpec:
     warranty_years: float = spec_field(5.0, gt=0, help="warranty period the DWPD rating covers")
     power: float = spec_field(15.0, unit="W", ge=0)
     price: float = spec_field(0.0, unit="USD", ge=0)
+    near_storage: NearStorageSpec | None = spec_field(None, help="compute beside the drive (computational storage); None for a plain drive")
     source: str = ""
 
 

@@ -16,6 +16,9 @@ from typing import Callable
 SUITES = {
     "megatron-a100": "dse.validate.megatron",
     "formulas": "dse.validate.formulas",
+    "chiplet": "dse.validate.chiplet",
+    "smart-infinity": "dse.validate.smart_infinity",
+    "ssdtrain": "dse.validate.ssdtrain",
 }
 
 

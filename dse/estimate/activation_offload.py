@@ -1,0 +1,206 @@
+"""Activation offloading (SSDTrain) applied to a composed estimate: ``--offload-activations ssd|host``.
+
+Reads the base estimate's per-layer activation bytes and times (``c["internal"]``) and
+changes, per GPU on the most loaded stage:
+
+- GPU memory: the activations the offloaded layers no longer keep (``memory.gpu.activations``
+  and ``total``), plus what stays transiently (write backlog, one reloaded layer);
+- the storage tier (``ssd``) or host DRAM (``host``): the offloaded bytes of every
+  micro-batch in flight, per node;
+- time: the I/O the compute cannot hide goes to ``time.io_exposed`` and the iteration
+  (throughput and MFU rescaled), so the components still sum to the iteration;
+- traffic (added to whatever other techniques put there): ``gpu_host`` (the GPU's PCIe
+  link, both directions), ``storage_write``/``storage_read`` (the GPU's drives), per GPU;
+  ``switch_drives`` (and ``host_switch`` behind a switch uplink) per node; ``host_dram``
+  (staging through host memory);
+- bandwidth left by other techniques: their ``gpu_host`` bytes share the GPU's PCIe link and
+  their ``switch_drives`` bytes the drives, time-shared over the iteration;
+- sections ``activation_offload`` (bytes, layers, required vs available bandwidth, exposed
+  time, memory saved, what it buys) and ``endurance`` (drive wear, ``ssd`` only).
+
+The formulas are in :mod:`dse.formulas.activation_offload`. Array-safe: numeric plan fields
+may be numpy arrays; only the offload target and I/O path branch in Python.
+"""
+
+from __future__ import annotations
+
+from dse.formulas import activation_offload as _ao
+from dse.formulas._array import maximum, minimum, where
+
+
+def active(plan) -> bool:
+    """Does the plan offload activations (and so need this module)? Depends on a string field only."""
+    return plan.offload_activations != "none"
+
+
+def drives_used(system, plan):
+    """Drives of one node used for offload: ``plan.ssds`` when given, else every drive of the node."""
+    storage = system.node.storage
+    if storage is None:
+        return 0
+    return plan.ssds if plan.ssds is not None else storage.count
+
+
+def apply(c, model, system, plan, F=None) -> None:
+    mode = plan.offload_activations
+    if mode == "none":
+        return
+    A = F["activation_offload"] if F and "activation_offload" in F else _ao
+    i = c["internal"]
+    node = system.node
+    m, p, v = i["m"], i["p"], i["v"]
+    gpus_node = minimum(c["gpus"], node.gpus_per_node)   # GPUs of one node sharing its drives and DRAM
+
+    # ------------------------------------------------------------ bytes per layer
+    layers = i["l_stage"]
+    a = i["a_layer"]
+    a_off = A.offloaded_bytes_per_layer(i["s"], i["b"], model.hidden, model.heads, model.kv_heads, model.head_dim,
+                                        model.ffn_hidden, **i["act_opts"])
+    a_div = maximum(a_off, 1e-300)
+
+    # ------------------------------------------------------------ times of one micro-batch on the stage
+    t_f = i["layer_fwd"]
+    t_b = i["layer_bwd"] + i["layer_rec"]
+    t_mb = i["stage_max"]
+    non_layer = maximum(t_mb - layers * i["layer_total"], 0.0)   # head, embedding, p2p, fixed: 1/3 fwd, 2/3 bwd
+    t_fwd = layers * t_f + non_layer / 3
+
+    # ------------------------------------------------------------ bandwidth per GPU
+    link = node.host_link
+    link_bw = link.bandwidth * link.efficiency if link is not None else float("inf")
+    link_left = A.link_bandwidth_left(link_bw, c["traffic"].get("gpu_host", 0.0), c["time"]["iteration"])
+    dram = node.host.dram_bandwidth
+    if mode == "ssd":
+        storage = node.storage
+        device = storage.device
+        n_drives = drives_used(system, plan)
+        per_gpu = A.drives_per_gpu(n_drives, gpus_node)
+        array_w = per_gpu * device.write_bandwidth
+        array_r = per_gpu * device.read_bandwidth
+        if storage.uplink is not None:   # all drives behind one switch uplink, shared by the node's GPUs
+            up = storage.uplink.bandwidth * storage.uplink.efficiency / gpus_node
+            array_w, array_r = minimum(array_w, up), minimum(array_r, up)
+        # drive time other techniques use (e.g. optimizer or parameter swaps), shared over the iteration
+        other_drive = c["traffic"].get("switch_drives", 0.0) / gpus_node
+        array_w = A.link_bandwidth_left(array_w, other_drive, c["time"]["iteration"])
+        array_r = A.link_bandwidth_left(array_r, other_drive, c["time"]["iteration"])
+        path = plan.activation_io_path
+    else:
+        array_w = array_r = float("inf")
+        path = "host"
+    bw_w = A.activation_io_bandwidth(array_w, link_left, path, dram, gpus_node)
+    bw_r = A.activation_io_bandwidth(array_r, link_left, path, dram, gpus_node)
+
+    # ------------------------------------------------------------ which layers
+    if plan.offload_layers is None:
+        k = A.adaptive_offload_layers(bw_w, a_off, t_f, t_fwd, layers)
+        rule = "adaptive"
+    else:
+        k = minimum(plan.offload_layers, layers)
+        rule = "fixed"
+
+    # ------------------------------------------------------------ one micro-batch: writes, forwarding, reads
+    offloaded = k * a_off
+    backlog = A.write_backlog(offloaded, bw_w, t_fwd)
+    first_reload = t_fwd + 2 * non_layer / 3 + (layers - k) * t_b
+    forwarded = A.forwarded_bytes(offloaded, bw_w, first_reload)
+    written = offloaded - forwarded
+    read = written
+    exposed_mb = A.exposed_io_time(written, read, read / a_div, a_off, bw_w, bw_r, t_b, t_mb)
+
+    # ------------------------------------------------------------ GPU memory
+    in_flight = i["in_flight"]
+    other_first = i["act_first"] - in_flight * layers * a   # embedding, head, recompute working set: stay
+    other_last = i["act_last"] - layers * a
+    act_first = A.gpu_activation_bytes_offload(layers, k, a, a_off, in_flight, backlog, other_first)
+    act_last = A.gpu_activation_bytes_offload(layers, k, a, a_off, 1, backlog, other_last)
+    gpu = c["memory"]["gpu"]
+    before = gpu["activations"]
+    after = where(i["first_is_max"], act_first, act_last)
+    saved = before - after
+    fixed = gpu["total"] - before                            # states and buffers (whatever other techniques left)
+    gpu["activations"] = after
+    gpu["total"] = fixed + after
+
+    # ------------------------------------------------------------ where the offloaded bytes live (per node)
+    per_gpu_bytes = A.ssd_capacity_needed(in_flight, written)
+    node_bytes = gpus_node * per_gpu_bytes
+    tier = c["memory"]["storage" if mode == "ssd" else "host"]
+    tier["activations"] = tier["activations"] + node_bytes
+    tier["total"] = tier["total"] + node_bytes
+    if mode == "ssd" and plan.ssds is not None:
+        tier["capacity"] = n_drives * device.capacity
+
+    # ------------------------------------------------------------ time
+    t = c["time"]
+    io = (m + (p - 1) / v) * exposed_mb                      # every pipeline slot waits, the bubble's too
+    t_before = t["iteration"]
+    t["io_exposed"] = t["io_exposed"] + io
+    t["iteration"] = t_before + io
+    th = c["throughput"]
+    for key in ("tokens_per_s", "samples_per_s", "mfu", "hfu"):
+        th[key] = th[key] * t_before / t["iteration"]
+
+    # ------------------------------------------------------------ traffic (bytes per GPU per iteration; added)
+    tr = c["traffic"]
+    moved = m * (written + read)
+    tr["gpu_host"] = tr.get("gpu_host", 0.0) + moved
+    if mode == "ssd":
+        tr["storage_write"] = tr.get("storage_write", 0.0) + m * written
+        tr["storage_read"] = tr.get("storage_read", 0.0) + m * read
+        tr["switch_drives"] = tr.get("switch_drives", 0.0) + gpus_node * moved      # per node, all drives
+        if storage.uplink is not None:
+            tr["host_switch"] = tr.get("host_switch", 0.0) + gpus_node * moved
+    if path in ("bounce", "host"):
+        tr["host_dram"] = tr.get("host_dram", 0.0) + (2 if path == "bounce" else 1) * moved
+
+    # ------------------------------------------------------------ sections
+    budget = gpu["capacity"]
+    section = {
+        "target": mode,
+        "path": path,
+        "rule": rule,
+        "layers_per_stage": layers,
+        "layers_offloaded": k,
+        "layers_kept": layers - k,
+        "saved_bytes_per_layer": a,
+        "offloaded_bytes_per_layer": a_off,
+        "bytes_offloaded_per_microbatch": written,
+        "bytes_forwarded_per_microbatch": forwarded,
+        "bytes_offloaded_per_iteration": m * written,
+        "bytes_read_per_iteration": m * read,
+        "layer_forward_s": t_f,
+        "layer_backward_s": t_b,
+        "forward_s_per_microbatch": t_fwd,
+        "write_bandwidth_required_per_layer": A.write_bandwidth_required(a_off, t_f),
+        "read_bandwidth_required_per_layer": A.read_bandwidth_required(a_off, t_b),
+        "write_bandwidth_to_offload_all_layers": A.adaptive_bandwidth_required(layers - 1, a_off, t_f, t_fwd),
+        "write_bandwidth_available": bw_w,
+        "read_bandwidth_available": bw_r,
+        "write_backlog_bytes": backlog,
+        "exposed_io_per_microbatch_s": exposed_mb,
+        "exposed_io_s": io,
+        "gpu_activations_without_offload": before,
+        "gpu_activations": after,
+        "gpu_memory_saved": saved,
+        "activation_peak_reduction": saved / before,
+        "capacity_needed_per_gpu": per_gpu_bytes,
+        "capacity_needed_per_node": node_bytes,
+        "max_micro_batch_without_offload": A.largest_micro_batch(budget, fixed, before / i["b"]),
+        "max_micro_batch": A.largest_micro_batch(budget, fixed, after / i["b"]),
+    }
+    if mode == "ssd":
+        section["drives_per_gpu"] = per_gpu
+        section["capacity_available_per_node"] = tier["capacity"]
+        w_gpu = A.bytes_written_per_iteration(m, written)
+        rate = w_gpu / per_gpu / t["iteration"]                # the most loaded drive (smallest per-GPU array)
+        tbw = A.rated_endurance(device.capacity, device.dwpd, device.warranty_years)
+        c["endurance"] = {
+            "drive": device.name,
+            "bytes_written_per_iteration": gpus_node * w_gpu,
+            "bytes_written_per_iteration_per_gpu": w_gpu,
+            "write_rate_per_drive": rate,
+            "rated_endurance_per_drive": tbw,
+            "lifetime_years": A.lifetime_years(tbw, rate),
+        }
+    c["activation_offload"] = section

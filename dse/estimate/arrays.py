@@ -1,0 +1,167 @@
+"""Array inputs for :func:`dse.estimate`: validate every distinct scenario, compose once over arrays.
+
+``dse.estimate("llama2-7b", "dgx-a100-80gb", micro_batch=np.array([1, 2, 4]))`` runs
+three scenarios in one call:
+
+1. the array-valued plan fields (numpy arrays, lists or tuples of numbers) broadcast
+   together to one shape ``S``; only numeric fields may be arrays (strings and booleans
+   choose code paths, so they stay scalars: call once per choice);
+2. each *distinct* combination of their values is validated exactly as a scalar call
+   would be (schema ranges, :func:`~dse.specs.plan.check_plan` and the technique
+   checks), so a bad value raises the same one-line :class:`~dse.errors.InputError`,
+   naming the field and the value, with the scenario it came from;
+3. the resolved plans are stacked back into one plan whose varying fields are arrays
+   of shape ``S``, and the numbers are composed once (every formula broadcasts);
+4. every numeric leaf of the result becomes an array of shape ``S``; the verdict
+   (``feasible``, ``violations``, ``bottleneck``) is decided per distinct scenario with
+   the scalar rules and returned as arrays too (bool, object lists, str).
+
+Strings that describe the specs (names, choices) stay scalars.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from dse.errors import InputError
+
+
+def _is_array(value) -> bool:
+    if isinstance(value, (list, tuple)):
+        return True
+    return hasattr(value, "__array__") and getattr(value, "ndim", 0) > 0
+
+
+def has_arrays(plan_data: dict) -> bool:
+    """Does any plan field hold an array (numpy array, list or tuple) rather than a scalar?"""
+    return any(_is_array(v) for v in plan_data.values())
+
+
+def _numeric_fields() -> set[str]:
+    import typing
+
+    from dse.specs import _schema
+    from dse.specs.plan import Plan
+
+    out = set()
+    for name in _schema.field_names(Plan):
+        tp = typing.get_type_hints(Plan)[name]
+        tp, _ = _schema._unwrap_optional(tp)
+        if tp in (int, float):
+            out.add(name)
+    return out
+
+
+def _arrays(plan_data: dict):
+    """The array-valued fields as numpy arrays, checked: numeric fields, numeric values, non-empty."""
+    import numpy as np
+
+    numeric = _numeric_fields()
+    out = {}
+    for name, value in plan_data.items():
+        if not _is_array(value):
+            continue
+        arr = np.asarray(value)
+        if name not in numeric:
+            raise InputError(f"plan.{name}: array values are allowed for numeric fields only (got "
+                             f"{arr.tolist()!r}); call dse.estimate once per choice")
+        if arr.size == 0:
+            raise InputError(f"plan.{name}: the array is empty")
+        if arr.dtype == bool or not np.issubdtype(arr.dtype, np.number):
+            raise InputError(f"plan.{name}: array values must be numbers, got {arr.tolist()!r}")
+        out[name] = arr
+    try:
+        shape = np.broadcast_shapes(*(a.shape for a in out.values()))
+    except ValueError:
+        shapes = ", ".join(f"{k} {a.shape}" for k, a in out.items())
+        raise InputError(f"plan: the array inputs do not broadcast together: {shapes}") from None
+    return out, shape
+
+
+def _scenarios(arrays: dict, shape):
+    """Distinct combinations of the array values: (list of {field: python scalar}, first index, inverse)."""
+    import numpy as np
+
+    names = list(arrays)
+    codes, uniques = [], []
+    for name in names:
+        u, inv = np.unique(np.broadcast_to(arrays[name], shape).reshape(-1), return_inverse=True)
+        uniques.append(u)
+        codes.append(inv.reshape(-1))
+    rows, first, inverse = np.unique(np.stack(codes, axis=1), axis=0, return_index=True, return_inverse=True)
+    combos = [{n: uniques[j][row[j]].item() for j, n in enumerate(names)} for row in rows]
+    return combos, first, inverse.reshape(-1)
+
+
+def _element(obj, i: int):
+    """The scalar result of scenario ``i`` (flat index) from a result whose numeric leaves have shape S."""
+    if isinstance(obj, dict):
+        return {k: _element(v, i) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_element(v, i) for v in obj]
+    if hasattr(obj, "ndim") and hasattr(obj, "reshape"):
+        return obj.reshape(-1)[i].item()
+    return obj
+
+
+def _broadcast(obj, shape):
+    """Every numeric leaf (Python or numpy number, numpy bool array) as an array of ``shape``."""
+    import numpy as np
+
+    if isinstance(obj, dict):
+        return {k: _broadcast(v, shape) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_broadcast(v, shape) for v in obj]
+    if isinstance(obj, bool) or obj is None or isinstance(obj, str):
+        return obj
+    if isinstance(obj, (int, float)) or isinstance(obj, (np.ndarray, np.generic)):
+        arr = np.asarray(obj)
+        if arr.dtype.kind in "biuf":
+            return np.broadcast_to(arr, shape).copy()
+    return obj
+
+
+def estimate(model, system, plan_data: dict, *, trace=None) -> dict:
+    """The array estimate of resolved ``model`` and ``system`` for plan fields holding arrays."""
+    import numpy as np
+
+    from dse.estimate import make_plan, numbers, verdict
+    from dse.specs.plan import Plan
+
+    arrays, shape = _arrays(plan_data)
+    combos, first, inverse = _scenarios(arrays, shape)
+    plans = []
+    for combo in combos:
+        try:
+            plans.append(make_plan(model, system, {**plan_data, **combo}))
+        except InputError as exc:
+            where = ", ".join(f"{k}={v!r}" for k, v in combo.items())
+            raise InputError(f"{exc} (array scenario {where})") from None
+    fields = {}
+    for f in dataclasses.fields(Plan):
+        values = [getattr(p, f.name) for p in plans]
+        if any(v != values[0] for v in values[1:]):
+            fields[f.name] = np.asarray(values)[inverse].reshape(shape)
+    vplan = dataclasses.replace(plans[0], **fields)
+    chiplet = getattr(system, "die", None) is not None
+    if chiplet:
+        from dse.estimate import chiplet as _chiplet
+
+        r, extra = _chiplet.numbers(model, system, vplan, trace=trace), []
+    else:
+        r, extra = numbers(model, system, vplan, trace=trace)
+    r = _broadcast(r, shape)
+    feasible = np.empty(len(combos), dtype=bool)
+    violations = np.empty(len(combos), dtype=object)
+    bottleneck = np.empty(len(combos), dtype=object)
+    for j, (plan, i) in enumerate(zip(plans, first)):
+        view = _element(r, int(i))
+        if chiplet:
+            verdict_j = _chiplet.verdict(view, system, plan)
+        else:
+            verdict_j = verdict(view, system, plan, extra)
+        feasible[j], violations[j], bottleneck[j] = verdict_j
+    r["feasible"] = feasible[inverse].reshape(shape)
+    r["violations"] = violations[inverse].reshape(shape)
+    r["bottleneck"] = bottleneck[inverse].reshape(shape)
+    return r

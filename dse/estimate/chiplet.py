@@ -1,0 +1,255 @@
+"""One training iteration on a chiplet package: time, energy, NoP/DRAM traffic, SRAM fit, cost.
+
+``dse estimate --hw <chiplet package>`` comes here (dispatch in :mod:`dse.estimate`).
+The iteration runs every layer forward and backward over ``m = global_batch /
+micro_batch`` micro-batches of ``T = micro_batch x seq_len`` tokens, split over the
+package's dies by the plan's ``chiplet_scheme``; the ``chiplet_schedule`` decides how
+often weights and gradients travel to DRAM (see :func:`dse.formulas.chiplet.dram_traffic`).
+Each of the two passes is one phase whose compute, NoP and DRAM work overlap
+(``chiplet_overlap``); the optimizer step is a DRAM-bound phase after them (its
+states also cross the NoP from edge DRAM).
+
+Not modelled (stated, small for the catalog models): the LM head's and embedding's NoP
+traffic and weight reads (their FLOPs are counted), element-wise kernels (norms, SwiGLU,
+residuals: on-die SRAM traffic only), key/value-head replication when a die holds fewer
+than one KV head, and data parallelism across packages.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from dse.formulas import chiplet as _chiplet
+from dse.formulas import compute as _compute
+from dse.formulas import cost as _cost
+from dse.formulas import package_cost as _package_cost
+from dse.formulas import transformer as _transformer
+from dse.formulas.memory import optimizer_bytes_per_param
+from dse.specs.chiplet import plan_mesh
+
+PRECISION_BYTES = {"bf16": 2, "fp16": 2}
+GRAD_BYTES = {"fp32": 4, "half": 2}
+DEFAULT_SCHEME = "hecaton-2d"
+AUTO_SCHEDULE = {"megatron-1d": "microbatch", "summa-2d": "microbatch", "hecaton-2d": "minibatch"}
+
+
+def scheme_of(plan) -> str:
+    return plan.chiplet_scheme or DEFAULT_SCHEME
+
+
+def schedule_of(plan) -> str:
+    s = plan.chiplet_schedule or "auto"
+    return AUTO_SCHEDULE[scheme_of(plan)] if s == "auto" else s
+
+
+def minibatch_of(plan) -> int:
+    """Micro-batches per mini-batch under the minibatch schedule (default: all of the iteration's)."""
+    k = plan.chiplet_minibatch
+    return k if k is not None else plan.global_batch // plan.micro_batch
+
+
+def _modules(trace):
+    mods = {"chiplet": _chiplet, "compute": _compute, "cost": _cost, "package_cost": _package_cost,
+            "transformer": _transformer}
+    if trace is None:
+        return mods
+    from dse.estimate.trace import Tracer
+
+    return {k: Tracer(m, trace) for k, m in mods.items()}
+
+
+def compose(model, package, plan, M=None) -> dict:
+    """The numeric estimate (every number broadcasts over numpy arrays in the package's numeric fields).
+
+    ``M`` maps formula-module names to modules or tracers (:func:`_modules`).
+    """
+    M = M or _modules(None)
+    K, T, Cm, P, Co = M["chiplet"], M["transformer"], M["compute"], M["package_cost"], M["cost"]
+    scheme, schedule = scheme_of(plan), schedule_of(plan)
+    rows, cols = plan_mesh(plan, package)
+    dies = rows * cols
+    die, nop_spec, dram_spec, site = package.die, package.nop, package.dram, package.site
+    e = PRECISION_BYTES[plan.precision]
+    g = GRAD_BYTES[plan.grad_dtype]
+    o = optimizer_bytes_per_param(plan.optimizer)
+    s, b = plan.seq_len, plan.micro_batch
+    gb = plan.global_batch
+    m = gb / b
+    tok = s * b
+    tokens = gb * s
+    L, h, a, kv, hd, ffn, V = (model.layers, model.hidden, model.heads, model.kv_heads, model.head_dim,
+                               model.ffn_hidden, model.vocab)
+    shape = (h, a, kv, hd, ffn, model.ffn_type)
+
+    # ------------------------------------------------------------ parameters and FLOPs
+    gemms = K.layer_gemms(*shape)
+    p_layer = T.layer_parameters(h, a, kv, hd, ffn, model.ffn_type, model.norm, model.bias, model.qkv_bias)
+    params = T.parameter_count(L, h, a, kv, hd, ffn, V, ffn_type=model.ffn_type, norm=model.norm, bias=model.bias,
+                               qkv_bias=model.qkv_bias, position_embeddings=model.position_embeddings,
+                               token_types=model.token_types, embedding_norm=model.embedding_norm,
+                               tied=model.tied_embeddings, final_norm=model.final_norm, pooler=model.pooler,
+                               mlm_head=model.mlm_head, nsp_head=model.nsp_head)
+    causal = model.architecture == "decoder"
+    gemm_fwd = K.layer_gemm_flops(tok, gemms)
+    attn_fwd = Cm.flash_attention_flops(s, b, a, hd, causal)
+    attn_bwd = Cm.flash_attention_flops(s, b, a, hd, causal, backward=True)
+    head_fwd = 2 * tok * h * V
+    if plan.recompute == "full":
+        rec = gemm_fwd + attn_fwd
+    elif plan.recompute == "selective":
+        rec = attn_fwd
+    else:
+        rec = 0.0
+    layer_f = gemm_fwd + attn_fwd
+    layer_b = 2 * gemm_fwd + attn_bwd + rec
+    flops_exec = m * (L * (layer_f + layer_b) + 3 * head_fwd)      # executed (causal attention halved): time, energy
+    flops_model = T.model_flops(tokens, L, h, a, kv, hd, ffn, V, s, model.ffn_type)
+    flops_hw = flops_model + T.recompute_flops(tokens, L, h, a, kv, hd, ffn, s, model.ffn_type, plan.recompute)
+
+    # ------------------------------------------------------------ per micro-batch, per layer, per die
+    rate = dies * die.peak_flops * die.utilization
+    nop = K.layer_nop(scheme, tok, b, *shape, rows, cols, e)
+    t_nop_f = K.nop_time(nop["forward_critical"], nop["forward_steps"], nop_spec.link_bandwidth, nop_spec.hop_latency)
+    t_nop_b = K.nop_time(nop["backward_critical"], nop["backward_steps"], nop_spec.link_bandwidth, nop_spec.hop_latency)
+    nop_rec = plan.recompute == "full"
+    if nop_rec:  # the recomputed forward repeats its collectives
+        t_nop_b = t_nop_b + t_nop_f
+    ratio = 3 * gemm_fwd / dies / (nop["forward"] + nop["backward"])   # = K.compute_to_communication(...)
+
+    # ------------------------------------------------------------ DRAM
+    act_opts = dict(tp=1, sequence_parallel=False, recompute=plan.recompute, attention="flash",
+                    ffn_type=model.ffn_type, norm=model.norm, position=model.position, dropout=model.dropout > 0,
+                    bytes_per_element=e)
+    stored = T.activation_bytes_per_layer(s, b, h, a, kv, hd, ffn, **act_opts)
+    k = minibatch_of(plan) if schedule == "minibatch" else 1
+    dram = K.dram_traffic(m, k, L, p_layer, params, stored, tok, h, e, g, o)
+    devices = K.dram_attach_points(rows, cols, dram_spec.placement, dram_spec.per_attach)
+    dram_bw = devices * dram_spec.bandwidth
+    dram_cap = devices * dram_spec.capacity
+    foot = K.dram_footprint(k, L, params, stored, tok, h, e, g, o)
+
+    # ------------------------------------------------------------ phases
+    c_f = m * (L * layer_f + head_fwd) / rate
+    c_b = m * (L * layer_b + 2 * head_fwd) / rate
+    inj_f = K.edge_injection_time(dram["forward"], rows, cols, nop_spec.link_bandwidth, dram_spec.placement)
+    inj_b = K.edge_injection_time(dram["backward"], rows, cols, nop_spec.link_bandwidth, dram_spec.placement)
+    n_f = m * L * t_nop_f + inj_f
+    n_b = m * L * t_nop_b + inj_b
+    d_f = dram["forward"] / dram_bw
+    d_b = dram["backward"] / dram_bw
+    eta = plan.chiplet_overlap
+    t_f = K.overlapped_time(c_f, n_f, d_f, eta)
+    t_b = K.overlapped_time(c_b, n_b, d_b, eta)
+    inj_o = K.edge_injection_time(dram["optimizer"], rows, cols, nop_spec.link_bandwidth, dram_spec.placement)
+    t_opt = K.overlapped_time(0.0, inj_o, dram["optimizer"] / dram_bw, eta)   # optimizer states stream through the dies
+    t_iter = t_f + t_b + t_opt
+    time = {"iteration": t_iter, "forward": t_f, "backward": t_b, "optimizer": t_opt,
+            "compute": c_f + c_b, "nop": n_f + n_b, "dram": d_f + d_b,
+            "exposed": t_f + t_b - (c_f + c_b), "per_token": t_iter / tokens,
+            "phase_forward": {"compute": c_f, "nop": n_f, "dram": d_f},
+            "phase_backward": {"compute": c_b, "nop": n_b, "dram": d_b}}
+
+    # ------------------------------------------------------------ SRAM fit
+    sram = K.sram_per_die(scheme, tok, *shape, rows, cols, e, g)
+    sram["capacity"] = die.sram
+
+    # ------------------------------------------------------------ traffic and energy
+    nop_die = m * L * (nop["forward"] + nop["backward"] + (nop["forward"] if nop_rec else 0.0))
+    nop_total = dies * nop_die
+    hops = 0.0 if dram_spec.placement == "per-die" else K.edge_hops(rows, cols)
+    sram_bytes = K.sram_operand_bytes(flops_exec, die.tile, e) + 2 * (nop_total + dram["total"])
+    parts = K.iteration_energy(flops_exec, sram_bytes, nop_total + dram["total"] * hops, dram["total"], die.flop_energy,
+                               die.sram_energy, nop_spec.energy, dram_spec.energy, die.static_power * dies, t_iter)
+    chip_j = parts.pop("total_j")
+    facility = chip_j * (site.pue - 1)
+    energy_j = chip_j + facility
+    energy = {"iteration_j": energy_j, "per_token_j": energy_j / tokens, "power_w": energy_j / t_iter,
+              "package_j": chip_j, "components": {**parts, "facility_j": facility}}
+
+    # ------------------------------------------------------------ cost
+    pkg = P.package_re_cost(dies, die.area, die.node, package.packaging)
+    dram_usd = devices * dram_spec.price
+    capital = pkg["total"] + dram_usd + package.assembly_price
+    tps = tokens / t_iter
+    usd_token = Co.cost_per_token(capital, energy_j / tokens, tps, site.amortization_years, site.utilization,
+                                  site.electricity)
+    cost = {"package_usd": capital, "capital_usd": capital, "dies_usd": pkg["chips"] + pkg["chip_defects"],
+            "packaging_usd": pkg["package"] + pkg["package_defects"] + pkg["wasted_kgd"], "dram_usd": dram_usd,
+            "assembly_usd": package.assembly_price,
+            "die_yield": P.die_yield(die.area, P.node_constants(die.node)["defect_density"]),
+            "known_good_die_usd": P.known_good_die_cost(die.area, P.node_constants(die.node)["wafer_cost"],
+                                                        P.node_constants(die.node)["defect_density"]),
+            "per_million_tokens_usd": usd_token * 1e6,
+            "tokens_per_s_per_kusd": tps / (capital / 1e3)}
+
+    r = {"kind": "chiplet",
+         "model": {"name": model.name, "params": params, "layers": L, "hidden": h, "heads": a, "kv_heads": kv,
+                   "ffn_hidden": ffn, "vocab": V, "layer_params": p_layer},
+         "hardware": {"name": package.name, "kind": "chiplet-package", "dies": dies, "rows": package.rows,
+                      "cols": package.cols, "peak_flops_per_die": die.peak_flops, "sram_per_die": die.sram,
+                      "link_bandwidth": nop_spec.link_bandwidth, "dram_bandwidth": dram_bw, "dram_capacity": dram_cap,
+                      "packaging": package.packaging, "node": die.node},
+         "chiplet": {"scheme": scheme, "schedule": schedule, "mesh": f"{rows}x{cols}", "dies": dies,
+                     "micro_batches": m, "minibatch": k, "tokens_per_micro_batch": tok,
+                     "compute_to_communication": ratio,
+                     "layer_nop_bytes_per_die": {"forward": nop["forward"], "backward": nop["backward"]},
+                     "dram_devices": devices, "edge_hops": hops},
+         "flops": {"model_per_iteration": flops_model, "hardware_per_iteration": flops_hw,
+                   "executed_per_iteration": flops_exec},
+         "time": time,
+         "memory": {"sram": sram, "dram": {**foot, "capacity": dram_cap}},
+         "traffic": {"nop_bytes_per_die": nop_die, "nop_bytes": nop_total, "dram_bytes": dram["total"],
+                     "dram_weights": dram["weights"], "dram_gradients": dram["gradients"],
+                     "dram_activations": dram["activations"], "dram_boundary": dram["boundary"],
+                     "dram_optimizer": dram["optimizer"]},
+         "throughput": {"tokens_per_s": tps, "mfu": flops_model / (t_iter * dies * die.peak_flops),
+                        "hfu": flops_hw / (t_iter * dies * die.peak_flops)},
+         "energy": energy,
+         "cost": cost,
+         }
+    return r
+
+
+def run(model, package, plan, *, trace=None) -> dict:
+    """Estimate one iteration of ``model`` on chiplet ``package`` under ``plan`` (resolved specs, scalars)."""
+    r = numbers(model, package, plan, trace=trace)
+    r["feasible"], r["violations"], r["bottleneck"] = verdict(r, package, plan)
+    return r
+
+
+def numbers(model, package, plan, *, trace=None) -> dict:
+    """Every number of the estimate, without the verdict (array-safe in the plan's numeric fields)."""
+    r = compose(model, package, plan, _modules(trace))
+    ch = r["chiplet"]
+    r["plan"] = {**dataclasses.asdict(plan), "chiplet_scheme": ch["scheme"], "chiplet_schedule": ch["schedule"],
+                 "chiplet_mesh": ch["mesh"]}
+    return r
+
+
+def verdict(r: dict, package, plan) -> tuple[bool, list[str], str]:
+    """Feasibility, violated constraints and bottleneck sentence of one scalar result."""
+    from dse.units import fmt
+
+    sram, foot = r["memory"]["sram"], r["memory"]["dram"]
+    die = package.die
+    scheme = r["chiplet"]["scheme"]
+    violations = []
+    if sram["total"] > sram["capacity"]:
+        violations.append(f"SRAM: {scheme} needs {fmt(sram['total'], 'bytes')} per die (weights {fmt(sram['weights'], 'bytes')}, "
+                          f"gradients {fmt(sram['gradients'], 'bytes')}, activations {fmt(sram['activations'], 'bytes')}"
+                          + (f", broadcast buffers {fmt(sram['buffers'], 'bytes')}" if sram["buffers"] else "")
+                          + f"); the die has {fmt(die.sram, 'bytes')}")
+    if foot["total"] > foot["capacity"]:
+        violations.append(f"DRAM: needs {fmt(foot['total'], 'bytes')} (model states {fmt(foot['states'], 'bytes')}, "
+                          f"activations in flight {fmt(foot['activations'], 'bytes')}); the package has "
+                          f"{fmt(foot['capacity'], 'bytes')}")
+    t = r["time"]
+    shares = {"compute": t["compute"], "NoP communication": t["nop"], "DRAM traffic": t["dram"]}
+    top = max(shares, key=lambda k: float(shares[k]))
+    if violations:
+        bottleneck = "Infeasible: " + "; ".join(violations) + "."
+    else:
+        bottleneck = (f"{top[0].upper() + top[1:]}-bound: {top} alone would take {100 * float(shares[top]) / float(t['iteration']):.0f}% "
+                      f"of the iteration (compute {fmt(t['compute'], 's')}, NoP {fmt(t['nop'], 's')}, "
+                      f"DRAM {fmt(t['dram'], 's')}, optimizer step {fmt(t['optimizer'], 's')}).")
+    return not violations, violations, bottleneck

@@ -1,0 +1,121 @@
+"""One scenario under ZeRO-Infinity, SmartUpdate and SmartUpdate + compression, and over drive counts.
+
+This is how a user decides whether computational storage pays: the same model, GPU and
+plan with (1) the optimizer on a RAID0 of plain NVMe drives and the CPU (ZeRO-Infinity),
+(2) the update on every drive's accelerator (Smart-Infinity's SmartUpdate with the
+transfer handler), (3) the same with top-k gradient compression. The baseline can run on
+another system (``baseline_hw``, e.g. the same box with plain drives) so that throughput
+per dollar compares what one would buy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+DEFAULT_PLAN = dict(zero=3, offload_params="cpu", recompute="full")
+
+
+def variant_plans(compression: float = 0.02) -> list[tuple[str, dict]]:
+    return [
+        ("ZeRO-Infinity", dict(offload_optimizer="nvme", gradient_compression=1.0)),
+        ("SmartUpdate", dict(offload_optimizer="csd", gradient_compression=1.0)),
+        (f"SmartUpdate + top-k {compression:g}", dict(offload_optimizer="csd", gradient_compression=compression)),
+    ]
+
+
+def default_drive_counts(count: int) -> list[int]:
+    """1, 2, 4, 6, 8, ... up to the hardware's drive count (and the count itself)."""
+    out = [n for n in (1, 2, 4, 6, 8, 12, 16, 24, 32) if n < count]
+    return out + [count]
+
+
+def _summary(r: dict) -> dict:
+    return {"time": r["time"], "traffic": r["traffic"], "tokens_per_s": r["throughput"]["tokens_per_s"],
+            "cost": r["cost"], "energy": r["energy"], "bottleneck_link": r["offload"]["bottleneck_link"],
+            "memory": r["memory"], "feasible": r["feasible"], "violations": r["violations"]}
+
+
+def compare(model, hw, baseline_hw=None, *, drives=None, compression=0.02, scaling=None, overrides=(),
+            plot=None, **plan_fields) -> dict:
+    """Evaluate the three variants at ``drives`` and the scaling over ``scaling`` drive counts.
+
+    ``model``/``hw``/``baseline_hw`` are catalog names, files or spec objects; ``plan_fields``
+    are plan fields (``micro_batch=4, seq_len=1024, ...``) applied to every variant on top of
+    ZeRO-3 with fp16 parameters in host DRAM and full recomputation. Returns a dict (the
+    JSON of ``dse offload-compare``).
+    """
+    from dse.errors import InputError
+    from dse.estimate import resolve, run
+
+    base_fields = {**DEFAULT_PLAN, **{k: v for k, v in plan_fields.items() if v is not None}}
+    variants = variant_plans(compression)
+    specs = []
+    for k, (label, fields) in enumerate(variants):
+        where = baseline_hw if (k == 0 and baseline_hw is not None) else hw
+        specs.append((label, resolve(model, where, None, overrides, **{**base_fields, **fields, "ssds": drives})))
+    m, system, _ = specs[1][1]
+    storage = system.node.storage
+    count = drives if drives is not None else storage.count
+    results = []
+    params = None
+    for label, (mm, ss, pp) in specs:
+        r = run(mm, ss, pp)
+        params = r["model"]["params"]
+        results.append({"label": label, **_summary(r)})
+    t0 = results[0]["time"]["iteration"]
+    k0 = results[0]["cost"]["tokens_per_s_per_kusd"]
+    for v in results:
+        v["speedup"] = t0 / v["time"]["iteration"]
+        v["per_dollar_vs_baseline"] = v["cost"]["tokens_per_s_per_kusd"] / k0
+
+    counts = list(scaling) if scaling else default_drive_counts(count)
+    if any(n < 1 for n in counts):
+        raise InputError(f"--scaling {','.join(map(str, counts))}: drive counts must be at least 1")
+    times = {label: [] for label, _ in variants}
+    for n in counts:
+        for label, (mm, ss, pp) in specs:
+            times[label].append(run(mm, ss, dataclasses.replace(pp, ssds=n))["time"]["iteration"])
+    out = {"model": m.name, "params": params, "hw": system.name,
+           "baseline_hw": specs[0][1][1].name, "drives": count, "compression": compression,
+           "variants": results, "scaling": {"drives": counts, "labels": [label for label, _ in variants],
+                                            "iteration": times}}
+    if plot:
+        out["plot"] = plot_scaling(out, plot)
+    return out
+
+
+def plot_scaling(result: dict, path: str) -> str:
+    """Write a PNG of iteration time and speedup over the drive count (needs matplotlib: ``pip install 'dse[plot]'``)."""
+    from dse.errors import InputError
+
+    try:
+        import matplotlib
+    except ImportError:
+        raise InputError(f"--plot {path}: matplotlib is not installed; install the plot extra: pip install 'dse[plot]'") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sc = result["scaling"]
+    n = sc["drives"]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+    base = sc["iteration"][sc["labels"][0]]
+    for label in sc["labels"]:
+        t = sc["iteration"][label]
+        ax1.plot(n, t, marker="o", label=label)
+        ax2.plot(n, [b / x for b, x in zip(base, t)], marker="o", label=label)
+    ax1.set_xlabel("drives behind the shared switch")
+    ax1.set_ylabel("iteration time (s)")
+    ax1.set_ylim(bottom=0)
+    ax2.set_xlabel("drives behind the shared switch")
+    ax2.set_ylabel("speedup over ZeRO-Infinity")
+    ax2.axhline(1.0, color="grey", linewidth=0.8)
+    ax1.legend(fontsize=8)
+    fig.suptitle(f"{result['model']} on {result['hw']}")
+    fig.tight_layout()
+    try:
+        fig.savefig(path, dpi=120)
+    except OSError as exc:
+        raise InputError(f"--plot {path}: cannot write ({exc.strerror})") from None
+    finally:
+        plt.close(fig)
+    return path

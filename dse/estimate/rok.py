@@ -1,0 +1,129 @@
+"""The recompute-offload-keep (ROK) comparison behind ``dse rok``.
+
+For one model and system, across micro-batch sizes, four ways to hold activations:
+keep them in GPU memory, selective recompute, full (layer-wise) recompute, and offload
+(SSDTrain, adaptive rule unless ``offload_layers`` is given). Each row is a full estimate.
+Then what the freed memory buys: the largest micro-batch of the list that fits per
+strategy and its throughput, and the fewest pipeline stages that fit with the resulting
+bubble (SSDTrain arXiv 2408.10013: "bigger micro-batch, fewer pipeline bubbles").
+"""
+
+from __future__ import annotations
+
+from dse.errors import InputError
+
+STRATEGIES = ("keep", "selective", "full", "offload")
+
+
+def _fields(strategy: str, target: str) -> dict:
+    if strategy == "offload":
+        return {"recompute": "none", "offload_activations": target}
+    return {"recompute": "none" if strategy == "keep" else strategy, "offload_activations": "none"}
+
+
+def _row(strategy: str, b: int, r: dict) -> dict:
+    gpu = r["memory"]["gpu"]
+    ao = r.get("activation_offload", {})
+    return {"strategy": strategy, "micro_batch": b, "gpu_activations": gpu["activations"], "gpu_total": gpu["total"],
+            "gpu_capacity": gpu["capacity"], "fits": bool(gpu["total"] <= gpu["capacity"]),
+            "feasible": r["feasible"], "iteration_s": r["time"]["iteration"],
+            "tokens_per_s": r["throughput"]["tokens_per_s"], "mfu": r["throughput"]["mfu"],
+            "exposed_io_s": r["time"]["io_exposed"], "recompute_s": r["time"]["recompute"],
+            "layers_offloaded": ao.get("layers_offloaded", 0), "bubble_s": r["time"]["bubble"],
+            "global_batch": r["plan"]["global_batch"]}
+
+
+def compare(model, hardware, micro_batches, *, overrides=(), target=None, stages=None, plot=None,
+            **plan_fields) -> dict:
+    """ROK table over ``micro_batches`` and the stage scan over ``stages`` (None: powers of two that fit)."""
+    from dse.estimate import resolve, run
+
+    if not micro_batches:
+        raise InputError("--micro-batches: give at least one micro-batch size, e.g. 4,8,16,32")
+    m0, s0, p0 = resolve(model, hardware, None, overrides, **plan_fields)
+    if target is None:
+        target = "ssd" if s0.node.storage is not None else "host"
+    rows = []
+    for b in micro_batches:
+        for strategy in STRATEGIES:
+            m, s, p = resolve(m0, s0, None, overrides, **{**plan_fields, **_fields(strategy, target), "micro_batch": b})
+            rows.append(_row(strategy, b, run(m, s, p)))
+    best = []
+    keep_best = None
+    for strategy in STRATEGIES:
+        fit = [r for r in rows if r["strategy"] == strategy and r["feasible"]]
+        top = max(fit, key=lambda r: r["micro_batch"]) if fit else None
+        entry = {"strategy": strategy, "micro_batch": top["micro_batch"] if top else None,
+                 "tokens_per_s": top["tokens_per_s"] if top else None}
+        if strategy == "keep":
+            keep_best = entry["tokens_per_s"]
+        best.append(entry)
+    for entry in best:
+        entry["speedup_vs_keep"] = entry["tokens_per_s"] / keep_best if entry["tokens_per_s"] and keep_best else None
+    out = {"model": m0.name, "hardware": s0.name, "target": target, "rows": rows, "best": best}
+    out.update(_stage_scan(m0, s0, overrides, target, stages, min(micro_batches), {**plan_fields, "dp": p0.dp}))
+    if plot:
+        out["plot"] = _plot(out, plot)
+    return out
+
+
+def _stage_scan(model, system, overrides, target, stages, b, plan_fields) -> dict:
+    """Fewest pipeline stages (from ``stages``) that fit per strategy, at micro-batch ``b`` and a fixed global batch."""
+    from dse.estimate import resolve, run
+
+    tp, dp = plan_fields.get("tp", 1), plan_fields["dp"]
+    if stages is None:
+        most = max(1, min(model.layers, system.gpus // (tp * dp)))
+        stages = [p for p in (1, 2, 4, 8, 16, 32, 64) if p <= most]
+    stages = sorted(set(stages))
+    if len(stages) < 2:
+        return {}
+    gb = plan_fields.get("global_batch") or b * dp * 4 * max(stages)
+    scan = []
+    for strategy in STRATEGIES:
+        found = {"strategy": strategy, "pp": None}
+        for pp in stages:
+            fields = {**plan_fields, **_fields(strategy, target), "micro_batch": b, "pp": pp, "dp": dp,
+                      "global_batch": gb}
+            m, s, p = resolve(model, system, None, overrides, **fields)
+            r = run(m, s, p)
+            if r["feasible"]:
+                t = r["time"]
+                found = {"strategy": strategy, "pp": pp, "iteration_s": t["iteration"],
+                         "bubble_fraction": t["bubble"] / t["iteration"],
+                         "tokens_per_s": r["throughput"]["tokens_per_s"]}
+                break
+        scan.append(found)
+    return {"stages": scan, "stages_micro_batch": b, "stages_global_batch": gb}
+
+
+def _plot(res: dict, path: str) -> str:
+    """ROK curve: GPU activation memory (x) against throughput (y), one line per strategy, points = micro-batches."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise InputError("--plot needs matplotlib: pip install 'dse[plot]'") from None
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    for strategy in STRATEGIES:
+        pts = [r for r in res["rows"] if r["strategy"] == strategy]
+        xs = [r["gpu_activations"] / 1e9 for r in pts]
+        ys = [r["tokens_per_s"] for r in pts]
+        ax.plot(xs, ys, marker="o", label=strategy)
+        for r, x, y in zip(pts, xs, ys):
+            ax.annotate(f"b={r['micro_batch']}" + ("" if r["fits"] else " (OOM)"), (x, y), fontsize=7,
+                        textcoords="offset points", xytext=(3, 3))
+    ax.set_xlabel("GPU activation memory per GPU (GB)")
+    ax.set_ylabel("tokens/s")
+    ax.set_title(f"Recompute-offload-keep: {res['model']} on {res['hardware']}")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    try:
+        fig.savefig(path, dpi=120, bbox_inches="tight")
+    except OSError as exc:
+        raise InputError(f"--plot {path}: cannot write ({exc.strerror})") from None
+    finally:
+        plt.close(fig)
+    return path

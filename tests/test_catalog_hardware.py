@@ -1,0 +1,197 @@
+"""The shipped hardware catalog: every system and component loads, validates and parses to SI.
+
+Spot checks compare parsed values with the datasheet numbers cited in the files'
+comments (exact, since both are the same decimal or binary quantity).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from dse import catalog
+from dse.cli import main
+from dse.specs.hardware import GPUEfficiency
+
+COMPONENT_KINDS = sorted(set(catalog.COMPONENT_DIRS.values()) - {"systems"})
+COMPONENTS = [(kind, name) for kind in COMPONENT_KINDS for name in catalog.names(catalog.hw_dir(kind))]
+SYSTEMS = catalog.names(catalog.hw_dir("systems"))
+GiB, MiB = 2**30, 2**20
+
+
+def run(capsys, *argv) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def component(name):
+    return catalog.find_hardware(name)[1]
+
+
+def test_catalog_has_the_expected_items():
+    assert {"dgx-a100-80gb", "dgx-a100-40gb", "dgx-h100", "dgx-h200", "h100-cluster", "a100-server-nvme",
+            "a100-cluster-800g"} <= set(SYSTEMS)
+    names = {n for _, n in COMPONENTS}
+    assert {"a100-sxm-40gb", "a100-sxm-80gb", "a100-pcie-40gb", "a100-pcie-80gb", "h100-sxm-80gb",
+            "h200-sxm-141gb"} <= names
+    assert {"pcie3-x16", "pcie4-x16", "pcie5-x16", "pcie3-x4", "pcie4-x4", "nvlink3", "nvlink4",
+            "ib-hdr-8x200", "ib-ndr-8x400"} <= names
+    assert {"dgx-a100-host", "dgx-h100-host", "d7-p5500-3.84tb"} <= names
+
+
+@pytest.mark.parametrize("kind,name", COMPONENTS)
+def test_component_loads_validates_and_cites(kind, name):
+    found_kind, spec = catalog.find_hardware(name)
+    assert found_kind == kind.rstrip("s")
+    assert spec.name == name
+    assert spec.source, f"{kind}/{name}: no source"
+    assert (catalog.hw_dir(kind) / f"{name}.yaml").read_text().lstrip().startswith("#"), \
+        f"{kind}/{name}: the file must open with a comment citing its datasheet"
+
+
+@pytest.mark.parametrize("name", SYSTEMS)
+def test_system_loads_validates_and_cites(name):
+    system = catalog.load_system(name)
+    assert system.name == name and system.source and system.description
+    assert system.gpus == system.nodes * system.node.gpus_per_node
+    assert (catalog.hw_dir("systems") / f"{name}.yaml").read_text().lstrip().startswith("#")
+
+
+def test_gpu_values_parse_to_si():
+    a100 = component("a100-sxm-80gb")
+    assert a100.hbm_capacity == 80 * GiB
+    assert a100.hbm_bandwidth == 2039e9
+    assert a100.peak_flops == {"fp32": 19.5e12, "tf32": 156e12, "bf16": 312e12, "fp16": 312e12}
+    assert component("a100-sxm-40gb").hbm_capacity == 40 * GiB
+    assert component("a100-sxm-40gb").hbm_bandwidth == 1555e9
+    assert (component("a100-pcie-40gb").power, component("a100-pcie-80gb").power) == (250, 300)
+    assert component("a100-pcie-80gb").hbm_bandwidth == 1935e9
+    h100 = component("h100-sxm-80gb")
+    assert h100.peak_flops == {"fp32": 67e12, "tf32": 494.5e12, "bf16": 989.5e12, "fp16": 989.5e12, "fp8": 1979e12}
+    assert (h100.hbm_capacity, h100.hbm_bandwidth, h100.power) == (81559 * MiB, 3.35e12, 700)
+    h200 = component("h200-sxm-141gb")
+    assert h200.peak_flops == h100.peak_flops
+    assert (h200.hbm_capacity, h200.hbm_bandwidth) == (143771 * MiB, 4.8e12)
+    for name in ("a100-sxm-40gb", "a100-pcie-40gb", "a100-pcie-80gb", "h100-sxm-80gb", "h200-sxm-141gb"):
+        assert component(name).price > 0, f"{name}: street price estimate missing"
+
+
+def test_a100_calibration_is_kept_and_carried_over():
+    a100 = dataclasses.asdict(component("a100-sxm-80gb").efficiency)
+    calibrated = dict(gemm=0.75, gemm_overhead=43e-6, attention=0.6, memory=0.65, layer_overhead=0.0)
+    assert {k: a100[k] for k in calibrated} == pytest.approx(calibrated, rel=1e-12)
+    # The other GPUs omit the block: they get the GPUEfficiency defaults, which must equal
+    # the A100 calibration for the files' comments ("A100 calibration carried over") to hold.
+    assert dataclasses.asdict(GPUEfficiency()) == pytest.approx(a100, rel=1e-12)
+    for name in ("a100-sxm-40gb", "a100-pcie-40gb", "a100-pcie-80gb", "h100-sxm-80gb", "h200-sxm-141gb"):
+        assert dataclasses.asdict(component(name).efficiency) == pytest.approx(a100, rel=1e-12)
+
+
+def pcie(gts: float, lanes: int) -> float:
+    """Per-direction PCIe 3.0+ bandwidth: GT/s x lanes x 128/130 / 8 bits (PCI Express Base Spec.)."""
+    return gts * 1e9 * lanes * 128 / 130 / 8
+
+
+@pytest.mark.parametrize("name,gts,lanes", [("pcie3-x16", 8, 16), ("pcie4-x16", 16, 16), ("pcie5-x16", 32, 16),
+                                            ("pcie3-x4", 8, 4), ("pcie4-x4", 16, 4)])
+def test_pcie_bandwidth_follows_the_spec(name, gts, lanes):
+    # The files round to 3-4 significant digits ("15.75 GB/s"); 0.1 % covers that rounding.
+    assert component(name).bandwidth == pytest.approx(pcie(gts, lanes), rel=1e-3)
+
+
+def test_link_values_parse_to_si():
+    assert component("nvlink3").bandwidth == 300e9           # 12 links x 25 GB/s
+    assert component("nvlink4").bandwidth == 450e9           # 18 links x 25 GB/s
+    assert component("ib-hdr-8x200").bandwidth == 200e9      # 8 x 200 Gb/s per node
+    assert component("ib-ndr-8x400").bandwidth == 400e9      # 8 x 400 Gb/s per node
+    assert component("pcie5-x16").bandwidth == 63.0e9
+    # Sourced achievable fractions (see each file): NCCL 230/300, 370/450 GB/s; 192/200 GB/s; 47/50 GB/s.
+    assert [component(n).efficiency for n in ("nvlink3", "nvlink4", "ib-hdr-8x200", "ib-ndr-8x400")] == \
+        [0.77, 0.82, 0.96, 0.94]
+    for _, name in COMPONENTS:
+        spec = component(name)
+        if hasattr(spec, "efficiency") and isinstance(spec.efficiency, float):
+            assert 0 < spec.efficiency <= 1
+
+
+def test_host_and_storage_values_parse_to_si():
+    h = component("dgx-h100-host")
+    assert (h.cores, h.dram_capacity, h.dram_bandwidth) == (112, 2 * 2**40, 614.4e9)
+    ssd = component("d7-p5500-3.84tb")
+    assert (ssd.capacity, ssd.read_bandwidth, ssd.write_bandwidth) == (3.84e12, 7.0e9, 4.3e9)
+    assert (ssd.dwpd, ssd.warranty_years, ssd.power) == (1, 5, 20)
+    assert ssd.price > 0
+
+
+def test_systems_are_composed_as_documented():
+    a = catalog.load_system("dgx-a100-80gb")
+    assert (a.nodes, a.gpus, a.node.gpu.name, a.node.gpu_link.name, a.node.network.name) == \
+        (1, 8, "a100-sxm-80gb", "nvlink3", "ib-hdr-8x200")
+    assert (a.node.host.dram_capacity, a.node.storage.count, a.node.storage.device.name) == \
+        (2 * 2**40, 8, "d7-p5500-3.84tb")
+    b = catalog.load_system("dgx-a100-40gb")
+    assert (b.node.gpu.name, b.node.host.dram_capacity, b.node.storage.count) == ("a100-sxm-40gb", 2**40, 4)
+    for name, gpu in (("dgx-h100", "h100-sxm-80gb"), ("dgx-h200", "h200-sxm-141gb")):
+        s = catalog.load_system(name)
+        assert (s.nodes, s.node.gpu.name, s.node.gpu_link.name, s.node.host_link.name, s.node.network.name) == \
+            (1, gpu, "nvlink4", "pcie5-x16", "ib-ndr-8x400")
+    cluster = catalog.load_system("h100-cluster")
+    assert (cluster.nodes, cluster.gpus) == (32, 256)
+    assert cluster.gpus >= 8 * 16 * 2     # llama3.1-405b at tp 8, pp 16, dp 2 (see the file's comment)
+    server = catalog.load_system("a100-server-nvme")
+    assert (server.nodes, server.node.network, server.node.storage.count) == (1, None, 4)
+    assert server.node.storage.count * server.node.storage.device.capacity == 4 * 3.84e12
+
+
+def test_list_hardware_and_components(capsys):
+    code, out, err = run(capsys, "list", "hardware", "--json")
+    assert code == 0, err
+    names = {item["name"] for item in json.loads(out)}
+    assert set(SYSTEMS) <= names
+    assert {n for n in names if "chiplet" not in n} == set(SYSTEMS)   # plus the chiplet packages
+    code, out, err = run(capsys, "list", "hardware")
+    assert code == 0, err
+    for name in SYSTEMS:
+        assert name in out
+    code, out, err = run(capsys, "list", "components", "--json")
+    assert code == 0, err
+    assert {item["name"] for item in json.loads(out)} == {f"{k}/{n}" for k, n in COMPONENTS}
+
+
+@pytest.mark.parametrize("name", SYSTEMS)
+def test_show_hardware_system_json(capsys, name):
+    code, out, err = run(capsys, "show", "hardware", name, "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert (data["kind"], data["name"]) == ("system", name)
+    assert data["node"]["gpu"]["hbm_capacity"] == dataclasses.asdict(catalog.load_system(name))["node"]["gpu"][
+        "hbm_capacity"]
+
+
+@pytest.mark.parametrize("kind,name", COMPONENTS)
+def test_show_hardware_component_json(capsys, kind, name):
+    code, out, err = run(capsys, "show", "hardware", name, "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert (data["kind"], data["name"]) == (kind.rstrip("s"), name)
+
+
+def test_show_hardware_values_are_si(capsys):
+    code, out, _ = run(capsys, "show", "hardware", "nvlink3", "--json")
+    assert code == 0 and json.loads(out)["bandwidth"] == 300e9
+    code, out, _ = run(capsys, "show", "hardware", "a100-sxm-80gb", "--json")
+    assert code == 0 and json.loads(out)["hbm_capacity"] == 80 * GiB
+
+
+def test_estimate_with_no_flags_uses_the_shipped_defaults(capsys):
+    code, out, err = run(capsys, "estimate", "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["hardware"]["name"] == "dgx-a100-80gb"
+    assert data["model"]["name"] == "llama2-7b" and data["model"]["params"] == 6_738_415_616
+    code, out, err = run(capsys, "estimate")
+    assert code == 0, err
+    assert "dse: error" not in err

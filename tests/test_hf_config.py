@@ -1,0 +1,166 @@
+"""Hugging Face ``config.json`` import: offline, no transformers, exact parameter counts.
+
+The fixtures in tests/fixtures/hf/<model>/config.json carry the fields of the public
+configs of these Hugging Face repositories (values are facts, copied as published;
+the ``transformers_version`` stamp is left out):
+
+- gpt2: openai-community/gpt2
+- Llama-2-70b-hf: meta-llama/Llama-2-70b-hf (GQA, 8 KV heads)
+- Llama-3.1-8B: meta-llama/Llama-3.1-8B (rope_scaling "llama3", 131072 positions)
+- Mistral-7B-v0.1: mistralai/Mistral-7B-v0.1
+- Qwen2-7B: Qwen/Qwen2-7B (biases on Q/K/V only, untied)
+- Qwen2-0.5B: Qwen/Qwen2-0.5B (tied embeddings)
+- opt-13b: facebook/opt-13b
+- bert-large-uncased: google-bert/bert-large-uncased (architectures: BertForMaskedLM)
+- Mixtral-8x7B-v0.1: mistralai/Mixtral-8x7B-v0.1 (a model_type dse does not support)
+
+REFERENCE below gives each exact count with its source; every one was also
+reproduced by building the transformers class on the meta device
+(tests/fixtures/hf/count_with_transformers.py, transformers 5.23.0 + torch 2.13.0 CPU).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from dse.catalog import load_model
+from dse.cli import main
+from dse.errors import InputError
+from dse.formulas import transformer as T
+
+FIXTURES = Path(__file__).parent / "fixtures" / "hf"
+
+# fixture -> (model_type, exact parameter count, source of the number)
+REFERENCE = {
+    "gpt2": ("gpt2", 124_439_808, "KerasHub gpt2_presets.py gpt2_base_en params"),
+    "Llama-2-70b-hf": ("llama", 68_976_648_192, "HF API safetensors.total 68,976,653,312 minus 80 x 64 rotary "
+                       "inv_freq buffers (see test_catalog_models.py)"),
+    "Llama-3.1-8B": ("llama", 8_030_261_248, "HF API safetensors.total of meta-llama/Llama-3.1-8B; KerasHub "
+                     "llama3_8b_en params"),
+    "Mistral-7B-v0.1": ("mistral", 7_241_732_096, "KerasHub mistral_presets.py mistral_7b_en params"),
+    "Qwen2-7B": ("qwen2", 7_615_616_512, "KerasHub qwen_presets.py qwen2.5_math_7b_en params (same shape: "
+                 "28 x 3584, 28/4 heads, F 18944, V 152064, untied, QKV bias)"),
+    "Qwen2-0.5B": ("qwen2", 494_032_768, "KerasHub qwen_presets.py qwen2.5_0.5b_en params (same shape: "
+                   "24 x 896, 14/2 heads, F 4864, V 151936, tied)"),
+    "opt-13b": ("opt", 12_853_473_280, "transformers OPTForCausalLM meta-device count (2050 position rows)"),
+    "bert-large-uncased": ("bert", 335_174_458, "transformers BertForMaskedLM meta-device count; = KerasHub "
+                           "bert_large_en_uncased backbone 335,141,888 - pooler 1,049,600 + MLM head 1,082,170"),
+}
+
+
+def parameters(spec) -> int:
+    return int(T.parameter_count(
+        spec.layers, spec.hidden, spec.heads, spec.kv_heads, spec.head_dim, spec.ffn_hidden, spec.vocab,
+        ffn_type=spec.ffn_type, norm=spec.norm, bias=spec.bias, qkv_bias=spec.qkv_bias,
+        position_embeddings=spec.position_embeddings, token_types=spec.token_types,
+        embedding_norm=spec.embedding_norm, tied=spec.tied_embeddings, final_norm=spec.final_norm,
+        pooler=spec.pooler, mlm_head=spec.mlm_head, nsp_head=spec.nsp_head))
+
+
+def run(capsys, *argv) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def config_path(name: str) -> str:
+    return str(FIXTURES / name / "config.json")
+
+
+@pytest.fixture
+def no_transformers(monkeypatch):
+    """Make importing transformers (or torch) fail: the import must not need them."""
+    for mod in ("transformers", "torch", "huggingface_hub"):
+        monkeypatch.setitem(sys.modules, mod, None)
+
+
+@pytest.mark.parametrize("name", sorted(REFERENCE))
+def test_fixture_is_the_declared_model_type(name):
+    assert json.loads(Path(config_path(name)).read_text())["model_type"] == REFERENCE[name][0]
+
+
+@pytest.mark.parametrize("name", sorted(REFERENCE))
+def test_hf_config_loads_offline_with_exact_count(name, no_transformers):
+    spec = load_model(config_path(name))
+    assert spec.name == name
+    assert parameters(spec) == REFERENCE[name][1]
+
+
+@pytest.mark.parametrize("name", sorted(REFERENCE))
+def test_hf_config_through_the_cli(capsys, name, no_transformers):
+    code, out, err = run(capsys, "show", "model", config_path(name), "--json")
+    assert code == 0, err
+    assert json.loads(out)["parameters"] == REFERENCE[name][1]
+
+
+def test_estimate_accepts_a_config_json(capsys):
+    code, out, err = run(capsys, "estimate", "--model", config_path("Mistral-7B-v0.1"), "--hw", "dgx-h100",
+                         "--tp", "8", "--json")
+    assert code == 0, err
+    model = json.loads(out)["model"]
+    assert (model["name"], model["params"], model["kv_heads"]) == ("Mistral-7B-v0.1", 7_241_732_096, 8)
+
+
+def test_all_supported_model_types_are_covered():
+    from dse.specs.hf import SUPPORTED
+
+    assert {mt for mt, _, _ in REFERENCE.values()} == set(SUPPORTED)
+
+
+def test_architecture_details_are_read():
+    qwen = load_model(config_path("Qwen2-7B"))
+    assert (qwen.qkv_bias, qwen.bias, qwen.kv_heads, qwen.tied_embeddings) == (True, False, 4, False)
+    assert load_model(config_path("Qwen2-0.5B")).tied_embeddings is True
+    opt = load_model(config_path("opt-13b"))
+    assert (opt.ffn_type, opt.position_embeddings, opt.max_seq_len) == ("relu", 2050, 2048)
+    bert = load_model(config_path("bert-large-uncased"))
+    assert (bert.architecture, bert.pooler, bert.mlm_head, bert.nsp_head) == ("encoder", False, True, False)
+    llama = load_model(config_path("Llama-2-70b-hf"))
+    assert (llama.kv_heads, llama.ffn_type, llama.norm, llama.position) == (8, "swiglu", "rmsnorm", "rotary")
+
+
+def test_rope_scaled_config_trains_at_its_original_length():
+    # Llama 3.1 extends an 8192-token model to 131072 with rope_scaling (rope_type "llama3").
+    spec = load_model(config_path("Llama-3.1-8B"))
+    assert (spec.seq_len, spec.max_seq_len) == (8192, 131072)
+    assert load_model(config_path("Mistral-7B-v0.1")).seq_len == 32768   # no rope_scaling: the full length
+
+
+def test_bert_pretraining_architecture_matches_the_catalog(tmp_path):
+    # The same config saved from BertForPreTraining has the pooler and NSP head too:
+    # 336,226,108, the catalog's bert-large (see test_catalog_models.py for the source).
+    cfg = json.loads(Path(config_path("bert-large-uncased")).read_text())
+    cfg["architectures"] = ["BertForPreTraining"]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    assert parameters(load_model(str(path))) == 336_226_108 == parameters(load_model("bert-large"))
+
+
+def test_unsupported_model_type_is_one_line_exit_2(capsys):
+    path = config_path("Mixtral-8x7B-v0.1")
+    with pytest.raises(InputError):
+        load_model(path)
+    code, out, err = run(capsys, "estimate", "--model", path)
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("dse: error: ")
+    assert path in lines[0] and "'mixtral'" in lines[0]
+    for supported in ("gpt2", "llama", "mistral", "qwen2", "opt", "bert"):
+        assert supported in lines[0]
+    assert "Traceback" not in err and out == ""
+
+
+def test_config_json_errors_are_one_line(capsys, tmp_path):
+    bad = tmp_path / "config.json"
+    bad.write_text('{"model_type": "llama", "hidden_size": 4096,}')
+    code, _, err = run(capsys, "show", "model", str(bad))
+    assert code == 2 and "JSON syntax error" in err and len(err.strip().splitlines()) == 1
+    code, _, err = run(capsys, "show", "model", str(tmp_path / "missing" / "config.json"))
+    assert code == 2 and "no such file" in err
+    bad.write_text('{"model_type": "llama", "hidden_size": 4096}')
+    code, _, err = run(capsys, "show", "model", str(bad))
+    assert code == 2 and "missing field 'num_attention_heads'" in err and str(bad) in err

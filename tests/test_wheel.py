@@ -1,0 +1,86 @@
+"""The shipped catalog works from an installed wheel, not only from a source checkout.
+
+Builds the wheel with pip (the hatchling backend; pyproject.toml force-includes
+models/, hwspecs/ and data/ as dse/_catalog/), installs it into a fresh virtual
+environment in a temporary directory and runs the installed ``dse`` console script
+from a directory outside the repository. The new environment borrows the runtime
+dependencies (typer, rich, numpy, pyyaml) from the running interpreter through a
+``.pth`` file, so the test needs no network; ``dse`` itself comes only from the wheel.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+import venv
+import zipfile
+from pathlib import Path
+
+import numpy
+import rich
+import typer
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def sh(*cmd, cwd=None, env=None) -> subprocess.CompletedProcess:
+    proc = subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, f"{' '.join(map(str, cmd))} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+    return proc
+
+
+def build_wheel(out: Path) -> Path:
+    try:
+        import hatchling  # noqa: F401  (in the [test] extra: build offline, without isolation)
+
+        isolation = ["--no-build-isolation"]
+    except ImportError:  # pragma: no cover - falls back to pip's isolated build (fetches hatchling)
+        isolation = []
+    sh(sys.executable, "-m", "pip", "wheel", REPO, "--no-deps", *isolation, "-w", out, "-q")
+    (wheel,) = out.glob("dse-*.whl")
+    return wheel
+
+
+def test_installed_wheel_ships_the_catalog(tmp_path):
+    wheel = build_wheel(tmp_path / "dist")
+    names = zipfile.ZipFile(wheel).namelist()
+    for shipped in ("dse/_catalog/models/llama2-7b.yaml", "dse/_catalog/hwspecs/systems/dgx-a100-80gb.yaml",
+                    "dse/_catalog/hwspecs/gpus/a100-sxm-80gb.yaml", "dse/_catalog/data/megatron_a100_multinode_times.csv"):
+        assert shipped in names
+
+    env_dir = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=True).create(env_dir)
+    bindir = env_dir / ("Scripts" if os.name == "nt" else "bin")
+    python = bindir / ("python.exe" if os.name == "nt" else "python")
+    site = Path(sh(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").stdout.strip())
+    sh(python, "-m", "pip", "install", "--no-deps", "--no-index", "-q", wheel)
+    # Only now expose the dependencies (pip must not see the running environment's own dse).
+    deps = {str(Path(m.__file__).resolve().parents[1]) for m in (typer, rich, numpy, yaml)}
+    deps.add(sysconfig.get_paths()["purelib"])
+    (site / "_dse_test_deps.pth").write_text("\n".join(sorted(deps)) + "\n")
+
+    work = tmp_path / "elsewhere"        # not the repository: nothing to pick up from the source tree
+    work.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    where = sh(python, "-c", "import dse, dse.catalog as c; print(dse.__file__); print(c.root())", cwd=work, env=env)
+    module_file, root = where.stdout.split()
+    assert Path(module_file).resolve().is_relative_to(site.resolve())
+    assert Path(root).resolve() == (site / "dse" / "_catalog").resolve()
+
+    dse = bindir / ("dse.exe" if os.name == "nt" else "dse")
+    listed = json.loads(sh(dse, "list", "models", "--json", cwd=work, env=env).stdout)
+    assert {"llama2-7b", "gpt2-xl", "llama3.1-405b", "bert-large"} <= {m["name"] for m in listed}
+    human = sh(dse, "list", "models", cwd=work, env=env).stdout
+    assert "llama2-7b" in human and "megatron-530b" in human
+
+    result = json.loads(sh(dse, "estimate", "--json", cwd=work, env=env).stdout)
+    assert result["model"]["name"] == "llama2-7b" and result["model"]["params"] == 6_738_415_616
+    assert result["hardware"]["name"] == "dgx-a100-80gb"
+    assert result["time"]["iteration"] > 0
+
+    validated = sh(dse, "show", "hardware", "h100-cluster", "--json", cwd=work, env=env).stdout
+    assert json.loads(validated)["nodes"] == 32
