@@ -350,6 +350,18 @@ class Evaluator:
             out["gpus available"] = (r["parallelism"]["gpus"] - avail) / avail
         return out
 
+    def probe(self, samples: int = 32, seed: int = 0) -> None:
+        """Evaluate a few random points first: a metric none of the valid ones produces is an input error."""
+        import random
+
+        rng = random.Random(seed)
+        valid = 0
+        for _ in range(samples):
+            config = {p.path: rng.choice(p.values) if p.discrete else rng.uniform(p.low, p.high) for p in self.space.params}
+            valid += self.point(config)["valid"]
+        if valid:
+            self.check_metrics()
+
     def check_metrics(self) -> None:
         """After a search: an objective or constraint no evaluated point produced is an input error."""
         for what, metric in ([(f"objective {o.name}", o.metric) for o in self.objectives]
@@ -405,6 +417,9 @@ class Evaluator:
             for t in self.techniques:
                 t.apply(c, model, system, plan, None)
             economics.apply(c, model, system, plan, None)
+        for metric in [o.metric for o in self.objectives] + [c_.metric for c_ in self.constraints]:
+            if lookup(c, metric) is not None:      # the space can produce it (even where memory does not fit)
+                self.seen_metrics.add(metric)
         fits = valid.copy()
         over_by = []
         for tier, mem in c["memory"].items():

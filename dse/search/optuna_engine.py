@@ -210,8 +210,9 @@ def constraint_values(evaluator, res) -> dict:
     then one per space constraint (budget, power cap, SSD lifetime, ...).
     """
     mem = evaluator.memory_violation(res["result"])
-    cons = {"memory": max((v for k, v in mem.items() if k.startswith("memory.")), default=-1.0),
-            "gpus": mem["gpus available"]}
+    cons = {"memory": max((v for k, v in mem.items() if k.startswith("memory.")), default=-1.0)}
+    if "gpus available" in mem:          # GPU systems (a chiplet package has no GPUs to run out of)
+        cons["gpus"] = mem["gpus available"]
     known = ("gpu memory", "host memory", "storage memory", "the plan needs")
     if any(not v.startswith(known) for v in res["result"].get("violations", [])):
         cons["technique"] = 1.0

@@ -80,7 +80,11 @@ def search(space, *, engine: str = "auto", trials: int = 300, seed: int | None =
     if engine == "exhaustive":
         out = _exhaustive(space, ev, top, chunk, seed, progress, sink, notes)
     else:
+        ev.probe(seed=seed or 0)
         out = _optuna(space, ev, trials, seed, storage, study, top, progress, sink, notes, sampler)
+    if out.get("evaluated"):
+        ev.check_metrics()
+    notes.extend(ev.notes)
     out.update(engine=engine, engine_reason=why, elapsed=time.perf_counter() - t0)
     out["notes"] = notes + out.get("notes", [])
     out["space"] = describe_space(space)
