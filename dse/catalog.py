@@ -210,12 +210,8 @@ def find_hardware(name: str):
 
 def is_chiplet_package(ref) -> bool:
     """True for a chiplet-package spec, a name in ``hwspecs/chiplets/``, or a YAML file with ``die`` and ``nop``."""
-    from dse.specs.chiplet import ChipletPackageSpec
-
-    if isinstance(ref, ChipletPackageSpec):
-        return True
-    if not isinstance(ref, str):
-        return False
+    if not isinstance(ref, str):   # a spec object: only chiplet packages have dies (keeps dse.specs.chiplet lazy)
+        return getattr(ref, "die", None) is not None
     if _looks_like_path(ref):
         path = Path(ref)
         if not path.is_file() or ref.endswith(".json"):

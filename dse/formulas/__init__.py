@@ -24,9 +24,20 @@ source on a ``Source:`` line, gives each argument's unit, and shows a doctest ex
 3.08
 """
 
-from dse.formulas import (activation_offload, chiplet, compute, cost, energy, memory, near_storage, offload,
-                          package_cost, parallelism, transformer)
+import importlib
+
 from dse.formulas._array import Num
 
 __all__ = ["transformer", "memory", "parallelism", "compute", "cost", "offload", "near_storage", "chiplet",
            "package_cost", "activation_offload", "energy", "Num"]
+
+
+def __getattr__(name):
+    """Submodules load on first use, so ``dse estimate`` imports only the equations it evaluates."""
+    if name in __all__:
+        return importlib.import_module(f"dse.formulas.{name}")
+    raise AttributeError(f"module 'dse.formulas' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))
