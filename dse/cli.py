@@ -202,7 +202,7 @@ def offload_compare(
     hw: str = typer.Option("smart-infinity-a5000", "--hw", help="system with computational storage (SmartUpdate runs here)"),
     baseline_hw: Optional[str] = typer.Option(None, "--baseline-hw",
                                               help="system for the ZeRO-Infinity baseline, e.g. the same box with plain "
-                                                   "drives (default: --hw, its drives used as plain NVMe)"),
+                                                   "drives (default: --hw, its drives used and priced as plain NVMe)"),
     ssds: Optional[int] = typer.Option(None, "--ssds", help="drives for the side-by-side table (default: all)"),
     compression: float = typer.Option(0.02, "--compression", help="top-k ratio of the third variant, in (0, 1]"),
     scaling: Optional[str] = typer.Option(None, "--scaling", help="drive counts to scale over, e.g. 1,2,4,8 (default: 1..all)"),

@@ -144,3 +144,12 @@ def test_estimate_with_offload_stays_light():
             "sys.stderr.write(repr(bad))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert proc.stderr.strip() == "[]"
+
+
+def test_offload_compare_default_baseline_is_priced_as_plain_drives(capsys):
+    """Without --baseline-hw the baseline is the same box with plain drives: $400 each, not a SmartSSD's $2,400."""
+    code, out, err = run_cli(capsys, ["offload-compare", "--model", "smart-infinity-gpt2-4.0b", "-b", "4", "--json"])
+    assert code == 0, err
+    base, su, _ = json.loads(out)["variants"]
+    assert base["cost"]["storage_usd"] == pytest.approx(10 * 400)
+    assert su["cost"]["storage_usd"] == pytest.approx(10 * 2400)

@@ -106,8 +106,9 @@ def test_csd_prices_flow_into_the_cost():
     nvme = est(offload_optimizer="nvme")["cost"]
     plain = est(offload_optimizer="nvme", hw="plain-nvme-a5000")["cost"]
     assert csd["capital_usd"] == pytest.approx(45000 + 2000 + 10 * 2400)   # SmartSSD ~ $2,400 (Sec. VII-I)
-    assert nvme["capital_usd"] == pytest.approx(45000 + 2000 + 10 * 400)   # plain use: only the $400 drive
-    assert plain["capital_usd"] == nvme["capital_usd"]
+    assert nvme["capital_usd"] == csd["capital_usd"]      # SmartSSDs are bought whole, used as plain drives or not
+    assert plain["capital_usd"] == pytest.approx(45000 + 2000 + 10 * 400)  # plain drives: $400 each
+    assert est(offload_optimizer="cpu")["cost"]["storage_usd"] == pytest.approx(10 * 2400)   # no technique charge
     assert est(offload_optimizer="csd", ssds=4)["cost"]["storage_usd"] == pytest.approx(4 * 2400)
     assert csd["tokens_per_s_per_kusd"] > 0 and nvme["tokens_per_s_per_kusd"] > 0
 

@@ -11,15 +11,18 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from dse.errors import InputError
 from dse.estimate import resolve, run
-from dse.search import from_dict, search
+from dse.search import from_dict, load_space, search
 from dse.search.objectives import lookup
 from dse.search.pareto import Front, TopK, nondominated
+
+ROOT = Path(__file__).resolve().parent.parent
 
 SMALL = {
     "model": "llama2-70b", "hardware": "a100-cluster-800g",
@@ -158,6 +161,25 @@ def test_topk_keeps_lowest_index_on_ties():
     t.add(np.array([1, 2]), np.array([[3.0], [0.5]]), {})
     assert t.index.tolist() == [1, 6, 7] and t.best == 3.0
     assert math.isclose(t.values[0, 0], 3.0)
+
+
+def test_topk_breaks_objective_ties_by_the_tiebreak_metric():
+    """Equally fast configurations: the cheaper first (the search's tie-break is the cost per token)."""
+    t = TopK(2, 1.0, tiebreak="cost")
+    t.add(np.array([0, 1, 2]), np.array([[5.0], [5.0], [6.0]]), {"cost": np.array([3.0, 1.0, 0.1])})
+    t.add(np.array([3]), np.array([[5.0]]), {"cost": np.array([2.0])})
+    assert t.index.tolist() == [1, 3]
+
+
+def test_exhaustive_ranks_equal_times_by_cost():
+    """On the ZeRO-Infinity example space, ties on iteration time list the cheaper hardware first."""
+    out = search(load_space(str(ROOT / "examples" / "spaces" / "zero-infinity-offload.yaml")), engine="exhaustive")
+    ranked = out["ranked"]
+    for a, b in zip(ranked, ranked[1:]):
+        ta, tb = a["metrics"]["time.iteration"], b["metrics"]["time.iteration"]
+        assert ta <= tb
+        if ta == tb:
+            assert a["metrics"]["cost.per_million_tokens_usd"] <= b["metrics"]["cost.per_million_tokens_usd"]
 
 
 def test_model_fields_are_searchable():

@@ -19,7 +19,9 @@ def apply(c, model, system, plan, F=None) -> None:
     # A technique may say how many drives the plan uses and what each costs (e.g. a CSD's accelerator).
     internal = c["internal"]
     drives = nodes * internal.get("drives_used", node.storage.count if node.storage else 0)
-    drive_price = internal.get("drive_price", drive.price if drive else 0.0)
+    # A computational SSD is charged whole (drive + accelerator) whether or not the plan uses the accelerator.
+    owned = drive.price + (drive.near_storage.price if drive.near_storage is not None else 0.0) if drive else 0.0
+    drive_price = internal.get("drive_price", owned)
     drive_power = internal.get("drive_power", drive.power if drive else 0.0)
     node_price = node.price + node.host.price
     capital = K.capital_cost(gpus, node.gpu.price, nodes, node_price, drives, drive_price)

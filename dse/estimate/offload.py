@@ -299,7 +299,9 @@ def apply(c, model, system, plan, F=None) -> None:
     # ------------------------------------------------------------ what the cost model charges for
     if dev is not None:
         i["drives_used"] = N
-        i["drive_price"] = dev.price + (dev.near_storage.price if opt == "csd" else 0.0)
+        # A computational SSD is bought whole, used or not; its accelerator draws power only when it runs
+        # the update (its idle draw is not modelled).
+        i["drive_price"] = dev.price + (dev.near_storage.price if dev.near_storage is not None else 0.0)
         i["drive_power"] = dev.power + (dev.near_storage.power if opt == "csd" else 0.0)
 
 

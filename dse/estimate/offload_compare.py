@@ -29,6 +29,20 @@ def default_drive_counts(count: int) -> list[int]:
     return out + [count]
 
 
+def as_plain_drives(system):
+    """The same system with plain drives in place of computational SSDs (priced without the accelerator).
+
+    The default baseline of the comparison: what one would buy for ZeRO-Infinity. Speeds are
+    unchanged (the baseline never uses the accelerator).
+    """
+    storage = system.node.storage
+    if storage is None or storage.device.near_storage is None:
+        return system
+    device = dataclasses.replace(storage.device, near_storage=None)
+    node = dataclasses.replace(system.node, storage=dataclasses.replace(storage, device=device))
+    return dataclasses.replace(system, node=node)
+
+
 def _summary(r: dict) -> dict:
     return {"time": r["time"], "traffic": r["traffic"], "tokens_per_s": r["throughput"]["tokens_per_s"],
             "cost": r["cost"], "energy": r["energy"], "bottleneck_link": r["offload"]["bottleneck_link"],
@@ -52,7 +66,10 @@ def compare(model, hw, baseline_hw=None, *, drives=None, compression=0.02, scali
     specs = []
     for k, (label, fields) in enumerate(variants):
         where = baseline_hw if (k == 0 and baseline_hw is not None) else hw
-        specs.append((label, resolve(model, where, None, overrides, **{**base_fields, **fields, "ssds": drives})))
+        spec = resolve(model, where, None, overrides, **{**base_fields, **fields, "ssds": drives})
+        if k == 0 and baseline_hw is None:
+            spec = (spec[0], as_plain_drives(spec[1]), spec[2])
+        specs.append((label, spec))
     m, system, _ = specs[1][1]
     storage = system.node.storage
     count = drives if drives is not None else storage.count

@@ -1,6 +1,6 @@
 """Exhaustive engine: every point of a discrete space, evaluated a block at a time with numpy.
 
-Gives the exact optimum (single objective, ties to the lower point index) or the
+Gives the exact optimum (single objective; ties to the cheaper point, then the lower index) or the
 exact Pareto front. Memory stays bounded by the block size whatever the size
 of the space (see :mod:`dse.search.grid`).
 """
@@ -14,6 +14,13 @@ import numpy as np
 
 from dse.search.pareto import Front, TopK
 
+TIEBREAK = ("cost.per_million_tokens_usd", "time.iteration")
+
+
+def tiebreak_metric(space) -> str:
+    """The metric that orders configurations tied on a single objective: cost per token (time if that is the objective)."""
+    return TIEBREAK[1] if space.objectives[0].metric == TIEBREAK[0] else TIEBREAK[0]
+
 
 def run(space, evaluator, grid, *, top: int = 10, progress=None, sink=None) -> dict:
     """Sweep ``grid``; returns the raw outcome (indices, values, metrics, counts, history).
@@ -22,7 +29,7 @@ def run(space, evaluator, grid, *, top: int = 10, progress=None, sink=None) -> d
     metrics)`` receives every evaluated point when given (CSV/JSON export).
     """
     single = len(space.objectives) == 1
-    acc = TopK(top, space.objectives[0].sign) if single else Front([o.sign for o in space.objectives])
+    acc = TopK(top, space.objectives[0].sign, tiebreak_metric(space)) if single else Front([o.sign for o in space.objectives])
     counts: Counter = Counter()
     evaluated = feasible = done = 0
     history = []

@@ -26,11 +26,17 @@ def _cat(a: dict, b: dict) -> dict:
 
 
 class TopK:
-    """The ``k`` best points of a single objective."""
+    """The ``k`` best points of a single objective.
 
-    def __init__(self, k: int, sign: float):
+    Ties on the objective go to the lower ``tiebreak`` metric when it is given and present
+    (the search passes the cost per million tokens: of equally fast configurations, the
+    cheapest first), then to the lower point index.
+    """
+
+    def __init__(self, k: int, sign: float, tiebreak: str | None = None):
         self.k = max(1, k)
         self.sign = sign
+        self.tiebreak = tiebreak
         self.index = np.zeros(0, np.int64)
         self.values = np.zeros((0, 1))
         self.metrics: dict = {}
@@ -46,7 +52,9 @@ class TopK:
         index = np.concatenate([self.index, index])
         values = np.concatenate([self.values, values])
         metrics = _cat(self.metrics, metrics) if self.metrics else metrics
-        order = np.lexsort((index, self.sign * values[:, 0]))[: self.k]
+        tie = metrics.get(self.tiebreak) if self.tiebreak else None
+        tie = np.zeros(len(index)) if tie is None else np.nan_to_num(np.asarray(tie, float), nan=np.inf)
+        order = np.lexsort((index, tie, self.sign * values[:, 0]))[: self.k]
         self.index, self.values, self.metrics = index[order], values[order], _take(metrics, order)
 
     @property

@@ -180,7 +180,14 @@ def _optuna(space, ev, trials, seed, storage_url, study_name, top, progress, sin
     uniq = list(seen.values())
     if len(space.objectives) == 1:
         sign = space.objectives[0].sign
-        uniq.sort(key=lambda r: (sign * r["values"][0], r["trial"]))
+        from dse.search.exhaustive import tiebreak_metric
+
+        tb = tiebreak_metric(space)
+
+        def tie(r):
+            v = r["metrics"].get(tb)
+            return float("inf") if v is None or v != v else v
+        uniq.sort(key=lambda r: (sign * r["values"][0], tie(r), r["trial"]))
         cands = [(r["trial"], r["params"], r["values"]) for r in uniq[:top]]
     else:
         from dse.search.pareto import nondominated
