@@ -150,7 +150,7 @@ def postgres_url():
     subprocess.run(as_user + [pg_ctl, "-D", data, "-o", opts, "-l", log, "-w", "-t", "60", "start"],
                    check=True, capture_output=True)
     try:
-        yield f"postgresql+psycopg2://postgres@127.0.0.1:{port}/postgres"
+        yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
     finally:
         subprocess.run(as_user + [pg_ctl, "-D", data, "-m", "immediate", "stop"], capture_output=True)
         shutil.rmtree(base, ignore_errors=True)

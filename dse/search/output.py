@@ -115,7 +115,8 @@ def render(con, space, out: dict) -> None:
     con.print(head)
     if eng == "exhaustive":
         rate = out["points"] / out["elapsed"] if out["elapsed"] > 0 else float("inf")
-        con.print(f"{out['points']:,} points, {out['evaluated']:,} evaluated (the rest broke plan rules), "
+        rest = " (the rest broke plan rules)" if out["evaluated"] < out["points"] else ""
+        con.print(f"{out['points']:,} points, {out['evaluated']:,} evaluated{rest}, "
                   f"{out['feasible']:,} feasible, in {out['elapsed']:.2f} s ({rate:,.0f} points/s)")
     else:
         con.print(f"study [bold]{out['study']}[/] in {out['storage']}: {out['evaluated']:,} completed trials, "

@@ -48,6 +48,32 @@ def normalise(url: str | None) -> str:
     return "sqlite:///" + url
 
 
+def with_driver(url: str) -> str:
+    """A bare ``postgresql://`` (or ``postgres://``) URL names the PostgreSQL driver that is installed.
+
+    SQLAlchemy 2.1 maps a bare ``postgresql://`` to psycopg 3, 2.0 to psycopg2; ``dse[postgres]``
+    installs psycopg2. The bare scheme is rewritten to ``postgresql+psycopg2://`` when psycopg2 is
+    importable and psycopg 3 is not (and to ``postgresql+psycopg://`` in the opposite case); a URL
+    naming its driver (``postgresql+...://``) is left as it is.
+
+    >>> with_driver("sqlite:///a.db")
+    'sqlite:///a.db'
+    >>> with_driver("postgresql+pg8000://u@h/db")
+    'postgresql+pg8000://u@h/db'
+    """
+    from importlib.util import find_spec
+
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme.lower() not in ("postgresql", "postgres"):
+        return url
+    has2, has3 = find_spec("psycopg2") is not None, find_spec("psycopg") is not None
+    if has2 and not has3:
+        return "postgresql+psycopg2://" + rest
+    if has3 and not has2:
+        return "postgresql+psycopg://" + rest
+    return "postgresql://" + rest if scheme.lower() == "postgres" else url
+
+
 _OPENED: dict = {}
 
 
@@ -84,6 +110,7 @@ def _open(url: str):
             return optuna.storages.JournalStorage(backend)
         except OSError as exc:
             raise InputError(f"--storage {shown}: cannot open the journal file ({exc.strerror or exc})") from None
+    url = with_driver(url)
     scheme = url.split("://", 1)[0].lower()
     if scheme.startswith("sqlite"):
         path = url.split(":///", 1)[-1]
