@@ -187,3 +187,22 @@ def test_weak_scaling_rows():
     assert by[("llama3.1-405b", "summa-2d")]["ratio"] is None                # 15 x 16 is not square
     sq = weak_scaling(base, target, catalog.load_chiplet_package(PKG), steps=0, square=True, schemes=("summa-2d",))
     assert sq[-1]["mesh"] == "15x15" and sq[-1]["ratio"] < sq[0]["ratio"]   # weights on the NoP: no weak scaling
+
+
+def test_die_area_auto_follows_sram_and_links():
+    """area: auto derives the die area (Chiplet Cloud 7 nm model): the shipped die is 208 mm^2 as its header
+    computes, and more SRAM or faster links cost silicon, yield and dollars; an explicit area is kept."""
+    from dse.errors import InputError
+
+    base = estimate("llama2-70b", PKG, **PLAN)
+    assert base["hardware"]["die_area_mm2"] == pytest.approx(208.1, abs=0.05)
+    big = estimate("llama2-70b", PKG, **PLAN, overrides=["hardware.die.sram=256 MiB"])
+    assert big["hardware"]["die_area_mm2"] == pytest.approx(253.3, abs=0.05)
+    assert big["cost"]["capital_usd"] > base["cost"]["capital_usd"]
+    assert big["cost"]["die_yield"] < base["cost"]["die_yield"]
+    fast = estimate("llama2-70b", PKG, **PLAN, overrides=["hardware.nop.link_bandwidth=128 GB/s"])
+    assert fast["hardware"]["die_area_mm2"] > base["hardware"]["die_area_mm2"]
+    fixed = estimate("llama2-70b", PKG, **PLAN, overrides=["hardware.die.sram=256 MiB", "hardware.die.area=208 mm2"])
+    assert fixed["hardware"]["die_area_mm2"] == 208.0
+    with pytest.raises(InputError, match=r"area: auto .* 7 nm"):
+        resolve("llama2-70b", PKG, overrides=["hardware.die.node=16"])

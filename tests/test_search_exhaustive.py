@@ -209,3 +209,19 @@ def test_parameters_grouped_in_python_give_the_same_answer():
     assert [e["params"] for e in a["ranked"]] == [e["params"] for e in b["ranked"]]
     assert [e["value"] for e in a["ranked"]] == pytest.approx([e["value"] for e in b["ranked"]], rel=1e-12)
     assert b["groups"] > a["groups"]
+
+
+def test_chiplet_sram_costs_silicon_in_a_search():
+    """With area: auto the vectorised search charges SRAM: the cheapest feasible die has the least SRAM that fits,
+    and the vectorised values equal the scalar estimate (no 'differ' note)."""
+    data = {"model": "llama2-70b", "hardware": "chiplet-train-8x8",
+            "fixed": {"plan.global_batch": 16, "plan.seq_len": 4096, "plan.micro_batch": 1,
+                      "plan.chiplet_scheme": "hecaton-2d", "plan.chiplet_schedule": "microbatch"},
+            "parameters": {"hardware.die.sram": ["128 MiB", "160 MiB", "192 MiB", "256 MiB", "384 MiB"]},
+            "objectives": ["cost"]}
+    out = search(from_dict(data, "s.yaml"), engine="exhaustive", top=5)
+    assert not [n for n in out["notes"] if "differ" in n]
+    srams = [e["params"]["hardware.die.sram"] for e in out["ranked"]]
+    costs = [e["metrics"]["cost.capital_usd"] for e in out["ranked"]]
+    assert srams == sorted(srams) and costs == sorted(costs) and len(set(costs)) == len(costs)
+    assert srams[0] == 192 * 2**20          # 128 and 160 MiB do not hold the hecaton-2d working set

@@ -167,7 +167,10 @@ def compose(model, package, plan, M=None) -> dict:
               "package_j": chip_j, "components": {**parts, "facility_j": facility}}
 
     # ------------------------------------------------------------ cost
-    pkg = P.package_re_cost(dies, die.area, die.node, package.packaging)
+    # Die area: the spec's, or Chiplet Cloud's 7 nm model from the die's peak, SRAM and its four links
+    # (both directions), so that SRAM and link bandwidth cost silicon in a search.
+    area = die.area if die.area is not None else P.die_area(die.peak_flops, die.sram, 8 * nop_spec.link_bandwidth)
+    pkg = P.package_re_cost(dies, area, die.node, package.packaging)
     dram_usd = devices * dram_spec.price
     capital = pkg["total"] + dram_usd + package.assembly_price
     tps = tokens / t_iter
@@ -176,8 +179,8 @@ def compose(model, package, plan, M=None) -> dict:
     cost = {"package_usd": capital, "capital_usd": capital, "dies_usd": pkg["chips"] + pkg["chip_defects"],
             "packaging_usd": pkg["package"] + pkg["package_defects"] + pkg["wasted_kgd"], "dram_usd": dram_usd,
             "assembly_usd": package.assembly_price,
-            "die_yield": P.die_yield(die.area, P.node_constants(die.node)["defect_density"]),
-            "known_good_die_usd": P.known_good_die_cost(die.area, P.node_constants(die.node)["wafer_cost"],
+            "die_yield": P.die_yield(area, P.node_constants(die.node)["defect_density"]),
+            "known_good_die_usd": P.known_good_die_cost(area, P.node_constants(die.node)["wafer_cost"],
                                                         P.node_constants(die.node)["defect_density"]),
             "per_million_tokens_usd": usd_token * 1e6,
             "tokens_per_s_per_kusd": tps / (capital / 1e3)}
@@ -188,7 +191,7 @@ def compose(model, package, plan, M=None) -> dict:
          "hardware": {"name": package.name, "kind": "chiplet-package", "dies": dies, "rows": package.rows,
                       "cols": package.cols, "peak_flops_per_die": die.peak_flops, "sram_per_die": die.sram,
                       "link_bandwidth": nop_spec.link_bandwidth, "dram_bandwidth": dram_bw, "dram_capacity": dram_cap,
-                      "packaging": package.packaging, "node": die.node},
+                      "packaging": package.packaging, "node": die.node, "die_area_mm2": area},
          "chiplet": {"scheme": scheme, "schedule": schedule, "mesh": f"{rows}x{cols}", "dies": dies,
                      "micro_batches": m, "minibatch": k, "tokens_per_micro_batch": tok,
                      "compute_to_communication": ratio,

@@ -27,7 +27,7 @@ from dse.formulas._array import Num, where
 
 __all__ = ["PROCESS_NODES", "WAFER_DIAMETER", "EDGE_LOSS", "SCRIBE_LANE", "CRITICAL_LEVEL", "PACKAGING",
            "PACKAGE_TECHNOLOGIES", "die_yield", "dies_per_wafer", "raw_die_cost", "known_good_die_cost",
-           "node_constants", "package_re_cost", "split_die_area"]
+           "node_constants", "package_re_cost", "split_die_area", "AREA_7NM", "die_area"]
 
 #: Process node (nm, as a string) -> defect density D0 (/cm^2) and wafer price (USD, 300 mm)
 #: (Chiplet Actuary parameter.ini; the 3 nm row is flagged "Inaccurate Assumptions" there).
@@ -160,6 +160,42 @@ def node_constants(node: str) -> dict:
     {'defect_density': 0.09, 'wafer_cost': 9346.0}
     """
     return PROCESS_NODES[str(node)]
+
+
+#: Chiplet Cloud's 7 nm die-area constants (Peng et al., "Chiplet Cloud", ISCA 2024; code
+#: ``bespoke-silicon-group/reallm`` ``hardware_exploration/scripts/CONSTANTS.py``; research note
+#: chiplet.md §4c): mm^2 per bf16 TFLOP/s of MACs, per MB (1e6 B) of SRAM and per GB/s of D2D IO
+#: (0.3 mm^2 per 12.5 GB/s), the placed fraction of the core (0.7) and the width of the die's ring [mm].
+AREA_7NM = {"mac_mm2_per_tflops": 0.29, "sram_mm2_per_mb": 0.45, "io_mm2_per_gbs": 0.3 / 12.5,
+            "core_utilization": 0.7, "ring_mm": 0.35}
+
+
+def die_area(peak_flops: Num, sram_bytes: Num, io_bandwidth: Num) -> Num:
+    """Area of a 7 nm compute die from its MAC peak, its SRAM and its D2D IO bandwidth.
+
+    Formula: A = (sqrt((0.29 F/1e12 + 0.45 S/1e6 + 0.024 IO/1e9) / 0.7) + 2 x 0.35)^2
+    Source: Chiplet Cloud's 7 nm area model (ISCA 2024; reallm ``CONSTANTS.py``, research note
+    chiplet.md §4c): core = MAC + SRAM + IO area, placed at 70 % utilisation, plus a 0.35 mm ring
+    on every side (our reading of "(logic + SRAM + IO)/0.7 + a 0.35 mm ring", as in
+    hwspecs/chiplets/chiplet-train-8x8.yaml). 7 nm only: other nodes have no constants here.
+
+    Args:
+        peak_flops: F, dense bf16 peak of the die [FLOP/s]
+        sram_bytes: S, on-die SRAM [bytes]
+        io_bandwidth: IO, D2D bandwidth of all the die's links, both directions [bytes/s]
+    Returns:
+        die area [mm^2]
+
+    >>> round(die_area(100e12, 192 * 2**20, 4 * 2 * 64e9), 1)   # chiplet-train-8x8's die (208 mm^2)
+    208.1
+    >>> import numpy as np
+    >>> np.round(die_area(100e12, np.array([128, 256, 512]) * 2**20, 512e9), 1)   # SRAM costs area
+    array([162.6, 253.3, 432.7])
+    """
+    c = AREA_7NM
+    core = (c["mac_mm2_per_tflops"] * peak_flops / 1e12 + c["sram_mm2_per_mb"] * sram_bytes / 1e6
+            + c["io_mm2_per_gbs"] * io_bandwidth / 1e9)
+    return ((core / c["core_utilization"]) ** 0.5 + 2 * c["ring_mm"]) ** 2
 
 
 def package_re_cost(n_dies: Num, die_area_mm2: Num, node: str = "7", technology: str = "organic",

@@ -64,6 +64,8 @@ def _unwrap_optional(tp):
 
 def _convert(value, tp, meta, where):
     tp, optional = _unwrap_optional(tp)
+    if optional and tp in (int, float) and isinstance(value, str) and value.strip().lower() == "auto":
+        value = None                     # an optional number's "auto" is its derived default
     if value is None:
         if optional:
             return None

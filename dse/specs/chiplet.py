@@ -36,7 +36,8 @@ def _nodes():
 class ChipletDieSpec:
     peak_flops: float = spec_field(unit="flop/s", gt=0, help="dense bf16 peak of one die")
     sram: float = spec_field(unit="bytes", gt=0, help="on-die SRAM")
-    area: float = spec_field(unit="mm2", gt=0, help="die area including its D2D PHYs (sets yield and cost)")
+    area: float | None = spec_field(None, unit="mm2", gt=0, help="die area including its D2D PHYs (sets yield and cost); "
+                                    "auto (or omitted): Chiplet Cloud's 7 nm area model from peak, SRAM and NoP links")
     node: str = spec_field("7", help="process node in nm, a row of the cost model (3, 5, 7, 10, 12, 14, 16, 20, 28, 40, 55)")
     utilization: float = spec_field(0.8, unit="fraction", gt=0, le=1, help="fraction of peak the GEMMs reach")
     tile: int = spec_field(128, gt=0, help="edge of the MAC array's output tile, elements (SRAM operand traffic, smallest working set)")
@@ -51,6 +52,9 @@ class ChipletDieSpec:
         nodes = _nodes()
         if str(self.node) not in nodes:
             raise InputError(f"{where}.node: unknown process node '{self.node}'; allowed: {', '.join(nodes)} (nm)")
+        if self.area is None and str(self.node) != "7":
+            raise InputError(f"{where}.area: auto (the default) uses Chiplet Cloud's 7 nm area model; give the area "
+                             f"of a {self.node} nm die, e.g. area: 200 mm2")
         need = min_tile_sram(self.tile, TRAINING_BYTES)
         if self.sram < need:
             raise InputError(f"{where}.sram: {fmt(self.sram, 'bytes')} is too small for any tile: a {self.tile}x{self.tile} "
