@@ -83,6 +83,16 @@ def test_rok_table_and_json(dse, gpt_file):
     assert "Recompute-offload-keep" in r.out and "What the memory buys" in r.out
 
 
+def test_rok_with_a_fixed_offloaded_layer_count(dse, gpt_file):
+    """--offload-layers N applies to the offload rows only (keep and recompute rows offload nothing)."""
+    r = dse("rok", "--model", gpt_file, "--hw", "ssdtrain-a100-optane", "--tp", "2", "--micro-batches", "4,8",
+            "--offload-layers", "1", "--json")
+    assert r.code == 0, r.err
+    rows = r.json()["rows"]
+    assert {row["layers_offloaded"] for row in rows if row["strategy"] == "offload"} == {1}
+    assert {row["layers_offloaded"] for row in rows if row["strategy"] != "offload"} == {0}
+
+
 def test_rok_stage_scan(dse):
     r = dse("rok", "--model", "llama2-13b", "--hw", "dgx-a100-80gb", "--tp", "2", "--dp", "1",
             "--micro-batches", "2", "--stages", "1,2,4", "--json")

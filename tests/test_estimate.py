@@ -72,6 +72,34 @@ def test_zero_stages_shrink_gpu_state_memory(gpt_small, cluster):
     assert totals[0] == pytest.approx(18 * r_params(gpt_small), rel=1e-12)
 
 
+@pytest.mark.parametrize("overlap", [False, True])
+@pytest.mark.parametrize("micro_batch", [1, 4])
+def test_zero_3_is_never_faster_than_zero_1(gpt_small, cluster, overlap, micro_batch):
+    """ZeRO-3 gathers the weights twice per micro-batch and reduces the gradients each time: under the same overlap
+    rule it costs at least ZeRO-1/2's time, and its data-parallel traffic is the Psi/2 Psi/3 Psi of ZeRO section 7."""
+    plan = dict(dp=8, micro_batch=micro_batch, global_batch=64, overlap_grad_reduce=overlap)
+    r = [est(gpt_small, cluster, zero=z, **plan) for z in range(4)]
+    assert r[1]["time"]["iteration"] == pytest.approx(r[2]["time"]["iteration"], rel=1e-12)
+    assert r[3]["time"]["iteration"] >= r[1]["time"]["iteration"]
+    assert r[3]["time"]["dp_communication"] >= r[1]["time"]["dp_communication"]
+    p, d, m = r_params(gpt_small), 8, 64 // (8 * micro_batch)
+    dp = [x["traffic"]["dp"] for x in r]           # bf16 weights (2 B), fp32 gradients (4 B), ring: (d-1)/d per byte
+    assert dp[0] == pytest.approx(2 * (d - 1) / d * 4 * p, rel=1e-12)
+    assert dp[1] == dp[2] == pytest.approx((d - 1) / d * (4 + 2) * p, rel=1e-12)
+    assert dp[3] == pytest.approx(m * (d - 1) / d * (4 + 2 * 2) * p, rel=1e-12)
+
+
+def test_the_time_table_rows_add_up_to_the_iteration(gpt_small, cluster):
+    """Every second of the iteration is in one row of `dse estimate`'s time table (tied embeddings, pp > 1)."""
+    from dse.report.console import TIME_ROWS
+
+    assert gpt_small.tied_embeddings
+    r = est(gpt_small, cluster, tp=2, pp=4, dp=2, micro_batch=2, global_batch=64)
+    t = r["time"]
+    assert t["embedding_sync"] > 0
+    assert sum(t[k] for k, _ in TIME_ROWS) == pytest.approx(t["iteration"], rel=1e-9)
+
+
 def r_params(model):
     from dse.formulas.transformer import parameter_count
 

@@ -252,23 +252,36 @@ def compose_time(c, model, system, plan, F=None) -> dict:
     bubble = t_pipe - m * stage_max
 
     # ---------------------------------------------------------------- data parallel, optimizer
+    # ZeRO-0: all-reduce the gradients. ZeRO-1/2: reduce-scatter them, all-gather the updated weights after the
+    # step. ZeRO-3: every micro-batch gathers the weights in forward and again in backward and reduce-scatters the
+    # gradients (Rajbhandari et al. 2020, ZeRO, section 7: 2 Psi, 2 Psi and 3 Psi of traffic). Exposure:
+    # overlap_grad_reduce = False (Megatron's default, the measured runs) leaves all of it on the critical path;
+    # True overlaps each collective with the compute it can hide behind (gradient reduction with the last
+    # micro-batch's backward, ZeRO-1/2's weight gather with the next forward, ZeRO-3's prefetch with each phase),
+    # except the first gather / last reduction of a stage (one layer's share), plus a 5 % contention tax on what
+    # is overlapped. ZeRO-3 therefore never beats ZeRO-1/2 on time for the same plan: it moves more, as often or
+    # more often, under the same overlap rule.
     zero = plan.zero
-    dp_ar = P.allreduce_time(p_gpu * g_bytes, d, bw_dp, lat_dp)
-    ag_grads = P.allgather_time(p_gpu * g_bytes, d, bw_dp, lat_dp)    # reduce-scatter of the gradients
+    grad_b = p_gpu * g_bytes
+    dp_ar = P.allreduce_time(grad_b, d, bw_dp, lat_dp)
+    rs_grads = P.allgather_time(grad_b, d, bw_dp, lat_dp)             # reduce-scatter of the gradients
     ag_weights = P.allgather_time(p_gpu * e, d, bw_dp, lat_dp)        # all-gather of the weights
-    dp_rs_ag = ag_grads + ag_weights
-    dp_z3 = m * (2 * ag_weights + ag_grads)
-    dp_time = where(zero == 0, dp_ar, where(zero < 3, dp_rs_ag, dp_z3))
+    dp_time = where(zero == 0, dp_ar, where(zero < 3, rs_grads + ag_weights, m * (2 * ag_weights + rs_grads)))
+    fwd_window = l_stage * layer_fwd
     bwd_window = l_stage * layer_bwd
     if plan.overlap_grad_reduce:
-        dp_exposed = where(zero >= 3, maximum(dp_time - m * l_stage * (layer_fwd + layer_bwd), 0.0),
-                           maximum(dp_time - bwd_window, 0.0) + 0.05 * dp_time)
+        z3_mb = (maximum(ag_weights - fwd_window, 0.0) + maximum(ag_weights + rs_grads - bwd_window, 0.0)
+                 + (ag_weights + rs_grads) / l_stage)
+        dp_exposed = where(zero == 0, maximum(dp_ar - bwd_window, 0.0),
+                           where(zero < 3, maximum(rs_grads - bwd_window, 0.0) + maximum(ag_weights - fwd_window, 0.0),
+                                 m * z3_mb)) + 0.05 * dp_time
     else:
-        dp_exposed = where(zero >= 3, maximum(dp_time - m * l_stage * (layer_fwd + layer_bwd), 0.0), dp_time)
+        dp_exposed = dp_time
     if model.tied_embeddings:   # first and last stage both hold the word embedding: sum their gradients
-        emb_sync = where(single, 0.0, P.allreduce_time(V * h / t * g_bytes, 2, bw_pp, lat_pp))
+        emb_bytes = V * h / t * g_bytes
+        emb_sync = where(single, 0.0, P.allreduce_time(emb_bytes, 2, bw_pp, lat_pp))
     else:
-        emb_sync = 0.0
+        emb_bytes, emb_sync = 0.0, 0.0
     opt_params = p_gpu / where(zero >= 1, d, 1)
     t_opt = C.memory_time(C.adam_step_bytes(opt_params, g_bytes, e), gpu.hbm_bandwidth, eff.memory)
     t_iter = t_pipe + dp_exposed + emb_sync + t_opt
@@ -290,6 +303,7 @@ def compose_time(c, model, system, plan, F=None) -> dict:
         "tp_communication": m * tp_mb,
         "pp_communication": m * t_p2p,
         "dp_communication": dp_exposed,
+        "embedding_sync": emb_sync,
         "per_microbatch": stage_max,
         "layer_forward": layer_fwd,
         "layer_backward": layer_bwd,
@@ -307,8 +321,9 @@ def compose_time(c, model, system, plan, F=None) -> dict:
 
     # ---------------------------------------------------------------- traffic (bytes per iteration per GPU)
     tp_bytes = m * l_stage * (4 + where(plan.recompute == "full", 2, 0)) * where(t > 1, 2 * (t - 1) / t * act_msg, 0.0)
-    dp_bytes = where(d > 1, 2 * (d - 1) / d * p_gpu * g_bytes, 0.0) * where(zero >= 3, 1.5 * m, 1.0)
-    pp_bytes = where(single, 0.0, 2 * m * pp_msg)
+    dp_bytes = where(d > 1, (d - 1) / d, 0.0) * where(zero == 0, 2 * grad_b, where(zero < 3, grad_b + p_gpu * e,
+                                                                                   m * (grad_b + 2 * p_gpu * e)))
+    pp_bytes = where(single, 0.0, 2 * m * pp_msg + emb_bytes)     # activations both ways + the embedding sync
     traffic = {
         "intra_node": where(tp_inside, tp_bytes, 0.0) + where(dp_inside, dp_bytes, 0.0) + where(pp_inside, pp_bytes, 0.0),
         "inter_node": where(tp_inside, 0.0, tp_bytes) + where(dp_inside, 0.0, dp_bytes) + where(pp_inside, 0.0, pp_bytes),

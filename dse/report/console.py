@@ -14,6 +14,7 @@ TIME_ROWS = [
     ("tp_communication", "tensor-parallel communication"),
     ("pp_communication", "pipeline point-to-point"),
     ("dp_communication", "data-parallel reduction (exposed)"),
+    ("embedding_sync", "tied-embedding gradient sync"),
     ("bubble", "pipeline bubble"),
     ("optimizer", "optimizer step"),
     ("overhead", "host overhead"),

@@ -49,7 +49,9 @@ class Plan:
     optimizer: str = spec_field("adam", choices=OPTIMIZERS)
     schedule: str = spec_field("1f1b", choices=SCHEDULES, help="pipeline schedule")
     virtual_stages: int = spec_field(1, gt=0, help="model chunks per pipeline stage (interleaved schedule)")
-    overlap_grad_reduce: bool = spec_field(False, help="overlap the data-parallel gradient reduction with backward")
+    overlap_grad_reduce: bool = spec_field(False, help="overlap data-parallel communication with compute: the "
+                                           "gradient reduction with backward, ZeRO-1/2's weight gather with the next "
+                                           "forward, ZeRO-3's prefetch (False: Megatron's default, all exposed)")
     async_tp_allreduce: bool = spec_field(True, help="overlap each column-parallel linear's backward input-gradient "
                                           "all-reduce with its weight-gradient GEMM (Megatron-LM default since 2.6)")
     # chiplet packages only (dse/estimate/chiplet.py); None = not set
