@@ -111,6 +111,10 @@ def test_mesh_layout_changes_perimeter_dram():
     wide = estimate("llama2-70b", PKG, chiplet_mesh="4x16")
     assert wide["hardware"]["dram_bandwidth"] == pytest.approx(sq["hardware"]["dram_bandwidth"] * 40 / 32)
     assert wide["chiplet"]["mesh"] == "4x16"
+    # the layout is hardware: the report shows the one in effect, and the extra stacks are paid for
+    assert (wide["hardware"]["rows"], wide["hardware"]["cols"]) == (4, 16)
+    assert (sq["hardware"]["rows"], sq["hardware"]["cols"]) == (8, 8)
+    assert wide["cost"]["dram_usd"] == pytest.approx(sq["cost"]["dram_usd"] * 40 / 32)
 
 
 def test_recompute_costs_compute():

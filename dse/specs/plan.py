@@ -57,8 +57,11 @@ class Plan:
     # chiplet packages only (dse/estimate/chiplet.py); None = not set
     chiplet_scheme: str | None = spec_field(None, choices=CHIPLET_SCHEMES, help="how a layer is split over the dies "
                                             "of a chiplet package (default hecaton-2d)")
-    chiplet_mesh: str | None = spec_field(None, help="RxC layout of the package's dies, e.g. 4x16: sets the mesh the "
-                                          "collectives run on and the perimeter edge DRAM attaches to (default: the package's)")
+    chiplet_mesh: str | None = spec_field(None, help="RxC layout of the package's dies, e.g. 4x16 (default: the package's). "
+                                          "A hardware choice made at plan time: the collectives run on this mesh and "
+                                          "edge DRAM attaches along its perimeter, so a long thin layout has more DRAM "
+                                          "stacks (more bandwidth and capacity, more cost); the estimate's "
+                                          "hardware.rows/cols report it")
     chiplet_schedule: str | None = spec_field(None, choices=CHIPLET_SCHEDULES, help="minibatch: layer-major over the "
                                               "global batch (weights fetched once per pass); microbatch: micro-batch-major "
                                               "(Megatron gradient accumulation); auto: microbatch for megatron-1d and summa-2d, "
