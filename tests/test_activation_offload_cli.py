@@ -166,6 +166,13 @@ def test_offload_layers_without_offload(dse):
                    "--offload-layers 4", "--offload-activations")
 
 
+@pytest.mark.parametrize("mode", ["none", "host"])
+def test_io_path_without_offload_to_drives(dse, mode):
+    """--activation-io-path chooses how activations reach the drives: without drive offload it is an error, not ignored."""
+    one_line_error(dse("estimate", "--model", "gpt2-xl", "--hw", "ssdtrain-a100-optane", "--offload-activations", mode,
+                       "--activation-io-path", "bounce"), "--activation-io-path bounce", "--offload-activations ssd")
+
+
 def test_ssds_must_be_positive(dse):
     one_line_error(dse("estimate", "--model", "gpt2-xl", "--hw", "ssdtrain-a100-optane", "--offload-activations", "ssd",
                        "--ssds", "0"), "--ssds")

@@ -15,11 +15,10 @@ from dse.errors import InputError
 STRATEGIES = ("keep", "selective", "full", "offload")
 
 
-def _fields(strategy: str, target: str, layers=None) -> dict:
-    """Plan fields of one strategy; ``layers`` (``offload_layers``: N or "auto") applies to offload only."""
+def _fields(strategy: str, target: str, only: dict) -> dict:
+    """Plan fields of one strategy; ``only`` (offload_layers, activation_io_path) applies to the offload rows only."""
     if strategy == "offload":
-        return {"recompute": "none", "offload_activations": target,
-                **({} if layers is None else {"offload_layers": layers})}
+        return {"recompute": "none", "offload_activations": target, **only}
     return {"recompute": "none" if strategy == "keep" else strategy, "offload_activations": "none"}
 
 
@@ -42,14 +41,14 @@ def compare(model, hardware, micro_batches, *, overrides=(), target=None, stages
 
     if not micro_batches:
         raise InputError("--micro-batches: give at least one micro-batch size, e.g. 4,8,16,32")
-    layers = plan_fields.pop("offload_layers", None)      # the offload rows' choice; keep/recompute rows have none
+    only = {k: plan_fields.pop(k) for k in ("offload_layers", "activation_io_path") if plan_fields.get(k) is not None}
     m0, s0, p0 = resolve(model, hardware, None, overrides, **plan_fields)
     if target is None:
         target = "ssd" if s0.node.storage is not None else "host"
     rows = []
     for b in micro_batches:
         for strategy in STRATEGIES:
-            m, s, p = resolve(m0, s0, None, overrides, **{**plan_fields, **_fields(strategy, target, layers), "micro_batch": b})
+            m, s, p = resolve(m0, s0, None, overrides, **{**plan_fields, **_fields(strategy, target, only), "micro_batch": b})
             rows.append(_row(strategy, b, run(m, s, p)))
     best = []
     keep_best = None
@@ -64,13 +63,13 @@ def compare(model, hardware, micro_batches, *, overrides=(), target=None, stages
     for entry in best:
         entry["speedup_vs_keep"] = entry["tokens_per_s"] / keep_best if entry["tokens_per_s"] and keep_best else None
     out = {"model": m0.name, "hardware": s0.name, "target": target, "rows": rows, "best": best}
-    out.update(_stage_scan(m0, s0, overrides, target, stages, min(micro_batches), {**plan_fields, "dp": p0.dp}, layers))
+    out.update(_stage_scan(m0, s0, overrides, target, stages, min(micro_batches), {**plan_fields, "dp": p0.dp}, only))
     if plot:
         out["plot"] = _plot(out, plot)
     return out
 
 
-def _stage_scan(model, system, overrides, target, stages, b, plan_fields, layers=None) -> dict:
+def _stage_scan(model, system, overrides, target, stages, b, plan_fields, only) -> dict:
     """Fewest pipeline stages (from ``stages``) that fit per strategy, at micro-batch ``b`` and a fixed global batch."""
     from dse.estimate import resolve, run
 
@@ -86,7 +85,7 @@ def _stage_scan(model, system, overrides, target, stages, b, plan_fields, layers
     for strategy in STRATEGIES:
         found = {"strategy": strategy, "pp": None}
         for pp in stages:
-            fields = {**plan_fields, **_fields(strategy, target, layers), "micro_batch": b, "pp": pp, "dp": dp,
+            fields = {**plan_fields, **_fields(strategy, target, only), "micro_batch": b, "pp": pp, "dp": dp,
                       "global_batch": gb}
             m, s, p = resolve(model, system, None, overrides, **fields)
             r = run(m, s, p)

@@ -214,7 +214,9 @@ class Exporter:
         if self.metrics is None:
             self.metrics = list(metrics)
             if self.csv_f is not None:
-                self.csv_w.writerow(["id", "state"] + self.params + ["feasible", "status"] + self.metrics)
+                taken = {"id", "state", "feasible", "status", *self.params}   # a metric named like a parameter (gpus)
+                self.csv_w.writerow(["id", "state"] + self.params + ["feasible", "status"]
+                                    + [f"metrics.{m}" if m in taken else m for m in self.metrics])
 
     def points(self, batch: dict) -> None:
         """An exhaustive block: index, params (arrays), status (list), metrics (arrays)."""

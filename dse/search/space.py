@@ -151,7 +151,7 @@ def field_info(path: str, where: str, hardware_classes=None):
     error = None
     for cls in classes:
         try:
-            _schema.set_path({}, rest, None, cls, f"{where}: parameter {head}.")   # raises with "did you mean"
+            _schema.set_path({}, rest, None, cls, f"{where}: parameter {head}")   # raises with "did you mean"
         except InputError as exc:
             error = error or exc
             continue

@@ -191,6 +191,10 @@ def check_activation_offload(plan: Plan, model, system, where: str = "plan") -> 
     if mode == "none":
         if plan.offload_layers is not None:
             raise InputError(f"{where}: --offload-layers {plan.offload_layers} needs --offload-activations ssd or host")
+    if mode != "ssd" and plan.activation_io_path != "gds":
+        raise InputError(f"{where}: --activation-io-path {plan.activation_io_path} is the path of activations to "
+                         f"drives; it needs --offload-activations ssd (got {mode})")
+    if mode == "none":
         return
     if not hasattr(system, "node"):
         raise InputError(f"{where}: --offload-activations {mode} applies to GPU systems; {system.name} is a chiplet "
@@ -281,9 +285,10 @@ def _offload_rules(plan: Plan, system) -> dict:
 def _activation_offload_rules(plan: Plan, model, system) -> dict:
     """:func:`check_activation_offload` as rules."""
     mode, k = plan.offload_activations, plan.offload_layers
+    io_path = {"activation_io_path without offload to drives": mode == "ssd" or plan.activation_io_path == "gds"}
     if mode == "none":
-        return {"offload_layers without activation offload": k is None}
-    rules = {"activation offload on a chiplet package": hasattr(system, "node")}
+        return {"offload_layers without activation offload": k is None, **io_path}
+    rules = {"activation offload on a chiplet package": hasattr(system, "node"), **io_path}
     if not rules["activation offload on a chiplet package"]:
         return rules
     if mode == "ssd":
