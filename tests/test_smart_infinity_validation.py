@@ -17,7 +17,7 @@ def suite():
 
 
 def test_suite_passes_and_every_miss_is_documented(suite):
-    assert suite.passed
+    assert suite.accepted and not suite.passed          # the documented misses are misses: strict validate fails
     misses = [c.name for c in suite.cases if not c.within]
     assert sorted(misses) == sorted(SI.EXPECTED_MISSES)
 

@@ -111,7 +111,9 @@ def no_feasible_message(excluded: dict, evaluated: int) -> str:
     total = sum(excluded.values())
     rest = sorted(((k, v) for k, v in excluded.items() if k != name), key=lambda kv: -kv[1])[:3]
     also = "; then " + ", ".join(f"{k} ({v:,})" for k, v in rest) if rest else ""
-    return (f"no feasible configuration: {name} excluded the most ({n:,} of {total:,} excluded points){also}")
+    return (f"no feasible configuration: {name} excluded the most ({n:,} of {total:,} excluded points){also} "
+            "(each point is counted under the first check it failed, in the order plan rules, memory, "
+            "constraints)")
 
 
 # ----------------------------------------------------------------------------- engines
