@@ -117,6 +117,20 @@ def model_data(ref: str) -> tuple[dict, str]:
     return data, f"models/{ref}.yaml"
 
 
+def _build(cls, data: dict, where: str, head: str, overrides):
+    """:func:`_schema.build`, with an error in a field that an override set named by its ``--set`` flag."""
+    try:
+        return _schema.build(cls, data, where)
+    except InputError as exc:
+        msg = str(exc)
+        for path, _ in overrides:
+            key = ".".join(path)
+            for prefix in (f"{where}{key}:", f"{where}: {key}:", f"{where}{key} ", f"{where}: {key} "):
+                if msg.startswith(prefix):
+                    raise InputError(f"--set {head}.{key}{msg[len(prefix) - 1:]}") from None
+        raise
+
+
 def load_model(ref: str | ModelSpec, overrides: list[tuple[list[str], object]] = ()) -> ModelSpec:
     """A resolved :class:`ModelSpec` from a name, a YAML file or a HF config.json."""
     if isinstance(ref, ModelSpec):
@@ -127,7 +141,7 @@ def load_model(ref: str | ModelSpec, overrides: list[tuple[list[str], object]] =
         data, where = model_data(ref)
     for path, value in overrides:
         _schema.set_path(data, path, value, ModelSpec, "--set model")
-    return _schema.build(ModelSpec, data, where + ": ").resolved()
+    return _build(ModelSpec, data, where + ": ", "model", overrides).resolved()
 
 
 # ---------------------------------------------------------------- hardware
@@ -179,7 +193,7 @@ def load_system(ref: str | SystemSpec, overrides: list[tuple[list[str], object]]
         _schema.set_path(data, path, value, SystemSpec, "--set hardware")
         data = _resolve_refs(SystemSpec, data, where)  # a component named by one override can take sub-field overrides
     data = _resolve_refs(SystemSpec, data, where)
-    return _schema.build(SystemSpec, data, where + ": ")
+    return _build(SystemSpec, data, where + ": ", "hardware", overrides)
 
 
 def load_component(kind_dir: str, name: str) -> dict:
@@ -241,4 +255,4 @@ def load_chiplet_package(ref, overrides: list[tuple[list[str], object]] = ()):
         where = f"hwspecs/chiplets/{ref}.yaml"
     for keys, value in overrides:
         _schema.set_path(data, keys, value, ChipletPackageSpec, "--set hardware.")
-    return _schema.build(ChipletPackageSpec, data, where)
+    return _build(ChipletPackageSpec, data, where + ": ", "hardware", overrides)

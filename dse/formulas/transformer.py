@@ -405,8 +405,8 @@ def activation_bytes_per_layer(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num
                                **options) -> Num:
     """Total of :func:`activation_terms` (same arguments).
 
-    Formula: GPT, no recompute, math attention: s b h (10 + 24/t + 5 a s / (h t))
-    Source: Korthikanti et al. 2022 (arXiv 2205.05198) Eq. 2.
+    Formula: sum over the tensors of activation_terms(...) for the given options (e.g. GPT, no recompute, math attention, no SP: s b h (10 + 24/t + 5 a s / (h t)); flash attention drops the 5 a s / (h t) score terms)
+    Source: Korthikanti et al. 2022 (arXiv 2205.05198) Eq. 2 and Table 2; activation_terms' per-tensor sources.
 
     Returns:
         bytes per layer, GPU and micro-batch [bytes]
