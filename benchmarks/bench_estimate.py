@@ -86,6 +86,9 @@ def main():
                       "a100-cluster-800g", dp=8, micro_batch=2, recompute="selective")
     out = {"in_process_us": per_call(lambda: run(m, s, p)) * 1e6}
     out["resolve_and_run_us"] = per_call(lambda: run(*resolve("gpt2-xl", "a100-cluster-800g", dp=8))) * 1e6
+    import dse
+
+    out["public_estimate_us"] = per_call(lambda: dse.estimate("gpt2-xl", "a100-cluster-800g", dp=8)) * 1e6
 
     cmd = dse_cmd()
     out["python_startup_s"] = wall([sys.executable, "-c", "pass"], args.runs)
@@ -108,6 +111,7 @@ def main():
         return
     print(f"one estimate in-process:        {out['in_process_us']:8.1f} us   (target <= 100 us)")
     print(f"  resolve specs + estimate:     {out['resolve_and_run_us']:8.1f} us")
+    print(f"  dse.estimate(name, name, ..): {out['public_estimate_us']:8.1f} us   (the public call: checks, verdict)")
     if "peer_in_process_us" in out:
         print(f"  llm-analysis train():         {out['peer_in_process_us']:8.1f} us   "
               f"-> dse is {out['peer_in_process_us'] / out['in_process_us']:.0f}x faster")

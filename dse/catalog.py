@@ -131,8 +131,27 @@ def _build(cls, data: dict, where: str, head: str, overrides):
         raise
 
 
+# Specs of catalog names loaded without overrides, by (kind, name): the shipped files do not change while a
+# process runs, and the specs are frozen dataclasses, so a script calling dse.estimate() in a loop reads and
+# validates each file once. Files given by path are read every time (the user may be editing them).
+_LOADED: dict[tuple[str, str], object] = {}
+
+
+def _cached(kind: str, ref, overrides, load):
+    if overrides or not isinstance(ref, str) or _looks_like_path(ref):
+        return load()
+    key = (kind, ref)
+    if key not in _LOADED:
+        _LOADED[key] = load()
+    return _LOADED[key]
+
+
 def load_model(ref: str | ModelSpec, overrides: list[tuple[list[str], object]] = ()) -> ModelSpec:
     """A resolved :class:`ModelSpec` from a name, a YAML file or a HF config.json."""
+    return _cached("model", ref, overrides, lambda: _load_model(ref, overrides))
+
+
+def _load_model(ref, overrides) -> ModelSpec:
     if isinstance(ref, ModelSpec):
         if not overrides:
             return ref.resolved()
@@ -183,6 +202,10 @@ def system_data(ref: str) -> tuple[dict, str]:
 
 def load_system(ref: str | SystemSpec, overrides: list[tuple[list[str], object]] = ()) -> SystemSpec:
     """A validated :class:`SystemSpec` from a catalog name or a YAML file."""
+    return _cached("system", ref, overrides, lambda: _load_system(ref, overrides))
+
+
+def _load_system(ref, overrides) -> SystemSpec:
     if isinstance(ref, SystemSpec):
         if not overrides:
             return ref
@@ -237,6 +260,10 @@ def is_chiplet_package(ref) -> bool:
 
 def load_chiplet_package(ref, overrides: list[tuple[list[str], object]] = ()):
     """A validated :class:`~dse.specs.chiplet.ChipletPackageSpec` from a catalog name, a YAML file or a spec."""
+    return _cached("chiplet", ref, overrides, lambda: _load_chiplet_package(ref, overrides))
+
+
+def _load_chiplet_package(ref, overrides):
     from dse.specs.chiplet import ChipletPackageSpec
 
     if isinstance(ref, ChipletPackageSpec):
