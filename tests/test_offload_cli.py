@@ -79,6 +79,22 @@ def test_estimate_console_shows_phases_links_and_bottleneck(capsys):
         assert needle in out, needle
 
 
+def test_estimate_reports_drive_wear_of_storage_offload(capsys):
+    """The audit's command: ZeRO-Infinity on 6 SmartSSDs has an endurance section (JSON) and a lifetime line."""
+    args = ["estimate", "--model", "smart-infinity-gpt2-8.4b", "--hw", "smart-infinity-a5000", "-b", "4",
+            "--recompute", "full", "--zero", "3", "--precision", "fp16", "--offload-params", "cpu",
+            "--offload-optimizer", "nvme", "--ssds", "6"]
+    code, out, err = run_cli(capsys, args + ["--json"])
+    assert code == 0, err
+    en = json.loads(out)["endurance"]
+    assert en["bytes_written_per_iteration_per_drive"] > 0 and 0 < en["lifetime_years"] < 1
+    code, out, err = run_cli(capsys, args)
+    assert code == 0, err
+    assert "drive writes per iteration" in out and "drive lifetime" in out and f"{en['lifetime_years']:.2f}" in out
+    code, out, err = run_cli(capsys, BASE + ["--offload-optimizer", "cpu", "--json"])
+    assert code == 0 and "endurance" not in json.loads(out)                # nothing written to drives
+
+
 def test_explain_lists_offload_formulas(capsys):
     code, out, err = run_cli(capsys, BASE + ["--offload-optimizer", "csd", "--explain", "--json"])
     assert code == 0, err

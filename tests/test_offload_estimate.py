@@ -151,6 +151,12 @@ def _flat(c):
             out[f"memory.{tier}.{k}"] = v
     for k in ("tokens_per_s", "mfu"):
         out[f"throughput.{k}"] = c["throughput"][k]
+    en = c.get("endurance", {})
+    for k, v in en.items():
+        if not isinstance(v, (str, dict)):
+            out[f"endurance.{k}"] = v
+    for k, v in en.get("bytes_written_per_iteration_by_source", {}).items():
+        out[f"endurance.by_source.{k}"] = v
     return out
 
 
@@ -193,3 +199,94 @@ def test_run_json_is_serialisable():
     m, s, p = resolve(MODEL, HW, None, (), **{**PAPER, "offload_optimizer": "csd", "gradient_compression": 0.02})
     text = dumps(run(m, s, p))
     assert '"phase_update"' in text and '"csd_internal"' in text and '"bottleneck_link"' in text
+
+
+# ------------------------------------------------------------------ drive wear (endurance)
+
+SECONDS_PER_YEAR = 365.25 * 86400
+PM983_TBW = 3.84e12 * 1.3 * 365 * 3          # SmartSSD's NVMe part: 3.84 TB, 1.3 DWPD, 3 years (5.47 PB)
+AUDIT = dict(micro_batch=4, recompute="full", zero=3, precision="fp16", offload_params="cpu", ssds=6)
+
+
+def _hand_lifetime(per_drive_per_iteration, iteration_s, tbw=PM983_TBW):
+    """Years to the rated TBW: bytes per drive per iteration x iterations/s x seconds/year vs TBW."""
+    return tbw / (per_drive_per_iteration * (1 / iteration_s) * SECONDS_PER_YEAR)
+
+
+def test_nvme_offload_wears_the_drives_hand_computed():
+    """The audit's command: ZeRO-Infinity, optimizer on 6 SmartSSDs' NVMe (RAID0), CPU update."""
+    r = estimate("smart-infinity-gpt2-8.4b", HW, **AUDIT, offload_optimizer="nvme")
+    P = r["parallelism"]["params_per_gpu"]                 # one GPU: it holds (and offloads) every parameter
+    en = r["endurance"]
+    grads, states = 4 * P, 12 * P                         # fp32 gradients swapped out; fp32 p, m, v written back
+    per_drive = (grads + states) / 6                      # RAID0 stripes them over the 6 drives
+    assert en["bytes_written_per_iteration_by_source"] == {"gradients": pytest.approx(grads),
+                                                            "optimizer_states": pytest.approx(states),
+                                                            "parameters": 0.0}
+    assert en["bytes_written_per_iteration"] == pytest.approx(16 * P)
+    assert en["bytes_written_per_iteration_per_drive"] == pytest.approx(per_drive)
+    assert en["bytes_written_per_iteration"] == pytest.approx(r["offload"]["links"]["switch_drives"]["bytes_down"])
+    assert en["drive"] == "samsung-smartssd" and en["rated_endurance_per_drive"] == pytest.approx(5.466e15, rel=1e-3)
+    assert en["write_rate_per_drive"] == pytest.approx(per_drive / r["time"]["iteration"])
+    assert en["lifetime_years"] == pytest.approx(_hand_lifetime(per_drive, r["time"]["iteration"]), rel=1e-12)
+    assert 0.1 < en["lifetime_years"] < 1           # months, not years: 16 B per parameter every iteration
+
+
+@pytest.mark.parametrize("cr", [1.0, 0.02])
+def test_csd_update_wears_each_csd_hand_computed(cr):
+    """SmartUpdate: the gradients land on each CSD's drive and its FPGA writes the updated states back to the NAND."""
+    r = estimate("smart-infinity-gpt2-8.4b", HW, **AUDIT, offload_optimizer="csd", gradient_compression=cr)
+    P = r["parallelism"]["params_per_gpu"]
+    en = r["endurance"]
+    grads, states = cr * 4 * P, 12 * P                    # fp32 exchange (default), c x 4P; Table I / Sec. IV-A
+    assert en["bytes_written_per_iteration_by_source"]["gradients"] == pytest.approx(grads)
+    assert en["bytes_written_per_iteration_by_source"]["optimizer_states"] == pytest.approx(states)
+    assert en["bytes_written_per_iteration_by_source"]["optimizer_states"] == pytest.approx(
+        r["offload"]["links"]["csd_internal"]["bytes_written"])
+    per_drive = (grads + states) / 6
+    assert en["bytes_written_per_iteration_per_drive"] == pytest.approx(per_drive)
+    assert en["lifetime_years"] == pytest.approx(_hand_lifetime(per_drive, r["time"]["iteration"]), rel=1e-12)
+
+
+def test_parameters_on_nvme_are_written_too_and_nothing_on_drives_means_no_endurance():
+    both = est(offload_optimizer="nvme", offload_params="nvme", hw="plain-nvme-a5000")
+    P = both["parallelism"]["params_per_gpu"]
+    assert both["endurance"]["bytes_written_per_iteration_by_source"]["parameters"] == pytest.approx(2 * P)
+    assert both["endurance"]["drive"] == "nvme-4tb-gen3"
+    params_only = est(offload_optimizer="gpu", offload_params="nvme", hw="plain-nvme-a5000")
+    assert params_only["endurance"]["bytes_written_per_iteration"] == pytest.approx(2 * P)
+    assert params_only["endurance"]["lifetime_years"] > both["endurance"]["lifetime_years"]
+    for fields in (dict(offload_optimizer="cpu"), dict(offload_optimizer="gpu", offload_params="cpu")):
+        assert "endurance" not in est(**fields)          # no drive writes: no wear (the search reads it as inf)
+
+
+def test_activation_offload_adds_its_writes_to_the_same_drives():
+    kw = dict(AUDIT, offload_optimizer="nvme")
+    alone = estimate("smart-infinity-gpt2-8.4b", HW, **kw)["endurance"]
+    r = estimate("smart-infinity-gpt2-8.4b", HW, **kw, offload_activations="ssd")
+    en, ao = r["endurance"], r["activation_offload"]
+    src = en["bytes_written_per_iteration_by_source"]
+    assert src["activations"] == pytest.approx(ao["bytes_offloaded_per_iteration"]) and src["activations"] > 0
+    assert src["optimizer_states"] == alone["bytes_written_per_iteration_by_source"]["optimizer_states"]
+    per_drive = alone["bytes_written_per_iteration_per_drive"] + ao["bytes_offloaded_per_iteration"] / ao["drives_per_gpu"]
+    assert en["bytes_written_per_iteration_per_drive"] == pytest.approx(per_drive)
+    assert en["write_rate_per_drive"] == pytest.approx(per_drive / r["time"]["iteration"])   # the final iteration
+    # host-memory activation offload writes no drive but lengthens the iteration: the rate follows it
+    h = estimate("smart-infinity-gpt2-8.4b", HW, **kw, offload_activations="host")
+    assert "activations" not in h["endurance"]["bytes_written_per_iteration_by_source"]
+    assert h["endurance"]["write_rate_per_drive"] == pytest.approx(
+        alone["bytes_written_per_iteration_per_drive"] / h["time"]["iteration"])
+
+
+def test_endurance_json_is_valid():
+    import json
+
+    from dse.report.jsonout import dumps
+
+    def no_nan(token):
+        raise AssertionError(f"invalid JSON token {token}")
+
+    for fields in (dict(offload_optimizer="nvme"), dict(offload_optimizer="csd", gradient_compression=0.02)):
+        m, s, p = resolve(MODEL, HW, None, (), **{**PAPER, **fields})
+        out = json.loads(dumps(run(m, s, p)), parse_constant=no_nan)
+        assert out["endurance"]["lifetime_years"] > 0

@@ -16,7 +16,8 @@ changes, per GPU on the most loaded stage:
 - bandwidth left by other techniques: their ``gpu_host`` bytes share the GPU's PCIe link and
   their ``switch_drives`` bytes the drives, time-shared over the iteration;
 - sections ``activation_offload`` (bytes, layers, required vs available bandwidth, exposed
-  time, memory saved, what it buys) and ``endurance`` (drive wear, ``ssd`` only).
+  time, memory saved, what it buys) and ``endurance`` (drive wear, ``ssd`` only, plus the writes of
+  storage offload to the same drives: :func:`dse.estimate.offload.drive_endurance`).
 
 The formulas are in :mod:`dse.formulas.activation_offload`. Array-safe: numeric plan fields
 may be numpy arrays; only the offload target and I/O path branch in Python.
@@ -24,6 +25,7 @@ may be numpy arrays; only the offload target and I/O path branch in Python.
 
 from __future__ import annotations
 
+from dse.estimate.offload import drive_endurance
 from dse.formulas import activation_offload as _ao
 from dse.formulas._array import maximum, minimum, where
 
@@ -189,18 +191,17 @@ def apply(c, model, system, plan, F=None) -> None:
         "max_micro_batch_without_offload": A.largest_micro_batch(budget, fixed, before / i["b"]),
         "max_micro_batch": A.largest_micro_batch(budget, fixed, after / i["b"]),
     }
+    # drive wear: storage offload's writes (dse.estimate.offload) go to the same drives; this technique
+    # lengthened the iteration, so the section is recomputed whenever either writes
+    prior = i.get("drive_writes")
+    by_source = dict(prior["by_source"]) if prior else {}
+    per_drive = prior["per_drive"] if prior else 0.0
     if mode == "ssd":
         section["drives_per_gpu"] = per_gpu
         section["capacity_available_per_node"] = tier["capacity"]
         w_gpu = A.bytes_written_per_iteration(m, written)
-        rate = w_gpu / per_gpu / t["iteration"]                # the most loaded drive (smallest per-GPU array)
-        tbw = A.rated_endurance(device.capacity, device.dwpd, device.warranty_years)
-        c["endurance"] = {
-            "drive": device.name,
-            "bytes_written_per_iteration": gpus_node * w_gpu,
-            "bytes_written_per_iteration_per_gpu": w_gpu,
-            "write_rate_per_drive": rate,
-            "rated_endurance_per_drive": tbw,
-            "lifetime_years": A.lifetime_years(tbw, rate),
-        }
+        by_source["activations"] = gpus_node * w_gpu
+        per_drive = per_drive + w_gpu / per_gpu                # the most loaded drive (smallest per-GPU array)
+    if mode == "ssd" or prior:
+        drive_endurance(c, node.storage.device, by_source, per_drive, gpus_node, F)
     c["activation_offload"] = section

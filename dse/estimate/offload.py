@@ -15,7 +15,14 @@ parameters (``--offload-optimizer cpu|nvme|csd``, ``--offload-params cpu|nvme``)
   details, the bottleneck link, the accelerator buffers and the bandwidth each tensor
   class needs (ZeRO-Infinity's efficiency model) in an ``offload`` section;
 - tells the cost model how many drives the plan uses and what each costs (a CSD's
-  accelerator is charged only when the plan runs the update on it).
+  accelerator is charged only when the plan runs the update on it);
+- when the plan writes to the drives (optimizer on ``nvme``/``csd``, parameters on ``nvme``), an
+  ``endurance`` section (:func:`drive_endurance`): bytes the drives absorb per iteration by source
+  (fp32 gradients, optimizer states, fp16 parameters; for a CSD the states its accelerator writes back
+  to its NAND), the write rate of one drive and the years to its rated TBW. Activation offload
+  (:mod:`dse.estimate.activation_offload`, applied later) adds its writes to the same drives and
+  recomputes the section with its final iteration time. A plan that writes nothing to drives has no
+  ``endurance`` section: its drives do not wear (the search reads that as an unlimited lifetime).
 
 Every numeric input may be a numpy array (e.g. ``plan.ssds``); only the offload tier
 names and booleans branch in Python.
@@ -23,6 +30,7 @@ names and booleans branch in Python.
 
 from __future__ import annotations
 
+from dse.formulas import activation_offload as _ao
 from dse.formulas import near_storage as _near
 from dse.formulas import offload as _offload
 from dse.formulas._array import is_scalar, maximum, minimum, where
@@ -131,6 +139,7 @@ def apply(c, model, system, plan, F=None) -> None:
     d2h = 0.0 * p_gpu
     up_read = 0.0 * p_gpu       # drives -> host over the shared link
     up_write = 0.0 * p_gpu      # host -> drives
+    w_grads = w_states = w_params = 0.0 * p_gpu   # bytes the drives' NAND absorbs per iteration (node), by source
     t_fetch_fw = t_fetch_bw = 0.0
     if par != "gpu":
         passes = O.fetch_passes(plan.recompute)
@@ -151,10 +160,12 @@ def apply(c, model, system, plan, F=None) -> None:
     if opt == "nvme":
         g_tier = O.gradient_offload_bytes(P_opt, SWAP_GRAD_BYTES)
         up_write = up_write + g_tier
+        w_grads = g_tier
         t_tier = O.transfer_time(g_tier, b_write)
     elif opt == "csd":
         g_tier = O.gradient_offload_bytes(P_opt, x, cr)
         up_write = up_write + g_tier
+        w_grads = g_tier                                      # stored on each CSD's drive, read back by its FPGA
         t_tier = O.transfer_time(g_tier, b_write)
         # Released code: dense gradients go back to the GPU, are sorted there, values + indices come back.
         if not (is_scalar(cr) and not compressed):
@@ -178,6 +189,7 @@ def apply(c, model, system, plan, F=None) -> None:
         w_bytes = O.swap_out_bytes(P_opt, state)
         up_read = up_read + r_bytes
         up_write = up_write + w_bytes
+        w_states = w_bytes
         t_r, t_w = O.transfer_time(r_bytes, b_read), O.transfer_time(w_bytes, b_write)
         t_cpu = O.cpu_optimizer_time(P_opt, state, host.optimizer_throughput)
         t_update = O.swap_update_time(t_r, t_cpu, t_w, plan.swap_pipeline)
@@ -194,6 +206,7 @@ def apply(c, model, system, plan, F=None) -> None:
                                   upload_bandwidth=b_upload, overlap=ns.write_overlap if plan.transfer_overlap else 0.0)
         inside = NS.internal_bytes(P_opt, N, state, g_drive)
         csd_read, csd_write = inside["read"] * N, inside["write"] * N
+        w_states = csd_write                                  # FPGA -> NAND inside each CSD: wears the drive too
         t_kernel = NS.kernel_time(inside["read"], k_thr)
         optimizer = t_kernel
         up_read = up_read + x * P_opt
@@ -207,6 +220,7 @@ def apply(c, model, system, plan, F=None) -> None:
         t_post = O.transfer_time(e * shard_w, b_host)
     if par == "nvme":
         up_write = up_write + e * P_w
+        w_params = e * P_w
         t_post = t_post + O.transfer_time(e * P_w, b_write)
     t_update = t_update + t_post
 
@@ -303,6 +317,39 @@ def apply(c, model, system, plan, F=None) -> None:
         # the update (its idle draw is not modelled).
         i["drive_price"] = dev.price + (dev.near_storage.price if dev.near_storage is not None else 0.0)
         i["drive_power"] = dev.power + (dev.near_storage.power if opt == "csd" else 0.0)
+
+    # ------------------------------------------------------------ drive wear (only when the plan writes to drives)
+    if dev is not None and (opt in ("nvme", "csd") or par == "nvme"):
+        by_source = {"gradients": w_grads, "optimizer_states": w_states, "parameters": w_params}
+        # RAID0 (nvme) stripes every tensor over the N drives; SmartUpdate gives each CSD 1/N of the parameters
+        per_drive = (w_grads + w_states + w_params) / N
+        i["drive_writes"] = {"by_source": by_source, "per_drive": per_drive}
+        drive_endurance(c, dev, by_source, per_drive, g_node, F)
+
+
+def drive_endurance(c, device, by_source: dict, per_drive, gpus_node, F=None) -> None:
+    """Set ``c["endurance"]``: drive wear at the current iteration time, from the bytes written per iteration.
+
+    ``by_source``: bytes the node's drives absorb per iteration, by what writes them; ``per_drive``: bytes
+    per iteration on the most written drive. Write amplification 1 (large sequential writes). Uses the
+    endurance formulas of :mod:`dse.formulas.activation_offload` (TBW = capacity x DWPD x 365 x warranty
+    years; years = TBW / (rate x seconds per year)). Called by storage offload and again by activation
+    offload, which adds its writes and lengthens the iteration. Array-safe.
+    """
+    A = F["activation_offload"] if F and "activation_offload" in F else _ao
+    node = sum(by_source.values())
+    rate = per_drive / c["time"]["iteration"]
+    tbw = A.rated_endurance(device.capacity, device.dwpd, device.warranty_years)
+    c["endurance"] = {
+        "drive": device.name,
+        "bytes_written_per_iteration": node,
+        "bytes_written_per_iteration_per_gpu": node / gpus_node,
+        "bytes_written_per_iteration_per_drive": per_drive,
+        "bytes_written_per_iteration_by_source": dict(by_source),
+        "write_rate_per_drive": rate,
+        "rated_endurance_per_drive": tbw,
+        "lifetime_years": A.lifetime_years(tbw, rate),
+    }
 
 
 def violations(r, system, plan) -> list[str]:

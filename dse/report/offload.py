@@ -42,6 +42,14 @@ def render(con, r: dict) -> None:
         con.print(f"CSD accelerator: {fmt(acc['share_params'], 'count')} parameters per CSD, transfer-handler buffers "
                   f"{fmt(acc['buffer_bytes'], 'bytes')} of {fmt(acc['dram_capacity'], 'bytes')} DRAM, "
                   f"kernel {fmt(acc['kernel_s'], 's')}")
+    en = r.get("endurance")
+    if en and "activation_offload" not in r:   # with activation offload its table shows the (shared) drives' wear
+        src = ", ".join(f"{k.replace('_', ' ')} {fmt(v, 'bytes')}"
+                        for k, v in en["bytes_written_per_iteration_by_source"].items() if v)
+        con.print(f"drive writes per iteration: {fmt(en['bytes_written_per_iteration_per_drive'], 'bytes')} per drive "
+                  f"({fmt(en['write_rate_per_drive'], 'bytes/s')}); node: {src}")
+        con.print(f"drive lifetime: {en['drive']} rated {fmt(en['rated_endurance_per_drive'], 'bytes')} (TBW), "
+                  f"reached after [bold]{en['lifetime_years']:.2f} years[/] of training")
     req = Table(title="Bandwidth each tensor class needs (ZeRO-Infinity: eff = ait*bw / (ait*bw + peak))",
                 box=box.SIMPLE_HEAVY, title_justify="left")
     for col in ("tensor class", "FLOP/byte", "for 50%", "for 90%", "available here", "efficiency"):

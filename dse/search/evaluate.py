@@ -26,7 +26,7 @@ import math
 import numpy as np
 
 from dse.errors import InputError
-from dse.search.objectives import lookup, missing_metric_error
+from dse.search.objectives import ABSENT, lookup, missing_metric_error
 
 # Metrics recorded for every evaluated point (besides objectives and constraints).
 KEY_METRICS = ("time.iteration", "throughput.tokens_per_s", "throughput.mfu", "memory.gpu.total",
@@ -316,6 +316,9 @@ class Evaluator:
         values = []
         for o in self.objectives:
             v = lookup(r, o.metric)
+            if v is None and o.metric in ABSENT:   # e.g. no drive writes: unlimited SSD lifetime (objectives.ABSENT)
+                values.append(float(ABSENT[o.metric]))
+                continue
             if v is None:
                 violations.append(f"no {o.metric}")
                 reasons.append(f"no {o.metric} in this configuration")
@@ -323,11 +326,14 @@ class Evaluator:
                 continue
             self.seen_metrics.add(o.metric)
             values.append(float(v))
-        if not all(math.isfinite(v) for v in values):
+
+        def finite(v, o):
+            return math.isfinite(v) or v == ABSENT.get(o.metric)
+        if not all(finite(v, o) for v, o in zip(values, self.objectives)):
             if not any(x.startswith("no ") for x in reasons):
                 reasons.append("objective not finite")
                 violations.append("objective not finite")
-            values = [v if math.isfinite(v) else (1e300 if o.sign > 0 else -1e300) for v, o in zip(values, self.objectives)]
+            values = [v if finite(v, o) else (1e300 if o.sign > 0 else -1e300) for v, o in zip(values, self.objectives)]
         metrics = {m: float(v) for m in self.record if isinstance(v := lookup(r, m), (int, float, np.number))}
         return {"valid": True, "reason": "", "result": r, "values": values, "constraints": cons,
                 "feasible": not violations, "violations": violations, "reasons": reasons, "metrics": metrics}
@@ -504,6 +510,9 @@ class Evaluator:
             exclude(con.label, ~(con.violation(metrics[con.metric]) <= 0))
         cols = []
         for o in self.objectives:
+            if o.metric not in metrics and o.metric in ABSENT:   # e.g. no drive writes: unlimited SSD lifetime
+                cols.append(np.full(m_fit, float(ABSENT[o.metric])))
+                continue
             if o.metric not in metrics:
                 exclude(f"no {o.metric} in this configuration", True)
                 cols.append(np.full(m_fit, np.nan))
@@ -511,7 +520,8 @@ class Evaluator:
             self.seen_metrics.add(o.metric)
             cols.append(metrics[o.metric])
         obj = np.stack(cols, axis=1) if cols else np.zeros((m_fit, 0))
-        exclude("objective not finite", ~np.isfinite(obj).all(axis=1))
+        absent = np.array([ABSENT.get(o.metric, np.nan) for o in self.objectives])
+        exclude("objective not finite", ~(np.isfinite(obj) | (obj == absent)).all(axis=1))
         res = BlockResult(n, counts, fit_idx[ok], obj[ok], {k: v[ok] for k, v in metrics.items()}, n_valid=n_valid)
         if want_all:
             pos = np.searchsorted(valid_idx, fit_idx)

@@ -11,6 +11,7 @@ always a constraint (the estimate's feasibility).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from dse import units
@@ -65,9 +66,16 @@ CONSTRAINTS = {
 }
 # Where a metric comes from, for the error when a space cannot produce it.
 METRIC_HINTS = {
-    "endurance": "SSD lifetime exists only when activations are offloaded to SSDs (the activation-offload "
-                 "technique) and the space enables it",
+    "endurance": "SSD lifetime exists only where something is written to drives: activations offloaded to SSDs "
+                 "(plan.offload_activations: ssd) or storage offload (plan.offload_optimizer: nvme|csd, "
+                 "plan.offload_params: nvme), and the space enables none of them",
 }
+# What a metric is worth where the estimate has no such key. A configuration that writes nothing to the
+# drives never wears them out: its SSD lifetime is unlimited (inf). The estimate leaves its ``endurance``
+# section out instead of reporting inf (json.dumps would write the invalid token Infinity); the search
+# reads the absence as inf: best on the ssd_lifetime objective, and any min_ssd_lifetime is met (the
+# constraint is skipped). A search's JSON export writes inf as null (dse.report.jsonout.plain).
+ABSENT = {"endurance.lifetime_years": math.inf}
 
 
 def parse_objectives(raw, where: str) -> list[Objective]:
