@@ -150,6 +150,81 @@ def test_exposed_io_never_grows_with_bandwidth(w, a, n, bw, more, tb, window):
     assert hi <= lo * (1 + 1e-12) + 1e-15
 
 
+def _exposed(k, bw_w, bw_r, a, tb, start, window, layers):
+    """The estimate's timeline of one micro-batch (dse/estimate/activation_offload.py) with writes at bw_w."""
+    w = k * a
+    fwd = AO.forwarded_bytes(w, bw_w, start + (layers - k) * tb)
+    r = w - fwd
+    return AO.exposed_io_time(r, r, r / a, a, bw_w, bw_r, tb, window), fwd
+
+
+def _exposed_paced(k, bw_w, bw_r, ratio, a, tb, start, window, layers):
+    """Full-rate or paced writes, whichever exposes less (what the estimate reports)."""
+    full = _exposed(k, bw_w, bw_r, a, tb, start, window, layers)[0]
+    paced = _exposed(k, AO.paced_write_bandwidth(bw_w, bw_r, ratio), bw_r, a, tb, start, window, layers)[0]
+    return min(full, paced)
+
+
+TIMELINE = dict(layers=st.integers(1, 48), a=st.floats(1e7, 1e10), tb=st.floats(1e-3, 0.5),
+                start=st.floats(1e-3, 5.0), slack=st.floats(1.0, 3.0), bw_w=st.floats(1e8, 1e11),
+                bw_r=st.floats(1e8, 1e11))
+
+
+@settings(max_examples=400, deadline=None)
+@given(**TIMELINE)
+def test_hidden_layers_every_prefix_hides_and_one_more_does_not(layers, a, tb, start, slack, bw_w, bw_r):
+    window = slack * (start + layers * tb)          # the micro-batch's window covers forward and backward
+    kh = AO.hidden_offload_layers(bw_w, bw_r, a, tb, start, window, layers)
+    assert 0 <= kh <= layers and kh == int(kh)
+    for k in range(int(kh) + 1):
+        assert _exposed(k, bw_w, bw_r, a, tb, start, window, layers)[0] <= 1e-12 * window
+    if kh < layers:   # the next layer exposes I/O, or is past the point where writes keep up (bound uses the top)
+        ex, fwd = _exposed(kh + 1, bw_w, bw_r, a, tb, start, window, layers)
+        assert ex > 0 or fwd > 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(**TIMELINE, more=st.floats(1.0, 20.0))
+def test_hidden_layers_never_fall_with_bandwidth(layers, a, tb, start, slack, bw_w, bw_r, more):
+    window = slack * (start + layers * tb)
+    kh = AO.hidden_offload_layers(bw_w, bw_r, a, tb, start, window, layers)
+    assert AO.hidden_offload_layers(bw_w * more, bw_r, a, tb, start, window, layers) >= kh
+    assert AO.hidden_offload_layers(bw_w, bw_r * more, a, tb, start, window, layers) >= kh
+    assert AO.hidden_offload_layers(bw_w * more, bw_r * more, a, tb, start, window, layers) >= kh
+
+
+def test_hidden_layers_limits():
+    assert AO.hidden_offload_layers(1e12, 1e12, 4e9, 0.3, 1.0, 10.0, 8) == 8     # fast drives: every layer
+    assert AO.hidden_offload_layers(1e12, 10e9, 4e9, 0.3, 1.0, 10.0, 8) == 0     # 0.4 s reads, 0.3 s backward
+    assert AO.hidden_offload_layers(1e12, 1e12, 0.0, 0.3, 1.0, 10.0, 8) == 8     # nothing to move
+
+
+def test_paced_writes_only_below_a_capped_read_side():
+    assert AO.paced_write_bandwidth(17.2e9, 28e9, 4.3 / 7) == pytest.approx(17.2e9)   # nothing capped
+    assert AO.paced_write_bandwidth(38.4e9, 38.4e9, 4.3 / 7) == pytest.approx(38.4e9 * 4.3 / 7)
+    assert AO.paced_write_bandwidth(5e9, 5e9, 1.2) == 5e9                             # writes capped first
+
+
+@settings(max_examples=400, deadline=None)
+@given(**TIMELINE, k=st.integers(0, 48), w=st.floats(1e8, 1e10), rho=st.floats(0.3, 1.5), cap=st.floats(1e9, 1e11),
+       n=st.floats(0.05, 8.0), more=st.floats(1.0, 16.0), faster_reads=st.floats(1.0, 4.0))
+def test_paced_exposure_never_grows_with_drives_or_read_bandwidth(layers, a, tb, start, slack, bw_w, bw_r, k, w, rho,
+                                                                   cap, n, more, faster_reads):
+    """An array of n drives (write w, read w/rho each) behind a cap shared by both directions: at any fixed k,
+    more drives, faster drives, or faster reads never expose more I/O (with full-rate writes they can: the read
+    side caps first, faster writes forward less and read back more)."""
+    k = min(k, layers)
+    window = slack * (start + layers * tb)
+
+    def exposed(drives, read_boost=1.0):
+        r = read_boost * w / rho
+        return _exposed_paced(k, min(drives * w, cap), min(drives * r, cap), w / r, a, tb, start, window, layers)
+
+    lo = exposed(n)
+    assert exposed(n * more) <= lo * (1 + 1e-9) + 1e-12
+    assert exposed(n, faster_reads) <= lo * (1 + 1e-9) + 1e-12
+
+
 @settings(max_examples=300, deadline=None)
 @given(layers=st.integers(1, 32), a=st.floats(1e6, 1e10), frac=st.floats(0.5, 1.0), in_flight=st.integers(1, 16),
        bw=st.floats(1e8, 1e11), t_fwd=st.floats(1e-3, 5.0))

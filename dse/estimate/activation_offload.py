@@ -8,7 +8,12 @@ changes, per GPU on the most loaded stage:
 - the storage tier (``ssd``) or host DRAM (``host``): the offloaded bytes of every
   micro-batch in flight, per node;
 - time: the I/O the compute cannot hide goes to ``time.io_exposed`` and the iteration
-  (throughput and MFU rescaled), so the components still sum to the iteration;
+  (throughput and MFU rescaled), so the components still sum to the iteration. ``auto``
+  offloads the layers whose I/O hides (at most SSDTrain's rule's k), and, when the GPU is full,
+  at least the fewest layers that make it fit if the rule says the drives can absorb them
+  (``layers_to_fit``); writes run at full rate or paced to the drives' write:read ratio, decided
+  once per stage (``write_bandwidth_used``), so more drives never make a fixed k slower and more
+  offloaded layers never hold more GPU memory;
 - traffic (added to whatever other techniques put there): ``gpu_host`` (the GPU's PCIe
   link, both directions), ``storage_write``/``storage_read`` (the GPU's drives), per GPU;
   ``switch_drives`` (and ``host_switch`` behind a switch uplink) per node; ``host_dram``
@@ -27,7 +32,7 @@ from __future__ import annotations
 
 from dse.estimate.offload import drive_endurance
 from dse.formulas import activation_offload as _ao
-from dse.formulas._array import maximum, minimum, where
+from dse.formulas._array import ceil, clip, maximum, minimum, where
 
 
 def active(plan) -> bool:
@@ -94,8 +99,23 @@ def apply(c, model, system, plan, F=None) -> None:
     bw_r = A.activation_io_bandwidth(array_r, link_left, path, dram, gpus_node)
 
     # ------------------------------------------------------------ which layers
+    backward_start = t_fwd + 2 * non_layer / 3               # backward reaches the stage's last layer
+    k_rule = A.adaptive_offload_layers(bw_w, a_off, t_f, t_fwd, layers)              # SSDTrain's (write) rule
+    k_hide = A.hidden_offload_layers(bw_w, bw_r, a_off, t_b, backward_start, t_mb, layers)
+    in_flight = i["in_flight"]
+    gpu = c["memory"]["gpu"]
+    # fewest layers whose offload brings the GPU under its capacity (each frees its offloaded bytes on every
+    # micro-batch in flight of the fullest stage; the write backlog is left out, so this is a lower bound)
+    per_layer = where(i["first_is_max"], in_flight, 1) * a_off
+    excess = maximum(gpu["total"] - gpu["capacity"], 0.0)
+    k_fit = where(excess > 0, ceil(minimum(excess / maximum(per_layer, 1.0), layers + 1)), 0.0 * excess)   # > l: none fits
     if plan.offload_layers is None:
-        k = A.adaptive_offload_layers(bw_w, a_off, t_f, t_fwd, layers)
+        # auto: the layers whose I/O hides behind compute (free); when the GPU is full, at least the fewest
+        # layers that make it fit, if SSDTrain's rule says the drives can absorb that many during forward
+        # (past it the unwritten backlog stays on the GPU, so more layers free nothing). For a plan that fits,
+        # more bandwidth never adds exposed I/O: the hidden layers expose none and k_fit does not depend on it.
+        k_hidden = minimum(k_rule, k_hide)
+        k = where(k_fit <= k_rule, maximum(k_hidden, k_fit), k_hidden)
         rule = "adaptive"
     else:
         k = minimum(plan.offload_layers, layers)
@@ -103,20 +123,38 @@ def apply(c, model, system, plan, F=None) -> None:
 
     # ------------------------------------------------------------ one micro-batch: writes, forwarding, reads
     offloaded = k * a_off
-    backlog = A.write_backlog(offloaded, bw_w, t_fwd)
-    first_reload = t_fwd + 2 * non_layer / 3 + (layers - k) * t_b
-    forwarded = A.forwarded_bytes(offloaded, bw_w, first_reload)
+    first_reload = backward_start + (layers - k) * t_b
+
+    def exposed_at(w):   # writes at w: what is unwritten when backward needs it is forwarded, the rest read back
+        fwd = A.forwarded_bytes(offloaded, w, first_reload)
+        wr = offloaded - fwd
+        return A.exposed_io_time(wr, wr, wr / a_div, a_off, w, bw_r, t_b, t_mb)
+
+    # full-rate writes, or writes paced to the drives' write:read ratio when the read side is capped
+    ratio = device.write_bandwidth / device.read_bandwidth if mode == "ssd" else 1.0
+    paced_w = A.paced_write_bandwidth(bw_w, bw_r, ratio)
+    # decided once for the stage (as if every layer were offloaded), not per k: more offloaded layers then
+    # never hold more GPU memory
+    all_off = layers * a_off
+    first_all = backward_start
+
+    def exposed_all(w):
+        fwd = A.forwarded_bytes(all_off, w, first_all)
+        wr = all_off - fwd
+        return A.exposed_io_time(wr, wr, wr / a_div, a_off, w, bw_r, t_b, t_mb)
+
+    bw_used = where(exposed_all(paced_w) < exposed_all(bw_w) * (1 - 1e-12), paced_w, bw_w)
+    backlog = A.write_backlog(offloaded, bw_used, t_fwd)
+    forwarded = A.forwarded_bytes(offloaded, bw_used, first_reload)
     written = offloaded - forwarded
     read = written
-    exposed_mb = A.exposed_io_time(written, read, read / a_div, a_off, bw_w, bw_r, t_b, t_mb)
+    exposed_mb = A.exposed_io_time(written, read, read / a_div, a_off, bw_used, bw_r, t_b, t_mb)
 
     # ------------------------------------------------------------ GPU memory
-    in_flight = i["in_flight"]
     other_first = i["act_first"] - in_flight * layers * a   # embedding, head, recompute working set: stay
     other_last = i["act_last"] - layers * a
     act_first = A.gpu_activation_bytes_offload(layers, k, a, a_off, in_flight, backlog, other_first)
     act_last = A.gpu_activation_bytes_offload(layers, k, a, a_off, 1, backlog, other_last)
-    gpu = c["memory"]["gpu"]
     before = gpu["activations"]
     after = where(i["first_is_max"], act_first, act_last)
     saved = before - after
@@ -178,6 +216,10 @@ def apply(c, model, system, plan, F=None) -> None:
         "read_bandwidth_required_per_layer": A.read_bandwidth_required(a_off, t_b),
         "write_bandwidth_to_offload_all_layers": A.adaptive_bandwidth_required(layers - 1, a_off, t_f, t_fwd),
         "write_bandwidth_available": bw_w,
+        "write_bandwidth_used": bw_used,
+        "layers_by_ssdtrain_rule": k_rule,
+        "layers_io_hides": k_hide,
+        "layers_to_fit": k_fit,
         "read_bandwidth_available": bw_r,
         "write_backlog_bytes": backlog,
         "exposed_io_per_microbatch_s": exposed_mb,

@@ -24,7 +24,17 @@ Behaviour taken from the code (research note reference/activation_offload.md §1
   GPU memory and not read back, and its pending write is skipped ("adaptive keep passive");
 - prefetch: reads run one to two sub-layers ahead of backward, modelled as one layer;
 - adaptive keep: the last layers stay in GPU memory when the drives cannot keep up
-  (``solve_num_adaptive_keep_layers``, :func:`adaptive_offload_layers`).
+  (``solve_num_adaptive_keep_layers``, :func:`adaptive_offload_layers`). SSDTrain's rule sizes the
+  offload with one measured (write) bandwidth and assumes reads keep pace with backward; this tool
+  offloads no more layers than :func:`hidden_offload_layers`, the largest k whose writes and reads
+  (one layer ahead, and together within the micro-batch) hide for every k' <= k, so ``auto`` never
+  exposes I/O and more bandwidth never makes it slower;
+- pacing (this tool's assumption): a drive array whose read side is capped (PCIe link, host DRAM)
+  while its writes still grow can run its writes at the drives' own write:read ratio times the
+  read rate (:func:`paced_write_bandwidth`), as a smaller array would; the estimate takes the
+  faster of that and full-rate writes. Faster writes free (evict) more tensors that a slower array
+  would still hold and forward, and with the read side capped those come back no faster, so without
+  this a bigger array could be slower at a fixed k.
 
 Every function broadcasts over numpy arrays (use :mod:`dse.formulas._array`).
 
@@ -53,6 +63,9 @@ Symbols:
     bandwidth: BW, write bandwidth one GPU gets from its drives [bytes/s]
     in_flight: n_fl, micro-batches whose activations are alive at once on the stage [count]
     written_per_micro_batch: W_mb, bytes written per micro-batch and GPU [bytes]
+    backward_start: B, time from the start of the forward pass until backward reaches the stage's last layer [s]
+    window: T_mb, the stage's time per micro-batch [s]
+    write_read_ratio: rho, the drives' own write over read bandwidth (1 for host memory) [1]
 """
 
 from __future__ import annotations
@@ -64,7 +77,8 @@ from dse.formulas.transformer import activation_terms, backward_working_bytes  #
 __all__ = ["SMALL_TENSOR_ELEMENTS", "DAYS_PER_YEAR", "offloaded_terms", "offloaded_bytes_per_layer",
            "layer_forward_time", "write_bandwidth_required", "read_bandwidth_required",
            "prefix_write_bandwidth_required", "adaptive_bandwidth_required", "adaptive_offload_layers",
-           "adaptive_first_kept_scope", "write_backlog", "forwarded_bytes", "exposed_io_time", "activation_peak_extra",
+           "adaptive_first_kept_scope", "hidden_offload_layers", "paced_write_bandwidth", "write_backlog",
+           "forwarded_bytes", "exposed_io_time", "activation_peak_extra",
            "gpu_activation_bytes_offload", "rok_activation_peaks", "drives_per_gpu", "link_bandwidth_left",
            "activation_io_bandwidth", "ssd_capacity_needed", "bytes_written_per_iteration", "rated_endurance",
            "lifetime_years", "largest_micro_batch", "pipeline_iteration_time"]
@@ -255,6 +269,12 @@ def adaptive_offload_layers(bandwidth: Num, layer_bytes: Num, layer_forward_time
     sub-scopes, so it may stop inside a layer; this closed form counts whole layers (see
     :func:`adaptive_first_kept_scope` for any scope list).
 
+    The rule is SSDTrain's by design: one bandwidth, measured on the forward pass's writes
+    (``dedup_activation_bytes / forward_IO_time``), prices the offload volume plus one write and read of layer
+    k, and the reads of the earlier layers are assumed to keep pace with backward. With reads one layer ahead
+    of backward (SSDTrain's prefetch) a layer that reads back slower than its backward stalls it, so the
+    estimate's ``auto`` offloads min(this, :func:`hidden_offload_layers`) layers.
+
     Args:
         layer_bytes: A_off, bytes one layer offloads [bytes]
     Returns:
@@ -294,6 +314,73 @@ def adaptive_first_kept_scope(scope_bytes: list, scope_times: list, forward_time
     return len(scope_bytes)
 
 
+def hidden_offload_layers(write_bandwidth: Num, read_bandwidth: Num, layer_bytes: Num, layer_backward_time: Num,
+                          backward_start: Num, window: Num, layers: Num) -> Num:
+    """Largest k such that the I/O of the first k' layers hides behind compute for every k' <= k.
+
+    Formula: k = 0 if A_off/BW_r > t_b, else l if A_off min(k_a, l) q <= T_mb, else floor(T_mb / (A_off q));
+    q = 1/BW_w + 1/BW_r, k_a = (B + l t_b) / (A_off/BW_w + t_b)
+    Source: this tool's hiding conditions for SSDTrain's prefetch (reads one layer ahead of backward, FlashTrain
+    tensor_cache.py ``CHUNK_PREFETCH_ONLY_AT_CHUNK_END``; research note activation_offload.md §1.2, §1.4) in the
+    timeline of :func:`forwarded_bytes` and :func:`exposed_io_time`.
+
+    The conditions under which :func:`exposed_io_time` is 0 for k offloaded layers: each layer read back
+    arrives within one layer's backward (A_off/BW_r <= t_b, per layer and so for every prefix), and the
+    micro-batch's writes and reads together fit in its window, R (1/BW_w + 1/BW_r) <= T_mb. The bytes written
+    and read, R = min(k A_off, BW_w D_k) with D_k = B + (l - k) t_b (what is not yet written when backward
+    needs it is forwarded), grow with k up to k_a, where the writes stop keeping up, and shrink after; the
+    bound uses their largest value, so every k' <= k hides. SSDTrain's own rule
+    (:func:`adaptive_offload_layers`) sizes the offload by one bandwidth and assumes reads keep pace with
+    backward; the estimate's ``auto`` offloads the smaller of the two while the GPU has room (no exposed
+    I/O, and more bandwidth, which only raises this bound, never makes it slower), and more only when the
+    GPU is full (dse/estimate/activation_offload.py).
+
+    Args:
+        layer_bytes: A_off, bytes one layer offloads [bytes]
+        layer_backward_time: t_b, backward time of one layer (recompute included) [s]
+    Returns:
+        layers [count]
+
+    >>> import numpy as np   # 3 layers of 4 GB, t_b = 0.3 s: reads at 10 GB/s miss backward; 2 fit the window
+    >>> hidden_offload_layers(18e9, np.array([10e9, 21e9, 21e9]), 4e9, 0.3, 0.6, np.array([1.6, 0.9, 1.6]), 3)
+    array([0., 2., 3.])
+    """
+    a = layer_bytes
+    q = 1 / write_bandwidth + 1 / read_bandwidth
+    k_a = (backward_start + layers * layer_backward_time) / (a / write_bandwidth + layer_backward_time)
+    most = a * minimum(k_a, layers) * q
+    k_occ = where(most <= window, layers + 0 * most, floor(window / maximum(a * q, 1e-300)))
+    return where(a / read_bandwidth <= layer_backward_time, clip(k_occ, 0, layers), 0 * k_occ)
+
+
+def paced_write_bandwidth(write_bandwidth: Num, read_bandwidth: Num, write_read_ratio: Num) -> Num:
+    """Write rate that keeps the drives' own write:read balance when the array's read side is capped.
+
+    Formula: BW_w,paced = min(BW_w, rho BW_r), rho = drive write bandwidth / drive read bandwidth
+    Source: this tool's assumption (not in SSDTrain): an array can always run as a smaller one, e.g. a
+    RAID0 of fewer drives (K-Wu/FlashTrain configs.py builds per-GPU arrays of 3 and 4 of 7 drives).
+
+    Writes and reads of a drive array grow together with its drives until a shared cap (the GPU's PCIe
+    link, host DRAM on the bounce path, a switch uplink) stops one side; drives read faster than they write,
+    so the read side stops first. Beyond that point faster writes free tensors that slower writes would
+    still hold and forward (:func:`forwarded_bytes`), and they come back through the capped read side, so
+    a bigger array could be slower at a fixed number of offloaded layers. Writing at rho BW_r is what the
+    largest array whose reads are not capped does; the estimate takes whichever of that and full-rate
+    writes exposes less I/O. Equal to BW_w when nothing caps the reads.
+
+    Args:
+        write_read_ratio: rho, the drives' own write over read bandwidth (1 for host memory) [1]
+    Returns:
+        bandwidth [bytes/s]
+
+    >>> round(paced_write_bandwidth(38.4e9, 38.4e9, 4.3 / 7) / 1e9, 2)   # DRAM-capped bounce path, 4.3/7 GB/s drives
+    23.59
+    >>> round(paced_write_bandwidth(17.2e9, 28e9, 4.3 / 7) / 1e9, 2)      # four drives, nothing capped: unchanged
+    17.2
+    """
+    return minimum(write_bandwidth, write_read_ratio * read_bandwidth)
+
+
 # ------------------------------------------------------------------ timeline of one micro-batch
 
 
@@ -323,6 +410,10 @@ def forwarded_bytes(offloaded_bytes: Num, write_bandwidth: Num, time_to_first_re
     the last offloaded layer. Writes drain in forward order, so the unwritten tail belongs to the layers
     backward reaches first; SSDTrain returns those from GPU memory (forwarding) and skips their pending
     writes (``async_save_tensor``, adaptive keep passive), so they are neither written nor read.
+
+    Forwarding only ever saves reads, but faster writes forward less and so read more: where the read side
+    does not grow with the writes (a capped link) the estimate may run the writes at
+    :func:`paced_write_bandwidth` instead, whichever exposes less I/O.
 
     Args:
         time_to_first_reload: D [s]

@@ -21,7 +21,12 @@ def render(con, r: dict) -> None:
                 title_justify="left", show_header=False)
     tab.add_column("quantity")
     tab.add_column("value", justify="right")
-    how = "SSDTrain's adaptive rule" if ao["rule"] == "adaptive" else "--offload-layers"
+    if ao["rule"] == "adaptive":
+        how = (f"auto: I/O hides for {ao['layers_io_hides']:g}, SSDTrain's rule {ao['layers_by_ssdtrain_rule']:g}"
+               + ("" if not ao["layers_to_fit"] else ", no count fits" if ao["layers_to_fit"] > ao["layers_per_stage"]
+                  else f", {ao['layers_to_fit']:g} to fit"))
+    else:
+        how = "--offload-layers"
     tab.add_row("layers offloaded / kept (per stage)", f"{ao['layers_offloaded']:g} / {ao['layers_kept']:g} ({how})")
     tab.add_row("saved per layer (offloaded: >= 8 Mi elements)",
                 f"{fmt(ao['saved_bytes_per_layer'], 'bytes')} ({fmt(ao['offloaded_bytes_per_layer'], 'bytes')})")

@@ -69,14 +69,24 @@ def ssdtrain_model(family: str, hidden: int, layers: int):
 
 @lru_cache(maxsize=None)
 def scenario(family: str, hidden: int, layers: int, offload: str = "none", recompute: str = "none",
-             micro_batch: int = 16) -> dict:
+             micro_batch: int = 16, offload_layers: int | None = None) -> dict:
     """dse's estimate of one SSDTrain run (cached)."""
     from dse.estimate import resolve, run
 
     m, s, p = resolve(ssdtrain_model(family, hidden, layers), SYSTEM, tp=2, pp=1, dp=1, micro_batch=micro_batch,
                       seq_len=1024, precision="fp16", attention="flash", recompute=recompute,
-                      offload_activations=offload)
+                      offload_activations=offload, offload_layers=offload_layers)
     return run(m, s, p)
+
+
+def as_run(family: str, hidden: int, layers: int) -> dict:
+    """The offload run as the papers ran it: the layers SSDTrain's own (write-only) rule picks.
+
+    dse's ``auto`` also keeps the layers whose reads cannot hide in backward; the published numbers
+    come from SSDTrain's rule, so the claims are checked against it (``layers_by_ssdtrain_rule``).
+    """
+    k = int(scenario(family, hidden, layers, "ssd")["activation_offload"]["layers_by_ssdtrain_rule"])
+    return scenario(family, hidden, layers, "ssd", offload_layers=k)
 
 
 def working_set(family: str, hidden: int, layers: int) -> float:
@@ -89,15 +99,16 @@ def working_set(family: str, hidden: int, layers: int) -> float:
 def peak_reduction(family: str, hidden: int, layers: int, held_only: bool = False) -> float:
     """1 - activation peak with offload (adaptive rule) / activation peak keeping everything on the GPU."""
     keep = scenario(family, hidden, layers)["memory"]["gpu"]["activations"]
-    off = scenario(family, hidden, layers, "ssd")["memory"]["gpu"]["activations"]
+    off = as_run(family, hidden, layers)["memory"]["gpu"]["activations"]
     w = 0.0 if held_only else working_set(family, hidden, layers)
     return 1 - (off + w) / (keep + w)
 
 
 def time_ratio(family: str, hidden: int, layers: int, offload: str = "none", recompute: str = "none") -> float:
-    """Iteration time of a variant over keep-in-GPU (no offload, no recompute)."""
+    """Iteration time of a variant over keep-in-GPU (no offload, no recompute); offload as the papers ran it."""
     base = scenario(family, hidden, layers)["time"]["iteration"]
-    return scenario(family, hidden, layers, offload, recompute)["time"]["iteration"] / base
+    run = as_run(family, hidden, layers) if offload == "ssd" else scenario(family, hidden, layers, offload, recompute)
+    return run["time"]["iteration"] / base
 
 
 def bandwidth_suffices(family: str, hidden: int, layers: int) -> bool:
@@ -169,9 +180,15 @@ def cases():
              note="held only: " + held(("llama",))),
         Case("throughput loss of offload where the drives keep up (arXiv: negligible)", 0.0,
              lambda: max(time_ratio(*c, offload="ssd") - 1 for c in suff), 0.02, ARXIV, kind="absolute",
-             note="configs whose read bandwidth meets the per-layer need: " + ", ".join(f"{f} {h}x{L}" for f, h, L in suff)
-                  + "; short of it (model loss): " + ", ".join(
-                      f"{f} {h}x{L} {100 * (time_ratio(f, h, L, offload='ssd') - 1):.1f}%" for f, h, L in short)),
+             note="configs whose read bandwidth meets the per-layer need: " + ", ".join(f"{f} {h}x{L}" for f, h, L in suff)),
+        Case("throughput loss of offload where the model's read path is short (arXiv: negligible)", 0.0,
+             lambda: max(time_ratio(*c, offload="ssd") - 1 for c in short), 0.02, ARXIV, kind="absolute",
+             note="configs: " + ", ".join(f"{f} {h}x{L} {100 * (time_ratio(f, h, L, offload='ssd') - 1):.1f}%"
+                                          for f, h, L in short),
+             expected_miss="at hidden 8192 a layer's backward needs 24 GB/s of reads and dse's path gives 21.6 "
+                           "(the GPU's PCIe link and its 4- or 3-drive RAID0 at rated bandwidth), so SSDTrain's "
+                           "rule exposes 4-5 % of reads; the paper measured no loss, so its arrays read faster "
+                           "than dse assumes or its backward is slower. dse's `auto` keeps those layers instead."),
         Case("full recompute time overhead, mean over GPT/BERT shapes (30-40 %)", 0.35,
              lambda: sum(time_ratio(*c, recompute="full") - 1 for c in configs()) / len(configs()), 0.05,
              KORTHIKANTI, kind="absolute"),
