@@ -26,14 +26,29 @@ def python_names() -> set[str]:
     import dse
     import dse.formulas
 
-    names = {"dse.estimate", "dse.formulas"}
+    names = {"dse.estimate", "dse.formulas"} | parameters("dse.estimate", dse.estimate)
     assert callable(dse.estimate)
     for n in dse.formulas.__all__:
         names.add(f"dse.formulas.{n}")
         obj = getattr(dse.formulas, n)
         if inspect.ismodule(obj):
-            names |= {f"dse.formulas.{n}.{m}" for m in obj.__all__}
+            for m in obj.__all__:
+                names.add(f"dse.formulas.{n}.{m}")
+                names |= parameters(f"dse.formulas.{n}.{m}", getattr(obj, m))
     return names
+
+
+def parameters(name: str, obj) -> set[str]:
+    """'param <function> <name>' for each named parameter of a public function (the promise covers them):
+    adding a parameter is free, renaming or removing one is caught."""
+    if not callable(obj) or inspect.isclass(obj):
+        return set()
+    try:
+        sig = inspect.signature(obj)
+    except (TypeError, ValueError):
+        return set()
+    return {f"param {name} {p.name}" for p in sig.parameters.values()
+            if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
 
 
 def _keys(obj, prefix=""):
@@ -78,6 +93,16 @@ def test_the_list_covers_the_api():
         assert name in listed, name
 
 
+def test_a_renamed_parameter_is_caught(monkeypatch):
+    import dse.formulas.parallelism as par
+
+    def allreduce_time(nbytes, ranks, bandwidth, latency=0.0):   # 'n' renamed
+        return 0.0
+
+    monkeypatch.setattr(par, "allreduce_time", allreduce_time)
+    assert "param dse.formulas.parallelism.allreduce_time n" in committed() - python_names()
+
+
 def test_a_removed_name_is_caught(monkeypatch):
     import dse.formulas.cost
 
@@ -90,6 +115,7 @@ if __name__ == "__main__":
         sys.exit("usage: python tests/test_public_api.py --update   (adds the current public names to the list)")
     names = committed() | current() if LIST.exists() else current()
     header = ("# Public names of dse (README 'Stability'); tests/test_public_api.py fails when one disappears.\n"
+              "# 'param <function> <name>': a named parameter of a public function.\n"
               "# 'json <scenario> <key>': a key of dse.estimate's result (= dse estimate --json) in that scenario of\n"
               "# scripts/gen_formula_docs.py. Update with: python tests/test_public_api.py --update\n")
     LIST.write_text(header + "\n".join(sorted(names)) + "\n")
