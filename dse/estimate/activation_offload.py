@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from dse.estimate.offload import drive_endurance
 from dse.formulas import activation_offload as _ao
-from dse.formulas._array import ceil, clip, maximum, minimum, where
+from dse.formulas._array import ceil, maximum, minimum, where
 
 
 def active(plan) -> bool:
