@@ -129,3 +129,50 @@ def test_bad_array_values_raise_one_line_errors(fields, needle):
 def test_error_names_the_scenario():
     with pytest.raises(InputError, match=r"\(array scenario tp=3\)"):
         dse.estimate("llama2-7b", "dgx-a100-80gb", tp=np.array([1, 2, 3]))
+
+
+# (model, hardware, scalar plan fields, hardware path, values): hardware fields as arrays through overrides
+HW_CASES = [
+    ("llama2-7b", "dgx-a100-80gb", dict(tp=2), "hardware.node.gpu.hbm_bandwidth", [1.0e12, 2.039e12, 3.35e12]),
+    ("llama2-7b", "dgx-a100-80gb", dict(tp=2, micro_batch=8), "hardware.node.gpu.hbm_capacity",
+     ["40 GiB", "80 GiB", "141 GiB"]),                                                  # 40 GiB: infeasible
+    ("llama2-70b", "a100-cluster-800g", dict(tp=8, pp=4, dp=4, global_batch=64), "hardware.node.network.bandwidth",
+     ["200 Gb/s", "800 Gb/s", "3200 Gb/s"]),
+    ("smart-infinity-gpt2-4.0b", "smart-infinity-a5000", dict(SMART, offload_optimizer="csd", ssds=6),
+     "hardware.node.storage.uplink.bandwidth", ["8 GB/s", "16 GB/s", "32 GB/s"]),
+    ("llama2-13b", "ssdtrain-a100-optane", dict(tp=2, micro_batch=4, offload_activations="ssd"),
+     "hardware.node.storage.device.read_bandwidth", ["3.5 GB/s", "7.2 GB/s", "14 GB/s"]),
+    ("llama2-70b", "chiplet-train-8x8", dict(global_batch=16, micro_batch=1), "hardware.die.sram",
+     ["128 MiB", "192 MiB", "256 MiB"]),                                               # area follows the SRAM
+]
+
+
+@pytest.mark.parametrize("model,hw,fields,path,values", HW_CASES, ids=[f"{c[1]}-{c[3].split('.')[-1]}" for c in HW_CASES])
+def test_array_hardware_field_equals_loop_of_scalars(model, hw, fields, path, values):
+    r = dse.estimate(model, hw, **fields, overrides=[(path, values)])
+    assert r["time"]["iteration"].shape == (len(values),)
+    for i, v in enumerate(values):
+        _same(r, i, dse.estimate(model, hw, **fields, overrides=[(path, v)]))
+
+
+def test_hardware_and_plan_arrays_broadcast_together():
+    """A plan array and a hardware array (the --set string form, with units) make a grid; each cell is its scalar."""
+    mb = np.array([1, 4, 8])[:, None]
+    r = dse.estimate("llama2-7b", "dgx-a100-80gb", tp=2, micro_batch=mb,
+                     overrides=["hardware.node.gpu.hbm_capacity=[40 GiB, 80 GiB]"])
+    assert r["feasible"].shape == (3, 2)
+    for i, b in enumerate((1, 4, 8)):
+        for j, cap in enumerate(("40 GiB", "80 GiB")):
+            one = dse.estimate("llama2-7b", "dgx-a100-80gb", tp=2, micro_batch=b,
+                               overrides=[f"hardware.node.gpu.hbm_capacity={cap}"])
+            assert r["feasible"][i, j] == one["feasible"]
+            assert r["time"]["iteration"][i, j] == pytest.approx(one["time"]["iteration"], rel=1e-12)
+
+
+def test_hardware_array_errors_name_the_field_and_scenario():
+    with pytest.raises(InputError, match=r"hbm_capacity: must be greater than 0.*array scenario"):
+        dse.estimate("llama2-7b", "dgx-a100-80gb", overrides=["hardware.node.gpu.hbm_capacity=[40 GiB, -1 GiB]"])
+    with pytest.raises(InputError, match=r"model.hidden: array values are allowed for hardware fields"):
+        dse.estimate("llama2-7b", "dgx-a100-80gb", overrides=[("model.hidden", [4096, 5120])])
+    with pytest.raises(InputError, match="the array is empty"):
+        dse.estimate("llama2-7b", "dgx-a100-80gb", overrides=[("hardware.node.gpu.hbm_capacity", [])])

@@ -24,9 +24,12 @@ def test_use_from_python_runs():
         for code in blocks:
             exec(compile(code, "README.md", "exec"), {"__name__": "readme"})
     printed = out.getvalue().splitlines()
-    assert len(printed) == 6
-    assert printed[3] == "6738415616"                      # the comment's Llama-2-7B count
-    assert printed[4] == "68.359375" and printed[5].startswith("[9.25")
+    assert len(printed) == 8
+    grid = [[float(x) for x in line.strip(" []").split()] for line in printed[3:5]]   # 2 micro-batches x 3 HBM
+    assert all(len(row) == 3 and row == sorted(row, reverse=True) for row in grid)   # faster HBM: never slower
+    assert grid[1][0] > grid[0][0]                                                   # bigger micro-batch: longer
+    assert printed[5] == "6738415616"                      # the comment's Llama-2-7B count
+    assert printed[6] == "68.359375" and printed[7].startswith("[9.25")
 
 
 def test_stability_section_names_the_public_api():

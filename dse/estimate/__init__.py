@@ -218,19 +218,26 @@ def estimate(model, hardware, plan=None, *, overrides=(), trace=None, **plan_fie
     (``tp=2, micro_batch=4, ...``); ``overrides`` are ``"model.hidden=4096"``-style
     assignments. Returns the same dictionary as ``dse estimate --json``.
 
-    Numeric plan fields may be numpy arrays (or lists): the arrays broadcast together,
-    every distinct scenario is validated by the same rules as a scalar call, the
-    numbers are composed once over the arrays, and every numeric leaf of the result
-    is an array of the broadcast shape (see :mod:`dse.estimate.arrays`).
+    Numeric plan fields may be numpy arrays (or lists), and so may hardware fields given as
+    overrides (``overrides=[("hardware.node.gpu.hbm_bandwidth", [1.5e12, 3e12])]``): the arrays
+    broadcast together, every distinct scenario is validated by the same rules as a scalar call,
+    the numbers are composed once over the arrays, and every numeric leaf of the result is an
+    array of the broadcast shape (see :mod:`dse.estimate.arrays`).
 
     >>> import numpy as np
     >>> r = estimate("llama2-7b", "dgx-a100-80gb", tp=2, micro_batch=np.array([1, 2, 4]))
     >>> r["memory"]["gpu"]["activations"].shape, bool(np.all(np.diff(r["memory"]["gpu"]["activations"]) > 0))
     ((3,), True)
     """
-    m, s, data = load(model, hardware, plan, overrides, **plan_fields)
     from dse.estimate import arrays
 
+    overrides, hw_arrays = arrays.split_overrides(overrides)
+    m, s, data = load(model, hardware, plan, overrides, **plan_fields)
+    if hw_arrays:
+        def load_hw(assignments):
+            return load(m, hardware, None, [*overrides, *((["hardware", *p], v) for p, v in assignments)])[1]
+
+        return arrays.estimate(m, s, data, trace=trace, hw_arrays=hw_arrays, load_hw=load_hw)
     if arrays.has_arrays(data):
         return arrays.estimate(m, s, data, trace=trace)
     return run(m, s, make_plan(m, s, data), trace=trace)

@@ -17,6 +17,11 @@ three scenarios in one call:
    the scalar rules and returned as arrays too (bool, object lists, str).
 
 Strings that describe the specs (names, choices) stay scalars.
+
+Hardware fields may be arrays too, through ``overrides``: a list value for a numeric
+``hardware.`` path (``("hardware.node.gpu.hbm_bandwidth", [1.5e12, 2e12, 3.35e12])``, or
+``"hardware.node.gpu.hbm_bandwidth=[1.5 TB/s, 2 TB/s]"`` with units) broadcasts with the plan
+arrays; each distinct hardware value is loaded and validated like a scalar ``--set``.
 """
 
 from __future__ import annotations
@@ -30,6 +35,30 @@ def _is_array(value) -> bool:
     if isinstance(value, (list, tuple)):
         return True
     return hasattr(value, "__array__") and getattr(value, "ndim", 0) > 0
+
+
+def split_overrides(overrides) -> tuple[list, dict]:
+    """``overrides`` as (scalar overrides, {hardware path: list of values}): list values of ``hardware.`` paths.
+
+    Model fields shape the code paths (heads, layers, FFN type), so they stay scalars: one call per model.
+    """
+    from dse.specs import _schema
+
+    scalar, arrays = [], {}
+    for item in overrides:
+        path, value = _schema.parse_assignment(item) if isinstance(item, str) else item
+        path = path.split(".") if isinstance(path, str) else list(path)
+        if _is_array(value):
+            if path[0] not in ("hardware", "hw"):
+                raise InputError(f"--set {'.'.join(path)}: array values are allowed for hardware fields and "
+                                 f"numeric plan fields only; call dse.estimate once per model")
+            values = list(value.tolist() if hasattr(value, "tolist") else value)
+            if not values:
+                raise InputError(f"--set {'.'.join(path)}: the array is empty")
+            arrays[".".join(["hardware", *path[1:]])] = values
+        else:
+            scalar.append((path, value))
+    return scalar, arrays
 
 
 def has_arrays(plan_data: dict) -> bool:
@@ -121,21 +150,71 @@ def _broadcast(obj, shape):
     return obj
 
 
-def estimate(model, system, plan_data: dict, *, trace=None) -> dict:
-    """The array estimate of resolved ``model`` and ``system`` for plan fields holding arrays."""
+def _hardware_arrays(hw_arrays: dict, shape_of_plan) -> tuple[dict, tuple]:
+    """Hardware list values as arrays of value indices (the values may be strings with units), and the
+    broadcast shape with the plan arrays' shape."""
+    import numpy as np
+
+    idx = {path: np.arange(len(values)) for path, values in hw_arrays.items()}
+    try:
+        shape = np.broadcast_shapes(shape_of_plan, *(a.shape for a in idx.values()))
+    except ValueError:
+        shapes = ", ".join(f"{k} {a.shape}" for k, a in idx.items())
+        raise InputError(f"the array inputs do not broadcast together: plan {shape_of_plan}, {shapes}") from None
+    return idx, shape
+
+
+def _get_path(obj, path: list[str]):
+    for key in path:
+        obj = getattr(obj, key)
+    return obj
+
+
+def _vector_system(systems: list, inverse, shape):
+    """One spec tree whose leaves that differ between the validated ``systems`` are arrays of ``shape``."""
+    import numpy as np
+
+    first = systems[0]
+    if not dataclasses.is_dataclass(first):
+        values = list(systems)
+        if any(v != values[0] for v in values[1:]):
+            return np.asarray(values, dtype=float)[inverse].reshape(shape)
+        return first
+    changes = {}
+    for f in dataclasses.fields(first):
+        subs = [getattr(sy, f.name) for sy in systems]
+        if any(sub != subs[0] for sub in subs[1:]):
+            changes[f.name] = _vector_system(subs, inverse, shape)
+    return dataclasses.replace(first, **changes) if changes else first
+
+
+def estimate(model, system, plan_data: dict, *, trace=None, hw_arrays=None, load_hw=None) -> dict:
+    """The array estimate of resolved ``model`` and ``system`` for plan fields (and hardware fields) holding arrays.
+
+    ``hw_arrays`` ({hardware path: values}) with ``load_hw(assignments)`` -> the validated system for one
+    combination of hardware values.
+    """
     import numpy as np
 
     from dse.estimate import make_plan, numbers, verdict
     from dse.specs.plan import Plan
 
-    arrays, shape = _arrays(plan_data)
-    combos, first, inverse = _scenarios(arrays, shape)
-    plans = []
+    hw_arrays = hw_arrays or {}
+    arrays, shape = _arrays(plan_data) if has_arrays(plan_data) else ({}, ())
+    hw_idx, shape = _hardware_arrays(hw_arrays, shape)
+    keyed = {**arrays, **{f"@{p}": a for p, a in hw_idx.items()}}
+    combos, first, inverse = _scenarios(keyed, shape)
+    plans, systems = [], []
     for combo in combos:
+        plan_combo = {k: v for k, v in combo.items() if not k.startswith("@")}
+        hw_combo = [(p[1:].split(".")[1:], hw_arrays[p[1:]][v]) for p, v in combo.items() if p.startswith("@")]
         try:
-            plans.append(make_plan(model, system, {**plan_data, **combo}))
+            sys_j = load_hw(hw_combo) if hw_combo else system
+            plans.append(make_plan(model, sys_j, {**plan_data, **plan_combo}))
+            systems.append(sys_j)
         except InputError as exc:
-            where = ", ".join(f"{k}={v!r}" for k, v in combo.items())
+            where = ", ".join(f"{k}={v!r}" for k, v in plan_combo.items())
+            where = ", ".join(filter(None, [where] + [f"hardware.{'.'.join(p)}={v!r}" for p, v in hw_combo]))
             raise InputError(f"{exc} (array scenario {where})") from None
     fields = {}
     for f in dataclasses.fields(Plan):
@@ -143,6 +222,7 @@ def estimate(model, system, plan_data: dict, *, trace=None) -> dict:
         if any(v != values[0] for v in values[1:]):
             fields[f.name] = np.asarray(values)[inverse].reshape(shape)
     vplan = dataclasses.replace(plans[0], **fields)
+    system = _vector_system(systems, inverse, shape) if hw_arrays else system
     chiplet = getattr(system, "die", None) is not None
     if chiplet:
         from dse.estimate import chiplet as _chiplet
@@ -157,9 +237,9 @@ def estimate(model, system, plan_data: dict, *, trace=None) -> dict:
     for j, (plan, i) in enumerate(zip(plans, first)):
         view = _element(r, int(i))
         if chiplet:
-            verdict_j = _chiplet.verdict(view, system, plan)
+            verdict_j = _chiplet.verdict(view, systems[j], plan)
         else:
-            verdict_j = verdict(view, system, plan, extra)
+            verdict_j = verdict(view, systems[j], plan, extra)
         feasible[j], violations[j], bottleneck[j] = verdict_j
     r["feasible"] = feasible[inverse].reshape(shape)
     r["violations"] = violations[inverse].reshape(shape)
