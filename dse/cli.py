@@ -130,6 +130,10 @@ def estimate(
 
         trace = Trace()
     result = run(m, s, p, trace=trace)
+    if trace is not None:
+        from dse.estimate.trace import composition_rows
+
+        trace.rows.extend(composition_rows(result))
     if json_out:
         if trace is not None:
             result["explain"] = trace.rows

@@ -211,6 +211,22 @@ def test_explain_lists_every_formula(dse):
         assert row["formula"] and row["inputs"] is not None and row["value"] is not None
 
 
+def test_explain_shows_how_the_formulas_combine(dse):
+    """After the formula calls, --explain gives the composition: each headline number from its parts, exactly."""
+    r = dse("estimate", "--model", "gpt2-xl", "--hw", "a100-cluster-800g", "--pp", "4", "--dp", "8", "--explain",
+            "--json")
+    assert r.code == 0, r.err
+    out = r.json()
+    rows = {row["term"]: row for row in out["explain"] if row["context"] == "composition"}
+    assert set(rows) == {"time.iteration", "time.communication", "throughput.tokens_per_s", "throughput.mfu",
+                         "memory.gpu.total"}
+    for term in ("time.iteration", "time.communication", "memory.gpu.total"):
+        assert sum(rows[term]["inputs"].values()) == pytest.approx(rows[term]["value"], rel=1e-12), term
+    assert rows["time.communication"]["inputs"]["embedding_sync"] > 0          # tied embeddings, pp 4
+    mfu = rows["throughput.mfu"]["inputs"]
+    assert mfu["model_flops"] / (mfu["iteration"] * mfu["gpus"] * mfu["peak"]) == pytest.approx(out["throughput"]["mfu"])
+
+
 def test_explain_table_renders(dse):
     r = dse("estimate", "--model", "gpt2-xl", "--hw", "a100-cluster-800g", "--explain")
     assert r.code == 0, r.err

@@ -158,7 +158,9 @@ def _short(v) -> str:
 
 def render_explain(con, rows: list[dict]) -> None:
     """Every formula the estimate evaluated: term = value, then its equation and inputs."""
-    con.print(f"[bold]Every formula evaluated[/] ({len(rows)} calls, SI units; sources in each docstring)")
+    n = sum(row.get("context") != "composition" for row in rows)
+    con.print(f"[bold]Every formula evaluated[/] ({n} calls, then how they combine; SI units; sources in each "
+              "docstring)")
     for i, row in enumerate(rows, 1):
         inputs = ", ".join(f"{k}={_short(v)}" for k, v in row["inputs"].items())
         con.print(f"[dim]{i:3d}.[/] [bold]{row['term']}[/] = {_short(row['value'])}", highlight=False)
