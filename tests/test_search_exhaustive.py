@@ -123,6 +123,17 @@ def test_no_feasible_point_says_which_constraint_excluded_most(cli, tmp_path):
     assert rc == 0 and "no feasible configuration: gpu memory capacity excluded the most" in out
 
 
+def test_no_feasible_point_names_a_constraint_hidden_behind_memory():
+    """Memory is checked first, so a budget nothing meets is counted under memory for the points that also
+    overflow it; the sample of fully estimated points shows the budget rejects every one."""
+    data = {**SMALL, "constraints": {"budget": "$100"}}
+    out = search(from_dict(data, "t.yaml"), engine="exhaustive")
+    assert not out["ranked"]
+    shares = out["violation_shares"]
+    assert shares["budget (capital cost)"] == 1.0 and max(shares.values()) == 1.0
+    assert "budget (capital cost) 100%" in out["no_feasible"]
+
+
 # ----------------------------------------------------------------------------- pareto / top-k bookkeeping
 
 

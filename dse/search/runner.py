@@ -93,7 +93,43 @@ def search(space, *, engine: str = "auto", trials: int = 300, seed: int | None =
                           for c in space.constraints]
     if not out["ranked"]:
         out["no_feasible"] = no_feasible_message(out["excluded"], out.get("evaluated", 0))
+        if space.discrete:
+            shares = violation_shares(space, ev, chunk, seed)
+            if shares:
+                out["violation_shares"] = shares
+                n = shares.pop("_sampled")
+                out["no_feasible"] += "; every check on a sample of " + f"{n:,} valid points (a point may fail several): " \
+                    + ", ".join(f"{k} {100 * v:.0f}%" for k, v in shares.items())
     return out
+
+
+def violation_shares(space, ev, chunk: int, seed, sample: int = 200) -> dict:
+    """For a space with no feasible point: the share of valid points each check rejects, every check counted.
+
+    The counts of :func:`no_feasible_message` follow the evaluation order (a point that does not fit in memory is
+    never priced), so a budget that nothing meets can hide behind memory; this samples up to ``sample`` points
+    that pass the plan rules, estimates each in full (the scalar path) and counts every reason it fails.
+    Returns {reason: share} sorted by share, plus ``_sampled``.
+    """
+    group, vector = split_params(space)
+    grid = Grid(group, vector, chunk)
+    rng = np.random.default_rng(0 if seed is None else seed)
+    n = min(grid.size, 20 * sample)
+    idx = rng.choice(grid.size, size=n, replace=False) if grid.size > n else np.arange(grid.size)
+    counts, valid = {}, 0
+    for i in idx:
+        s = ev.point(grid.config(int(i)))
+        if not s["valid"]:
+            continue
+        valid += 1
+        for reason in dict.fromkeys(s["reasons"]):
+            counts[reason] = counts.get(reason, 0) + 1
+        if valid >= sample:
+            break
+    if not valid:
+        return {}
+    shares = dict(sorted(((k, v / valid) for k, v in counts.items()), key=lambda kv: -kv[1]))
+    return {**shares, "_sampled": valid}
 
 
 def describe_space(space) -> dict:
