@@ -31,7 +31,7 @@ from dse.search.objectives import ABSENT, lookup, missing_metric_error
 # Metrics recorded for every evaluated point (besides objectives and constraints).
 KEY_METRICS = ("time.iteration", "throughput.tokens_per_s", "throughput.mfu", "memory.gpu.total",
                "memory.gpu.capacity", "cost.capital_usd", "cost.per_million_tokens_usd", "energy.per_token_j",
-               "energy.power_w", "gpus", "nodes")
+               "energy.power_w", "gpus", "nodes", "memory.sram.total", "memory.sram.capacity")
 MEMORY_METRICS = ("memory.gpu.total", "memory.gpu.capacity", "gpus", "nodes")
 
 

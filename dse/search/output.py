@@ -23,6 +23,7 @@ COLUMNS = {
     "throughput.tokens_per_s": ("tokens/s", "count"),
     "throughput.mfu": ("MFU", "fraction"),
     "memory.gpu.total": ("GPU mem", "bytes"),
+    "memory.sram.total": ("SRAM/die", "bytes"),
     "cost.capital_usd": ("capital", "USD"),
     "cost.per_million_tokens_usd": ("$/M tok", "USD"),
     "energy.per_token_j": ("J/token", "J"),
@@ -136,6 +137,9 @@ def render(con, space, out: dict) -> None:
              else f"Top {len(out['ranked'])} configurations")
     obj_metrics = [o.metric for o in space.objectives]
     extra = [m for m in TABLE_METRICS if m not in obj_metrics]
+    if not any("memory.gpu.total" in e["metrics"] for e in out["ranked"]) and \
+            any("memory.sram.total" in e["metrics"] for e in out["ranked"]):   # chiplet packages: SRAM per die
+        extra = [("memory.sram.total" if m == "memory.gpu.total" else m) for m in extra]
     while True:   # drop metric columns (right to left) until the table fits the console
         tab = _table(title, out["ranked"], space, varied, extra)
         if not extra or con.measure(tab, options=con.options.update(max_width=100_000)).maximum <= con.width:
@@ -169,8 +173,9 @@ def _table(title, ranked, space, varied, extra):
         cells += [fmt_metric(o.metric, v, o.unit) for o, v in zip(space.objectives, e["values"])]
         met = e["metrics"]
         for m in extra:
-            if m == "memory.gpu.total" and "memory.gpu.capacity" in met:
-                cells.append(f"{fmt(met[m], 'bytes')} ({100 * met[m] / met['memory.gpu.capacity']:.0f}%)")
+            cap = m.rsplit(".", 1)[0] + ".capacity"
+            if m in ("memory.gpu.total", "memory.sram.total") and m in met and cap in met:
+                cells.append(f"{fmt(met[m], 'bytes')} ({100 * met[m] / met[cap]:.0f}%)")
             else:
                 cells.append(fmt_metric(m, met.get(m)))
         cells.append(e["bottleneck"].split(":")[0])
