@@ -27,12 +27,14 @@ Behaviour taken from the code (research note reference/activation_offload.md §1
   (``solve_num_adaptive_keep_layers``, :func:`adaptive_offload_layers`). SSDTrain's rule sizes the
   offload with one measured (write) bandwidth and assumes reads keep pace with backward; this tool
   offloads no more layers than :func:`hidden_offload_layers`, the largest k whose writes and reads
-  (one layer ahead, and together within the micro-batch) hide for every k' <= k, so ``auto`` never
-  exposes I/O and more bandwidth never makes it slower;
+  (one layer ahead, and together within the micro-batch) hide for every k' <= k, so while the GPU has
+  room ``auto`` exposes no I/O and more bandwidth never makes it slower (on a full GPU it offloads at
+  least the fewest layers that fit, dse/estimate/activation_offload.py);
 - pacing (this tool's assumption): a drive array whose read side is capped (PCIe link, host DRAM)
   while its writes still grow can run its writes at the drives' own write:read ratio times the
-  read rate (:func:`paced_write_bandwidth`), as a smaller array would; the estimate takes the
-  faster of that and full-rate writes. Faster writes free (evict) more tensors that a slower array
+  read rate (:func:`paced_write_bandwidth`), as a smaller array would; the estimate takes whichever
+  of that and full-rate writes exposes less I/O with every layer of the stage offloaded (one choice per
+  stage, so more offloaded layers never hold more GPU memory). Faster writes free (evict) more tensors that a slower array
   would still hold and forward, and with the read side capped those come back no faster, so without
   this a bigger array could be slower at a fixed k.
 
@@ -366,7 +368,7 @@ def paced_write_bandwidth(write_bandwidth: Num, read_bandwidth: Num, write_read_
     still hold and forward (:func:`forwarded_bytes`), and they come back through the capped read side, so
     a bigger array could be slower at a fixed number of offloaded layers. Writing at rho BW_r is what the
     largest array whose reads are not capped does; the estimate takes whichever of that and full-rate
-    writes exposes less I/O. Equal to BW_w when nothing caps the reads.
+    writes exposes less I/O for the whole stage offloaded. Equal to BW_w when nothing caps the reads.
 
     Args:
         write_read_ratio: rho, the drives' own write over read bandwidth (1 for host memory) [1]
