@@ -105,7 +105,8 @@ def estimate(
     offload_activations: Optional[OffloadActivations] = typer.Option(
         None, "--offload-activations", help="none | ssd (SSDTrain: to the drives) | host (pinned host memory)"),
     offload_layers: Optional[str] = typer.Option(
-        None, "--offload-layers", help="N | auto: leading layers per stage to offload (auto: what hides, capped by SSDTrain's rule; on a full GPU the fewest that fit)"),
+        None, "--offload-layers", help="N | auto: leading layers per stage to offload (auto: what hides, capped by "
+                                       "SSDTrain's rule; on a full GPU the fewest that fit)"),
     activation_io_path: Optional[ActivationIOPath] = typer.Option(
         None, "--activation-io-path", help="gds (GPUDirect Storage, default) | bounce (through host memory)"),
     set_: List[str] = typer.Option([], "--set", help="override any field: model.X=, hardware.X=, plan.X= (repeatable)"),

@@ -97,7 +97,9 @@ class Plan:
                                           help="write saved activations to the drives (ssd, SSDTrain) or to pinned "
                                                "host memory (host) during forward, read them back in backward")
     offload_layers: int | None = spec_field(None, ge=0, help="leading layers of each pipeline stage whose "
-                                            "activations are offloaded; default (auto): the layers whose I/O hides, at most SSDTrain's rule; on a full GPU at least the fewest that fit")
+                                            "activations are offloaded; default (auto): the layers whose I/O "
+                                            "hides, at most SSDTrain's rule; on a full GPU at least the fewest "
+                                            "that fit")
     activation_io_path: str = spec_field("gds", choices=ACTIVATION_IO_PATHS,
                                          help="GPU<->drive path: GPUDirect Storage (gds) or bounce through host memory")
 
