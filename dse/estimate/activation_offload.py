@@ -125,22 +125,15 @@ def apply(c, model, system, plan, F=None) -> None:
     offloaded = k * a_off
     first_reload = backward_start + (layers - k) * t_b
 
-    def exposed_at(w):   # writes at w: what is unwritten when backward needs it is forwarded, the rest read back
-        fwd = A.forwarded_bytes(offloaded, w, first_reload)
-        wr = offloaded - fwd
-        return A.exposed_io_time(wr, wr, wr / a_div, a_off, w, bw_r, t_b, t_mb)
-
-    # full-rate writes, or writes paced to the drives' write:read ratio when the read side is capped
-    ratio = device.write_bandwidth / device.read_bandwidth if mode == "ssd" else 1.0
-    paced_w = A.paced_write_bandwidth(bw_w, bw_r, ratio)
+    # full-rate writes, or writes paced to the drives' write:read ratio when the read side is capped,
     # decided once for the stage (as if every layer were offloaded), not per k: more offloaded layers then
     # never hold more GPU memory
+    ratio = device.write_bandwidth / device.read_bandwidth if mode == "ssd" else 1.0
+    paced_w = A.paced_write_bandwidth(bw_w, bw_r, ratio)
     all_off = layers * a_off
-    first_all = backward_start
 
-    def exposed_all(w):
-        fwd = A.forwarded_bytes(all_off, w, first_all)
-        wr = all_off - fwd
+    def exposed_all(w):   # writes at w: what is unwritten when backward needs it is forwarded, the rest read back
+        wr = all_off - A.forwarded_bytes(all_off, w, backward_start)
         return A.exposed_io_time(wr, wr, wr / a_div, a_off, w, bw_r, t_b, t_mb)
 
     bw_used = where(exposed_all(paced_w) < exposed_all(bw_w) * (1 - 1e-12), paced_w, bw_w)
