@@ -182,7 +182,7 @@ def test_apply_on_arrays_equals_scalar_loop(llama_small, layers):
                  offload_layers=k).resolved(llama_small)
         c = base.compose(llama_small, system, p)
         ESTAO.apply(c, llama_small, system, p)
-        c.pop("internal")
+        c.pop("terms")
         scalars.append(dict(_flatten(c)))
     vp = dataclasses.replace(Plan(offload_activations="ssd").resolved(llama_small), global_batch=gb)
     arrays = dict(tp=np.array(tps), pp=np.array(pps), dp=np.array(dps), micro_batch=np.array(mbs), ssds=np.array(ssds))
@@ -191,7 +191,7 @@ def test_apply_on_arrays_equals_scalar_loop(llama_small, layers):
     vp = _Vec(vp, **arrays)
     c = base.compose(llama_small, system, vp)
     ESTAO.apply(c, llama_small, system, vp)
-    c.pop("internal")
+    c.pop("terms")
     vec = dict(_flatten(c))
     assert set(vec) == set(scalars[0])
     for key, arr in vec.items():

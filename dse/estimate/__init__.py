@@ -28,7 +28,8 @@ TIME_PARTS = {
 
 
 # Technique modules, applied in order after the base composition. Each exposes
-# ``apply(c, model, system, plan, F)``, which reads ``c["internal"]`` and updates the
+# ``apply(c, model, system, plan, F)``, which reads ``c["terms"]`` (a typed
+# :class:`dse.estimate.terms.BaseTerms`, time side in ``.time``) and updates the
 # composed dict in place (memory tiers, time, traffic, extra sections), array-safe.
 # For the vectorised search (dse/search/evaluate.py) a module may also expose
 # ``apply_memory`` and ``apply_time`` (same arguments; ``apply`` = both in that order),
@@ -118,7 +119,7 @@ def numbers(model, system, plan, *, trace=None) -> tuple[dict, list[str]]:
     for k in ("flops", "activation_bytes_per_layer", "memory", "traffic", "time", "throughput"):
         r[k] = c[k]
     for k, v in c.items():  # sections added by techniques (cost, energy, activation_offload, ...)
-        if k not in r and k not in ("internal", "params", "gpus", "nodes", "micro_batches", "layers_per_stage",
+        if k not in r and k not in ("terms", "params", "gpus", "nodes", "micro_batches", "layers_per_stage",
                                     "params_per_gpu", "peak_flops", "extra_violations"):
             r[k] = v
     r["hardware"] = {"name": system.name, "gpu": system.node.gpu.name, "gpus_per_node": system.node.gpus_per_node,

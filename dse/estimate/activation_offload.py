@@ -1,6 +1,7 @@
 """Activation offloading (SSDTrain) applied to a composed estimate: ``--offload-activations ssd|host``.
 
-Reads the base estimate's per-layer activation bytes and times (``c["internal"]``) and
+Reads the base estimate's per-layer activation bytes and times (``c["terms"]``, a
+:class:`~dse.estimate.terms.BaseTerms`) and
 changes, per GPU on the most loaded stage:
 
 - GPU memory: the activations the offloaded layers no longer keep (``memory.gpu.activations``
@@ -31,6 +32,7 @@ may be numpy arrays; only the offload target and I/O path branch in Python.
 from __future__ import annotations
 
 from dse.estimate.offload import drive_endurance
+from dse.estimate.terms import drive_use
 from dse.formulas import activation_offload as _ao
 from dse.formulas._array import ceil, maximum, minimum, where
 
@@ -42,10 +44,7 @@ def active(plan) -> bool:
 
 def drives_used(system, plan):
     """Drives of one node used for offload: ``plan.ssds`` when given, else every drive of the node."""
-    storage = system.node.storage
-    if storage is None:
-        return 0
-    return plan.ssds if plan.ssds is not None else storage.count
+    return drive_use(system, plan).count
 
 
 def apply(c, model, system, plan, F=None) -> None:
@@ -53,23 +52,24 @@ def apply(c, model, system, plan, F=None) -> None:
     if mode == "none":
         return
     A = F["activation_offload"] if F and "activation_offload" in F else _ao
-    i = c["internal"]
+    i = c["terms"]
+    ti = i.timed()
     node = system.node
-    m, p, v = i["m"], i["p"], i["v"]
+    m, p, v = i.micro_batches, i.pp, i.virtual_stages
     gpus_node = minimum(c["gpus"], node.gpus_per_node)   # GPUs of one node sharing its drives and DRAM
 
     # ------------------------------------------------------------ bytes per layer
-    layers = i["l_stage"]
-    a = i["a_layer"]
-    a_off = A.offloaded_bytes_per_layer(i["s"], i["b"], model.hidden, model.heads, model.kv_heads, model.head_dim,
-                                        model.ffn_hidden, **i["act_opts"])
+    layers = i.layers_per_stage
+    a = i.layer_activation_bytes
+    a_off = A.offloaded_bytes_per_layer(i.seq_len, i.micro_batch, model.hidden, model.heads, model.kv_heads,
+                                        model.head_dim, model.ffn_hidden, **i.activation_options)
     a_div = maximum(a_off, 1e-300)
 
     # ------------------------------------------------------------ times of one micro-batch on the stage
-    t_f = i["layer_fwd"]
-    t_b = i["layer_bwd"] + i["layer_rec"]
-    t_mb = i["stage_max"]
-    non_layer = maximum(t_mb - layers * i["layer_total"], 0.0)   # head, embedding, p2p, fixed: 1/3 fwd, 2/3 bwd
+    t_f = ti.layer_forward
+    t_b = ti.layer_backward + ti.layer_recompute
+    t_mb = ti.stage_max
+    non_layer = maximum(t_mb - layers * ti.layer_total, 0.0)   # head, embedding, p2p, fixed: 1/3 fwd, 2/3 bwd
     t_fwd = layers * t_f + non_layer / 3
 
     # ------------------------------------------------------------ bandwidth per GPU
@@ -102,11 +102,11 @@ def apply(c, model, system, plan, F=None) -> None:
     backward_start = t_fwd + 2 * non_layer / 3               # backward reaches the stage's last layer
     k_rule = A.adaptive_offload_layers(bw_w, a_off, t_f, t_fwd, layers)              # SSDTrain's (write) rule
     k_hide = A.hidden_offload_layers(bw_w, bw_r, a_off, t_b, backward_start, t_mb, layers)
-    in_flight = i["in_flight"]
+    in_flight = i.microbatches_in_flight
     gpu = c["memory"]["gpu"]
     # fewest layers whose offload brings the GPU under its capacity (each frees its offloaded bytes on every
     # micro-batch in flight of the fullest stage; the write backlog is left out, so this is a lower bound)
-    per_layer = where(i["first_is_max"], in_flight, 1) * a_off
+    per_layer = where(i.first_stage_is_max, in_flight, 1) * a_off
     excess = maximum(gpu["total"] - gpu["capacity"], 0.0)
     k_fit = where(excess > 0, ceil(minimum(excess / maximum(per_layer, 1.0), layers + 1)), 0.0 * excess)   # > l: none fits
     if plan.offload_layers is None:
@@ -144,12 +144,12 @@ def apply(c, model, system, plan, F=None) -> None:
     exposed_mb = A.exposed_io_time(written, read, read / a_div, a_off, bw_used, bw_r, t_b, t_mb)
 
     # ------------------------------------------------------------ GPU memory
-    other_first = i["act_first"] - in_flight * layers * a   # embedding, head, recompute working set: stay
-    other_last = i["act_last"] - layers * a
+    other_first = i.activations_first_stage - in_flight * layers * a   # embedding, head, recompute working set
+    other_last = i.activations_last_stage - layers * a
     act_first = A.gpu_activation_bytes_offload(layers, k, a, a_off, in_flight, backlog, other_first)
     act_last = A.gpu_activation_bytes_offload(layers, k, a, a_off, 1, backlog, other_last)
     before = gpu["activations"]
-    after = where(i["first_is_max"], act_first, act_last)
+    after = where(i.first_stage_is_max, act_first, act_last)
     saved = before - after
     fixed = gpu["total"] - before                            # states and buffers (whatever other techniques left)
     gpu["activations"] = after
@@ -223,14 +223,14 @@ def apply(c, model, system, plan, F=None) -> None:
         "activation_peak_reduction": saved / before,
         "capacity_needed_per_gpu": per_gpu_bytes,
         "capacity_needed_per_node": node_bytes,
-        "max_micro_batch_without_offload": A.largest_micro_batch(budget, fixed, before / i["b"]),
-        "max_micro_batch": A.largest_micro_batch(budget, fixed, after / i["b"]),
+        "max_micro_batch_without_offload": A.largest_micro_batch(budget, fixed, before / i.micro_batch),
+        "max_micro_batch": A.largest_micro_batch(budget, fixed, after / i.micro_batch),
     }
     # drive wear: storage offload's writes (dse.estimate.offload) go to the same drives; this technique
     # lengthened the iteration, so the section is recomputed whenever either writes
-    prior = i.get("drive_writes")
-    by_source = dict(prior["by_source"]) if prior else {}
-    per_drive = prior["per_drive"] if prior else 0.0
+    prior = i.drive_writes
+    by_source = dict(prior.by_source) if prior else {}
+    per_drive = prior.per_drive if prior else 0.0
     if mode == "ssd":
         section["drives_per_gpu"] = per_gpu
         section["capacity_available_per_node"] = tier["capacity"]

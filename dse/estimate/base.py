@@ -11,6 +11,7 @@ pipeline; data-parallel reduction and optimizer step; throughput and MFU.
 
 from __future__ import annotations
 
+from dse.estimate.terms import BaseTerms, TimeTerms
 from dse.formulas import compute as _compute
 from dse.formulas import memory as _memory
 from dse.formulas import parallelism as _parallelism
@@ -41,7 +42,8 @@ def compose(model, system, plan, F=None) -> dict:
 def compose_memory(model, system, plan, F=None) -> dict:
     """First half of :func:`compose`: parameters and memory per tier (no time).
 
-    Returns the composed dict with ``internal`` (the memory-side terms), ``params``,
+    Returns the composed dict with ``terms`` (the memory-side terms, a
+    :class:`~dse.estimate.terms.BaseTerms`), ``params``,
     ``params_per_gpu``, ``layer_params``, ``gpus``, ``nodes``, ``micro_batches``,
     ``layers_per_stage``, ``peak_flops``, ``activation_bytes_per_layer`` and ``memory``.
     """
@@ -126,16 +128,18 @@ def compose_memory(model, system, plan, F=None) -> dict:
     mem_storage = {"weights": 0.0, "gradients": 0.0, "optimizer": 0.0, "activations": 0.0, "buffers": 0.0,
                    "total": 0.0, "capacity": storage_cap}
 
-    internal = {  # intermediate terms that technique modules (dse/estimate/*.py) build on
-        "s": s, "b": b, "t": t, "p": p, "d": d, "v": v, "B": B, "m": m, "e": e, "grad_bytes": g_bytes,
-        "optimizer_bytes": opt_bytes, "peak": peak, "tokens": tokens, "tok": tok,
-        "p_layer": p_layer, "p_layer_gpu": p_layer_gpu, "p_emb": p_emb, "p_head": p_head, "p_gpu": p_gpu,
-        "l_stage": l_stage, "a_layer": a_layer, "a_work": a_work, "a_head": a_head, "a_emb": a_emb,
-        "in_flight": in_flight, "act_opts": act_opts, "first_is_max": first_is_max,
-        "act_first": act_first, "act_last": act_last, "states_first": states_first, "states_last": states_last,
-    }
+    terms = BaseTerms(  # intermediate terms that technique modules (dse/estimate/*.py) build on
+        seq_len=s, micro_batch=b, tp=t, pp=p, dp=d, virtual_stages=v, global_batch=B, micro_batches=m,
+        bytes_per_element=e, grad_bytes=g_bytes, optimizer_bytes=opt_bytes, peak_flops=peak, tokens=tokens,
+        tokens_per_microbatch=tok, layer_params=p_layer, layer_params_per_gpu=p_layer_gpu, embedding_params=p_emb,
+        head_params=p_head, params_per_gpu=p_gpu, layers_per_stage=l_stage, layer_activation_bytes=a_layer,
+        recompute_working_bytes=a_work, head_activation_bytes=a_head, embedding_activation_bytes=a_emb,
+        microbatches_in_flight=in_flight, activation_options=act_opts, first_stage_is_max=first_is_max,
+        activations_first_stage=act_first, activations_last_stage=act_last, states_first_stage=states_first,
+        states_last_stage=states_last,
+    )
     return {
-        "internal": internal,
+        "terms": terms,
         "params": params,
         "params_per_gpu": p_gpu,
         "layer_params": p_layer,
@@ -153,7 +157,8 @@ def compose_time(c, model, system, plan, F=None) -> dict:
     """Second half of :func:`compose`: adds ``time``, ``flops``, ``throughput`` and ``traffic`` to ``c``.
 
     ``c`` is the dict :func:`compose_memory` returned (possibly with arrays subset to the
-    points that fit in memory); the time-side terms are added to ``c["internal"]``.
+    points that fit in memory); the time-side terms are set as ``c["terms"].time``
+    (a :class:`~dse.estimate.terms.TimeTerms`).
     """
     T = F["transformer"] if F else _transformer
     P = F["parallelism"] if F else _parallelism
@@ -163,10 +168,10 @@ def compose_time(c, model, system, plan, F=None) -> dict:
     gpu = node.gpu
     eff = gpu.efficiency
     G = node.gpus_per_node
-    i = c["internal"]
-    s, b, t, p, d, v, B, m = i["s"], i["b"], i["t"], i["p"], i["d"], i["v"], i["B"], i["m"]
-    e, g_bytes, peak, tokens, tok = i["e"], i["grad_bytes"], i["peak"], i["tokens"], i["tok"]
-    p_gpu, l_stage = i["p_gpu"], i["l_stage"]
+    i = c["terms"]
+    s, b, t, p, d, v, B, m = i.seq_len, i.micro_batch, i.tp, i.pp, i.dp, i.virtual_stages, i.global_batch, i.micro_batches
+    e, g_bytes, peak, tokens, tok = i.bytes_per_element, i.grad_bytes, i.peak_flops, i.tokens, i.tokens_per_microbatch
+    p_gpu, l_stage = i.params_per_gpu, i.layers_per_stage
     L, h, V = model.layers, model.hidden, model.vocab
     a, kv, hd, Fh = model.heads, model.kv_heads, model.head_dim, model.ffn_hidden
     sp = plan.sequence_parallel
@@ -333,13 +338,13 @@ def compose_time(c, model, system, plan, F=None) -> dict:
         "pp": pp_bytes,
     }
 
-    i.update({
-        "gpu_fwd": gpu_fwd, "gpu_bwd": gpu_bwd, "gpu_rec": gpu_rec, "layer_fwd": layer_fwd, "layer_bwd": layer_bwd,
-        "layer_rec": layer_rec, "layer_total": layer_total, "t_embed": t_embed, "t_head": t_head, "t_p2p": t_p2p,
-        "stage_max": stage_max, "stage_mean": stage_mean, "t_pipe": t_pipe, "dp_time": dp_time,
-        "dp_exposed": dp_exposed, "emb_sync": emb_sync, "t_opt": t_opt, "opt_params": opt_params,
-        "bw_dp": bw_dp, "bw_tp": bw_tp, "bw_pp": bw_pp,
-    })
+    i.time = TimeTerms(
+        gpu_forward=gpu_fwd, gpu_backward=gpu_bwd, gpu_recompute=gpu_rec, layer_forward=layer_fwd,
+        layer_backward=layer_bwd, layer_recompute=layer_rec, layer_total=layer_total, embedding_time=t_embed,
+        head_time=t_head, p2p_time=t_p2p, stage_max=stage_max, stage_mean=stage_mean, pipeline_time=t_pipe,
+        dp_time=dp_time, dp_exposed=dp_exposed, embedding_sync=emb_sync, optimizer_time=t_opt,
+        optimizer_params=opt_params, dp_bandwidth=bw_dp, tp_bandwidth=bw_tp, pp_bandwidth=bw_pp,
+    )
     c["time"] = time
     c["flops"] = {"model_per_iteration": f_model, "hardware_per_iteration": f_hw}
     c["throughput"] = throughput

@@ -6,6 +6,7 @@ PUE, utilisation) from ``system.site``. A plan is charged for the nodes it fills
 
 from __future__ import annotations
 
+from dse.estimate.terms import drive_use
 from dse.formulas import cost as _cost
 from dse.formulas._array import where
 
@@ -15,19 +16,14 @@ def apply(c, model, system, plan, F=None) -> None:
     node = system.node
     nodes = c["nodes"]
     gpus = c["gpus"]
-    drive = node.storage.device if node.storage else None
-    # A technique may say how many drives the plan uses and what each costs (e.g. a CSD's accelerator).
-    internal = c["internal"]
-    drives = nodes * internal.get("drives_used", node.storage.count if node.storage else 0)
-    # A computational SSD is charged whole (drive + accelerator) whether or not the plan uses the accelerator.
-    owned = drive.price + (drive.near_storage.price if drive.near_storage is not None else 0.0) if drive else 0.0
-    drive_price = internal.get("drive_price", owned)
-    drive_power = internal.get("drive_power", drive.power if drive else 0.0)
+    use = drive_use(system, plan)          # drives per node, price and power of each (shared with offload)
+    drives = nodes * use.count
+    drive_price, drive_power = use.price, use.power
     node_price = node.price + node.host.price
     capital = K.capital_cost(gpus, node.gpu.price, nodes, node_price, drives, drive_price)
     power = K.power_draw(gpus, node.gpu.power, nodes, node.host.power, drives, drive_power)
     t_iter = c["time"]["iteration"]
-    tokens = c["internal"]["tokens"]
+    tokens = c["terms"].tokens
     site = system.site
     energy = K.iteration_energy(power, t_iter, site.pue)
     tps = c["throughput"]["tokens_per_s"]

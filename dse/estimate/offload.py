@@ -14,8 +14,6 @@ parameters (``--offload-optimizer cpu|nvme|csd``, ``--offload-params cpu|nvme``)
   ``host_switch``, ``switch_drives`` and ``csd_internal`` per node) and the link
   details, the bottleneck link, the accelerator buffers and the bandwidth each tensor
   class needs (ZeRO-Infinity's efficiency model) in an ``offload`` section;
-- tells the cost model how many drives the plan uses and what each costs (a CSD's
-  accelerator is charged only when the plan runs the update on it);
 - when the plan writes to the drives (optimizer on ``nvme``/``csd``, parameters on ``nvme``), an
   ``endurance`` section (:func:`drive_endurance`): bytes the drives absorb per iteration by source
   (fp32 gradients, optimizer states, fp16 parameters; for a CSD the states its accelerator writes back
@@ -30,6 +28,7 @@ names and booleans branch in Python.
 
 from __future__ import annotations
 
+from dse.estimate.terms import DriveWrites, drive_use
 from dse.formulas import activation_offload as _ao
 from dse.formulas import near_storage as _near
 from dse.formulas import offload as _offload
@@ -47,10 +46,7 @@ def active(plan) -> bool:
 
 def drives_used(system, plan):
     """Drives the plan uses: ``plan.ssds`` if given, else every drive of a node (0 without drives)."""
-    storage = system.node.storage
-    if storage is None:
-        return 0
-    return plan.ssds if plan.ssds is not None else storage.count
+    return drive_use(system, plan).count
 
 
 def mode_label(plan) -> str:
@@ -98,21 +94,20 @@ def _argmax_name(busy: dict):
 
 
 def apply(c, model, system, plan, F=None) -> None:
-    if system.node.storage is not None and plan.ssds is not None:
-        c["internal"]["drives_used"] = plan.ssds
     if not active(plan):
         return
     O = F["offload"] if F and "offload" in F else _offload
     NS = F["near_storage"] if F and "near_storage" in F else _near
-    i = c["internal"]
+    i = c["terms"]
+    ti = i.timed()
     node = system.node
     gpu, host, storage = node.gpu, node.host, node.storage
     dev = storage.device if storage is not None else None
     opt, par = plan.offload_optimizer, plan.offload_params
     offloaded_opt = opt != "gpu"
 
-    e, d, m, zero = i["e"], i["d"], i["m"], plan.zero
-    p_gpu = i["p_gpu"]
+    e, d, m, zero = i.bytes_per_element, i.dp, i.micro_batches, plan.zero
+    p_gpu = i.params_per_gpu
     g_node = minimum(c["gpus"], node.gpus_per_node)          # GPUs sharing one host and its drives
     shard_opt = p_gpu / where(zero >= 1, d, 1)                # optimizer partition of one GPU
     shard_w = p_gpu / where(zero >= 3, d, 1)                  # fp16 parameter partition of one GPU
@@ -127,11 +122,11 @@ def apply(c, model, system, plan, F=None) -> None:
 
     # ------------------------------------------------------------ GPU segments of the base estimate
     t = c["time"]
-    t_opt_base = i["t_opt"]
+    t_opt_base = ti.optimizer_time
     gpu_part = t["iteration"] - t_opt_base
-    whole = i["l_stage"] * i["layer_total"] + i["t_embed"] + i["t_head"]
-    f_fwd = (i["l_stage"] * i["layer_fwd"] + (i["t_embed"] + i["t_head"]) / 3) / whole
-    compute_fw = f_fwd * i["t_pipe"]
+    whole = i.layers_per_stage * ti.layer_total + ti.embedding_time + ti.head_time
+    f_fwd = (i.layers_per_stage * ti.layer_forward + (ti.embedding_time + ti.head_time) / 3) / whole
+    compute_fw = f_fwd * ti.pipeline_time
     compute_bw = gpu_part - compute_fw
 
     # ------------------------------------------------------------ parameters to the GPU (ZeRO-3 fetch)
@@ -310,20 +305,12 @@ def apply(c, model, system, plan, F=None) -> None:
     section["required_bandwidth"] = required_bandwidths(c, model, system, plan, b_host, b_read, N)
     c["offload"] = section
 
-    # ------------------------------------------------------------ what the cost model charges for
-    if dev is not None:
-        i["drives_used"] = N
-        # A computational SSD is bought whole, used or not; its accelerator draws power only when it runs
-        # the update (its idle draw is not modelled).
-        i["drive_price"] = dev.price + (dev.near_storage.price if dev.near_storage is not None else 0.0)
-        i["drive_power"] = dev.power + (dev.near_storage.power if opt == "csd" else 0.0)
-
     # ------------------------------------------------------------ drive wear (only when the plan writes to drives)
     if dev is not None and (opt in ("nvme", "csd") or par == "nvme"):
         by_source = {"gradients": w_grads, "optimizer_states": w_states, "parameters": w_params}
         # RAID0 (nvme) stripes every tensor over the N drives; SmartUpdate gives each CSD 1/N of the parameters
         per_drive = (w_grads + w_states + w_params) / N
-        i["drive_writes"] = {"by_source": by_source, "per_drive": per_drive}
+        i.drive_writes = DriveWrites(by_source=by_source, per_drive=per_drive)
         drive_endurance(c, dev, by_source, per_drive, g_node, F)
 
 
@@ -379,11 +366,11 @@ def required_bandwidths(c, model, system, plan, b_host, b_read, N) -> dict:
     of the tier the class is offloaded to in this plan (None when it stays on the GPU).
     """
     O = _offload
-    i = c["internal"]
+    i = c["terms"]
     gpu, dev = system.node.gpu, system.node.storage.device if system.node.storage else None
     opt = plan.offload_optimizer
-    peak = i["peak"] * gpu.efficiency.gemm
-    s, b, m = i["s"], i["b"], i["m"]
+    peak = i.peak_flops * gpu.efficiency.gemm
+    s, b, m = i.seq_len, i.micro_batch, i.micro_batches
     avail_opt = None
     if opt == "cpu":
         avail_opt = system.node.host.dram_bandwidth       # the CPU updates the states where they are

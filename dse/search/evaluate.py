@@ -95,6 +95,8 @@ class _Gather:
             return {k: self(v) for k, v in x.items()}
         if isinstance(x, (list, tuple)):
             return type(x)(self(v) for v in x)
+        if hasattr(x, "map") and dataclasses.is_dataclass(x):   # typed terms (dse.estimate.terms)
+            return x.map(self)
         if dataclasses.is_dataclass(x) and not isinstance(x, type):
             changes = {f.name: self(getattr(x, f.name)) for f in dataclasses.fields(x)}
             return dataclasses.replace(x, **changes)

@@ -1,0 +1,156 @@
+"""The typed intermediate terms of the base estimate that techniques build on.
+
+:func:`dse.estimate.base.compose_memory` returns them as ``c["terms"]`` (a
+:class:`BaseTerms`); :func:`~dse.estimate.base.compose_time` adds the time side
+(``c["terms"].time``, a :class:`TimeTerms`). Technique modules
+(:mod:`dse.estimate.offload`, :mod:`dse.estimate.activation_offload`,
+:mod:`dse.estimate.economics`) read these fields instead of string keys.
+
+Every numeric field is a Python number or a numpy array (the vectorised search
+composes millions of scenarios at once); :meth:`BaseTerms.map` applies a function
+to every field, e.g. to keep only the points of a block that fit in memory. Units
+are SI (bytes, seconds, FLOP/s, bytes/s); counts are plain numbers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+Num = Any   # a float/int or a numpy array of them (broadcastable)
+
+
+def _map_value(fn: Callable[[Any], Any], value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _map_value(fn, v) for k, v in value.items()}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type) and hasattr(value, "map"):
+        return value.map(fn)
+    return fn(value)
+
+
+class _Mappable:
+    """``map`` and ``as_dict`` for a dataclass of numbers/arrays (nested dicts and dataclasses included)."""
+
+    def map(self, fn: Callable[[Any], Any]):
+        """A copy with ``fn`` applied to every numeric leaf (dict values and nested terms included)."""
+        changes = {f.name: _map_value(fn, getattr(self, f.name)) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+        return dataclasses.replace(self, **changes)  # type: ignore[type-var]
+
+    def as_dict(self) -> dict:
+        """The fields set (not None) as a (nested) dict, e.g. to print or compare them; nested terms as dicts."""
+        out = {}
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            v = getattr(self, f.name)
+            if v is not None:
+                out[f.name] = v.as_dict() if isinstance(v, _Mappable) else v
+        return out
+
+
+@dataclasses.dataclass
+class TimeTerms(_Mappable):
+    """Time-side terms of the base estimate (:func:`dse.estimate.base.compose_time`), seconds unless stated."""
+
+    gpu_forward: Num            # GPU work of one layer's forward on one micro-batch (kernels + TP communication)
+    gpu_backward: Num           # GPU work of one layer's backward on one micro-batch
+    gpu_recompute: Num          # GPU work of one layer's recomputation on one micro-batch (0 without recompute)
+    layer_forward: Num          # one layer's forward: max(GPU work, host launch time)
+    layer_backward: Num         # one layer's backward: max(GPU work, host launch time)
+    layer_recompute: Num        # one layer's recomputation: max(GPU work, host launch time)
+    layer_total: Num            # layer_forward + layer_backward + layer_recompute
+    embedding_time: Num         # embedding forward + backward of one micro-batch
+    head_time: Num              # LM head (and loss) forward + backward of one micro-batch
+    p2p_time: Num               # pipeline point-to-point sends of one micro-batch (0 without pipeline)
+    stage_max: Num              # one micro-batch on the slowest stage (incl. p2p and fixed overhead)
+    stage_mean: Num             # one micro-batch on the mean stage
+    pipeline_time: Num          # the whole pipeline schedule of one iteration (compute, bubble, p2p)
+    dp_time: Num                # data-parallel collectives of one iteration (before overlap)
+    dp_exposed: Num             # the part of dp_time on the critical path
+    embedding_sync: Num         # all-reduce of the tied embedding's gradient between first and last stage
+    optimizer_time: Num         # the optimizer step on the GPU
+    optimizer_params: Num       # parameters one GPU updates (its ZeRO partition), count
+    dp_bandwidth: Num           # bytes/s of the data-parallel group
+    tp_bandwidth: Num           # bytes/s of the tensor-parallel group
+    pp_bandwidth: Num           # bytes/s between neighbouring pipeline stages
+
+
+@dataclasses.dataclass
+class BaseTerms(_Mappable):
+    """Memory-side terms of the base estimate (:func:`dse.estimate.base.compose_memory`).
+
+    Parameter counts are per layer/stage/GPU as named; bytes are per GPU on the most
+    loaded stage unless stated. ``time`` is filled by :func:`~dse.estimate.base.compose_time`.
+    """
+
+    seq_len: Num                # tokens per sequence (plan.seq_len)
+    micro_batch: Num            # sequences per micro-batch (plan.micro_batch)
+    tp: Num                     # tensor-parallel degree
+    pp: Num                     # pipeline-parallel degree
+    dp: Num                     # data-parallel degree
+    virtual_stages: Num         # interleaved pipeline chunks per GPU
+    global_batch: Num           # sequences per iteration (plan.global_batch)
+    micro_batches: Num          # micro-batches per replica per iteration: global_batch / (dp x micro_batch)
+    bytes_per_element: Num      # bytes of one weight/activation element (plan.precision)
+    grad_bytes: Num             # bytes of one gradient element (plan.grad_dtype)
+    optimizer_bytes: Num        # optimizer bytes per parameter (plan.optimizer, incl. fp32 master copy)
+    peak_flops: Num             # FLOP/s of one GPU at the plan's precision
+    tokens: Num                 # tokens per iteration: global_batch x seq_len
+    tokens_per_microbatch: Num  # seq_len x micro_batch
+    layer_params: Num           # parameters of one transformer layer
+    layer_params_per_gpu: Num   # parameters of one layer one GPU holds (TP-split part / tp + replicated part)
+    embedding_params: Num       # parameters of the embedding
+    head_params: Num            # parameters of the LM head (and final norm, pooler, ...)
+    params_per_gpu: Num         # parameters on the GPU of the most loaded stage
+    layers_per_stage: Num       # transformer layers on the most loaded stage
+    layer_activation_bytes: Num       # activation bytes one layer saves for backward, one micro-batch
+    recompute_working_bytes: Num      # transient bytes of recomputing one layer
+    head_activation_bytes: Num        # activation bytes of the LM head and loss
+    embedding_activation_bytes: Num   # activation bytes of the embedding
+    microbatches_in_flight: Num       # micro-batches whose activations the first stage holds at once
+    activation_options: dict          # keyword options of the activation formulas (tp, recompute, ...)
+    first_stage_is_max: Num           # True where the first stage holds more GPU memory than the last
+    activations_first_stage: Num      # activation bytes of the first stage's GPU
+    activations_last_stage: Num       # activation bytes of the last stage's GPU
+    states_first_stage: dict          # model-state bytes of the first stage's GPU: weights/gradients/optimizer
+    states_last_stage: dict           # model-state bytes of the last stage's GPU
+    time: TimeTerms | None = None     # the time side, once compose_time ran
+    drive_writes: DriveWrites | None = None   # storage offload's drive writes (activation offload adds its own)
+
+    def timed(self) -> TimeTerms:
+        """The time-side terms; an error if :func:`~dse.estimate.base.compose_time` has not run."""
+        if self.time is None:
+            raise RuntimeError("the base time terms are not composed yet (call base.compose_time first)")
+        return self.time
+
+
+@dataclasses.dataclass
+class DriveWrites(_Mappable):
+    """Bytes a technique writes to the node's drives per iteration (what wears them)."""
+
+    by_source: dict             # bytes per iteration the node's drives absorb, by what writes them
+    per_drive: Num              # bytes per iteration on the most written drive
+
+
+@dataclasses.dataclass
+class DriveUse(_Mappable):
+    """The drives a plan uses on each node and what the cost model charges for each (:func:`drive_use`)."""
+
+    count: Num                  # drives per node the plan uses (plan.ssds, else every drive; 0 without drives)
+    price: Num                  # USD per drive (a computational SSD is bought whole: drive + accelerator)
+    power: Num                  # W per drive (a CSD's accelerator draws power only when it runs the update)
+
+
+def drive_use(system, plan) -> DriveUse:
+    """How many drives of a node the plan uses and their price and power (computed once, shared by techniques).
+
+    ``plan.ssds`` when given, else every drive of the node; 0 on a node without drives. A CSD's
+    accelerator is charged in the price whether or not the plan uses it; its power counts only when
+    the plan runs the optimizer update on it (``offload_optimizer: csd``; its idle draw is not modelled).
+    """
+    storage = system.node.storage
+    if storage is None:
+        return DriveUse(count=0, price=0.0, power=0.0)
+    dev = storage.device
+    ns = dev.near_storage
+    return DriveUse(count=plan.ssds if plan.ssds is not None else storage.count,
+                    price=dev.price + (ns.price if ns is not None else 0.0),
+                    power=dev.power + (ns.power if ns is not None and plan.offload_optimizer == "csd" else 0.0))
