@@ -15,7 +15,8 @@ are SI (bytes, seconds, FLOP/s, bytes/s); counts are plain numbers.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 Num = Any   # a float/int or a numpy array of them (broadcastable)
 
