@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import warnings
 from functools import lru_cache
 from pathlib import Path
 
 from dse.errors import InputError, suggest
 from dse.specs import _schema
-from dse.specs.hardware import GPUSpec, HostSpec, LinkSpec, StorageSpec, SystemSpec
+from dse.specs.hardware import (CHIPLET_PACKAGE, GPU_SYSTEM, HARDWARE_KINDS, GPUSpec, HostSpec, LinkSpec, StorageSpec,
+                                SystemSpec)
 from dse.specs.model import ModelSpec
 
 # Component spec type -> catalog sub-directory of hwspecs/ where its files live.
@@ -186,37 +188,109 @@ def _resolve_refs(cls, data: dict, where: str) -> dict:
     return out
 
 
-def system_data(ref: str) -> tuple[dict, str]:
+# The directory of hwspecs/ that holds the catalog files of each hardware kind.
+KIND_DIRS = {GPU_SYSTEM: "systems", CHIPLET_PACKAGE: "chiplets"}
+
+
+def hardware_class(kind: str):
+    """The spec class of a hardware kind (``dse.specs.chiplet`` is imported only for chiplet packages)."""
+    if kind == CHIPLET_PACKAGE:
+        from dse.specs.chiplet import ChipletPackageSpec
+
+        return ChipletPackageSpec
+    return SystemSpec
+
+
+def hardware_kind(data: dict, where: str) -> str:
+    """The ``kind:`` of a hardware file's fields, checked; inferred (deprecated) when the file has none.
+
+    A file without ``kind:`` is a chiplet package when it has ``die`` and ``nop``, else a GPU system;
+    that guess warns (:class:`DeprecationWarning`) naming the file and the line to add.
+    """
+    kind = data.get("kind")
+    if kind is None:
+        kind = CHIPLET_PACKAGE if "die" in data and "nop" in data else GPU_SYSTEM
+        warnings.warn(f"{where}: hardware file without a 'kind:' field (deprecated; read as {kind}); "
+                      f"add 'kind: {kind}'", DeprecationWarning, stacklevel=2)
+        return kind
+    if kind not in HARDWARE_KINDS:
+        raise InputError(f"{where}: kind: {kind!r} is not a hardware kind; allowed: {', '.join(HARDWARE_KINDS)}"
+                         f"{suggest(str(kind), HARDWARE_KINDS)}")
+    return kind
+
+
+def hardware_data(ref: str) -> tuple[dict, str, str]:
+    """Raw fields, place and kind of a hardware file: a catalog name (systems, then chiplets) or a path."""
     if _looks_like_path(ref):
         path = Path(ref)
         data = read_yaml(path, "hardware")
         data.setdefault("name", path.stem)
         where = str(path)
     else:
-        path = _catalog_file(hw_dir("systems"), ref, "hardware system")
+        for sub in KIND_DIRS.values():
+            path = hw_dir(sub) / f"{ref}.yaml"
+            if path.is_file():
+                break
+        else:
+            known = [n for sub in KIND_DIRS.values() for n in names(hw_dir(sub))]
+            hint = suggest(ref, known)
+            listing = "" if hint else f"; known: {', '.join(known[:20])}" + (" ..." if len(known) > 20 else "")
+            raise InputError(f"unknown hardware system or chiplet package '{ref}'{hint}{listing} (see `dse list hardware`)")
         data = read_yaml(path, "hardware")
         data.setdefault("name", ref)
-        where = f"hwspecs/systems/{ref}.yaml"
+        where = f"hwspecs/{sub}/{ref}.yaml"
+    kind = hardware_kind(data, where)
+    data["kind"] = kind
+    return data, where, kind
+
+
+def system_data(ref: str) -> tuple[dict, str]:
+    """Raw fields (components resolved) and place of a GPU-system file."""
+    data, where, _ = hardware_data(ref)
     return _resolve_refs(SystemSpec, data, where), where
 
 
-def load_system(ref: str | SystemSpec, overrides: list[tuple[list[str], object]] = ()) -> SystemSpec:
-    """A validated :class:`SystemSpec` from a catalog name or a YAML file."""
-    return _cached("system", ref, overrides, lambda: _load_system(ref, overrides))
+def kind_of(ref) -> str:
+    """The hardware kind of a spec, a catalog name or a file, without building the spec."""
+    if not isinstance(ref, str):
+        return ref.kind
+    if not _looks_like_path(ref) and (hw_dir(KIND_DIRS[CHIPLET_PACKAGE]) / f"{ref}.yaml").is_file():
+        return CHIPLET_PACKAGE
+    if not _looks_like_path(ref) or ref.endswith(".json") or not Path(ref).is_file():
+        return GPU_SYSTEM          # the loader reports a bad name or file
+    return hardware_data(ref)[2]
 
 
-def _load_system(ref, overrides) -> SystemSpec:
-    if isinstance(ref, SystemSpec):
+def load_hardware(ref, overrides: list[tuple[list[str], object]] = (), kind: str | None = None):
+    """A validated hardware spec — :class:`SystemSpec` or ``ChipletPackageSpec``, as the file's ``kind:`` says —
+    from a catalog name, a YAML file or a spec; ``overrides`` are ``--set hardware.*`` assignments.
+
+    ``kind``: the kind the caller needs; another kind is an input error.
+    """
+    spec = _cached("hardware", ref, overrides, lambda: _load_hardware(ref, overrides))
+    if kind is not None and spec.kind != kind:
+        raise InputError(f"hardware '{spec.name}' is a {spec.kind}, not a {kind} (see `dse list hardware`)")
+    return spec
+
+
+def _load_hardware(ref, overrides):
+    if isinstance(ref, str):
+        data, where, kind = hardware_data(ref)
+    else:
         if not overrides:
             return ref
-        data, where = dataclasses.asdict(ref), ref.name
-    else:
-        data, where = system_data(ref)
+        data, where, kind = dataclasses.asdict(ref), ref.name, ref.kind
+    cls = hardware_class(kind)
+    data = _resolve_refs(cls, data, where)
     for path, value in overrides:
-        _schema.set_path(data, path, value, SystemSpec, "--set hardware")
-        data = _resolve_refs(SystemSpec, data, where)  # a component named by one override can take sub-field overrides
-    data = _resolve_refs(SystemSpec, data, where)
-    return _build(SystemSpec, data, where + ": ", "hardware", overrides)
+        _schema.set_path(data, path, value, cls, "--set hardware")
+        data = _resolve_refs(cls, data, where)  # a component named by one override can take sub-field overrides
+    return _build(cls, data, where + ": ", "hardware", overrides)
+
+
+def load_system(ref: str | SystemSpec, overrides: list[tuple[list[str], object]] = ()) -> SystemSpec:
+    """A validated GPU :class:`SystemSpec` (:func:`load_hardware` of kind ``gpu-system``)."""
+    return load_hardware(ref, overrides, kind=GPU_SYSTEM)
 
 
 def load_component(kind_dir: str, name: str) -> dict:
@@ -225,11 +299,10 @@ def load_component(kind_dir: str, name: str) -> dict:
 
 
 def find_hardware(name: str):
-    """Any hardware item by name: a system first, then chiplet packages, then components. Returns (kind, spec)."""
-    if is_chiplet_package(name):
-        return "chiplet-package", load_chiplet_package(name)
-    if (hw_dir("systems") / f"{name}.yaml").is_file() or _looks_like_path(name):
-        return "system", load_system(name)
+    """Any hardware item by name: a system or chiplet package first, then components. Returns (kind, spec)."""
+    if _looks_like_path(name) or any((hw_dir(sub) / f"{name}.yaml").is_file() for sub in KIND_DIRS.values()):
+        spec = load_hardware(name)
+        return spec.kind, spec
     for cls, sub in COMPONENT_DIRS.items():
         if cls is SystemSpec:
             continue
@@ -246,40 +319,10 @@ def find_hardware(name: str):
 
 
 def is_chiplet_package(ref) -> bool:
-    """True for a chiplet-package spec, a name in ``hwspecs/chiplets/``, or a YAML file with ``die`` and ``nop``."""
-    if not isinstance(ref, str):   # a spec object: only chiplet packages have dies (keeps dse.specs.chiplet lazy)
-        return getattr(ref, "die", None) is not None
-    if _looks_like_path(ref):
-        path = Path(ref)
-        if not path.is_file() or ref.endswith(".json"):
-            return False
-        data = read_yaml(path, "hardware")
-        return "die" in data and "nop" in data
-    return (hw_dir("chiplets") / f"{ref}.yaml").is_file()
+    """True for a chiplet-package spec, a name in ``hwspecs/chiplets/``, or a file of ``kind: chiplet-package``."""
+    return kind_of(ref) == CHIPLET_PACKAGE
 
 
 def load_chiplet_package(ref, overrides: list[tuple[list[str], object]] = ()):
-    """A validated :class:`~dse.specs.chiplet.ChipletPackageSpec` from a catalog name, a YAML file or a spec."""
-    return _cached("chiplet", ref, overrides, lambda: _load_chiplet_package(ref, overrides))
-
-
-def _load_chiplet_package(ref, overrides):
-    from dse.specs.chiplet import ChipletPackageSpec
-
-    if isinstance(ref, ChipletPackageSpec):
-        if not overrides:
-            return ref
-        data, where = dataclasses.asdict(ref), ref.name
-    elif _looks_like_path(ref):
-        path = Path(ref)
-        data = read_yaml(path, "chiplet package")
-        data.setdefault("name", path.stem)
-        where = str(path)
-    else:
-        path = _catalog_file(hw_dir("chiplets"), ref, "chiplet package")
-        data = read_yaml(path, "chiplet package")
-        data.setdefault("name", ref)
-        where = f"hwspecs/chiplets/{ref}.yaml"
-    for keys, value in overrides:
-        _schema.set_path(data, keys, value, ChipletPackageSpec, "--set hardware.")
-    return _build(ChipletPackageSpec, data, where + ": ", "hardware", overrides)
+    """A validated :class:`~dse.specs.chiplet.ChipletPackageSpec` (:func:`load_hardware` of kind ``chiplet-package``)."""
+    return load_hardware(ref, overrides, kind=CHIPLET_PACKAGE)

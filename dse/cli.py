@@ -7,6 +7,7 @@ exit status 2 (see :func:`main`).
 from __future__ import annotations
 
 import sys
+import warnings
 from typing import List, Literal, Optional
 
 import typer
@@ -291,12 +292,9 @@ def show(kind: Literal["model", "hardware"] = typer.Argument(..., help="model | 
             embedding_norm=spec.embedding_norm, tied=spec.tied_embeddings, final_norm=spec.final_norm,
             pooler=spec.pooler, mlm_head=spec.mlm_head, nsp_head=spec.nsp_head)
     else:
-        if ov and catalog.is_chiplet_package(name):
-            spec = catalog.load_chiplet_package(name, [(p[1:] if p[0] in ("hardware", "hw") else p, v) for p, v in ov])
-            kind_name = "chiplet-package"
-        elif ov:
-            spec = catalog.load_system(name, [(p[1:] if p[0] in ("hardware", "hw") else p, v) for p, v in ov])
-            kind_name = "system"
+        if ov:
+            spec = catalog.load_hardware(name, [(p[1:] if p[0] in ("hardware", "hw") else p, v) for p, v in ov])
+            kind_name = spec.kind
         else:
             kind_name, spec = catalog.find_hardware(name)
         data = {"kind": kind_name, **dataclasses.asdict(spec)}
@@ -370,14 +368,16 @@ def chiplet_scaling(
             raise InputError(f"--set {item}: the path must start with model., hardware. or plan.")
         groups[head].append((path[1:], value))
     from dse.errors import suggest
+    from dse.specs.hardware import CHIPLET_PACKAGE
     from dse.specs.plan import CHIPLET_SCHEMES, Plan
 
     for sch in scheme:
         if sch not in CHIPLET_SCHEMES:
             raise InputError(f"--scheme {sch!r} is not one of {', '.join(CHIPLET_SCHEMES)}{suggest(sch, CHIPLET_SCHEMES)}")
-    if not catalog.is_chiplet_package(hw):
-        raise InputError(f"--hw {hw}: not a chiplet package (see `dse list hardware`: names with 'chiplet')")
-    package = catalog.load_chiplet_package(hw, groups["hardware"])
+    package = catalog.load_hardware(hw, groups["hardware"])
+    if package.kind != CHIPLET_PACKAGE:
+        raise InputError(f"--hw {hw}: not a chiplet package but a {package.kind} (see `dse list hardware`: "
+                         f"names with 'chiplet')")
     base = catalog.load_model(model, groups["model"])
     target = catalog.load_model(to, groups["model"])
     if base.ffn_type != target.ffn_type or base.head_dim != target.head_dim:
@@ -444,6 +444,10 @@ def search(
                       top=top, json_path=json_path, csv_path=csv_path, plot_path=plot_path, chunk=chunk, quiet=quiet)
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    sys.stderr.write(f"dse: warning: {message}\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the app; bad input becomes one line on stderr and exit status 2."""
     from dse.errors import InputError
@@ -451,7 +455,10 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     command = typer.main.get_command(app)
     try:
-        rv = command.main(args=args, prog_name="dse", standalone_mode=False)
+        with warnings.catch_warnings():     # dse's own deprecations (e.g. a hardware file without kind:), one line each
+            warnings.filterwarnings("default", category=DeprecationWarning, module=r"dse(\.|$)")
+            warnings.showwarning = _show_warning
+            rv = command.main(args=args, prog_name="dse", standalone_mode=False)
         return rv if isinstance(rv, int) else 0
     except InputError as exc:
         sys.stderr.write(f"dse: error: {exc}\n")

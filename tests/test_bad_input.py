@@ -118,3 +118,16 @@ def test_infeasible_is_not_an_error(dse):
     out = r.json()
     assert out["feasible"] is False
     assert any("gpu memory" in v for v in out["violations"])
+
+
+def test_wrong_hardware_kind(dse, tmp_path):
+    """A hardware file whose kind: is not a hardware kind: one line naming the file, the field and the allowed values."""
+    from dse import catalog
+
+    src = (catalog.hw_dir("systems") / "dgx-a100-80gb.yaml").read_text()
+    p = tmp_path / "hw.yaml"
+    p.write_text(src.replace("kind: gpu-system", "kind: gpu-sytem"))
+    one_line_error(dse("estimate", "--model", "gpt2-xl", "--hw", p), "hw.yaml", "kind: 'gpu-sytem'",
+                   "allowed: gpu-system, chiplet-package", "did you mean 'gpu-system'")
+    p.write_text(src.replace("kind: gpu-system", "kind: chiplet-package"))   # a kind, but not this file's fields
+    one_line_error(dse("estimate", "--model", "gpt2-xl", "--hw", p), "hw.yaml", "unknown field", "valid fields: name, kind, rows")

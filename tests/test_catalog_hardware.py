@@ -166,7 +166,7 @@ def test_show_hardware_system_json(capsys, name):
     code, out, err = run(capsys, "show", "hardware", name, "--json")
     assert code == 0, err
     data = json.loads(out)
-    assert (data["kind"], data["name"]) == ("system", name)
+    assert (data["kind"], data["name"]) == ("gpu-system", name)
     assert data["node"]["gpu"]["hbm_capacity"] == dataclasses.asdict(catalog.load_system(name))["node"]["gpu"][
         "hbm_capacity"]
 

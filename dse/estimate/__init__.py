@@ -12,7 +12,7 @@ import sys
 import types
 
 from dse.estimate import base, economics
-from dse.specs.plan import Plan, check_activation_offload, check_plan
+from dse.specs.plan import Plan
 
 TIME_PARTS = {
     "compute": "GEMMs, attention and element-wise kernels",
@@ -85,12 +85,11 @@ def bottleneck(r: dict) -> str:
 
 def run(model, system, plan, *, trace=None) -> dict:
     """Estimate one scenario from resolved specs. ``trace`` (a :class:`~dse.estimate.trace.Trace`) records formulas."""
-    if getattr(system, "die", None) is not None:   # a chiplet package (dse.specs.chiplet)
-        from dse.estimate import chiplet
+    from dse.estimate.backends import backend
 
-        return chiplet.run(model, system, plan, trace=trace)
-    r, extra = numbers(model, system, plan, trace=trace)
-    r["feasible"], r["violations"], r["bottleneck"] = verdict(r, system, plan, extra)
+    hw = backend(system)
+    r, extra = hw.numbers(model, system, plan, trace=trace)
+    r["feasible"], r["violations"], r["bottleneck"] = hw.verdict(r, system, plan, extra)
     return r
 
 
@@ -155,7 +154,7 @@ def load(model, hardware, plan=None, overrides=(), **plan_fields):
     Returns ``(model, system, plan_data)``: resolved specs and a dict of plan fields with the
     ``plan.*`` overrides applied, ready for :func:`make_plan`.
     """
-    from dse.catalog import is_chiplet_package, load_chiplet_package, load_model, load_system
+    from dse.catalog import load_hardware, load_model
     from dse.specs import _schema
 
     groups = {"model": [], "hardware": [], "plan": []}
@@ -169,8 +168,7 @@ def load(model, hardware, plan=None, overrides=(), **plan_fields):
                              f"{suggest(path[0], groups)}")
         groups[head].append((path[1:], value))
     model = load_model(model, groups["model"])
-    chiplet = is_chiplet_package(hardware)
-    system = load_chiplet_package(hardware, groups["hardware"]) if chiplet else load_system(hardware, groups["hardware"])
+    system = load_hardware(hardware, groups["hardware"])
     if plan is None:
         plan_data = dict(plan_fields)
     elif isinstance(plan, Plan):
@@ -187,28 +185,11 @@ def make_plan(model, system, plan_data: dict) -> Plan:
     """Validate plan fields (a dict of scalars) against the model and system: the resolved :class:`Plan`."""
     from dse.specs import _schema
 
+    from dse.estimate.backends import backend
+
     plan = _schema.build(Plan, plan_data, "plan: ").resolved(model, system)
-    if getattr(system, "die", None) is not None:
-        from dse.specs.chiplet import check_chiplet_plan
-
-        check_chiplet_plan(plan, model, system)
-        check_activation_offload(plan, model, system)
-        return plan
-    check_plan(plan, model, system=system)
-    _check_no_chiplet_fields(plan, system)
-    check_activation_offload(plan, model, system)
+    backend(system).check_plan(plan, model, system)
     return plan
-
-
-def _check_no_chiplet_fields(plan, system) -> None:
-    """The chiplet-only plan fields are an error on a GPU system (they would be silently ignored)."""
-    from dse.errors import InputError
-
-    for name, flag in (("chiplet_scheme", "--chiplet-scheme"), ("chiplet_mesh", "--mesh"),
-                       ("chiplet_schedule", "plan.chiplet_schedule"), ("chiplet_minibatch", "plan.chiplet_minibatch")):
-        if getattr(plan, name) is not None:
-            raise InputError(f"plan: {flag} applies to chiplet packages only; {system.name} is a GPU system "
-                             f"(see `dse list hardware`)")
 
 
 def estimate(model, hardware, plan=None, *, overrides=(), trace=None, **plan_fields) -> dict:

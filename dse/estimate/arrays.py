@@ -196,7 +196,8 @@ def estimate(model, system, plan_data: dict, *, trace=None, hw_arrays=None, load
     """
     import numpy as np
 
-    from dse.estimate import make_plan, numbers, verdict
+    from dse.estimate import make_plan
+    from dse.estimate.backends import backend
     from dse.specs.plan import Plan
 
     hw_arrays = hw_arrays or {}
@@ -223,24 +224,15 @@ def estimate(model, system, plan_data: dict, *, trace=None, hw_arrays=None, load
             fields[f.name] = np.asarray(values)[inverse].reshape(shape)
     vplan = dataclasses.replace(plans[0], **fields)
     system = _vector_system(systems, inverse, shape) if hw_arrays else system
-    chiplet = getattr(system, "die", None) is not None
-    if chiplet:
-        from dse.estimate import chiplet as _chiplet
-
-        r, extra = _chiplet.numbers(model, system, vplan, trace=trace), []
-    else:
-        r, extra = numbers(model, system, vplan, trace=trace)
+    hw = backend(system)
+    r, extra = hw.numbers(model, system, vplan, trace=trace)
     r = _broadcast(r, shape)
     feasible = np.empty(len(combos), dtype=bool)
     violations = np.empty(len(combos), dtype=object)
     bottleneck = np.empty(len(combos), dtype=object)
     for j, (plan, i) in enumerate(zip(plans, first)):
         view = _element(r, int(i))
-        if chiplet:
-            verdict_j = _chiplet.verdict(view, systems[j], plan)
-        else:
-            verdict_j = verdict(view, systems[j], plan, extra)
-        feasible[j], violations[j], bottleneck[j] = verdict_j
+        feasible[j], violations[j], bottleneck[j] = hw.verdict(view, systems[j], plan, extra)
     r["feasible"] = feasible[inverse].reshape(shape)
     r["violations"] = violations[inverse].reshape(shape)
     r["bottleneck"] = bottleneck[inverse].reshape(shape)

@@ -130,8 +130,11 @@ class Group:
     error: str | None = None      # the specs cannot be built: every point of the group is excluded
 
     @property
-    def chiplet(self) -> bool:
-        return getattr(self.system, "die", None) is not None
+    def backend(self):
+        """The hardware backend of the group's system (:mod:`dse.estimate.backends`)."""
+        from dse.estimate.backends import backend
+
+        return backend(self.system)
 
 
 @dataclasses.dataclass
@@ -153,10 +156,10 @@ def _count(counts: dict, reason: str, k: int) -> None:
 
 
 def load_hardware(ref, overrides=()):
-    """A GPU system or a chiplet package, from a catalog name, a file or a spec."""
-    from dse.catalog import is_chiplet_package, load_chiplet_package, load_system
+    """A GPU system or a chiplet package, from a catalog name, a file or a spec (:func:`dse.catalog.load_hardware`)."""
+    from dse.catalog import load_hardware as load
 
-    return load_chiplet_package(ref, list(overrides)) if is_chiplet_package(ref) else load_system(ref, list(overrides))
+    return load(ref, list(overrides))
 
 
 # ----------------------------------------------------------------------------- evaluator
@@ -392,14 +395,14 @@ class Evaluator:
 
     def _block(self, g, shape, columns, want_all, n, counts, empty):
         from dse.estimate import base, economics
-        from dse.specs.plan import plan_rules
 
         model = g.model
+        hw = g.backend
         system, plan, extra = self._specs(g, columns)
         plan = plan.resolved(model, system)
         # 1. plan rules: each excluded point is counted under the first rule it breaks
         valid = np.ones(shape, dtype=bool)
-        for name, ok in list(extra.items()) + list(plan_rules(plan, model, system).items()):
+        for name, ok in list(extra.items()) + list(hw.plan_rules(plan, model, system).items()):
             if ok is True:
                 continue
             bad = valid & ~_full(ok, shape)
@@ -410,12 +413,10 @@ class Evaluator:
             return empty
         empty = dataclasses.replace(empty, n_valid=n_valid)
         # 2. memory (and the GPUs the system has): before time when no active technique needs time for it
-        active = [] if g.chiplet else self.active_techniques(plan)
-        memory_first = not g.chiplet and all(hasattr(t, "apply_memory") and hasattr(t, "apply_time") for t in active)
-        if g.chiplet:
-            from dse.estimate import chiplet
-
-            c = chiplet.numbers(model, system, plan)
+        active = self.active_techniques(plan) if hw.techniques else []
+        memory_first = hw.techniques and all(hasattr(t, "apply_memory") and hasattr(t, "apply_time") for t in active)
+        if not hw.techniques:
+            c, _ = hw.numbers(model, system, plan)
         elif memory_first:
             c = base.compose_memory(model, system, plan, None)
             for t in active:
@@ -437,11 +438,10 @@ class Evaluator:
             _count(counts, f"{tier} memory capacity", int(np.count_nonzero(over)))
             over_by.append((f"{tier} memory capacity", mem["total"] > mem["capacity"]))
             fits &= ~over
-        if not g.chiplet:
-            too_many = c["gpus"] > system.nodes * system.node.gpus_per_node
-            over = fits & _full(too_many, shape)
-            _count(counts, "more GPUs than the system has", int(np.count_nonzero(over)))
-            over_by.append(("more GPUs than the system has", too_many))
+        for reason, exceeded in hw.limits(c, system):
+            over = fits & _full(exceeded, shape)
+            _count(counts, reason, int(np.count_nonzero(over)))
+            over_by.append((reason, exceeded))
             fits &= ~over
         valid_idx = np.flatnonzero(valid) if want_all else None
         fit_idx = np.flatnonzero(fits)

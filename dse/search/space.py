@@ -170,13 +170,11 @@ def field_info(path: str, where: str, hardware_classes=None):
 
 def hardware_classes(refs) -> list:
     """Spec classes of the hardware choices (GPU system or chiplet package)."""
-    from dse.catalog import is_chiplet_package
-    from dse.specs.chiplet import ChipletPackageSpec
-    from dse.specs.hardware import SystemSpec
+    from dse.catalog import hardware_class, kind_of
 
     out = []
     for ref in refs:
-        cls = ChipletPackageSpec if is_chiplet_package(ref) else SystemSpec
+        cls = hardware_class(kind_of(ref))
         if cls not in out:
             out.append(cls)
     return out

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from dse.errors import InputError
 from dse.specs._schema import spec_field
-from dse.specs.hardware import SiteSpec
+from dse.specs.hardware import CHIPLET_PACKAGE, SiteSpec
 
 PACKAGINGS = ("organic", "fanout", "interposer")
 DRAM_PLACEMENTS = ("edge", "per-die", "io-dies")
@@ -84,6 +84,8 @@ class ChipletDRAMSpec:
 @dataclass(frozen=True, kw_only=True)
 class ChipletPackageSpec:
     name: str
+    kind: str = spec_field(CHIPLET_PACKAGE, choices=(CHIPLET_PACKAGE,),
+                           help="hardware kind (hwspecs/chiplets/: chiplet-package)")
     rows: int = spec_field(gt=0, help="dies along the package's vertical side")
     cols: int = spec_field(gt=0, help="dies along the horizontal side")
     die: ChipletDieSpec

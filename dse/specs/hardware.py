@@ -14,6 +14,12 @@ from dse.specs._schema import spec_field
 
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
 
+# Hardware kinds: the ``kind:`` field of a hardware file picks its spec class (and the estimate's backend,
+# dse/estimate/backends.py). Components under hwspecs/ (gpus, hosts, links, storage) are parts, not kinds.
+GPU_SYSTEM = "gpu-system"             # SystemSpec: nodes of GPUs with host, links and drives (hwspecs/systems/)
+CHIPLET_PACKAGE = "chiplet-package"   # dse.specs.chiplet.ChipletPackageSpec: a mesh of dies (hwspecs/chiplets/)
+HARDWARE_KINDS = (GPU_SYSTEM, CHIPLET_PACKAGE)
+
 
 @dataclass(frozen=True, kw_only=True)
 class GPUEfficiency:
@@ -146,6 +152,7 @@ class SiteSpec:
 @dataclass(frozen=True, kw_only=True)
 class SystemSpec:
     name: str
+    kind: str = spec_field(GPU_SYSTEM, choices=(GPU_SYSTEM,), help="hardware kind (hwspecs/systems/: gpu-system)")
     node: NodeSpec
     nodes: int = spec_field(1, gt=0, help="nodes available")
     site: SiteSpec = spec_field(factory=SiteSpec)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from dse.errors import InputError
 from dse.formulas._array import maximum, where
 from dse.specs._schema import spec_field
+from dse.specs.hardware import GPU_SYSTEM
 
 RECOMPUTE = ("none", "selective", "full")
 ATTENTION = ("flash", "math")
@@ -111,7 +112,7 @@ class Plan:
         """Fill the defaults that depend on the model (and, for dp, on the system)."""
         dp = self.dp
         if dp is None:   # array-safe throughout: the vectorised search resolves plans whose fields are arrays
-            per_node = system.node.gpus_per_node if system is not None and hasattr(system, "node") else 1
+            per_node = system.node.gpus_per_node if system is not None and system.kind == GPU_SYSTEM else 1
             tp_pp = self.tp * self.pp
             dp = maximum(where(per_node % tp_pp == 0, per_node // tp_pp, 1), 1)
         gb = self.global_batch
@@ -119,7 +120,7 @@ class Plan:
             gb = self.micro_batch * dp * where(self.pp == 1, 1, 4 * self.pp)
         zero = self.zero
         if zero is None:
-            zero = 1 if system is None or hasattr(system, "node") else 0
+            zero = 1 if system is None or system.kind == GPU_SYSTEM else 0
         sg = self.sub_group_size
         if sg is None:
             sg = 4e7 if self.offload_optimizer == "csd" else 1e9
@@ -198,7 +199,7 @@ def check_activation_offload(plan: Plan, model, system, where: str = "plan") -> 
                          f"drives; it needs --offload-activations ssd (got {mode})")
     if mode == "none":
         return
-    if not hasattr(system, "node"):
+    if system.kind != GPU_SYSTEM:
         raise InputError(f"{where}: --offload-activations {mode} applies to GPU systems; {system.name} is a chiplet "
                          "package (see `dse list hardware`)")
     if mode == "ssd" and system.node.storage is None:
@@ -220,22 +221,37 @@ def check_activation_offload(plan: Plan, model, system, where: str = "plan") -> 
 CHIPLET_ONLY_FIELDS = ("chiplet_scheme", "chiplet_mesh", "chiplet_schedule", "chiplet_minibatch")
 
 
+def check_no_chiplet_fields(plan: Plan, system, where: str = "plan") -> None:
+    """The chiplet-only plan fields are an error on a GPU system (they would be silently ignored)."""
+    for name, flag in (("chiplet_scheme", "--chiplet-scheme"), ("chiplet_mesh", "--mesh"),
+                       ("chiplet_schedule", "plan.chiplet_schedule"), ("chiplet_minibatch", "plan.chiplet_minibatch")):
+        if getattr(plan, name) is not None:
+            raise InputError(f"{where}: {flag} applies to chiplet packages only; {system.name} is a GPU system "
+                             f"(see `dse list hardware`)")
+
+
 def plan_rules(plan: Plan, model, system=None) -> dict:
     """The rules that make a plan invalid, as ``{rule: ok}``, array-safe (the vectorised search).
 
-    Mirrors what :func:`dse.estimate.make_plan` checks after resolving a plan:
-    :func:`check_offload` and :func:`check_plan`, the chiplet-only fields on a GPU
-    system, :func:`check_activation_offload`, and on a chiplet package
-    :func:`dse.specs.chiplet.check_chiplet_plan` instead of the first three. ``ok`` is a
+    Mirrors what :func:`dse.estimate.make_plan` checks after resolving a plan (the hardware
+    backend's ``check_plan``, :mod:`dse.estimate.backends`): on a GPU system
+    :func:`check_offload` and :func:`check_plan`, the chiplet-only fields and
+    :func:`check_activation_offload`; on a chiplet package
+    :func:`dse.specs.chiplet.check_chiplet_plan` and the activation-offload rules. ``ok`` is a
     bool, or a numpy bool array when numeric plan fields are arrays (broadcast shapes
     allowed); a combination is valid where every rule holds. String, boolean and
     optional-or-None fields must be scalars. tests/test_search_rules.py draws plans from
     every field's metadata on several systems and keeps these rules and the checks in step.
     """
-    if system is not None and getattr(system, "die", None) is not None:
-        from dse.specs.chiplet import chiplet_plan_rules
+    if system is None:
+        return gpu_plan_rules(plan, model, None)
+    from dse.estimate.backends import backend
 
-        return {**chiplet_plan_rules(plan, model, system), **_activation_offload_rules(plan, model, system)}
+    return backend(system).plan_rules(plan, model, system)
+
+
+def gpu_plan_rules(plan: Plan, model, system=None) -> dict:
+    """:func:`plan_rules` on a GPU system (``system`` None: the rules that do not need one)."""
     rules = _offload_rules(plan, system)
     t, p, v = plan.tp, plan.pp, plan.virtual_stages
     rules.update({
@@ -259,7 +275,7 @@ def plan_rules(plan: Plan, model, system=None) -> dict:
         rules["seq_len exceeds the learned positions"] = plan.seq_len <= model.position_embeddings
     if system is not None:
         rules["chiplet-only plan fields on a GPU system"] = all(getattr(plan, f) is None for f in CHIPLET_ONLY_FIELDS)
-    rules.update(_activation_offload_rules(plan, model, system))
+    rules.update(activation_offload_rules(plan, model, system))
     return rules
 
 
@@ -284,13 +300,13 @@ def _offload_rules(plan: Plan, system) -> dict:
     return rules
 
 
-def _activation_offload_rules(plan: Plan, model, system) -> dict:
+def activation_offload_rules(plan: Plan, model, system) -> dict:
     """:func:`check_activation_offload` as rules."""
     mode, k = plan.offload_activations, plan.offload_layers
     io_path = {"activation_io_path without offload to drives": mode == "ssd" or plan.activation_io_path == "gds"}
     if mode == "none":
         return {"offload_layers without activation offload": k is None, **io_path}
-    rules = {"activation offload on a chiplet package": hasattr(system, "node"), **io_path}
+    rules = {"activation offload on a chiplet package": system is not None and system.kind == GPU_SYSTEM, **io_path}
     if not rules["activation offload on a chiplet package"]:
         return rules
     if mode == "ssd":

@@ -1,0 +1,120 @@
+"""Hardware backends: what an estimate does that depends on the kind of hardware, picked once.
+
+A hardware spec says what it is in its ``kind:`` field (:data:`dse.specs.hardware.HARDWARE_KINDS`):
+``gpu-system`` (:class:`~dse.specs.hardware.SystemSpec`: nodes of GPUs, host, links, drives) or
+``chiplet-package`` (:class:`~dse.specs.chiplet.ChipletPackageSpec`: a mesh of dies with SRAM,
+NoP links and DRAM). :func:`backend` maps that kind to one :class:`Backend`, and everything
+kind-specific goes through it: the estimate's numbers and verdict (:func:`dse.estimate.run`,
+:mod:`dse.estimate.arrays`), the plan checks (:func:`dse.estimate.make_plan`) and rules, and
+what the search needs beyond them (:mod:`dse.search.evaluate`).
+
+Adding a hardware kind: a spec class with a ``kind`` field, its directory in
+:data:`dse.catalog.KIND_DIRS` and :func:`dse.catalog.hardware_class`, and one class here
+registered in :data:`BACKENDS`.
+
+>>> from dse.catalog import load_hardware
+>>> backend(load_hardware("dgx-a100-80gb")).kind, backend(load_hardware("chiplet-train-8x8")).kind
+('gpu-system', 'chiplet-package')
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from dse.specs.hardware import CHIPLET_PACKAGE, GPU_SYSTEM, HARDWARE_KINDS
+
+
+class Backend(Protocol):
+    """The per-kind operations of an estimate (array-safe where the plan's numeric fields are arrays)."""
+
+    kind: str
+    techniques: bool     # the technique modules of dse.estimate (offload, activation offload, economics) apply
+
+    def numbers(self, model, system, plan, *, trace=None) -> tuple[dict, list]:
+        """Every number of the estimate without the verdict, and the violations found while composing."""
+
+    def verdict(self, r: dict, system, plan, extra=()) -> tuple[bool, list[str], str]:
+        """Feasibility, violated constraints and bottleneck sentence of one scalar result."""
+
+    def check_plan(self, plan, model, system) -> None:
+        """Raise :class:`~dse.errors.InputError` for a resolved plan that cannot run on this hardware at all."""
+
+    def plan_rules(self, plan, model, system) -> dict:
+        """:meth:`check_plan` as ``{rule: ok}``, array-safe (the search's exclusion masks)."""
+
+    def limits(self, c: dict, system) -> list[tuple[str, object]]:
+        """Limits of the hardware besides memory, as ``(reason, exceeded)`` (a bool or bool array) for the search."""
+
+
+class GPUSystem:
+    """``kind: gpu-system``: :func:`dse.estimate.numbers` (base composition + techniques) and its verdict."""
+
+    kind = GPU_SYSTEM
+    techniques = True
+
+    def numbers(self, model, system, plan, *, trace=None):
+        from dse.estimate import numbers
+
+        return numbers(model, system, plan, trace=trace)
+
+    def verdict(self, r, system, plan, extra=()):
+        from dse.estimate import verdict
+
+        return verdict(r, system, plan, extra)
+
+    def check_plan(self, plan, model, system) -> None:
+        from dse.specs.plan import check_activation_offload, check_no_chiplet_fields, check_plan
+
+        check_plan(plan, model, system=system)
+        check_no_chiplet_fields(plan, system)
+        check_activation_offload(plan, model, system)
+
+    def plan_rules(self, plan, model, system) -> dict:
+        from dse.specs.plan import gpu_plan_rules
+
+        return gpu_plan_rules(plan, model, system)
+
+    def limits(self, c, system):
+        return [("more GPUs than the system has", c["gpus"] > system.nodes * system.node.gpus_per_node)]
+
+
+class ChipletPackage:
+    """``kind: chiplet-package``: :mod:`dse.estimate.chiplet` (no GPU techniques apply)."""
+
+    kind = CHIPLET_PACKAGE
+    techniques = False
+
+    def numbers(self, model, system, plan, *, trace=None):
+        from dse.estimate import chiplet
+
+        return chiplet.numbers(model, system, plan, trace=trace), []
+
+    def verdict(self, r, system, plan, extra=()):
+        from dse.estimate import chiplet
+
+        return chiplet.verdict(r, system, plan)
+
+    def check_plan(self, plan, model, system) -> None:
+        from dse.specs.chiplet import check_chiplet_plan
+        from dse.specs.plan import check_activation_offload
+
+        check_chiplet_plan(plan, model, system)
+        check_activation_offload(plan, model, system)
+
+    def plan_rules(self, plan, model, system) -> dict:
+        from dse.specs.chiplet import chiplet_plan_rules
+        from dse.specs.plan import activation_offload_rules
+
+        return {**chiplet_plan_rules(plan, model, system), **activation_offload_rules(plan, model, system)}
+
+    def limits(self, c, system):
+        return []
+
+
+BACKENDS: dict[str, Backend] = {b.kind: b for b in (GPUSystem(), ChipletPackage())}
+assert tuple(BACKENDS) == HARDWARE_KINDS
+
+
+def backend(system) -> Backend:
+    """The backend of a hardware spec, by its ``kind``."""
+    return BACKENDS[system.kind]
