@@ -16,8 +16,16 @@ from pathlib import Path
 
 from dse.errors import InputError, suggest
 from dse.specs import _schema
-from dse.specs.hardware import (CHIPLET_PACKAGE, GPU_SYSTEM, HARDWARE_KINDS, GPUSpec, HostSpec, LinkSpec, StorageSpec,
-                                SystemSpec)
+from dse.specs.hardware import (
+    CHIPLET_PACKAGE,
+    GPU_SYSTEM,
+    HARDWARE_KINDS,
+    GPUSpec,
+    HostSpec,
+    LinkSpec,
+    StorageSpec,
+    SystemSpec,
+)
 from dse.specs.model import ModelSpec
 
 # Component spec type -> catalog sub-directory of hwspecs/ where its files live.

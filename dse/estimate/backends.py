@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from dse.specs import rules as _rules
 from dse.specs.hardware import CHIPLET_PACKAGE, GPU_SYSTEM, HARDWARE_KINDS
 
 
@@ -29,6 +30,7 @@ class Backend(Protocol):
 
     kind: str
     techniques: bool     # the technique modules of dse.estimate (offload, activation offload, economics) apply
+    rules: tuple         # the plan-rule table of this kind (dse.specs.rules), read by check_plan and plan_rules
 
     def numbers(self, model, system, plan, *, trace=None) -> tuple[dict, list]:
         """Every number of the estimate without the verdict, and the violations found while composing."""
@@ -46,11 +48,24 @@ class Backend(Protocol):
         """Limits of the hardware besides memory, as ``(reason, exceeded)`` (a bool or bool array) for the search."""
 
 
-class GPUSystem:
+class _RuleTable:
+    """The two faces of a backend's plan-rule table (:mod:`dse.specs.rules`)."""
+
+    rules: tuple = ()
+
+    def check_plan(self, plan, model, system) -> None:
+        _rules.check(self.rules, plan, model, system)
+
+    def plan_rules(self, plan, model, system) -> dict:
+        return _rules.holds(self.rules, plan, model, system)
+
+
+class GPUSystem(_RuleTable):
     """``kind: gpu-system``: :func:`dse.estimate.numbers` (base composition + techniques) and its verdict."""
 
     kind = GPU_SYSTEM
     techniques = True
+    rules = _rules.GPU_SYSTEM_RULES
 
     def numbers(self, model, system, plan, *, trace=None):
         from dse.estimate import numbers
@@ -62,27 +77,17 @@ class GPUSystem:
 
         return verdict(r, system, plan, extra)
 
-    def check_plan(self, plan, model, system) -> None:
-        from dse.specs.plan import check_activation_offload, check_no_chiplet_fields, check_plan
-
-        check_plan(plan, model, system=system)
-        check_no_chiplet_fields(plan, system)
-        check_activation_offload(plan, model, system)
-
-    def plan_rules(self, plan, model, system) -> dict:
-        from dse.specs.plan import gpu_plan_rules
-
-        return gpu_plan_rules(plan, model, system)
 
     def limits(self, c, system):
         return [("more GPUs than the system has", c["gpus"] > system.nodes * system.node.gpus_per_node)]
 
 
-class ChipletPackage:
+class ChipletPackage(_RuleTable):
     """``kind: chiplet-package``: :mod:`dse.estimate.chiplet` (no GPU techniques apply)."""
 
     kind = CHIPLET_PACKAGE
     techniques = False
+    rules = _rules.CHIPLET_PACKAGE_RULES
 
     def numbers(self, model, system, plan, *, trace=None):
         from dse.estimate import chiplet
@@ -94,18 +99,6 @@ class ChipletPackage:
 
         return chiplet.verdict(r, system, plan)
 
-    def check_plan(self, plan, model, system) -> None:
-        from dse.specs.chiplet import check_chiplet_plan
-        from dse.specs.plan import check_activation_offload
-
-        check_chiplet_plan(plan, model, system)
-        check_activation_offload(plan, model, system)
-
-    def plan_rules(self, plan, model, system) -> dict:
-        from dse.specs.chiplet import chiplet_plan_rules
-        from dse.specs.plan import activation_offload_rules
-
-        return {**chiplet_plan_rules(plan, model, system), **activation_offload_rules(plan, model, system)}
 
     def limits(self, c, system):
         return []

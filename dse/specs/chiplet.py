@@ -121,35 +121,11 @@ def plan_mesh(plan, package) -> tuple[int, int]:
 
 
 def check_chiplet_plan(plan, model, package, where: str = "plan") -> None:
-    """Raise :class:`InputError` for a plan that cannot run on a chiplet package at all."""
-    rows, cols = plan_mesh(plan, package)
-    if rows * cols != package.dies:
-        raise InputError(f"{where}: --mesh {rows}x{cols} has {rows * cols} dies; the package {package.name} has "
-                         f"{package.dies} ({package.rows}x{package.cols}); use a layout with {package.dies} dies")
-    if plan.chiplet_scheme == "summa-2d" and rows != cols:
-        raise InputError(f"{where}: --chiplet-scheme summa-2d needs a square mesh (q x q), got {rows}x{cols}; "
-                         f"use megatron-1d or hecaton-2d, or a square --mesh")
-    for flag, value in (("--tp", plan.tp), ("--pp", plan.pp), ("--dp", plan.dp)):
-        if value != 1:
-            raise InputError(f"{where}: {flag} {value} does not apply to a chiplet package; its dies are split by "
-                             f"--chiplet-scheme and --mesh (one package, tp = pp = dp = 1)")
-    if plan.zero:
-        raise InputError(f"{where}: --zero {plan.zero} does not apply to a chiplet package (one package holds every state)")
-    storage_flags = (("--offload-optimizer", plan.offload_optimizer, "gpu"), ("--offload-params", plan.offload_params, "gpu"),
-                     ("--gradient-compression", plan.gradient_compression, 1.0), ("--ssds", plan.ssds, None))
-    for flag, value, default in storage_flags:
-        if value != default:
-            raise InputError(f"{where}: {flag} {value} does not apply to a chiplet package (it has no host or drives; "
-                             f"its training state lives in the package's DRAM)")
-    if plan.attention != "flash":
-        raise InputError(f"{where}: the chiplet model assumes fused (flash) attention; --attention {plan.attention} is not modelled")
-    if plan.global_batch is not None and plan.global_batch % plan.micro_batch:
-        raise InputError(f"{where}: --micro-batch {plan.micro_batch} does not divide --global-batch {plan.global_batch}")
-    if plan.chiplet_minibatch is not None and plan.global_batch is not None:
-        m = plan.global_batch // plan.micro_batch
-        if m % plan.chiplet_minibatch:
-            raise InputError(f"{where}: plan.chiplet_minibatch {plan.chiplet_minibatch} does not divide the "
-                             f"{m} micro-batches of an iteration (global batch / micro-batch)")
+    """Raise :class:`InputError` for a plan that cannot run on a chiplet package at all
+    (the rules :data:`dse.specs.rules.CHIPLET_RULES`)."""
+    from dse.specs import rules
+
+    rules.check(rules.CHIPLET_RULES, plan, model, package, where)
 
 
 def chiplet_plan_rules(plan, model, package) -> dict:
@@ -157,19 +133,6 @@ def chiplet_plan_rules(plan, model, package) -> dict:
 
     A malformed ``chiplet_mesh`` is still an input error (raised), not a rule.
     """
-    rows, cols = plan_mesh(plan, package)
-    rules = {
-        "mesh does not have the package's dies": rows * cols == package.dies,
-        "summa-2d needs a square mesh": plan.chiplet_scheme != "summa-2d" or rows == cols,
-        "tp, pp, dp must be 1 on a chiplet package": (plan.tp == 1) & (plan.pp == 1) & (plan.dp == 1),
-        "ZeRO does not apply to a chiplet package": plan.zero == 0,
-        "storage offload on a chiplet package": (plan.offload_optimizer == "gpu" and plan.offload_params == "gpu"
-                                                 and plan.ssds is None) & (plan.gradient_compression == 1.0),
-        "the chiplet model needs flash attention": plan.attention == "flash",
-    }
-    if plan.global_batch is not None:
-        rules["micro-batch does not divide the global batch"] = plan.global_batch % plan.micro_batch == 0
-        if plan.chiplet_minibatch is not None:
-            rules["chiplet_minibatch does not divide the micro-batches"] = \
-                (plan.global_batch // plan.micro_batch) % plan.chiplet_minibatch == 0
-    return rules
+    from dse.specs import rules
+
+    return rules.holds(rules.CHIPLET_RULES, plan, model, package)

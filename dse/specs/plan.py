@@ -2,8 +2,9 @@
 
 Parallelism (``tp``, ``pp``, ``dp``), batch, recompute, attention kernel,
 sequence parallelism, ZeRO stage and precision. Consistency checks that need
-the model (tp divides heads, pp at most layers, ...) live in :func:`check_plan`
-so that the same rules serve the CLI, the library and the search.
+the model (tp divides heads, pp at most layers, ...) are one table of rules,
+:mod:`dse.specs.rules`: :func:`check_plan` raises from it and :func:`plan_rules`
+evaluates it as masks, so the same rules serve the CLI, the library and the search.
 """
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from dse.errors import InputError
 from dse.formulas._array import maximum, where
+from dse.specs import rules
 from dse.specs._schema import spec_field
 from dse.specs.hardware import GPU_SYSTEM
 
@@ -128,120 +129,50 @@ class Plan:
         return dataclasses.replace(self, dp=dp, global_batch=gb, zero=zero, seq_len=seq, sub_group_size=sg)
 
 
+# ----------------------------------------------------------------------------- validity: the rule table's two faces
+# The rules themselves are one table, dse/specs/rules.py; these functions raise from it (scalar plans) or
+# evaluate it as masks (the vectorised search).
+
+CHIPLET_ONLY_FIELDS = tuple(rules.CHIPLET_ONLY_FLAGS)
+
+
 def check_plan(plan: Plan, model, where: str = "plan", system=None) -> None:
     """Raise :class:`InputError` for a plan that cannot run this model at all.
 
     (A plan that runs but does not fit in memory is *infeasible*, not an error.)
     ``model`` must be resolved (kv_heads, ffn_hidden filled in). With ``system``,
     also check that the hardware has the tiers the plan offloads to.
+    Rules: :data:`dse.specs.rules.OFFLOAD_RULES` and :data:`~dse.specs.rules.MODEL_RULES`.
     """
-    check_offload(plan, system, where)
-    if model.heads % plan.tp:
-        raise InputError(f"{where}: --tp {plan.tp} does not divide the model's {model.heads} attention heads")
-    if model.kv_heads % plan.tp and plan.tp % model.kv_heads:
-        raise InputError(f"{where}: --tp {plan.tp} and the model's {model.kv_heads} KV heads must divide one another")
-    if model.ffn_hidden % plan.tp:
-        raise InputError(f"{where}: --tp {plan.tp} does not divide ffn_hidden {model.ffn_hidden}")
-    if plan.pp > model.layers:
-        raise InputError(f"{where}: --pp {plan.pp} is larger than the model's {model.layers} layers")
-    if plan.schedule == "interleaved":
-        if plan.virtual_stages < 2:
-            raise InputError(f"{where}: the interleaved schedule needs virtual_stages >= 2")
-        if plan.pp * plan.virtual_stages > model.layers:
-            raise InputError(f"{where}: pp*virtual_stages = {plan.pp * plan.virtual_stages} exceeds {model.layers} layers")
-    elif plan.virtual_stages != 1:
-        raise InputError(f"{where}: virtual_stages > 1 needs --set plan.schedule=interleaved")
-    gb = plan.global_batch
-    if gb is not None:
-        if gb % plan.dp:
-            raise InputError(f"{where}: --global-batch {gb} is not divisible by --dp {plan.dp}")
-        if (gb // plan.dp) % plan.micro_batch:
-            raise InputError(f"{where}: --micro-batch {plan.micro_batch} does not divide global batch / dp = {gb // plan.dp}")
-    if plan.sequence_parallel and plan.seq_len and plan.seq_len % plan.tp:
-        raise InputError(f"{where}: --sequence-parallel needs seq_len {plan.seq_len} divisible by --tp {plan.tp}")
-    if model.position == "learned" and plan.seq_len and plan.seq_len > model.position_embeddings:
-        raise InputError(f"{where}: --seq-len {plan.seq_len} exceeds the model's {model.position_embeddings} learned positions")
+    rules.check((*rules.OFFLOAD_RULES, *rules.MODEL_RULES), plan, model, system, where)
 
 
 def check_offload(plan: Plan, system=None, where: str = "plan") -> None:
     """Offload choices that cannot run at all: the tier is missing, or the combination is undefined."""
-    opt, par = plan.offload_optimizer, plan.offload_params
-    if opt in ("nvme", "csd") and plan.zero != 3:
-        raise InputError(f"{where}: --offload-optimizer {opt} needs --zero 3 (ZeRO-Infinity swaps optimizer state to "
-                         f"drives only in stage 3), got --zero {plan.zero}")
-    if opt == "cpu" and plan.zero < 1:
-        raise InputError(f"{where}: --offload-optimizer cpu needs --zero 1, 2 or 3 (ZeRO-Offload), got --zero {plan.zero}")
-    if par != "gpu" and plan.zero != 3:
-        raise InputError(f"{where}: --offload-params {par} needs --zero 3 (only stage 3 partitions parameters), "
-                         f"got --zero {plan.zero}")
-    if plan.gradient_compression < 1 and opt != "csd":
-        raise InputError(f"{where}: --gradient-compression {plan.gradient_compression:g} needs --offload-optimizer csd "
-                         "(the compressed gradients are decompressed by the drives' accelerators)")
-    if system is None:
-        return
-    storage = system.node.storage
-    if (opt in ("nvme", "csd") or par == "nvme") and storage is None:
-        flag = f"--offload-optimizer {opt}" if opt in ("nvme", "csd") else f"--offload-params {par}"
-        raise InputError(f"{where}: {flag}: hardware '{system.name}' has no storage drives; use gpu or cpu, "
-                         "or a system with drives")
-    if opt == "csd" and storage.device.near_storage is None:
-        raise InputError(f"{where}: --offload-optimizer csd: the drives of '{system.name}' ({storage.device.name}) "
-                         "have no near-storage compute; use --offload-optimizer nvme, or a system with computational "
-                         "storage (e.g. smart-infinity-a5000)")
+    rules.check(rules.OFFLOAD_RULES, plan, None, system, where)
+
+
 def check_activation_offload(plan: Plan, model, system, where: str = "plan") -> None:
     """Activation-offload choices that cannot run at all (SSDTrain; dse/estimate/activation_offload.py)."""
-    mode = plan.offload_activations
-    if mode == "none":
-        if plan.offload_layers is not None:
-            raise InputError(f"{where}: --offload-layers {plan.offload_layers} needs --offload-activations ssd or host")
-    if mode != "ssd" and plan.activation_io_path != "gds":
-        raise InputError(f"{where}: --activation-io-path {plan.activation_io_path} is the path of activations to "
-                         f"drives; it needs --offload-activations ssd (got {mode})")
-    if mode == "none":
-        return
-    if system.kind != GPU_SYSTEM:
-        raise InputError(f"{where}: --offload-activations {mode} applies to GPU systems; {system.name} is a chiplet "
-                         "package (see `dse list hardware`)")
-    if mode == "ssd" and system.node.storage is None:
-        raise InputError(f"{where}: --offload-activations ssd: hardware '{system.name}' has no storage drives "
-                         "(node.storage); use --offload-activations host or a system with drives, "
-                         "e.g. ssdtrain-a100-optane")
-    k = plan.offload_layers
-    if k is not None:
-        per_stage = -(-model.layers // (plan.pp * plan.virtual_stages)) * plan.virtual_stages
-        if k > model.layers:
-            raise InputError(f"{where}: --offload-layers {k} is more than the model's {model.layers} layers")
-        if k > per_stage:
-            raise InputError(f"{where}: --offload-layers {k} is more than the {per_stage} layers on each pipeline "
-                             f"stage (model {model.layers} layers, --pp {plan.pp}); allowed 0..{per_stage} or auto")
-
-
-# ----------------------------------------------------------------------------- the rules, vectorised
-
-CHIPLET_ONLY_FIELDS = ("chiplet_scheme", "chiplet_mesh", "chiplet_schedule", "chiplet_minibatch")
+    rules.check(rules.ACTIVATION_OFFLOAD_RULES, plan, model, system, where)
 
 
 def check_no_chiplet_fields(plan: Plan, system, where: str = "plan") -> None:
     """The chiplet-only plan fields are an error on a GPU system (they would be silently ignored)."""
-    for name, flag in (("chiplet_scheme", "--chiplet-scheme"), ("chiplet_mesh", "--mesh"),
-                       ("chiplet_schedule", "plan.chiplet_schedule"), ("chiplet_minibatch", "plan.chiplet_minibatch")):
-        if getattr(plan, name) is not None:
-            raise InputError(f"{where}: {flag} applies to chiplet packages only; {system.name} is a GPU system "
-                             f"(see `dse list hardware`)")
+    rules.check((rules.NO_CHIPLET_FIELDS,), plan, None, system, where)
 
 
 def plan_rules(plan: Plan, model, system=None) -> dict:
     """The rules that make a plan invalid, as ``{rule: ok}``, array-safe (the vectorised search).
 
-    Mirrors what :func:`dse.estimate.make_plan` checks after resolving a plan (the hardware
-    backend's ``check_plan``, :mod:`dse.estimate.backends`): on a GPU system
+    The same table (:mod:`dse.specs.rules`) that :func:`dse.estimate.make_plan` raises from, for
+    the hardware's kind (its backend, :mod:`dse.estimate.backends`): on a GPU system
     :func:`check_offload` and :func:`check_plan`, the chiplet-only fields and
     :func:`check_activation_offload`; on a chiplet package
     :func:`dse.specs.chiplet.check_chiplet_plan` and the activation-offload rules. ``ok`` is a
     bool, or a numpy bool array when numeric plan fields are arrays (broadcast shapes
     allowed); a combination is valid where every rule holds. String, boolean and
-    optional-or-None fields must be scalars. tests/test_search_rules.py draws plans from
-    every field's metadata on several systems and keeps these rules and the checks in step.
+    optional-or-None fields must be scalars.
     """
     if system is None:
         return gpu_plan_rules(plan, model, None)
@@ -252,67 +183,14 @@ def plan_rules(plan: Plan, model, system=None) -> dict:
 
 def gpu_plan_rules(plan: Plan, model, system=None) -> dict:
     """:func:`plan_rules` on a GPU system (``system`` None: the rules that do not need one)."""
-    rules = _offload_rules(plan, system)
-    t, p, v = plan.tp, plan.pp, plan.virtual_stages
-    rules.update({
-        "tp does not divide the attention heads": model.heads % t == 0,
-        "tp and the KV heads do not divide one another": (model.kv_heads % t == 0) | (t % model.kv_heads == 0),
-        "tp does not divide ffn_hidden": model.ffn_hidden % t == 0,
-        "pp exceeds the layers": p <= model.layers,
-    })
-    if plan.schedule == "interleaved":
-        rules["interleaving needs virtual_stages >= 2"] = v >= 2
-        rules["pp x virtual_stages exceeds the layers"] = p * v <= model.layers
-    else:
-        rules["virtual_stages > 1 without the interleaved schedule"] = v == 1
-    gb = plan.global_batch
-    if gb is not None:
-        rules["dp does not divide the global batch"] = gb % plan.dp == 0
-        rules["micro-batch does not divide global batch / dp"] = (gb // plan.dp) % plan.micro_batch == 0
-    if plan.sequence_parallel and plan.seq_len is not None:
-        rules["tp does not divide seq_len (sequence parallelism)"] = plan.seq_len % t == 0
-    if model.position == "learned" and plan.seq_len is not None:
-        rules["seq_len exceeds the learned positions"] = plan.seq_len <= model.position_embeddings
-    if system is not None:
-        rules["chiplet-only plan fields on a GPU system"] = all(getattr(plan, f) is None for f in CHIPLET_ONLY_FIELDS)
-    rules.update(activation_offload_rules(plan, model, system))
-    return rules
+    return rules.holds(rules.GPU_SYSTEM_RULES, plan, model, system)
 
 
 def _offload_rules(plan: Plan, system) -> dict:
     """:func:`check_offload` as rules."""
-    opt, par, zero = plan.offload_optimizer, plan.offload_params, plan.zero
-    rules = {}
-    if opt in ("nvme", "csd"):
-        rules["optimizer offload to drives needs ZeRO-3"] = zero == 3
-    if opt == "cpu":
-        rules["optimizer offload to the CPU needs ZeRO 1-3"] = zero >= 1
-    if par != "gpu":
-        rules["parameter offload needs ZeRO-3"] = zero == 3
-    if opt != "csd":
-        rules["gradient compression needs --offload-optimizer csd"] = plan.gradient_compression >= 1
-    if system is not None:
-        storage = system.node.storage
-        if opt in ("nvme", "csd") or par == "nvme":
-            rules["offload to drives on hardware without drives"] = storage is not None
-        if opt == "csd":
-            rules["drives without near-storage compute"] = storage is not None and storage.device.near_storage is not None
-    return rules
+    return rules.holds(rules.OFFLOAD_RULES, plan, None, system)
 
 
 def activation_offload_rules(plan: Plan, model, system) -> dict:
     """:func:`check_activation_offload` as rules."""
-    mode, k = plan.offload_activations, plan.offload_layers
-    io_path = {"activation_io_path without offload to drives": mode == "ssd" or plan.activation_io_path == "gds"}
-    if mode == "none":
-        return {"offload_layers without activation offload": k is None, **io_path}
-    rules = {"activation offload on a chiplet package": system is not None and system.kind == GPU_SYSTEM, **io_path}
-    if not rules["activation offload on a chiplet package"]:
-        return rules
-    if mode == "ssd":
-        rules["activation offload to drives on hardware without drives"] = system.node.storage is not None
-    if k is not None:
-        per_stage = -(-model.layers // (plan.pp * plan.virtual_stages)) * plan.virtual_stages
-        rules["offload_layers exceeds the layers"] = k <= model.layers
-        rules["offload_layers exceeds the layers of a pipeline stage"] = k <= per_stage
-    return rules
+    return rules.holds(rules.ACTIVATION_OFFLOAD_RULES, plan, model, system)

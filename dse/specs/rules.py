@@ -1,0 +1,263 @@
+"""Plan validity as one table of rules: the one-line errors and the search's exclusion masks read it.
+
+Each :class:`Rule` is a name (the reason the search counts an excluded point under), the plan,
+model and hardware fields it concerns, an optional ``when`` (a plain Python condition on the
+plan's string, boolean and optional fields and on the hardware: the rule applies), a
+vectorisable predicate ``ok`` (True where the plan satisfies the rule; numeric plan fields may
+be numpy arrays, and ``ok`` is then a bool array of their broadcast shape) and the one-line
+``message`` of a scalar plan that breaks it, with the allowed values. Every function takes
+``(plan, model, system)``: a resolved :class:`~dse.specs.plan.Plan`, a resolved model and the
+hardware spec (or None where a caller checks a plan without hardware).
+
+:func:`check` raises the first broken rule of a table as :class:`~dse.errors.InputError`
+(``dse estimate``, the library, the search's scalar path); :func:`holds` evaluates every rule
+that applies as ``{name: ok}`` (the vectorised search). The tables, in the order a plan is
+checked: :data:`GPU_SYSTEM_RULES` (:data:`OFFLOAD_RULES`, :data:`MODEL_RULES`, the
+chiplet-only fields, :data:`ACTIVATION_OFFLOAD_RULES`) and :data:`CHIPLET_PACKAGE_RULES`
+(:data:`CHIPLET_RULES`, then the activation-offload rules); the hardware backend of each
+kind (:mod:`dse.estimate.backends`) holds its table.
+
+>>> from dse.catalog import load_model
+>>> from dse.specs.plan import Plan
+>>> m = load_model("gpt2-xl")
+>>> plan = Plan(tp=2, dp=1, micro_batch=1, zero=1).resolved(m)
+>>> holds(MODEL_RULES, plan, m, None)["tp does not divide the attention heads"]
+False
+>>> check(MODEL_RULES, plan, m, None)
+Traceback (most recent call last):
+dse.errors.InputError: plan: --tp 2 does not divide the model's 25 attention heads
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from dse.errors import InputError
+from dse.specs.hardware import GPU_SYSTEM
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str                                  # the search's exclusion reason
+    fields: tuple[str, ...]                    # plan fields, model.<field>, hardware.<field> it concerns
+    ok: Callable                               # (plan, model, system) -> bool or bool array: the rule holds
+    message: Callable[..., str]                # (plan, model, system) -> one line, for a scalar plan that breaks it
+    when: Callable[..., bool] | None = None    # (plan, model, system) -> the rule applies (scalar fields only)
+
+    def applies(self, plan, model, system) -> bool:
+        return self.when is None or bool(self.when(plan, model, system))
+
+
+def holds(rules, plan, model, system) -> dict:
+    """``{rule name: ok}`` for every rule of the table that applies (array-safe in the numeric plan fields)."""
+    return {r.name: r.ok(plan, model, system) for r in rules if r.applies(plan, model, system)}
+
+
+def check(rules, plan, model, system, where: str = "plan") -> None:
+    """Raise :class:`InputError` with the message of the first rule of the table a scalar plan breaks."""
+    for r in rules:
+        if r.applies(plan, model, system) and not r.ok(plan, model, system):
+            raise InputError(f"{where}: {r.message(plan, model, system)}")
+
+
+def _gpu(s) -> bool:
+    return s is not None and s.kind == GPU_SYSTEM
+
+
+def _storage(s):
+    return s.node.storage
+
+
+# ----------------------------------------------------------------------------- storage offload (ZeRO-Infinity)
+
+_DRIVES = ("nvme", "csd")
+
+OFFLOAD_RULES = (
+    Rule("optimizer offload to drives needs ZeRO-3", ("offload_optimizer", "zero"),
+         when=lambda p, m, s: p.offload_optimizer in _DRIVES, ok=lambda p, m, s: p.zero == 3,
+         message=lambda p, m, s: f"--offload-optimizer {p.offload_optimizer} needs --zero 3 (ZeRO-Infinity swaps "
+                                 f"optimizer state to drives only in stage 3), got --zero {p.zero}"),
+    Rule("optimizer offload to the CPU needs ZeRO 1-3", ("offload_optimizer", "zero"),
+         when=lambda p, m, s: p.offload_optimizer == "cpu", ok=lambda p, m, s: p.zero >= 1,
+         message=lambda p, m, s: f"--offload-optimizer cpu needs --zero 1, 2 or 3 (ZeRO-Offload), got --zero {p.zero}"),
+    Rule("parameter offload needs ZeRO-3", ("offload_params", "zero"),
+         when=lambda p, m, s: p.offload_params != "gpu", ok=lambda p, m, s: p.zero == 3,
+         message=lambda p, m, s: f"--offload-params {p.offload_params} needs --zero 3 (only stage 3 partitions "
+                                 f"parameters), got --zero {p.zero}"),
+    Rule("gradient compression needs --offload-optimizer csd", ("gradient_compression", "offload_optimizer"),
+         when=lambda p, m, s: p.offload_optimizer != "csd", ok=lambda p, m, s: p.gradient_compression >= 1,
+         message=lambda p, m, s: f"--gradient-compression {p.gradient_compression:g} needs --offload-optimizer csd "
+                                 "(the compressed gradients are decompressed by the drives' accelerators)"),
+    Rule("offload to drives on hardware without drives", ("offload_optimizer", "offload_params", "hardware.node.storage"),
+         when=lambda p, m, s: s is not None and (p.offload_optimizer in _DRIVES or p.offload_params == "nvme"),
+         ok=lambda p, m, s: _storage(s) is not None,
+         message=lambda p, m, s: (f"--offload-optimizer {p.offload_optimizer}" if p.offload_optimizer in _DRIVES
+                                  else f"--offload-params {p.offload_params}")
+                                 + f": hardware '{s.name}' has no storage drives; use gpu or cpu, or a system with drives"),
+    Rule("drives without near-storage compute", ("offload_optimizer", "hardware.node.storage.device.near_storage"),
+         when=lambda p, m, s: s is not None and p.offload_optimizer == "csd",
+         ok=lambda p, m, s: _storage(s) is not None and _storage(s).device.near_storage is not None,
+         message=lambda p, m, s: f"--offload-optimizer csd: the drives of '{s.name}' ({_storage(s).device.name}) have no "
+                                 "near-storage compute; use --offload-optimizer nvme, or a system with computational "
+                                 "storage (e.g. smart-infinity-a5000)"),
+)
+
+
+# ----------------------------------------------------------------------------- parallelism and batch vs the model
+
+MODEL_RULES = (
+    Rule("tp does not divide the attention heads", ("tp", "model.heads"),
+         ok=lambda p, m, s: m.heads % p.tp == 0,
+         message=lambda p, m, s: f"--tp {p.tp} does not divide the model's {m.heads} attention heads"),
+    Rule("tp and the KV heads do not divide one another", ("tp", "model.kv_heads"),
+         ok=lambda p, m, s: (m.kv_heads % p.tp == 0) | (p.tp % m.kv_heads == 0),
+         message=lambda p, m, s: f"--tp {p.tp} and the model's {m.kv_heads} KV heads must divide one another"),
+    Rule("tp does not divide ffn_hidden", ("tp", "model.ffn_hidden"),
+         ok=lambda p, m, s: m.ffn_hidden % p.tp == 0,
+         message=lambda p, m, s: f"--tp {p.tp} does not divide ffn_hidden {m.ffn_hidden}"),
+    Rule("pp exceeds the layers", ("pp", "model.layers"),
+         ok=lambda p, m, s: p.pp <= m.layers,
+         message=lambda p, m, s: f"--pp {p.pp} is larger than the model's {m.layers} layers"),
+    Rule("interleaving needs virtual_stages >= 2", ("schedule", "virtual_stages"),
+         when=lambda p, m, s: p.schedule == "interleaved", ok=lambda p, m, s: p.virtual_stages >= 2,
+         message=lambda p, m, s: "the interleaved schedule needs virtual_stages >= 2"),
+    Rule("pp x virtual_stages exceeds the layers", ("schedule", "pp", "virtual_stages", "model.layers"),
+         when=lambda p, m, s: p.schedule == "interleaved", ok=lambda p, m, s: p.pp * p.virtual_stages <= m.layers,
+         message=lambda p, m, s: f"pp*virtual_stages = {p.pp * p.virtual_stages} exceeds {m.layers} layers"),
+    Rule("virtual_stages > 1 without the interleaved schedule", ("schedule", "virtual_stages"),
+         when=lambda p, m, s: p.schedule != "interleaved", ok=lambda p, m, s: p.virtual_stages == 1,
+         message=lambda p, m, s: "virtual_stages > 1 needs --set plan.schedule=interleaved"),
+    Rule("dp does not divide the global batch", ("global_batch", "dp"),
+         when=lambda p, m, s: p.global_batch is not None, ok=lambda p, m, s: p.global_batch % p.dp == 0,
+         message=lambda p, m, s: f"--global-batch {p.global_batch} is not divisible by --dp {p.dp}"),
+    Rule("micro-batch does not divide global batch / dp", ("micro_batch", "global_batch", "dp"),
+         when=lambda p, m, s: p.global_batch is not None,
+         ok=lambda p, m, s: (p.global_batch // p.dp) % p.micro_batch == 0,
+         message=lambda p, m, s: f"--micro-batch {p.micro_batch} does not divide global batch / dp = "
+                                 f"{p.global_batch // p.dp}"),
+    Rule("tp does not divide seq_len (sequence parallelism)", ("sequence_parallel", "seq_len", "tp"),
+         when=lambda p, m, s: p.sequence_parallel and p.seq_len is not None, ok=lambda p, m, s: p.seq_len % p.tp == 0,
+         message=lambda p, m, s: f"--sequence-parallel needs seq_len {p.seq_len} divisible by --tp {p.tp}"),
+    Rule("seq_len exceeds the learned positions", ("seq_len", "model.position_embeddings"),
+         when=lambda p, m, s: m.position == "learned" and p.seq_len is not None,
+         ok=lambda p, m, s: p.seq_len <= m.position_embeddings,
+         message=lambda p, m, s: f"--seq-len {p.seq_len} exceeds the model's {m.position_embeddings} learned positions"),
+)
+
+
+# ----------------------------------------------------------------------------- plan fields of the other kind
+
+CHIPLET_ONLY_FLAGS = {"chiplet_scheme": "--chiplet-scheme", "chiplet_mesh": "--mesh",
+                       "chiplet_schedule": "plan.chiplet_schedule", "chiplet_minibatch": "plan.chiplet_minibatch"}
+
+NO_CHIPLET_FIELDS = Rule(
+    "chiplet-only plan fields on a GPU system", tuple(CHIPLET_ONLY_FLAGS),
+    when=lambda p, m, s: s is not None, ok=lambda p, m, s: all(getattr(p, f) is None for f in CHIPLET_ONLY_FLAGS),
+    message=lambda p, m, s: f"{next(flag for f, flag in CHIPLET_ONLY_FLAGS.items() if getattr(p, f) is not None)} "
+                            f"applies to chiplet packages only; {s.name} is a GPU system (see `dse list hardware`)")
+
+
+# ----------------------------------------------------------------------------- activation offload (SSDTrain)
+
+
+def _per_stage(p, m):
+    return -(-m.layers // (p.pp * p.virtual_stages)) * p.virtual_stages
+
+
+def _offloads(p, s) -> bool:
+    return p.offload_activations != "none" and _gpu(s)
+
+
+ACTIVATION_OFFLOAD_RULES = (
+    Rule("offload_layers without activation offload", ("offload_layers", "offload_activations"),
+         when=lambda p, m, s: p.offload_activations == "none", ok=lambda p, m, s: p.offload_layers is None,
+         message=lambda p, m, s: f"--offload-layers {p.offload_layers} needs --offload-activations ssd or host"),
+    Rule("activation_io_path without offload to drives", ("activation_io_path", "offload_activations"),
+         ok=lambda p, m, s: p.offload_activations == "ssd" or p.activation_io_path == "gds",
+         message=lambda p, m, s: f"--activation-io-path {p.activation_io_path} is the path of activations to drives; "
+                                 f"it needs --offload-activations ssd (got {p.offload_activations})"),
+    Rule("activation offload on a chiplet package", ("offload_activations", "hardware.kind"),
+         when=lambda p, m, s: p.offload_activations != "none", ok=lambda p, m, s: _gpu(s),
+         message=lambda p, m, s: f"--offload-activations {p.offload_activations} applies to GPU systems; "
+                                 f"{getattr(s, 'name', 'the hardware')} is a chiplet package (see `dse list hardware`)"),
+    Rule("activation offload to drives on hardware without drives", ("offload_activations", "hardware.node.storage"),
+         when=lambda p, m, s: p.offload_activations == "ssd" and _gpu(s), ok=lambda p, m, s: _storage(s) is not None,
+         message=lambda p, m, s: f"--offload-activations ssd: hardware '{s.name}' has no storage drives "
+                                 "(node.storage); use --offload-activations host or a system with drives, "
+                                 "e.g. ssdtrain-a100-optane"),
+    Rule("offload_layers exceeds the layers", ("offload_layers", "model.layers"),
+         when=lambda p, m, s: _offloads(p, s) and p.offload_layers is not None,
+         ok=lambda p, m, s: p.offload_layers <= m.layers,
+         message=lambda p, m, s: f"--offload-layers {p.offload_layers} is more than the model's {m.layers} layers"),
+    Rule("offload_layers exceeds the layers of a pipeline stage", ("offload_layers", "pp", "virtual_stages", "model.layers"),
+         when=lambda p, m, s: _offloads(p, s) and p.offload_layers is not None,
+         ok=lambda p, m, s: p.offload_layers <= _per_stage(p, m),
+         message=lambda p, m, s: f"--offload-layers {p.offload_layers} is more than the {_per_stage(p, m)} layers on "
+                                 f"each pipeline stage (model {m.layers} layers, --pp {p.pp}); allowed "
+                                 f"0..{_per_stage(p, m)} or auto"),
+)
+
+
+# ----------------------------------------------------------------------------- chiplet packages (Hecaton)
+
+
+def _mesh(p, s):
+    from dse.specs.chiplet import plan_mesh
+
+    return plan_mesh(p, s)
+
+
+def _first(pairs) -> str:
+    """The first ``flag value`` of (flag, value, allowed) whose value is not the allowed one."""
+    return next(f"{flag} {value}" for flag, value, allowed in pairs if value != allowed)
+
+
+def _storage_flags(p):
+    return (("--offload-optimizer", p.offload_optimizer, "gpu"), ("--offload-params", p.offload_params, "gpu"),
+            ("--gradient-compression", p.gradient_compression, 1.0), ("--ssds", p.ssds, None))
+
+
+CHIPLET_RULES = (
+    Rule("mesh does not have the package's dies", ("chiplet_mesh", "hardware.rows", "hardware.cols"),
+         ok=lambda p, m, s: _mesh(p, s)[0] * _mesh(p, s)[1] == s.dies,
+         message=lambda p, m, s: "--mesh {0}x{1} has {2} dies; the package {3} has {4} ({5}x{6}); use a layout with "
+                                 "{4} dies".format(*_mesh(p, s), _mesh(p, s)[0] * _mesh(p, s)[1], s.name, s.dies,
+                                                   s.rows, s.cols)),
+    Rule("summa-2d needs a square mesh", ("chiplet_scheme", "chiplet_mesh"),
+         when=lambda p, m, s: p.chiplet_scheme == "summa-2d", ok=lambda p, m, s: _mesh(p, s)[0] == _mesh(p, s)[1],
+         message=lambda p, m, s: "--chiplet-scheme summa-2d needs a square mesh (q x q), got {}x{}; use megatron-1d or "
+                                 "hecaton-2d, or a square --mesh".format(*_mesh(p, s))),
+    Rule("tp, pp, dp must be 1 on a chiplet package", ("tp", "pp", "dp"),
+         ok=lambda p, m, s: (p.tp == 1) & (p.pp == 1) & (p.dp == 1),
+         message=lambda p, m, s: _first((("--tp", p.tp, 1), ("--pp", p.pp, 1), ("--dp", p.dp, 1)))
+                                 + " does not apply to a chiplet package; its dies are split by --chiplet-scheme and "
+                                   "--mesh (one package, tp = pp = dp = 1)"),
+    Rule("ZeRO does not apply to a chiplet package", ("zero",),
+         ok=lambda p, m, s: p.zero == 0,
+         message=lambda p, m, s: f"--zero {p.zero} does not apply to a chiplet package (one package holds every state)"),
+    Rule("storage offload on a chiplet package", ("offload_optimizer", "offload_params", "gradient_compression", "ssds"),
+         ok=lambda p, m, s: (p.offload_optimizer == "gpu" and p.offload_params == "gpu" and p.ssds is None)
+                            & (p.gradient_compression == 1.0),
+         message=lambda p, m, s: _first(_storage_flags(p)) + " does not apply to a chiplet package (it has no host or "
+                                 "drives; its training state lives in the package's DRAM)"),
+    Rule("the chiplet model needs flash attention", ("attention",),
+         ok=lambda p, m, s: p.attention == "flash",
+         message=lambda p, m, s: f"the chiplet model assumes fused (flash) attention; --attention {p.attention} "
+                                 "is not modelled"),
+    Rule("micro-batch does not divide the global batch", ("micro_batch", "global_batch"),
+         when=lambda p, m, s: p.global_batch is not None, ok=lambda p, m, s: p.global_batch % p.micro_batch == 0,
+         message=lambda p, m, s: f"--micro-batch {p.micro_batch} does not divide --global-batch {p.global_batch}"),
+    Rule("chiplet_minibatch does not divide the micro-batches", ("chiplet_minibatch", "global_batch", "micro_batch"),
+         when=lambda p, m, s: p.chiplet_minibatch is not None and p.global_batch is not None,
+         ok=lambda p, m, s: (p.global_batch // p.micro_batch) % p.chiplet_minibatch == 0,
+         message=lambda p, m, s: f"plan.chiplet_minibatch {p.chiplet_minibatch} does not divide the "
+                                 f"{p.global_batch // p.micro_batch} micro-batches of an iteration "
+                                 "(global batch / micro-batch)"),
+)
+
+
+# ----------------------------------------------------------------------------- the table of each hardware kind
+
+GPU_SYSTEM_RULES = (*OFFLOAD_RULES, *MODEL_RULES, NO_CHIPLET_FIELDS, *ACTIVATION_OFFLOAD_RULES)
+CHIPLET_PACKAGE_RULES = (*CHIPLET_RULES, *ACTIVATION_OFFLOAD_RULES)
