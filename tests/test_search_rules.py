@@ -1,8 +1,9 @@
 """The vectorised plan rules (dse.specs.plan.plan_rules) agree with check_plan.
 
-The plans are drawn from every Plan field's own metadata (choices, ranges), so a
-field added to Plan later is exercised too: a rule added to check_plan without its
-twin in plan_rules makes this test fail.
+Both read one table (dse/specs/rules.py; tests/test_plan_rule_table.py exercises each rule
+on its own). The plans here are drawn from every Plan field's own metadata (choices, ranges),
+so a field added to Plan later is exercised too: a check made outside the table (in
+make_plan, a spec's validation) without a rule makes this test fail.
 """
 
 from __future__ import annotations
