@@ -22,7 +22,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 
 Recompute = Literal["none", "selective", "full"]
 Attention = Literal["flash", "math"]
-Precision = Literal["bf16", "fp16"]
+Precision = Literal["bf16", "fp16", "bf16-pure"]
 ChipletScheme = Literal["megatron-1d", "summa-2d", "hecaton-2d"]
 OffloadOptimizer = Literal["gpu", "cpu", "nvme", "csd"]
 OffloadParams = Literal["gpu", "cpu", "nvme"]
@@ -93,7 +93,7 @@ def estimate(
     sequence_parallel: Optional[bool] = typer.Option(None, "--sequence-parallel/--no-sequence-parallel",
                                                      help="Megatron sequence parallelism"),
     zero: Optional[int] = typer.Option(None, "--zero", min=0, max=3, help="ZeRO stage 0-3"),
-    precision: Optional[Precision] = typer.Option(None, "--precision", help="bf16 | fp16"),
+    precision: Optional[Precision] = typer.Option(None, "--precision", help="bf16 | fp16 | bf16-pure"),
     offload_optimizer: Optional[OffloadOptimizer] = typer.Option(
         None, "--offload-optimizer", help="optimizer states: gpu | cpu | nvme (ZeRO-Infinity) | csd (update on the drives)"),
     offload_params: Optional[OffloadParams] = typer.Option(None, "--offload-params", help="fp16 parameters: gpu | cpu | nvme"),
@@ -162,7 +162,7 @@ def rok(
     attention: Optional[Attention] = typer.Option(None, "--attention", help="flash | math"),
     sequence_parallel: Optional[bool] = typer.Option(None, "--sequence-parallel/--no-sequence-parallel"),
     zero: Optional[int] = typer.Option(None, "--zero", min=0, max=3, help="ZeRO stage 0-3"),
-    precision: Optional[Precision] = typer.Option(None, "--precision", help="bf16 | fp16"),
+    precision: Optional[Precision] = typer.Option(None, "--precision", help="bf16 | fp16 | bf16-pure"),
     target: Optional[Literal["ssd", "host"]] = typer.Option(
         None, "--target", help="where offload writes: ssd | host (default: ssd when the hardware has drives)"),
     offload_layers: Optional[str] = typer.Option(None, "--offload-layers", help="N | auto (default auto)"),
@@ -216,7 +216,7 @@ def offload_compare(
     global_batch: Optional[int] = typer.Option(None, "--global-batch", "-B", min=1, help="sequences per iteration"),
     seq_len: Optional[int] = typer.Option(None, "--seq-len", "-s", min=1, help="tokens per sequence"),
     recompute: Optional[Recompute] = typer.Option(None, "--recompute", help="none | selective | full (default full)"),
-    precision: Optional[Precision] = typer.Option(None, "--precision", help="bf16 | fp16"),
+    precision: Optional[Precision] = typer.Option(None, "--precision", help="bf16 | fp16 | bf16-pure"),
     offload_params: Optional[OffloadParams] = typer.Option(None, "--offload-params", help="gpu | cpu | nvme (default cpu)"),
     optimizer: Optional[Optimizer] = typer.Option(None, "--optimizer", help="adam | sgd-momentum | adagrad"),
     exchange_dtype: Optional[ExchangeDtype] = typer.Option(None, "--exchange-dtype", help="fp32 (paper) | fp16 (released code)"),

@@ -102,10 +102,12 @@ def numbers(model, system, plan, *, trace=None) -> tuple[dict, list[str]]:
     F = None
     if trace is not None:
         from dse.estimate.trace import Tracer
-        from dse.formulas import activation_offload, compute, cost, memory, near_storage, offload, parallelism, transformer
+        from dse.formulas import (activation_offload, compute, cost, memory, near_storage, offload, optimizer,
+                                  parallelism, transformer)
 
         F = {m.__name__.rsplit(".", 1)[-1]: Tracer(m, trace)
-             for m in (transformer, memory, parallelism, compute, cost, offload, near_storage, activation_offload)}
+             for m in (transformer, memory, parallelism, compute, cost, offload, near_storage, activation_offload,
+                       optimizer)}
     c = base.compose(model, system, plan, F)
     for technique in techniques():
         technique.apply(c, model, system, plan, F)

@@ -14,12 +14,11 @@ from __future__ import annotations
 from dse.estimate.terms import BaseTerms, TimeTerms
 from dse.formulas import compute as _compute
 from dse.formulas import memory as _memory
+from dse.formulas import optimizer as _optimizer
 from dse.formulas import parallelism as _parallelism
 from dse.formulas import transformer as _transformer
 from dse.formulas._array import ceil, maximum, minimum, where
-
-PRECISION_BYTES = {"bf16": 2, "fp16": 2}
-GRAD_BYTES = {"fp32": 4, "half": 2}
+from dse.formulas.precision import peak_flops, recipe_of
 
 
 def shapes(model, plan):
@@ -53,10 +52,11 @@ def compose_memory(model, system, plan, F=None) -> dict:
     node = system.node
     gpu = node.gpu
     G = node.gpus_per_node
-    peak = gpu.peak_flops.get(plan.precision) or gpu.peak_flops.get("bf16") or max(gpu.peak_flops.values())
-    e = PRECISION_BYTES[plan.precision]
-    g_bytes = GRAD_BYTES[plan.grad_dtype]
-    opt_bytes = M.optimizer_bytes_per_param(plan.optimizer)
+    r = recipe_of(plan)                   # bytes per tensor class, dtype per GEMM class
+    peak = peak_flops(gpu.peak_flops, r.gemm_dtype)
+    e = r.activations
+    state_bytes = _optimizer.model_state_bytes_per_param(plan.optimizer, r)
+    g_bytes, opt_bytes = state_bytes["gradients"], state_bytes["optimizer"]
 
     s, b, t, p, d, v = plan.seq_len, plan.micro_batch, plan.tp, plan.pp, plan.dp, plan.virtual_stages
     B = plan.global_batch
@@ -102,9 +102,10 @@ def compose_memory(model, system, plan, F=None) -> dict:
     act_first = in_flight * (l_stage * a_layer + a_emb) + where(single, a_head, 0) + a_work
     act_last = l_stage * a_layer + a_head + where(single, a_emb, 0) + a_work
 
-    states_first = M.model_state_bytes(p_first, d, plan.zero, e, g_bytes, opt_bytes)
-    states_last = M.model_state_bytes(p_last, d, plan.zero, e, g_bytes, opt_bytes)
-    zero3_buf = where(plan.zero >= 3, M.zero3_gather_bytes(p_layer_gpu, e), 0)
+    w_bytes = state_bytes["weights"]
+    states_first = M.model_state_bytes(p_first, d, plan.zero, w_bytes, g_bytes, opt_bytes)
+    states_last = M.model_state_bytes(p_last, d, plan.zero, w_bytes, g_bytes, opt_bytes)
+    zero3_buf = where(plan.zero >= 3, M.zero3_gather_bytes(p_layer_gpu, r.weight_gathers), 0)
     total_first = states_first["weights"] + states_first["gradients"] + states_first["optimizer"] + act_first
     total_last = states_last["weights"] + states_last["gradients"] + states_last["optimizer"] + act_last
     first_is_max = total_first >= total_last
@@ -170,7 +171,9 @@ def compose_time(c, model, system, plan, F=None) -> dict:
     G = node.gpus_per_node
     i = c["terms"]
     s, b, t, p, d, v, B, m = i.seq_len, i.micro_batch, i.tp, i.pp, i.dp, i.virtual_stages, i.global_batch, i.micro_batches
-    e, g_bytes, peak, tokens, tok = i.bytes_per_element, i.grad_bytes, i.peak_flops, i.tokens, i.tokens_per_microbatch
+    peak, tokens, tok = i.peak_flops, i.tokens, i.tokens_per_microbatch
+    r = recipe_of(plan)
+    e = r.activations
     p_gpu, l_stage = i.params_per_gpu, i.layers_per_stage
     L, h, V = model.layers, model.hidden, model.vocab
     a, kv, hd, Fh = model.heads, model.kv_heads, model.head_dim, model.ffn_hidden
@@ -214,7 +217,7 @@ def compose_time(c, model, system, plan, F=None) -> dict:
                    position=model.position, dropout=dropout, bytes_per_element=e)
     ew_fwd = C.memory_time(C.elementwise_bytes(s, b, h, Fh, a, kv, hd, **ew_opts), gpu.hbm_bandwidth, eff.memory)
     ew_bwd = 2 * ew_fwd
-    act_msg = e * tok * h                   # bytes of one [s, b, h] activation
+    act_msg = r.tp_messages * tok * h       # bytes of one [s, b, h] activation
     ar = P.allreduce_time(act_msg, t, bw_tp, lat_tp)
     tp_fwd = 2 * ar                         # 2 all-reduces (or all-gather + reduce-scatter pairs with SP)
     if plan.async_tp_allreduce and not sp:  # hidden behind the QKV and fc1 weight-gradient GEMMs
@@ -241,12 +244,12 @@ def compose_time(c, model, system, plan, F=None) -> dict:
 
     # ---------------------------------------------------------------- embedding and head
     head_gemm = C.gemm_time(tok, h, V / t, peak, gemm_eff, oh)
-    head_ew = C.memory_time(4 * tok * V / t * 3, gpu.hbm_bandwidth, eff.memory)   # fp32 logits: softmax, loss, grad
+    head_ew = C.memory_time(r.logits * tok * V / t * 3, gpu.hbm_bandwidth, eff.memory)   # logits: softmax, loss, grad
     t_head = 3 * head_gemm + 3 * head_ew
-    t_embed = ar + C.memory_time(3 * act_msg, gpu.hbm_bandwidth, eff.memory)   # ar: the same all-reduce as a layer's
+    t_embed = ar + C.memory_time(3 * e * tok * h, gpu.hbm_bandwidth, eff.memory)   # ar: the same all-reduce as a layer's
 
     # ---------------------------------------------------------------- pipeline
-    pp_msg = act_msg / t                   # Megatron scatter-gather p2p: 1/t of the activation per rank
+    pp_msg = r.pp_messages * tok * h / t   # Megatron scatter-gather p2p: 1/t of the activation per rank
     t_p2p = where(single, 0.0, 2 * P.p2p_time(pp_msg, bw_pp, lat_pp))
     t_mb_fixed = eff.microbatch_overhead
     stage_first = l_stage * layer_total + t_embed + where(single, t_head, 0)
@@ -267,10 +270,11 @@ def compose_time(c, model, system, plan, F=None) -> dict:
     # is overlapped. ZeRO-3 therefore never beats ZeRO-1/2 on time for the same plan: it moves more, as often or
     # more often, under the same overlap rule.
     zero = plan.zero
-    grad_b = p_gpu * g_bytes
+    grad_b = p_gpu * r.dp_gradients
+    gather_b = p_gpu * r.weight_gathers
     dp_ar = P.allreduce_time(grad_b, d, bw_dp, lat_dp)
     rs_grads = P.allgather_time(grad_b, d, bw_dp, lat_dp)             # reduce-scatter of the gradients
-    ag_weights = P.allgather_time(p_gpu * e, d, bw_dp, lat_dp)        # all-gather of the weights
+    ag_weights = P.allgather_time(gather_b, d, bw_dp, lat_dp)         # all-gather of the weights
     dp_time = where(zero == 0, dp_ar, where(zero < 3, rs_grads + ag_weights, m * (2 * ag_weights + rs_grads)))
     fwd_window = l_stage * layer_fwd
     bwd_window = l_stage * layer_bwd
@@ -283,12 +287,13 @@ def compose_time(c, model, system, plan, F=None) -> dict:
     else:
         dp_exposed = dp_time
     if model.tied_embeddings:   # first and last stage both hold the word embedding: sum their gradients
-        emb_bytes = V * h / t * g_bytes
+        emb_bytes = V * h / t * r.dp_gradients
         emb_sync = where(single, 0.0, P.allreduce_time(emb_bytes, 2, bw_pp, lat_pp))
     else:
         emb_bytes, emb_sync = 0.0, 0.0
     opt_params = p_gpu / where(zero >= 1, d, 1)
-    t_opt = C.memory_time(C.adam_step_bytes(opt_params, g_bytes, e), gpu.hbm_bandwidth, eff.memory)
+    O = F["optimizer"] if F and "optimizer" in F else _optimizer
+    t_opt = C.memory_time(O.step_bytes(opt_params, plan.optimizer, r), gpu.hbm_bandwidth, eff.memory)
     t_iter = t_pipe + dp_exposed + emb_sync + t_opt
 
     # ---------------------------------------------------------------- breakdown
@@ -326,8 +331,8 @@ def compose_time(c, model, system, plan, F=None) -> dict:
 
     # ---------------------------------------------------------------- traffic (bytes per iteration per GPU)
     tp_bytes = m * l_stage * (4 + where(plan.recompute == "full", 2, 0)) * where(t > 1, 2 * (t - 1) / t * act_msg, 0.0)
-    dp_bytes = where(d > 1, (d - 1) / d, 0.0) * where(zero == 0, 2 * grad_b, where(zero < 3, grad_b + p_gpu * e,
-                                                                                   m * (grad_b + 2 * p_gpu * e)))
+    dp_bytes = where(d > 1, (d - 1) / d, 0.0) * where(zero == 0, 2 * grad_b, where(zero < 3, grad_b + gather_b,
+                                                                                   m * (grad_b + 2 * gather_b)))
     pp_bytes = where(single, 0.0, 2 * m * pp_msg + emb_bytes)     # activations both ways + the embedding sync
     traffic = {
         "intra_node": where(tp_inside, tp_bytes, 0.0) + where(dp_inside, dp_bytes, 0.0) + where(pp_inside, pp_bytes, 0.0),

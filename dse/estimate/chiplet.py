@@ -24,11 +24,10 @@ from dse.formulas import compute as _compute
 from dse.formulas import cost as _cost
 from dse.formulas import package_cost as _package_cost
 from dse.formulas import transformer as _transformer
-from dse.formulas.memory import optimizer_bytes_per_param
+from dse.formulas import optimizer as _optimizer
+from dse.formulas.precision import recipe_of
 from dse.specs.chiplet import plan_mesh
 
-PRECISION_BYTES = {"bf16": 2, "fp16": 2}
-GRAD_BYTES = {"fp32": 4, "half": 2}
 DEFAULT_SCHEME = "hecaton-2d"
 AUTO_SCHEDULE = {"megatron-1d": "microbatch", "summa-2d": "microbatch", "hecaton-2d": "minibatch"}
 
@@ -69,9 +68,11 @@ def compose(model, package, plan, M=None) -> dict:
     rows, cols = plan_mesh(plan, package)
     dies = rows * cols
     die, nop_spec, dram_spec, site = package.die, package.nop, package.dram, package.site
-    e = PRECISION_BYTES[plan.precision]
-    g = GRAD_BYTES[plan.grad_dtype]
-    o = optimizer_bytes_per_param(plan.optimizer)
+    r = recipe_of(plan)
+    e = r.activations   # one element size for the chiplet formulas' activations, weights and NoP messages
+    g = r.gradients
+    o = _optimizer.state_bytes_per_param(plan.optimizer, r)
+    step = _optimizer.step_bytes_per_param(plan.optimizer, r)
     s, b = plan.seq_len, plan.micro_batch
     gb = plan.global_batch
     m = gb / b
@@ -122,7 +123,7 @@ def compose(model, package, plan, M=None) -> dict:
                     bytes_per_element=e)
     stored = T.activation_bytes_per_layer(s, b, h, a, kv, hd, ffn, **act_opts)
     k = minibatch_of(plan) if schedule == "minibatch" else 1
-    dram = K.dram_traffic(m, k, L, p_layer, params, stored, tok, h, e, g, o)
+    dram = K.dram_traffic(m, k, L, p_layer, params, stored, tok, h, e, g, o, step_bytes=step)
     devices = K.dram_attach_points(rows, cols, dram_spec.placement, dram_spec.per_attach)
     dram_bw = devices * dram_spec.bandwidth
     dram_cap = devices * dram_spec.capacity

@@ -32,10 +32,11 @@ from dse.estimate.terms import DriveWrites, drive_use
 from dse.formulas import activation_offload as _ao
 from dse.formulas import near_storage as _near
 from dse.formulas import offload as _offload
+from dse.formulas import optimizer as _optimizer
 from dse.formulas._array import is_scalar, maximum, minimum, where
+from dse.formulas.precision import recipe_of
 
 EXCHANGE_BYTES = {"fp32": 4, "fp16": 2}
-SWAP_GRAD_BYTES = 4          # ZeRO-Infinity swaps fp32 gradients (DeepSpeed swap_buffer_manager dtype fp32)
 INF = float("inf")
 
 
@@ -106,14 +107,17 @@ def apply(c, model, system, plan, F=None) -> None:
     opt, par = plan.offload_optimizer, plan.offload_params
     offloaded_opt = opt != "gpu"
 
-    e, d, m, zero = i.bytes_per_element, i.dp, i.micro_batches, plan.zero
+    d, m, zero = i.dp, i.micro_batches, plan.zero
+    r = recipe_of(plan)
+    w, g16, g32 = r.weight_gathers, r.offload_gradients, r.offload_master_gradients   # bytes per element moved
     p_gpu = i.params_per_gpu
     g_node = minimum(c["gpus"], node.gpus_per_node)          # GPUs sharing one host and its drives
     shard_opt = p_gpu / where(zero >= 1, d, 1)                # optimizer partition of one GPU
     shard_w = p_gpu / where(zero >= 3, d, 1)                  # fp16 parameter partition of one GPU
     P_opt = shard_opt * g_node                                # optimizer partitions a node holds
     P_w = shard_w * g_node
-    state = O.optimizer_state_bytes(plan.optimizer)
+    OPT = F["optimizer"] if F and "optimizer" in F else _optimizer
+    state = OPT.state_bytes_per_param(plan.optimizer, r)      # master copy + states (mixed-precision Adam: 12)
     N = drives_used(system, plan)
     b_host, b_up, b_read, b_write = _bandwidths(system, N)
     x = EXCHANGE_BYTES[plan.exchange_dtype]
@@ -138,22 +142,22 @@ def apply(c, model, system, plan, F=None) -> None:
     t_fetch_fw = t_fetch_bw = 0.0
     if par != "gpu":
         passes = O.fetch_passes(plan.recompute)
-        t_pass = O.transfer_time(O.param_fetch_bytes(shard_w, e, 1), b_host)
+        t_pass = O.transfer_time(O.param_fetch_bytes(shard_w, w, 1), b_host)
         if par == "nvme":
-            t_pass = maximum(t_pass, O.transfer_time(O.param_fetch_bytes(P_w, e, 1), b_read))
-            up_read = up_read + m * O.param_fetch_bytes(P_w, e, passes)
+            t_pass = maximum(t_pass, O.transfer_time(O.param_fetch_bytes(P_w, w, 1), b_read))
+            up_read = up_read + m * O.param_fetch_bytes(P_w, w, passes)
         t_fetch_fw = m * t_pass
         t_fetch_bw = m * (passes - 1) * t_pass
-        h2d = h2d + m * O.param_fetch_bytes(shard_w, e, passes)
+        h2d = h2d + m * O.param_fetch_bytes(shard_w, w, passes)
 
     # ------------------------------------------------------------ gradients off the GPU
     t_grad = t_tier = t_comp = 0.0
     if offloaded_opt:
-        grads = e * shard_opt * m                             # fp16 gradient partitions, every micro-batch
+        grads = g16 * shard_opt * m                           # fp16 gradient partitions, every micro-batch
         d2h = d2h + grads
         t_grad = O.transfer_time(grads, b_host)
     if opt == "nvme":
-        g_tier = O.gradient_offload_bytes(P_opt, SWAP_GRAD_BYTES)
+        g_tier = O.gradient_offload_bytes(P_opt, g32)
         up_write = up_write + g_tier
         w_grads = g_tier
         t_tier = O.transfer_time(g_tier, b_write)
@@ -164,10 +168,10 @@ def apply(c, model, system, plan, F=None) -> None:
         t_tier = O.transfer_time(g_tier, b_write)
         # Released code: dense gradients go back to the GPU, are sorted there, values + indices come back.
         if not (is_scalar(cr) and not compressed):
-            t_comp = where(compressed, O.transfer_time(e * shard_opt, b_host)
+            t_comp = where(compressed, O.transfer_time(g16 * shard_opt, b_host)
                            + NS.topk_time(shard_opt, gpu.hbm_bandwidth, gpu.efficiency.memory)
                            + O.transfer_time(cr * x * shard_opt, b_host), 0.0)
-            h2d = h2d + where(compressed, e * shard_opt, 0.0)
+            h2d = h2d + where(compressed, g16 * shard_opt, 0.0)
             d2h = d2h + where(compressed, cr * x * shard_opt, 0.0)
 
     # ------------------------------------------------------------ update
@@ -180,7 +184,7 @@ def apply(c, model, system, plan, F=None) -> None:
         optimizer = O.cpu_optimizer_time(P_opt, state, host.optimizer_throughput)
         t_update = optimizer
     elif opt == "nvme":
-        r_bytes = O.swap_in_bytes(P_opt, state, SWAP_GRAD_BYTES)
+        r_bytes = O.swap_in_bytes(P_opt, state, g32)
         w_bytes = O.swap_out_bytes(P_opt, state)
         up_read = up_read + r_bytes
         up_write = up_write + w_bytes
@@ -208,15 +212,15 @@ def apply(c, model, system, plan, F=None) -> None:
     # updated fp16 parameters back where they live
     t_post = 0.0
     if offloaded_opt and par == "gpu":
-        h2d = h2d + e * shard_w
-        t_post = O.transfer_time(e * shard_w, b_host)
+        h2d = h2d + w * shard_w
+        t_post = O.transfer_time(w * shard_w, b_host)
     elif not offloaded_opt:                                   # GPU step, params offloaded: copy them back out
-        d2h = d2h + e * shard_w
-        t_post = O.transfer_time(e * shard_w, b_host)
+        d2h = d2h + w * shard_w
+        t_post = O.transfer_time(w * shard_w, b_host)
     if par == "nvme":
-        up_write = up_write + e * P_w
-        w_params = e * P_w
-        t_post = t_post + O.transfer_time(e * P_w, b_write)
+        up_write = up_write + w * P_w
+        w_params = w * P_w
+        t_post = t_post + O.transfer_time(w * P_w, b_write)
     t_update = t_update + t_post
 
     # ------------------------------------------------------------ phases and the time components
@@ -270,23 +274,23 @@ def apply(c, model, system, plan, F=None) -> None:
     mg, mh, ms = mem["gpu"], mem["host"], mem["storage"]
     if offloaded_opt:
         mg["optimizer"] = 0.0 * p_gpu
-        mg["gradients"] = O.reduce_bucket_bytes(shard_opt, grad_bytes=e)
-        mh["gradients"] = mh["gradients"] + e * P_opt       # fp16 gradient partitions in pinned host memory
+        mg["gradients"] = O.reduce_bucket_bytes(shard_opt, grad_bytes=g16)
+        mh["gradients"] = mh["gradients"] + g16 * P_opt     # fp16 gradient partitions in pinned host memory
     if par != "gpu":
         mg["weights"] = 0.0 * p_gpu                          # only the gathered layers, counted in buffers
     if par == "cpu":
-        mh["weights"] = mh["weights"] + e * P_w
+        mh["weights"] = mh["weights"] + r.weights * P_w
     if opt == "cpu":
-        mh["gradients"] = mh["gradients"] + SWAP_GRAD_BYTES * P_opt
+        mh["gradients"] = mh["gradients"] + g32 * P_opt
         mh["optimizer"] = mh["optimizer"] + state * P_opt
     if opt in ("nvme", "csd"):
         mh["buffers"] = mh["buffers"] + g_node * O.optimizer_swap_buffer_bytes(plan.sub_group_size, plan.optimizer_buffer_count)
         ms["optimizer"] = ms["optimizer"] + state * P_opt
-        ms["gradients"] = ms["gradients"] + (O.gradient_offload_bytes(P_opt, SWAP_GRAD_BYTES) if opt == "nvme"
+        ms["gradients"] = ms["gradients"] + (O.gradient_offload_bytes(P_opt, g32) if opt == "nvme"
                                              else O.gradient_offload_bytes(P_opt, x, cr))
     if par == "nvme":
         mh["buffers"] = mh["buffers"] + g_node * O.param_swap_buffer_bytes(plan.param_buffer_count, plan.param_buffer_size)
-        ms["weights"] = ms["weights"] + e * P_w
+        ms["weights"] = ms["weights"] + r.weights * P_w
     for tier in (mg, mh, ms):
         tier["total"] = tier["weights"] + tier["gradients"] + tier["optimizer"] + tier["activations"] + tier["buffers"]
     if dev is not None:

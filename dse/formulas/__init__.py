@@ -3,6 +3,8 @@
 One module per concern:
 
 - :mod:`dse.formulas.transformer` — parameters, FLOPs, activation bytes per layer
+- :mod:`dse.formulas.precision` — precision recipes: bytes per tensor class, dtype per GEMM class
+- :mod:`dse.formulas.optimizer` — the optimizers: states, bytes kept, bytes moved by the step
 - :mod:`dse.formulas.memory` — model-state bytes per tensor class and ZeRO stage
 - :mod:`dse.formulas.parallelism` — collectives, group bandwidths, pipeline bubble
 - :mod:`dse.formulas.compute` — GEMM, attention and element-wise kernel times
@@ -29,7 +31,7 @@ import importlib
 from dse.formulas._array import Num
 
 __all__ = ["transformer", "memory", "parallelism", "compute", "cost", "offload", "near_storage", "chiplet",
-           "package_cost", "activation_offload", "energy", "Num"]
+           "package_cost", "activation_offload", "energy", "precision", "optimizer", "Num"]
 
 
 def __getattr__(name):

@@ -622,10 +622,10 @@ def min_tile_sram(tile: Num, bytes_per_element: Num = 2) -> Num:
 
 def dram_traffic(micro_batches: Num, minibatch: Num, layers: Num, layer_params: Num, total_params: Num,
                  stored_bytes_per_layer: Num, tokens: Num, h: Num, bytes_per_element: Num = 2, grad_bytes: Num = 4,
-                 optimizer_bytes: Num = 12) -> dict:
+                 optimizer_bytes: Num = 12, step_bytes: Num | None = None) -> dict:
     """DRAM bytes of one iteration for the whole package, by phase and class.
 
-    Formula: 2 (m/k) W + (2 m/k - 1) G + 2 m L A + [k > 1] 3 m L T h e + P (2o + g + e)
+    Formula: 2 (m/k) W + (2 m/k - 1) G + 2 m L A + [k > 1] 3 m L T h e + P s_opt, s_opt = 2o + g + e
     Source: reconstruction of research note chiplet.md §2d "DRAM side" (Hecaton's scheduling "largely reduces DRAM
     accesses", arXiv 2407.05784 abstract; its schedule was not readable).
 
@@ -639,8 +639,12 @@ def dram_traffic(micro_batches: Num, minibatch: Num, layers: Num, layer_params: 
       reads the layer input back, T h e (its write is the stored input), backward writes and reads
       dX, 2 T h e, per micro-batch and layer: 3 m L T h e;
     - stored activations written in forward, read in backward: 2 m L A;
-    - optimizer (Adam, fp32 master and moments): P (o + g) read, P (o + e) written.
+    - optimizer (Adam, fp32 master and moments): P (o + g) read, P (o + e) written: s_opt = 2o + g + e bytes
+      per parameter, or ``step_bytes`` (:func:`dse.formulas.optimizer.step_bytes_per_param`, which equals it in
+      mixed precision and also covers an update without a master copy).
 
+    Args:
+        step_bytes: s_opt, bytes the optimizer step reads and writes per parameter (None: 2o + g + e) [bytes]
     Returns:
         dict forward, backward, optimizer, weights, gradients, activations, boundary, total [bytes]
 
@@ -655,7 +659,7 @@ def dram_traffic(micro_batches: Num, minibatch: Num, layers: Num, layer_params: 
     gr = (2 * fetches - 1) * layers * layer_params * g
     acts = micro_batches * layers * stored_bytes_per_layer
     bnd_f = where(minibatch > 1, micro_batches * layers * tokens * h * e, 0 * tokens)
-    opt = total_params * (2 * o + g + e)
+    opt = total_params * (2 * o + g + e if step_bytes is None else step_bytes)
     fwd = w + acts + bnd_f
     bwd = w + gr + acts + 2 * bnd_f
     return {"forward": fwd, "backward": bwd, "optimizer": opt, "weights": 2 * w, "gradients": gr,

@@ -30,6 +30,10 @@ Symbols:
 
 from __future__ import annotations
 
+import dataclasses
+
+from dse.formulas import optimizer as _optimizer
+from dse.formulas import precision as _precision
 from dse.formulas._array import Num
 
 __all__ = ["gemm_time", "memory_time", "flash_attention_flops", "elementwise_bytes", "adam_step_bytes"]
@@ -139,6 +143,9 @@ def adam_step_bytes(params: Num, grad_bytes: Num = 4, weight_bytes: Num = 2) -> 
     Source: the operands of Adam (Kingma & Ba 2015, Algorithm 1) in mixed precision (Micikevicius et al. 2018):
     each fp32 state is read and written once.
 
+    Adam in bf16 mixed precision through :func:`dse.formulas.optimizer.step_bytes` (the one optimizer
+    definition); the estimate calls that with the plan's optimizer and precision.
+
     Args:
         params: P, parameters this GPU updates [count]
         grad_bytes: g, bytes per gradient read [bytes]
@@ -149,4 +156,5 @@ def adam_step_bytes(params: Num, grad_bytes: Num = 4, weight_bytes: Num = 2) -> 
     >>> adam_step_bytes(1e9) / 1e9   # 30 B per parameter with fp32 gradients: GB
     30.0
     """
-    return params * (24 + grad_bytes + weight_bytes)
+    r = dataclasses.replace(_precision.recipe("bf16"), weights=weight_bytes)
+    return _optimizer.step_bytes(params, "adam", r, grad_bytes)

@@ -18,12 +18,16 @@ Symbols:
 from __future__ import annotations
 
 from dse.formulas._array import Num, where
+from dse.formulas.optimizer import OPTIMIZERS, state_bytes_per_param
+from dse.formulas.precision import RECIPES
 
 __all__ = ["OPTIMIZER_STATE_BYTES", "optimizer_bytes_per_param", "model_state_bytes", "zero3_gather_bytes"]
 
-#: Optimizer-state bytes per parameter, moments only (the fp32 master copy is added by
-#: :func:`optimizer_bytes_per_param`): Adam m and v 8, SGD momentum 4, AdaGrad's sum of squares 4.
-OPTIMIZER_STATE_BYTES = {"adam": 8, "adamw": 8, "sgd-momentum": 4, "adagrad": 4, "sgd": 0}
+#: Optimizer-state bytes per parameter in mixed precision, moments only (the fp32 master copy is added by
+#: :func:`optimizer_bytes_per_param`): Adam m and v 8, SGD momentum 4, AdaGrad's sum of squares 4. A view of
+#: :data:`dse.formulas.optimizer.OPTIMIZERS` (the one definition), kept for existing callers.
+OPTIMIZER_STATE_BYTES = {name: state_bytes_per_param(name, RECIPES["bf16"]) - RECIPES["bf16"].master_weights
+                         for name in OPTIMIZERS}
 
 
 def optimizer_bytes_per_param(optimizer: str = "adam", master_bytes: int = 4) -> int:
@@ -31,6 +35,9 @@ def optimizer_bytes_per_param(optimizer: str = "adam", master_bytes: int = 4) ->
 
     Formula: o = master (4) + moments (Adam 8: m and v; SGD-momentum 4; AdaGrad 4).
     Source: Rajbhandari et al. 2020 (ZeRO, arXiv 1910.02054) §3.1: "K = 12" for mixed-precision Adam.
+
+    The moments come from :data:`dse.formulas.optimizer.OPTIMIZERS` (fp32 states); for another precision use
+    :func:`dse.formulas.optimizer.state_bytes_per_param` with its recipe.
 
     Args:
         optimizer: adam, adamw, sgd-momentum, adagrad or sgd [choice]

@@ -38,7 +38,9 @@ Symbols:
 
 from __future__ import annotations
 
+from dse.formulas import optimizer as _optimizer
 from dse.formulas._array import Num, maximum, minimum
+from dse.formulas.precision import RECIPES as _RECIPES
 
 __all__ = ["TIERS", "TENSOR_CLASSES", "CLASS_BYTES", "OPTIMIZER_CLASSES", "TIER_SECTION", "CLASS_SECTION",
            "OPTIMIZER_BUFFER_COUNT", "PARAM_BUFFER_COUNT", "PARAM_BUFFER_SIZE", "SUB_GROUP_SIZE", "REDUCE_BUCKET_SIZE",
@@ -52,13 +54,15 @@ __all__ = ["TIERS", "TENSOR_CLASSES", "CLASS_BYTES", "OPTIMIZER_CLASSES", "TIER_
 TIERS = ("gpu", "cpu", "nvme", "csd")
 #: Tensor classes of mixed-precision training with an adaptive optimizer; their bytes per parameter.
 TENSOR_CLASSES = ("params_fp16", "grads_fp16", "grads_fp32", "master_fp32", "momentum", "variance")
-CLASS_BYTES = {"params_fp16": 2, "grads_fp16": 2, "grads_fp32": 4, "master_fp32": 4, "momentum": 4, "variance": 4}
-# Optimizer-state classes per optimizer (the fp32 master copy is part of the optimizer state).
-OPTIMIZER_CLASSES = {
-    "adam": ("master_fp32", "momentum", "variance"),
-    "sgd-momentum": ("master_fp32", "momentum"),
-    "adagrad": ("master_fp32", "variance"),   # AdaGrad's sum of squared gradients
-}
+# Both are views of the mixed-precision recipe (dse.formulas.precision) and of the one optimizer table
+# (dse.formulas.optimizer.OPTIMIZERS); the estimate reads the plan's recipe itself.
+_MIXED = _RECIPES["bf16"]
+CLASS_BYTES = {"params_fp16": _MIXED.weights, "grads_fp16": _MIXED.offload_gradients,
+               "grads_fp32": _MIXED.offload_master_gradients, "master_fp32": _MIXED.master_weights,
+               "momentum": _MIXED.optimizer_states, "variance": _MIXED.optimizer_states}
+# Optimizer-state classes per optimizer (the fp32 master copy is part of the optimizer state; AdaGrad's sum of
+# squared gradients is the "variance" class).
+OPTIMIZER_CLASSES = {name: ("master_fp32",) + o.states for name, o in _optimizer.OPTIMIZERS.items()}
 # Which memory section of an estimate holds a tier.
 TIER_SECTION = {"gpu": "gpu", "cpu": "host", "nvme": "storage", "csd": "storage"}
 # Memory-section class of each tensor class.
@@ -83,13 +87,15 @@ def optimizer_state_bytes(optimizer: str = "adam") -> int:
     Source: ZeRO-Infinity (arXiv 2104.07857) Sec. 3: "FP32 momentum, variance, parameters"; Smart-Infinity
     (arXiv 2403.06664) Sec. VII-F.
 
+    Mixed precision, from :func:`dse.formulas.optimizer.state_bytes_per_param` (the one optimizer table).
+
     Returns:
         bytes per parameter [bytes]
 
     >>> optimizer_state_bytes("adam"), optimizer_state_bytes("sgd-momentum")
     (12, 8)
     """
-    return sum(CLASS_BYTES[k] for k in OPTIMIZER_CLASSES[optimizer])
+    return _optimizer.state_bytes_per_param(optimizer, _MIXED)
 
 
 def placement(zero: int, offload_optimizer: str = "gpu", offload_params: str = "gpu", optimizer: str = "adam") -> dict:

@@ -13,14 +13,15 @@ import dataclasses
 from dataclasses import dataclass
 
 from dse.formulas._array import maximum, where
+from dse.formulas.precision import DEFAULT_GRAD_DTYPE, GRAD_DTYPE_BYTES, PRECISIONS
 from dse.specs import rules
 from dse.specs._schema import spec_field
 from dse.specs.hardware import GPU_SYSTEM
 
 RECOMPUTE = ("none", "selective", "full")
 ATTENTION = ("flash", "math")
-PRECISION = ("bf16", "fp16")
-GRAD_DTYPE = ("fp32", "half")
+PRECISION = PRECISIONS              # names of the precision recipes (dse/formulas/precision.py)
+GRAD_DTYPE = tuple(GRAD_DTYPE_BYTES)
 OPTIMIZERS = ("adam", "sgd-momentum", "adagrad")
 OFFLOAD_OPTIMIZER = ("gpu", "cpu", "nvme", "csd")   # where the optimizer states (and fp32 gradients) live
 OFFLOAD_PARAMS = ("gpu", "cpu", "nvme")             # where the fp16 parameters live between uses
@@ -46,8 +47,12 @@ class Plan:
     zero: int | None = spec_field(None, ge=0, le=3, help="ZeRO stage: 1 shards optimizer states (Megatron's distributed "
                            "optimizer, the default on GPU systems), 2 also gradients, 3 also parameters; 0 replicates "
                            "them")
-    precision: str = spec_field("bf16", choices=PRECISION, help="activation/parameter dtype")
-    grad_dtype: str = spec_field("fp32", choices=GRAD_DTYPE, help="dtype gradients are accumulated and reduced in")
+    precision: str = spec_field("bf16", choices=PRECISION, help="precision recipe: bf16 or fp16 mixed precision "
+                                "(16-bit weights and activations, fp32 master weights and optimizer states), or "
+                                "bf16-pure (weights, gradients and optimizer states in bf16, no master copy); bytes "
+                                "per tensor class in dse/formulas/precision.py")
+    grad_dtype: str | None = spec_field(None, choices=GRAD_DTYPE, help="dtype gradients are accumulated and reduced "
+                                        "in; default fp32 for mixed precision, half for bf16-pure")
     optimizer: str = spec_field("adam", choices=OPTIMIZERS)
     schedule: str = spec_field("1f1b", choices=SCHEDULES, help="pipeline schedule")
     virtual_stages: int = spec_field(1, gt=0, help="model chunks per pipeline stage (interleaved schedule)")
@@ -126,7 +131,9 @@ class Plan:
         if sg is None:
             sg = 4e7 if self.offload_optimizer == "csd" else 1e9
         seq = self.seq_len if self.seq_len is not None else (model.seq_len or model.max_seq_len)
-        return dataclasses.replace(self, dp=dp, global_batch=gb, zero=zero, seq_len=seq, sub_group_size=sg)
+        grad = self.grad_dtype or DEFAULT_GRAD_DTYPE[self.precision]
+        return dataclasses.replace(self, dp=dp, global_batch=gb, zero=zero, seq_len=seq, sub_group_size=sg,
+                                   grad_dtype=grad)
 
 
 # ----------------------------------------------------------------------------- validity: the rule table's two faces
