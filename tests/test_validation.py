@@ -18,3 +18,47 @@ def test_formula_suite_exact():
     r = run_suite("formulas")
     assert r.passed
     assert all(abs(c.error) <= c.tolerance for c in r.cases)
+
+
+def test_h100_hf_suite_is_honest_about_its_misses():
+    """The shared H100 file as a suite: 16 configurations x (time, memory), nothing fitted to it.
+
+    Today's model (fused Megatron kernels) is optimistic on eager PyTorch by 30-50 % in time and
+    15-50 % in memory: every case and both targets are documented expected misses, so the suite
+    fails plainly and is accepted only with --allow-expected-misses. When a model change brings a
+    case within tolerance, this test still passes; when the errors grow, the bounds below catch it.
+    """
+    r = run_suite("h100-hf")
+    assert r.stats["cases"] == 32
+    q = r.stats["by_quantity"]
+    assert q["time"]["cases"] == q["memory"]["cases"] == 16
+    assert r.targets == {"time": {"mape": 0.08}, "memory": {"mape": 0.06}}
+    assert not r.passed and r.accepted
+    assert [c.name for c in r.cases if not c.within and not c.expected_miss] == []
+    assert set(r.target_misses) == {"time mape", "memory mape"}
+    # today's errors (2026-11-25): time MAPE 42 %, memory 33 %, all optimistic; a regression makes them worse
+    assert q["time"]["mape"] <= 0.43 and q["memory"]["mape"] <= 0.34, q
+    assert q["time"]["spearman"] >= 0.9 and q["memory"]["spearman"] >= 0.9, q
+
+
+def test_h100_hf_scenarios_match_the_measured_models():
+    """The plans mirror the measurement: GPT-2 of the measured parameter count, bf16 weights and grads, one GPU."""
+    from dse.calibrate.measurements import plan_for, predict
+    from dse.catalog import load_system
+    from dse.validate import h100_hf
+
+    system = load_system(h100_hf.SYSTEM)
+    ms = h100_hf.measurements()
+    assert len(ms) == 16
+    for m in ms:
+        r = __import__("dse").estimate(m.model, system, plan_for(m, system))
+        assert r["model"]["params"] in (362163200, 1569080000)
+        assert m.model.vocab == 50257 and m.model.tied_embeddings and m.model.dropout == 0
+        p = r["plan"]
+        assert (p["tp"], p["pp"], p["dp"], p["zero"], p["precision"], p["grad_dtype"]) == (1, 1, 1, 0, "bf16", "half")
+        assert r["time"]["dp_communication"] == 0 and r["time"]["embedding_sync"] == 0
+        # what the measurement excludes is subtracted exactly: the optimizer's step and states, the runtime reserve
+        t, mem = predict(m, system)
+        assert t == r["time"]["iteration"] - r["time"]["optimizer"]
+        gpu = r["memory"]["gpu"]
+        assert mem == gpu["total"] - system.node.gpu.reserved - gpu["optimizer"]

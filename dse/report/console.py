@@ -199,6 +199,22 @@ def render_spec(con, kind: str, data: dict) -> None:
     con.print(tab)
 
 
+def _quantity_summary(r) -> str:
+    """Per-quantity MAPE and signed mean error of a suite that compares several quantities, with their targets."""
+    out = ""
+    checks = r.target_checks()
+    for q, st in r.stats.get("by_quantity", {}).items():
+        if "mape" not in st:
+            continue
+        out += f"; {q} MAPE {100 * st['mape']:.1f}% (mean {100 * st['mean_signed_error']:+.1f}%)"
+        target = r.targets.get(q, {})
+        if isinstance(target, dict) and "mape" in target:
+            key = f"{q} mape"
+            miss = "" if checks.get(key) else (", documented miss" if key in r.target_misses else ", MISSED")
+            out += f" (target <= {100 * target['mape']:g}%{miss})"
+    return out
+
+
 def render_validation(con, results, verbose: bool) -> None:
     for r in results:
         tab = Table(title=f"suite {r.name}", box=box.SIMPLE_HEAVY, title_justify="left")
@@ -229,6 +245,7 @@ def render_validation(con, results, verbose: bool) -> None:
             line += f"; Spearman {st['spearman']:.3f}"
             if "spearman" in r.targets:
                 line += f" (target >= {r.targets['spearman']:g})"
+        line += _quantity_summary(r)
         if r.passed:
             line += " — [green]PASS[/]"
         elif r.accepted:
@@ -239,3 +256,7 @@ def render_validation(con, results, verbose: bool) -> None:
         for c in r.cases:
             if c.expected_miss and not c.within and verbose:
                 con.print(f"  [yellow]expected miss[/] {c.name}: {c.expected_miss}")
+        if verbose:
+            for key, why in r.target_misses.items():
+                if not r.target_checks().get(key, True):
+                    con.print(f"  [yellow]expected target miss[/] {key}: {why}")

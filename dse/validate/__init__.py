@@ -2,7 +2,12 @@
 
 Cases live in suites (one module each, registered in :data:`SUITES`). A suite may
 also set aggregate targets (mean absolute percentage error, Spearman rank
-correlation) that ``dse validate`` checks besides the per-case tolerances.
+correlation) that ``dse validate`` checks besides the per-case tolerances: over
+all its cases (``TARGETS = {"mape": 0.1}``), or per quantity when its cases compare
+several (``Case.quantity``; ``TARGETS = {"time": {"mape": 0.08}}``). A target the
+model misses for a documented reason is listed in the suite's
+``EXPECTED_TARGET_MISSES`` (``{"time mape": "why"}``): like an expected case miss it
+is still a failure, accepted only with ``--allow-expected-misses``.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ SUITES = {
     "chiplet": "dse.validate.chiplet",
     "smart-infinity": "dse.validate.smart_infinity",
     "ssdtrain": "dse.validate.ssdtrain",
+    "h100-hf": "dse.validate.h100_hf",
 }
 
 
@@ -33,6 +39,7 @@ class Case:
     note: str = ""
     kind: str = "relative"           # "relative": |model/ref - 1| <= tol; "absolute": |model - ref| <= tol
     expected_miss: str = ""          # a documented reason the model cannot match this reference; still in the statistics
+    quantity: str = ""               # what is compared (e.g. "time", "memory") when a suite compares several
     value: float | None = field(default=None, init=False)
 
     def run(self) -> float:
@@ -66,6 +73,7 @@ class SuiteResult:
     cases: list[Case]
     targets: dict
     stats: dict
+    target_misses: dict = field(default_factory=dict)   # "time mape" -> documented reason the target is missed
 
     @property
     def passed(self) -> bool:
@@ -75,15 +83,23 @@ class SuiteResult:
     @property
     def accepted(self) -> bool:
         """As :attr:`passed`, but documented expected misses are accepted (they are regressions only if they grow)."""
-        return all(c.accepted for c in self.cases) and all(self.target_checks().values())
+        return (all(c.accepted for c in self.cases)
+                and all(ok or k in self.target_misses for k, ok in self.target_checks().items()))
 
     def target_checks(self) -> dict:
+        """``{"mape": ok, ...}`` for suite-wide targets, ``{"time mape": ok, ...}`` for per-quantity ones."""
         out = {}
-        if "mape" in self.targets:
-            out["mape"] = self.stats["mape"] <= self.targets["mape"]
-        if "spearman" in self.targets:
-            out["spearman"] = self.stats["spearman"] >= self.targets["spearman"]
+        for key, target in self.targets.items():
+            if isinstance(target, dict):
+                stats = self.stats.get("by_quantity", {}).get(key, {})
+                out.update({f"{key} {k}": _meets(k, stats.get(k, float("nan")), v) for k, v in target.items()})
+            else:
+                out[key] = _meets(key, self.stats[key], target)
         return out
+
+
+def _meets(stat: str, value: float, target: float) -> bool:
+    return value >= target if stat == "spearman" else value <= target
 
 
 def spearman(x: list[float], y: list[float]) -> float:
@@ -110,6 +126,15 @@ def spearman(x: list[float], y: list[float]) -> float:
 
 
 def statistics(cases: list[Case]) -> dict:
+    """Counts, MAPE, largest and mean signed error, Spearman; per quantity too when the cases compare several."""
+    out = _statistics(cases)
+    quantities = list(dict.fromkeys(c.quantity for c in cases))
+    if len(quantities) > 1:
+        out["by_quantity"] = {q: _statistics([c for c in cases if c.quantity == q]) for q in quantities}
+    return out
+
+
+def _statistics(cases: list[Case]) -> dict:
     rel = [c for c in cases if c.kind == "relative"]
     errs = [abs(c.error) for c in rel]
     out = {"cases": len(cases), "within_tolerance": sum(c.within for c in cases),
@@ -140,4 +165,5 @@ def run_suite(name: str) -> SuiteResult:
     cases = mod.cases()
     for c in cases:
         c.run()
-    return SuiteResult(name, cases, getattr(mod, "TARGETS", {}), statistics(cases))
+    return SuiteResult(name, cases, getattr(mod, "TARGETS", {}), statistics(cases),
+                       dict(getattr(mod, "EXPECTED_TARGET_MISSES", {})))
