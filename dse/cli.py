@@ -336,6 +336,33 @@ def validate(suites: List[str] = typer.Argument(None, help="suites to run (defau
         raise typer.Exit(1)
 
 
+@app.command()
+def calibrate(data: str = typer.Option(..., "--data", help="measured scenarios: dse measure / H100 JSONL, or generic CSV/JSONL"),
+              hw: str = typer.Option(..., "--hw", help="hardware system whose GPU efficiency is fitted"),
+              params: Optional[str] = typer.Option(None, "--params", help="fitted fields, comma-separated (default "
+                                                   "gemm,attention,memory,gemm_overhead)"),
+              folds: int = typer.Option(5, "--folds", min=0, help="k-fold cross-validation (0: none)"),
+              out: Optional[str] = typer.Option(None, "--out", help="write the calibrated hardware YAML here"),
+              json_out: bool = typer.Option(False, "--json")):
+    """Fit a GPU's efficiency parameters to measured step times (scipy least squares); write a calibrated --hw YAML."""
+    from dse.calibrate.command import run
+
+    return run(data, hw, params, folds, out, json_out)
+
+
+@app.command()
+def measure(out: str = typer.Option("measured.jsonl", "--out", help="JSONL file to write (the format dse calibrate reads)"),
+            device: str = typer.Option("cuda", "--device", help="cuda | cpu (cpu only with --smoke)"),
+            smoke: bool = typer.Option(False, "--smoke", help="tiny shapes, a few seconds: checks the harness runs"),
+            models: str = typer.Option("gpt2-medium,gpt2-xl", "--models", help="GPT-2-style catalog models to time"),
+            batches: str = typer.Option("4,8", "--batches", help="micro-batch sizes"),
+            seq_len: int = typer.Option(1024, "--seq-len", "-s", min=1, help="tokens per sequence")):
+    """Measure this machine's GPU (micro-benchmarks and timed training steps; needs the measure extra: torch)."""
+    from dse.measure.command import run
+
+    return run(out, device, smoke, models, batches, seq_len)
+
+
 @app.command("chiplet-scaling")
 def chiplet_scaling(
     hw: str = typer.Option("chiplet-train-8x8", "--hw", help="chiplet package of the first point (catalog name or YAML)"),

@@ -143,10 +143,10 @@ def hf_row(row: dict, where: str) -> Measurement:
     recompute = row.get("recompute", "none")
     if recompute not in ("none", "full"):
         raise InputError(f"{where}: recompute = {recompute!r}; allowed: none, full")
-    b, s = int(_number(row, "b", where)), int(_number(row, "s", where))
+    b, s = int(_number(row, "b", where) or 0), int(_number(row, "s", where) or 0)
     model, note = hf_model(row, where)
-    plan = dict(tp=1, pp=1, dp=1, zero=0, micro_batch=b, global_batch=b, seq_len=s, recompute=recompute,
-                attention=_HF_ATTENTION[attn], precision="bf16", grad_dtype="half")
+    plan = {"tp": 1, "pp": 1, "dp": 1, "zero": 0, "micro_batch": b, "global_batch": b, "seq_len": s,
+            "recompute": recompute, "attention": _HF_ATTENTION[attn], "precision": "bf16", "grad_dtype": "half"}
     name = f"{row.get('model')} {attn} b{b} s{s} rc-{recompute}"
     return Measurement(name=name, model=model, plan_data=plan, time_s=_number(row, "step_s", where),
                        peak_bytes=_number(row, "peak_bytes", where, required=False), optimizer_step=False, note=note)

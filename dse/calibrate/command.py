@@ -1,0 +1,64 @@
+"""``dse calibrate``: read measurements, fit, print the report, write the calibrated hardware YAML."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dse.errors import InputError
+
+
+def run(data: str, hw: str, params: str | None, folds: int, out: str | None, json_out: bool) -> int:
+    from dse.calibrate import fit, measurements
+    from dse.catalog import is_chiplet_package, load_system
+
+    if is_chiplet_package(hw):
+        raise InputError(f"--hw {hw}: a chiplet package has no GPU efficiency to calibrate; give a GPU system "
+                         f"(dse list hardware)")
+    try:
+        import scipy.optimize  # noqa: F401  (used by dse.calibrate.fit)
+    except ImportError:
+        raise InputError("dse calibrate needs scipy: pip install 'dse[calibrate]'") from None
+    names = fit.parse_params(params) if params else fit.DEFAULT_PARAMS
+    system = load_system(hw)
+    ms = measurements.read(data)
+    result = fit.calibrate(ms, system, names, folds=folds)
+    if out:
+        stem = Path(out).stem
+        text = fit.calibrated_yaml(hw, result, stem, data)
+        try:
+            Path(out).write_text(text)
+        except OSError as exc:
+            raise InputError(f"--out {out}: cannot write ({exc.strerror})") from None
+        load_system(out)   # the file must load as --hw (round trip)
+        result["written"] = out
+    if json_out:
+        from dse.report.jsonout import dumps
+
+        print(dumps(result))
+        return 0
+    render(result)
+    return 0
+
+
+def render(result: dict) -> None:
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console()
+    tab = Table(title=f"calibrated {result['gpu']} ({result['system']}) on {result['points']} measured step times",
+                box=box.SIMPLE_HEAVY, title_justify="left")
+    for col in ("parameter", "before", "fitted", "± 1 sigma", ""):
+        tab.add_column(col, justify="left" if not col or col == "parameter" else "right")
+    for name, p in result["parameters"].items():
+        f = (lambda x: f"{x * 1e6:.3g} µs") if name.endswith("overhead") else (lambda x: f"{x:.3f}")
+        tab.add_row(name, f(p["before"]), f(p["after"]), f(p["sigma"]), "at its bound" if p["at_bound"] else "")
+    con.print(tab)
+    line = (f"time MAPE: {100 * result['mape_before']:.1f} % uncalibrated -> {100 * result['mape_fit']:.1f} % fitted "
+            f"({result['loss']} loss)")
+    cv = result["cross_validation"]
+    if cv:
+        line += f"; {cv['folds']}-fold cross-validated {100 * cv['mape']:.1f} % (held-out points, seed {cv['seed']})"
+    con.print(line)
+    if result.get("written"):
+        con.print(f"written to {result['written']} (use it as --hw {result['written']})")

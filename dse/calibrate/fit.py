@@ -1,0 +1,201 @@
+"""Fit a GPU's efficiency parameters to measured step times (``dse calibrate``).
+
+The model: ``dse``'s own estimate, as a function of the chosen fields of
+:class:`~dse.specs.hardware.GPUEfficiency` (``gemm``, ``attention``, ``memory`` in (0, 1];
+``gemm_overhead``, ``layer_overhead``, ``microbatch_overhead`` >= 0 seconds). Residual of a
+scenario: predicted / measured time - 1 (relative, so short and long steps weigh alike),
+minimised with ``scipy.optimize.least_squares`` (trust-region reflective within the bounds,
+robust ``soft_l1`` loss with a 5 % scale, so one odd measurement does not drag the fit). The
+uncertainty is the linearised one: ``sqrt(diag((J^T J)^-1) * sum(r^2) / (n - k))``.
+
+Refused, with a one-line :class:`~dse.errors.InputError`: fewer than ``k + 2`` measured times
+for ``k`` parameters, and a parameter the data cannot determine (its Jacobian column is zero at
+the start or at the fit, or it is a linear combination of the others: rank-deficient Jacobian).
+scipy is imported only here: ``dse estimate`` never loads it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from dse.errors import InputError
+
+#: Fields that may be fitted, their scale inside the optimiser (the fit works in units of it) and bounds.
+PARAMETERS = {
+    "gemm": (1.0, (1e-3, 1.0)),
+    "attention": (1.0, (1e-3, 1.0)),
+    "memory": (1.0, (1e-3, 1.0)),
+    "gemm_overhead": (1e-6, (0.0, math.inf)),
+    "layer_overhead": (1e-6, (0.0, math.inf)),
+    "microbatch_overhead": (1e-6, (0.0, math.inf)),
+}
+DEFAULT_PARAMS = ("gemm", "attention", "memory", "gemm_overhead")
+LOSS, F_SCALE = "soft_l1", 0.05
+# Step used to probe each parameter's effect before fitting: 5 % of its value, at least this (in fit units).
+_PROBE = 0.05
+
+
+def parse_params(text: str) -> tuple[str, ...]:
+    names = tuple(dict.fromkeys(x.strip() for x in text.split(",") if x.strip()))
+    bad = [n for n in names if n not in PARAMETERS]
+    if bad or not names:
+        from dse.errors import suggest
+
+        what = repr(bad[0]) + suggest(bad[0], PARAMETERS) if bad else "nothing"
+        raise InputError(f"--params {text!r}: {what} is not a fitted parameter; allowed: {', '.join(PARAMETERS)}")
+    return names
+
+
+def with_efficiency(system, values: dict):
+    """``system`` with its GPU's efficiency fields replaced by ``values``."""
+    node = system.node
+    eff = dataclasses.replace(node.gpu.efficiency, **values)
+    return dataclasses.replace(system, node=dataclasses.replace(node, gpu=dataclasses.replace(node.gpu, efficiency=eff)))
+
+
+class Problem:
+    """Measured times, their resolved plans, and the prediction as a function of the fitted parameters."""
+
+    def __init__(self, measurements, system, names):
+        from dse.calibrate.measurements import plan_for
+
+        self.all = list(measurements)
+        self.timed = [m for m in self.all if m.time_s]
+        self.system, self.names = system, tuple(names)
+        self.plans = [plan_for(m, system) for m in self.timed]
+        eff = system.node.gpu.efficiency
+        self.start = np.array([getattr(eff, n) / PARAMETERS[n][0] for n in self.names])
+
+    def values(self, z) -> dict:
+        return {n: float(zi) * PARAMETERS[n][0] for n, zi in zip(self.names, z)}
+
+    def predict(self, z, idx) -> np.ndarray:
+        from dse.calibrate.measurements import predict
+
+        sys_ = with_efficiency(self.system, self.values(z))
+        return np.array([predict(self.timed[i], sys_, self.plans[i])[0] for i in idx])
+
+    def residuals(self, z, idx) -> np.ndarray:
+        return self.predict(z, idx) / np.array([self.timed[i].time_s for i in idx]) - 1.0
+
+    def jacobian(self, z, idx) -> np.ndarray:
+        """Forward differences with a probe step large enough to see a max() switch on (5 %, >= 0.05 fit units)."""
+        r0 = self.residuals(z, idx)
+        cols = []
+        for k in range(len(z)):
+            lo, hi = (b / PARAMETERS[self.names[k]][0] for b in PARAMETERS[self.names[k]][1])
+            step = max(_PROBE * abs(z[k]), _PROBE)
+            step = step if z[k] + step <= hi else -step
+            zz = np.array(z, dtype=float)
+            zz[k] = min(max(zz[k] + step, lo), hi)
+            cols.append((self.residuals(zz, idx) - r0) / (zz[k] - z[k]))
+        return np.column_stack(cols)
+
+
+def check_identifiable(jac: np.ndarray, names, where: str) -> None:
+    """Refuse a zero column or a rank-deficient Jacobian, naming the parameter."""
+    import scipy.linalg
+
+    norms = np.linalg.norm(jac, axis=0)
+    for n, v in zip(names, norms):
+        if not v > 1e-9:
+            raise InputError(f"--params {n}: not identifiable from this data ({where}, no measured time changes with "
+                             f"it, e.g. a host overhead hidden behind GPU time); drop it from --params")
+    scaled = jac / norms
+    _, r, piv = scipy.linalg.qr(scaled, mode="economic", pivoting=True)
+    diag = np.abs(np.diag(r))
+    if diag[-1] < 1e-6 * diag[0]:
+        worst = names[piv[-1]]
+        raise InputError(f"--params {worst}: not identifiable from this data ({where}, rank-deficient Jacobian: its "
+                         f"effect is a combination of the others'); drop it or add varied measurements")
+
+
+def _solve(problem: Problem, idx):
+    from scipy.optimize import least_squares
+
+    lo = [PARAMETERS[n][1][0] / PARAMETERS[n][0] for n in problem.names]
+    hi = [PARAMETERS[n][1][1] / PARAMETERS[n][0] for n in problem.names]
+    z0 = np.clip(problem.start, lo, hi)
+    return least_squares(problem.residuals, z0, bounds=(lo, hi), loss=LOSS, f_scale=F_SCALE, args=(idx,),
+                         method="trf", x_scale="jac")
+
+
+def mape(errors) -> float:
+    return float(np.mean(np.abs(errors))) if len(errors) else float("nan")
+
+
+def calibrate(measurements, system, names=DEFAULT_PARAMS, folds: int = 5, seed: int = 0) -> dict:
+    """Fit ``names`` to every measured time; report the fit, the linearised uncertainty and a k-fold CV error."""
+    problem = Problem(measurements, system, names)
+    n, k = len(problem.timed), len(problem.names)
+    if n < k + 2:
+        raise InputError(f"--data: {n} measured times for {k} parameters ({', '.join(problem.names)}); "
+                         f"need at least {k + 2}: measure more scenarios or fit fewer --params")
+    everything = list(range(n))
+    check_identifiable(problem.jacobian(problem.start, everything), problem.names, "at the starting values")
+    res = _solve(problem, everything)
+    check_identifiable(problem.jacobian(res.x, everything), problem.names, "at the fitted values")
+    r = problem.residuals(res.x, everything)
+    jac = problem.jacobian(res.x, everything)
+    dof = max(n - k, 1)
+    try:
+        cov = np.linalg.inv(jac.T @ jac) * float(r @ r) / dof
+        sigma = np.sqrt(np.maximum(np.diag(cov), 0.0))
+    except np.linalg.LinAlgError:  # pragma: no cover - excluded by the rank check
+        sigma = np.full(k, np.nan)
+    before = problem.residuals(problem.start, everything)
+    fitted = problem.values(res.x)
+    eff = system.node.gpu.efficiency
+    params = {nm: {"before": getattr(eff, nm), "after": fitted[nm], "sigma": float(s) * PARAMETERS[nm][0],
+                   "at_bound": bool(np.isclose(res.x[i], PARAMETERS[nm][1][0] / PARAMETERS[nm][0])
+                                    or np.isclose(res.x[i], PARAMETERS[nm][1][1] / PARAMETERS[nm][0]))}
+              for i, (nm, s) in enumerate(zip(problem.names, sigma))}
+    return {"system": system.name, "gpu": system.node.gpu.name, "points": n, "parameters": params,
+            "loss": LOSS, "mape_before": mape(before), "mape_fit": mape(r),
+            "cross_validation": cross_validate(problem, folds, seed) if folds else None,
+            "points_table": [{"name": m.name, "measured_s": m.time_s, "before_s": float(m.time_s * (1 + b)),
+                              "fit_s": float(m.time_s * (1 + a))} for m, b, a in zip(problem.timed, before, r)]}
+
+
+def cross_validate(problem: Problem, folds: int, seed: int = 0) -> dict:
+    """k-fold cross-validated MAPE: fit on k-1 folds, predict the held-out one (seeded shuffle); 0 folds: none."""
+    n, k = len(problem.timed), len(problem.names)
+    if folds < 2:
+        raise InputError(f"--folds {folds}: need at least 2")
+    folds = min(folds, n)
+    order = np.random.default_rng(seed).permutation(n)
+    parts = [sorted(order[i::folds].tolist()) for i in range(folds)]
+    smallest = n - max(len(p) for p in parts)
+    if smallest < k + 2:
+        raise InputError(f"--folds {folds}: a fit would see only {smallest} of {n} points for {k} parameters "
+                         f"(need {k + 2}); use fewer folds")
+    held = []
+    for part in parts:
+        train = [i for i in range(n) if i not in part]
+        res = _solve(problem, train)
+        held.extend(problem.residuals(res.x, part).tolist())
+    return {"folds": folds, "seed": seed, "mape": mape(held)}
+
+
+def calibrated_yaml(hw: str, result: dict, name: str, data_file: str) -> str:
+    """The hardware system ``hw`` as YAML with the fitted efficiency fields (components inlined)."""
+    import yaml
+
+    from dse.catalog import system_data
+
+    data, where = system_data(hw)
+    data = dict(data, name=name)
+    gpu = data["node"]["gpu"]
+    gpu["efficiency"] = {**gpu.get("efficiency", {}),
+                         **{nm: float(f"{p['after']:.6g}") for nm, p in result["parameters"].items()}}
+    cv = result["cross_validation"]
+    cv_text = f"{cv['folds']}-fold cross-validated {100 * cv['mape']:.1f} %" if cv else "not cross-validated"
+    head = [f"# {name}: {where} with GPU efficiency fitted by `dse calibrate` to {data_file}",
+            (f"# ({result['points']} measured step times; MAPE {100 * result['mape_before']:.1f} % before, "
+             f"{100 * result['mape_fit']:.1f} % fitted, {cv_text})."),
+            *(f"#   {nm}: {p['before']:.4g} -> {p['after']:.4g} +- {p['sigma']:.2g}"
+              for nm, p in result["parameters"].items())]
+    return "\n".join(head) + "\n" + yaml.safe_dump(data, sort_keys=False, allow_unicode=True)

@@ -1,0 +1,129 @@
+"""``dse measure``: run the micro-benchmarks and timed training steps, write the JSONL ``dse calibrate`` reads.
+
+Output: one ``kind: micro`` row (the GPU's rates) and one ``kind: base`` row per training
+configuration (model x attention x recomputation x micro-batch), in the format of
+``data/h100_hf_training.jsonl`` (see data/README.md); each base row also carries its model's
+``config`` so that a model outside the catalog reads back exactly. ``--device cpu --smoke`` runs
+tiny shapes on the CPU in a few seconds (the tests use it; CPU times calibrate nothing).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from dse.errors import InputError
+
+GEMM_SHAPES = ((8192, 8192, 8192), (4096, 4096, 4096), (8192, 1024, 1024), (16384, 4800, 1600), (8192, 4096, 1024),
+               (8192, 11008, 4096))
+ADAMW_PARAMS = (3.55e8, 1.56e9)
+SMOKE_CONFIG = {"layers": 2, "hidden": 64, "heads": 4, "vocab": 512, "n_positions": 64}
+
+
+def _ints(text: str, flag: str) -> list[int]:
+    try:
+        vals = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise InputError(f"{flag} {text!r}: expected comma-separated integers, e.g. 4,8") from None
+    if not vals or min(vals) < 1:
+        raise InputError(f"{flag} {text!r}: expected integers >= 1")
+    return vals
+
+
+def _configs(models: str, smoke: bool) -> dict:
+    if smoke:
+        return {"smoke-gpt": SMOKE_CONFIG}
+    from dse.catalog import load_model
+
+    out = {}
+    for name in (x.strip() for x in models.split(",") if x.strip()):
+        m = load_model(name)
+        if m.ffn_type != "gelu" or m.position != "learned" or not m.tied_embeddings or m.hidden % m.heads:
+            raise InputError(f"--models {name}: dse measure builds GPT-2-style models (GeLU MLP, learned "
+                             f"positions, tied head); {name} is not one")
+        out[name] = {"layers": m.layers, "hidden": m.hidden, "heads": m.heads, "vocab": m.vocab,
+                     "n_positions": m.max_seq_len}
+    return out
+
+
+def _torch(device: str, smoke: bool):
+    try:
+        import torch
+    except ImportError:
+        raise InputError("dse measure needs PyTorch: pip install 'dse[measure]'") from None
+    if device not in ("cuda", "cpu"):
+        raise InputError(f"--device {device!r}; allowed: cuda, cpu")
+    if device == "cpu" and not smoke:
+        raise InputError("--device cpu: only with --smoke (CPU timings do not calibrate a GPU)")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise InputError("no CUDA GPU visible to PyTorch: dse measure times a GPU (--device cpu --smoke runs the "
+                         "tiny CPU smoke mode)")
+    if device == "cpu":
+        torch.set_num_threads(1)   # tiny shapes: threads only add contention
+    return torch
+
+
+def micro_row(torch, device: str, smoke: bool) -> dict:
+    from dse.measure import micro
+
+    reps = 2 if smoke else 10
+    dtype = torch.float32 if device == "cpu" else torch.bfloat16
+    row: dict = {"kind": "micro", "torch": torch.__version__, "smoke": smoke}
+    if device == "cuda":
+        props = torch.cuda.get_device_properties(0)
+        row.update(device=props.name, sms=props.multi_processor_count)
+    else:
+        row.update(device="cpu")
+    shapes = ((128, 128, 128), (256, 128, 64)) if smoke else GEMM_SHAPES
+    row["gemm_tflops"] = micro.gemm_tflops(shapes, device, dtype, reps)
+    row["hbm_copy_GBps_rw"] = micro.copy_rate(2**20 if smoke else 2**30, device, reps)
+    if device == "cuda":
+        row.update(micro.pinned_rates(2**28, reps))
+        ar = micro.allreduce_busbw(2**28, reps)
+        if ar:
+            row["allreduce"] = ar
+    sizes = (1e5,) if smoke else ADAMW_PARAMS
+    row["adamw_fused_fp32_step_s"] = {f"{n:.3g}": micro.adamw_step(n, device, reps) for n in sizes}
+    return row
+
+
+def base_rows(torch, device: str, smoke: bool, configs: dict, batches: list[int], seq_len: int):
+    from dse.measure.gpt import train_steps
+
+    dtype = torch.float32 if device == "cpu" else torch.bfloat16
+    warmup, repeats = (1, 2) if smoke else (3, 5)
+    s = min(seq_len, 32) if smoke else seq_len
+    for name, cfg in configs.items():
+        if s > cfg["n_positions"]:
+            raise InputError(f"--seq-len {s}: longer than {name}'s position table ({cfg['n_positions']})")
+        for attn in ("sdpa", "eager"):
+            for recompute in ("none", "full"):
+                for b in batches:
+                    head = {"kind": "base", "model": name, "attn": attn, "b": b, "s": s, "recompute": recompute,
+                            "offload_host": False}
+                    try:
+                        row = train_steps(cfg, attn, recompute, b, s, device, dtype, warmup, repeats)
+                    except torch.cuda.OutOfMemoryError:
+                        torch.cuda.empty_cache()
+                        sys.stderr.write(f"dse measure: {name} {attn} b{b} {recompute}: out of memory, skipped\n")
+                        continue
+                    yield {**head, **row, "config": cfg, "dtype": str(dtype).replace("torch.", ""), "smoke": smoke}
+
+
+def run(out: str, device: str, smoke: bool, models: str, batches: str, seq_len: int) -> int:
+    torch = _torch(device, smoke)
+    bs = [1, 2] if smoke else _ints(batches, "--batches")
+    configs = _configs(models, smoke)     # bad --models fail before any measurement
+    n = 0
+    try:
+        with open(out, "w") as f:
+            f.write(json.dumps(micro_row(torch, device, smoke)) + "\n")
+            for row in base_rows(torch, device, smoke, configs, bs, seq_len):
+                f.write(json.dumps(row) + "\n")
+                f.flush()
+                n += 1
+    except OSError as exc:
+        raise InputError(f"--out {out}: cannot write ({exc.strerror})") from None
+    print(f"{n} training configurations and the micro-benchmarks written to {out} "
+          f"(dse calibrate --data {out} --hw HW)")
+    return 0

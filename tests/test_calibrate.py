@@ -1,0 +1,126 @@
+"""``dse calibrate``: fit GPU efficiency to measured step times, cross-validate, write a --hw YAML that loads.
+
+The numbers asserted here are the honest outcome of the fit on the shared H100 file (2026-11-25):
+fitted on one half of its 16 configurations, the calibrated spec predicts the other half with
+7.5 % / 17.0 % MAPE (the two halves), against 43.6 % / 40.3 % for the shipped dgx-h100.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dse.calibrate import fit, measurements
+from dse.catalog import data_dir, load_system
+
+ROOT = Path(__file__).resolve().parents[1]
+H100 = data_dir() / "h100_hf_training.jsonl"
+
+
+def _held_out(train, test, system):
+    r = fit.calibrate(train, system, folds=0)
+    cal = fit.with_efficiency(system, {k: v["after"] for k, v in r["parameters"].items()})
+    before = fit.mape([measurements.predict(m, system)[0] / m.time_s - 1 for m in test])
+    after = fit.mape([measurements.predict(m, cal)[0] / m.time_s - 1 for m in test])
+    return before, after
+
+
+@pytest.mark.parametrize("half", [0, 1])
+def test_fit_on_half_predicts_the_other_half_better(half):
+    """Acceptance (issue 14): fitted on half of the H100 file, the calibrated spec beats the shipped one on the rest."""
+    system = load_system("dgx-h100")
+    ms = measurements.read(H100)
+    train, test = (ms[::2], ms[1::2]) if half == 0 else (ms[1::2], ms[::2])
+    before, after = _held_out(train, test, system)
+    assert before > 0.35                 # the uncalibrated H100 spec (the A100's efficiency) is far off
+    assert after < 0.5 * before, (before, after)
+    assert after < 0.20, after
+
+
+def _synthetic_csv(path, truth):
+    """Generic-format rows whose times are dse's own predictions under known efficiency values."""
+    system = fit.with_efficiency(load_system("dgx-h100"), truth)
+    rows = []
+    for mb in (1, 2, 4, 8):
+        for attention in ("flash", "math"):
+            for recompute in ("none", "full"):
+                row = {"model": "gpt2-medium", "micro_batch": mb, "global_batch": mb, "dp": 1, "seq_len": 1024,
+                       "attention": attention, "recompute": recompute, "set": "model.dropout=0"}
+                m = measurements.generic_row({**row, "time_s": 1.0}, "synthetic")
+                rows.append({**row, "time_s": measurements.predict(m, system)[0]})
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+
+
+def test_generic_csv_recovers_known_parameters(tmp_path):
+    truth = {"memory": 0.3, "gemm_overhead": 20e-6, "gemm": 0.6}
+    _synthetic_csv(tmp_path / "m.csv", truth)
+    r = fit.calibrate(measurements.read(tmp_path / "m.csv"), load_system("dgx-h100"), ("gemm", "memory", "gemm_overhead"),
+                      folds=4)
+    for k, v in truth.items():
+        assert r["parameters"][k]["after"] == pytest.approx(v, rel=1e-3)
+    assert r["mape_fit"] < 1e-4 and r["cross_validation"]["mape"] < 1e-3 and r["mape_before"] > 0.1
+
+
+def test_cli_writes_a_yaml_that_hw_accepts(dse, tmp_path):
+    out = tmp_path / "h100-cal.yaml"
+    r = dse("calibrate", "--data", H100, "--hw", "dgx-h100", "--params", "memory,gemm_overhead", "--folds", "3",
+            "--out", out, "--json")
+    assert r.code == 0, r.err
+    res = json.loads(r.out)
+    assert res["points"] == 16 and res["cross_validation"]["folds"] == 3
+    assert res["mape_fit"] < res["mape_before"] and res["cross_validation"]["mape"] < res["mape_before"]
+    eff = load_system(str(out)).node.gpu.efficiency
+    for k, p in res["parameters"].items():
+        assert getattr(eff, k) == pytest.approx(p["after"], rel=1e-5)
+    assert eff.gemm == 0.75          # fields not fitted keep the source spec's values
+    e = dse("estimate", "-m", "gpt2-medium", "--hw", out, "--dp", "1", "-b", "4", "-s", "1024", "--json")
+    assert e.code == 0, e.err
+    assert json.loads(e.out)["hardware"]["name"] == "h100-cal"
+    text = dse("calibrate", "--data", H100, "--hw", "dgx-h100", "--params", "memory", "--folds", "0")
+    assert text.code == 0 and "time MAPE: 42.0 % uncalibrated" in text.out
+
+
+def _one_line_exit_2(r, *words):
+    assert r.code == 2 and r.err.count("\n") == 1 and "Traceback" not in r.err, r.err
+    for w in words:
+        assert w in r.err, r.err
+
+
+def test_refusals_are_one_line(dse, tmp_path):
+    rows = [json.loads(x) for x in H100.read_text().splitlines()][1:4]      # three base rows
+    few = tmp_path / "few.jsonl"
+    few.write_text("\n".join(json.dumps(x) for x in rows) + "\n")
+    _one_line_exit_2(dse("calibrate", "--data", few, "--hw", "dgx-h100"), "3 measured times", "need at least 6")
+    _one_line_exit_2(dse("calibrate", "--data", H100, "--hw", "dgx-h100", "--params", "memory,layer_overhead"),
+                     "layer_overhead", "not identifiable")
+    same = tmp_path / "same.csv"
+    same.write_text("model,micro_batch,dp,time_s\n" + "gpt2-medium,4,1,0.05\n" * 6)
+    _one_line_exit_2(dse("calibrate", "--data", same, "--hw", "dgx-h100", "--params", "gemm,memory"),
+                     "rank-deficient")
+    _one_line_exit_2(dse("calibrate", "--data", H100, "--hw", "dgx-h100", "--params", "gemm,memroy"),
+                     "'memroy'", "did you mean 'memory'")
+    _one_line_exit_2(dse("calibrate", "--data", H100, "--hw", "dgx-h100", "--folds", "1"), "--folds 1")
+    seven = tmp_path / "seven.jsonl"
+    seven.write_text("\n".join(H100.read_text().splitlines()[1:8]) + "\n")
+    _one_line_exit_2(dse("calibrate", "--data", seven, "--hw", "dgx-h100", "--folds", "2"), "--folds 2", "use fewer")
+    _one_line_exit_2(dse("calibrate", "--data", tmp_path / "nope.csv", "--hw", "dgx-h100"), "no such file")
+    bad = tmp_path / "bad.csv"
+    bad.write_text("model,micro_batch,time_s,colour\ngpt2-medium,4,0.05,red\n")
+    _one_line_exit_2(dse("calibrate", "--data", bad, "--hw", "dgx-h100"), "unknown field 'colour'")
+    _one_line_exit_2(dse("calibrate", "--data", H100, "--hw", "chiplet-train-8x8"), "chiplet")
+
+
+def test_estimate_imports_neither_scipy_nor_torch():
+    code = ("import sys; from dse.cli import main; "
+            "rc = main(['estimate', '--model', 'gpt2-xl', '--hw', 'dgx-h100', '--json']); "
+            "print('LOADED', [m for m in ('scipy', 'torch', 'dse.calibrate', 'dse.measure') if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True).stdout
+    assert "LOADED []" in out

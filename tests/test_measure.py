@@ -1,0 +1,43 @@
+"""``dse measure``: the harness runs end to end on the CPU (smoke mode) and its output feeds ``dse calibrate``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytestmark = pytest.mark.torch
+
+
+def test_smoke_mode_round_trips_through_calibrate(dse, tmp_path):
+    pytest.importorskip("torch")
+    out = tmp_path / "smoke.jsonl"
+    r = dse("measure", "--device", "cpu", "--smoke", "--out", out)
+    assert r.code == 0, r.err
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert rows[0]["kind"] == "micro" and rows[0]["gemm_tflops"] and rows[0]["adamw_fused_fp32_step_s"]
+    base = [x for x in rows if x["kind"] == "base"]
+    assert len(base) == 8
+    assert {(x["attn"], x["recompute"], x["b"]) for x in base} == {(a, c, b) for a in ("sdpa", "eager")
+                                                                  for c in ("none", "full") for b in (1, 2)}
+    for x in base:   # the fields of the shared H100 file, same meaning
+        assert x["step_s"] == pytest.approx(x["fwd_s"] + x["bwd_s"]) and x["step_s"] > 0
+        assert x["params"] == 136960   # 2 layers x 12h^2+13h, (512 + 64) x 64 embeddings, final norm 2h (h = 64)
+    from dse.calibrate.measurements import read
+
+    ms = read(out)
+    assert len(ms) == 8 and {m.model.hidden for m in ms} == {64}
+    c = dse("calibrate", "--data", out, "--hw", "dgx-h100", "--params", "memory,gemm_overhead", "--folds", "2",
+            "--out", tmp_path / "cal.yaml", "--json")
+    assert c.code == 0, c.err
+    assert json.loads(c.out)["points"] == 8
+
+
+def test_without_cuda_one_line(dse):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA GPU is visible")
+    r = dse("measure", "--out", "/dev/null")
+    assert r.code == 2 and "no CUDA GPU" in r.err and r.err.count("\n") == 1
+    r = dse("measure", "--device", "cpu")
+    assert r.code == 2 and "--smoke" in r.err
