@@ -325,9 +325,10 @@ def validate(suites: List[str] = typer.Argument(None, help="suites to run (defau
     results = [V.run_suite(n) for n in names]
     if json_out:
         _print_json([{"suite": r.name, "passed": r.passed, "accepted": r.accepted, "stats": r.stats, "targets": r.targets,
+                      "expected_target_misses": r.target_misses,
                       "cases": [{"name": c.name, "reference": c.reference, "model": c.value, "error": c.error,
                                  "tolerance": c.tolerance, "passed": c.passed, "expected_miss": c.expected_miss,
-                                 "source": c.source} for c in r.cases]} for r in results])
+                                 "source": c.source, "quantity": c.quantity, "note": c.note} for c in r.cases]} for r in results])
     else:
         from dse.report.console import render_validation
 
