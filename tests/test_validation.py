@@ -62,3 +62,13 @@ def test_h100_hf_scenarios_match_the_measured_models():
         assert t == r["time"]["iteration"] - r["time"]["optimizer"]
         gpu = r["memory"]["gpu"]
         assert mem == gpu["total"] - system.node.gpu.reserved - gpu["optimizer"]
+
+
+def test_h100_hf_cli_summary_and_exit_codes(dse):
+    r = dse("validate", "h100-hf")
+    assert r.code == 1
+    assert "time MAPE 42.0%" in " ".join(r.out.split()) and "documented miss" in r.out
+    r = dse("validate", "h100-hf", "--allow-expected-misses", "-v")
+    assert r.code == 0
+    text = " ".join(r.out.split())
+    assert "unfused element-wise kernels" in text and "fp32 logits" in text and "expected target miss" in text
