@@ -93,7 +93,7 @@ def train_steps(config: dict, attn: str, recompute: str, b: int, s: int, device:
     if cuda:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
-    static = torch.cuda.memory_allocated() if cuda else None
+    static = torch.cuda.memory_allocated() if cuda else 0
     start, stop = _clock(device)
     fwd, bwd = [], []
     for i in range(warmup + repeats):
