@@ -81,13 +81,14 @@ class Problem:
     def residuals(self, z, idx) -> np.ndarray:
         return self.predict(z, idx) / np.array([self.timed[i].time_s for i in idx]) - 1.0
 
-    def jacobian(self, z, idx) -> np.ndarray:
-        """Forward differences with a probe step large enough to see a max() switch on (5 %, >= 0.05 fit units)."""
+    def jacobian(self, z, idx, rel: float = _PROBE) -> np.ndarray:
+        """Forward differences; the default step (5 %, >= 0.05 fit units) is a probe large enough to see a
+        max() switch on; a small ``rel`` gives the local slope (for the uncertainty)."""
         r0 = self.residuals(z, idx)
         cols = []
         for k in range(len(z)):
             lo, hi = (b / PARAMETERS[self.names[k]][0] for b in PARAMETERS[self.names[k]][1])
-            step = max(_PROBE * abs(z[k]), _PROBE)
+            step = max(rel * abs(z[k]), rel)
             step = step if z[k] + step <= hi else -step
             zz = np.array(z, dtype=float)
             zz[k] = min(max(zz[k] + step, lo), hi)
@@ -139,7 +140,7 @@ def calibrate(measurements, system, names=DEFAULT_PARAMS, folds: int = 5, seed: 
     res = _solve(problem, everything)
     check_identifiable(problem.jacobian(res.x, everything), problem.names, "at the fitted values")
     r = problem.residuals(res.x, everything)
-    jac = problem.jacobian(res.x, everything)
+    jac = problem.jacobian(res.x, everything, rel=1e-4)
     dof = max(n - k, 1)
     try:
         cov = np.linalg.inv(jac.T @ jac) * float(r @ r) / dof
