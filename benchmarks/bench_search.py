@@ -10,7 +10,7 @@ Measures, on one core (numpy element-wise work is single-threaded):
    as the exhaustive engine evaluates) and *flat columns* (every scenario its own
    row: random scenarios, no shared terms; the layout of the points that pass the
    memory check), with the allocator setting the search makes
-   (:func:`dse.search.evaluate.tune_allocator`) and, for flat columns, without;
+   (:func:`dse._process.tune_allocator`) and, for flat columns, without;
 2. the same scenarios one at a time through the scalar estimate
    (``dse.estimate.run``, what ``dse estimate`` and optuna trials call) and through
    ``compose`` alone; the ratio vectorised / scalar;
@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from dse.estimate import base, economics, resolve, run  # noqa: E402
-from dse.search.evaluate import tune_allocator  # noqa: E402
+from dse._process import tune_allocator  # noqa: E402
 
 AXES = {  # the numeric axes of the grid block (131,072 points at most per block in the engine)
     "tp": [1, 2, 4, 8],

@@ -180,14 +180,27 @@ def rok(
 
     fields = plan_fields(tp, pp, dp, None, global_batch, seq_len, None, attention, sequence_parallel, zero, precision)
     fields.update(activation_offload_fields(None, offload_layers, ssds, activation_io_path))
+    _check_plot(plot)
     result = compare(model, hw, _int_list(micro_batches, "--micro-batches"), overrides=set_, target=target,
-                     stages=_int_list(stages, "--stages") if stages else None, plot=plot, **fields)
+                     stages=_int_list(stages, "--stages") if stages else None, **fields)
+    if plot:
+        from dse.report.plots import rok_curve
+
+        result["plot"] = rok_curve(result, plot)
     if json_out:
         _print_json(result)
         return
     from dse.report.activation_offload import render_rok
 
     render_rok(_console(), result)
+
+
+def _check_plot(path: str | None) -> None:
+    """``--plot`` without matplotlib fails in one line before any work (the figures: :mod:`dse.report.plots`)."""
+    if path:
+        from dse.report.plots import check
+
+        check(path)
 
 
 def _int_list(text: str, flag: str) -> list[int]:
@@ -234,10 +247,15 @@ def offload_compare(
             counts = [int(x) for x in scaling.split(",") if x.strip()]
         except ValueError:
             raise InputError(f"--scaling {scaling!r}: expected comma-separated drive counts, e.g. 1,2,4,8") from None
+    _check_plot(plot)
     result = compare(model, hw, baseline_hw, drives=ssds, compression=compression, scaling=counts, overrides=set_,
-                     plot=plot, micro_batch=micro_batch, global_batch=global_batch, seq_len=seq_len,
+                     micro_batch=micro_batch, global_batch=global_batch, seq_len=seq_len,
                      recompute=recompute, precision=precision, offload_params=offload_params, optimizer=optimizer,
                      exchange_dtype=exchange_dtype)
+    if plot:
+        from dse.report.plots import offload_scaling
+
+        result["plot"] = offload_scaling(result, plot)
     if json_out:
         _print_json(result)
         return
@@ -388,6 +406,7 @@ def chiplet_scaling(
     from dse.estimate.chiplet_scaling import weak_scaling
     from dse.specs import _schema
 
+    _check_plot(plot)
     groups = {"model": [], "hardware": [], "plan": []}
     for item in set_:
         path, value = _schema.parse_assignment(item)
@@ -417,9 +436,9 @@ def chiplet_scaling(
                         micro_batch=micro_batch, global_batch=global_batch, recompute=recompute, plan_extra=extra,
                         square=square)
     if plot:
-        from dse.report.chiplet import plot_scaling
+        from dse.report.plots import chiplet_scaling as plot_chiplet_scaling
 
-        plot_scaling(rows, plot)
+        plot_chiplet_scaling(rows, plot)
     if json_out:
         _print_json(rows)
         return

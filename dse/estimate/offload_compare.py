@@ -50,7 +50,7 @@ def _summary(r: dict) -> dict:
 
 
 def compare(model, hw, baseline_hw=None, *, drives=None, compression=0.02, scaling=None, overrides=(),
-            plot=None, **plan_fields) -> dict:
+            **plan_fields) -> dict:
     """Evaluate the three variants at ``drives`` and the scaling over ``scaling`` drive counts.
 
     ``model``/``hw``/``baseline_hw`` are catalog names, files or spec objects; ``plan_fields``
@@ -96,43 +96,5 @@ def compare(model, hw, baseline_hw=None, *, drives=None, compression=0.02, scali
            "baseline_hw": specs[0][1][1].name, "drives": count, "compression": compression,
            "variants": results, "scaling": {"drives": counts, "labels": [label for label, _ in variants],
                                             "iteration": times}}
-    if plot:
-        out["plot"] = plot_scaling(out, plot)
     return out
 
-
-def plot_scaling(result: dict, path: str) -> str:
-    """Write a PNG of iteration time and speedup over the drive count (needs matplotlib: ``pip install 'dse[plot]'``)."""
-    from dse.errors import InputError
-
-    try:
-        import matplotlib
-    except ImportError:
-        raise InputError(f"--plot {path}: matplotlib is not installed; install the plot extra: pip install 'dse[plot]'") from None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    sc = result["scaling"]
-    n = sc["drives"]
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
-    base = sc["iteration"][sc["labels"][0]]
-    for label in sc["labels"]:
-        t = sc["iteration"][label]
-        ax1.plot(n, t, marker="o", label=label)
-        ax2.plot(n, [b / x for b, x in zip(base, t)], marker="o", label=label)
-    ax1.set_xlabel("drives behind the shared switch")
-    ax1.set_ylabel("iteration time (s)")
-    ax1.set_ylim(bottom=0)
-    ax2.set_xlabel("drives behind the shared switch")
-    ax2.set_ylabel("speedup over ZeRO-Infinity")
-    ax2.axhline(1.0, color="grey", linewidth=0.8)
-    ax1.legend(fontsize=8)
-    fig.suptitle(f"{result['model']} on {result['hw']}")
-    fig.tight_layout()
-    try:
-        fig.savefig(path, dpi=120)
-    except OSError as exc:
-        raise InputError(f"--plot {path}: cannot write ({exc.strerror})") from None
-    finally:
-        plt.close(fig)
-    return path

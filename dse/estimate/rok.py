@@ -34,7 +34,7 @@ def _row(strategy: str, b: int, r: dict) -> dict:
             "global_batch": r["plan"]["global_batch"]}
 
 
-def compare(model, hardware, micro_batches, *, overrides=(), target=None, stages=None, plot=None,
+def compare(model, hardware, micro_batches, *, overrides=(), target=None, stages=None,
             **plan_fields) -> dict:
     """ROK table over ``micro_batches`` and the stage scan over ``stages`` (None: powers of two that fit)."""
     from dse.estimate import resolve, run
@@ -64,8 +64,6 @@ def compare(model, hardware, micro_batches, *, overrides=(), target=None, stages
         entry["speedup_vs_keep"] = entry["tokens_per_s"] / keep_best if entry["tokens_per_s"] and keep_best else None
     out = {"model": m0.name, "hardware": s0.name, "target": target, "rows": rows, "best": best}
     out.update(_stage_scan(m0, s0, overrides, target, stages, min(micro_batches), {**plan_fields, "dp": p0.dp}, only))
-    if plot:
-        out["plot"] = _plot(out, plot)
     return out
 
 
@@ -98,34 +96,3 @@ def _stage_scan(model, system, overrides, target, stages, b, plan_fields, only) 
         scan.append(found)
     return {"stages": scan, "stages_micro_batch": b, "stages_global_batch": gb}
 
-
-def _plot(res: dict, path: str) -> str:
-    """ROK curve: GPU activation memory (x) against throughput (y), one line per strategy, points = micro-batches."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise InputError("--plot needs matplotlib: pip install 'dse[plot]'") from None
-    fig, ax = plt.subplots(figsize=(6.4, 4.4))
-    for strategy in STRATEGIES:
-        pts = [r for r in res["rows"] if r["strategy"] == strategy]
-        xs = [r["gpu_activations"] / 1e9 for r in pts]
-        ys = [r["tokens_per_s"] for r in pts]
-        ax.plot(xs, ys, marker="o", label=strategy)
-        for r, x, y in zip(pts, xs, ys):
-            ax.annotate(f"b={r['micro_batch']}" + ("" if r["fits"] else " (OOM)"), (x, y), fontsize=7,
-                        textcoords="offset points", xytext=(3, 3))
-    ax.set_xlabel("GPU activation memory per GPU (GB)")
-    ax.set_ylabel("tokens/s")
-    ax.set_title(f"Recompute-offload-keep: {res['model']} on {res['hardware']}")
-    ax.legend()
-    ax.grid(alpha=0.3)
-    try:
-        fig.savefig(path, dpi=120, bbox_inches="tight")
-    except OSError as exc:
-        raise InputError(f"--plot {path}: cannot write ({exc.strerror})") from None
-    finally:
-        plt.close(fig)
-    return path

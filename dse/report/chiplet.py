@@ -1,4 +1,4 @@
-"""Rich tables for chiplet-package estimates and the weak-scaling report; the optional PNG plot."""
+"""Rich tables for chiplet-package estimates and the weak-scaling report (its PNG: :mod:`dse.report.plots`)."""
 
 from __future__ import annotations
 
@@ -148,38 +148,3 @@ def render_scaling(con, rows: list[dict]) -> None:
               "per layer vs 1st: time per token per layer relative to the first point (1.00x = ideal). "
               "Infeasible points are still timed.")
 
-
-def plot_scaling(rows: list[dict], path: str) -> None:
-    """Two panels, compute/communication ratio and time per token against die count, one line per scheme."""
-    try:
-        import matplotlib
-    except ImportError:
-        from dse.errors import InputError
-
-        raise InputError("--plot needs matplotlib: pip install 'dse[plot]'") from None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
-    for sch in dict.fromkeys(r["scheme"] for r in rows):
-        pts = [r for r in rows if r["scheme"] == sch and r.get("ratio") is not None]
-        if not pts:
-            continue
-        a1.plot([p["dies"] for p in pts], [p["ratio"] for p in pts], marker="o", label=sch)
-        ok = [p for p in pts if p.get("time_per_token") is not None]
-        a2.plot([p["dies"] for p in ok], [p["time_per_token"] * 1e3 for p in ok], marker="o", label=sch)
-        bad = [p for p in ok if not p["feasible"]]
-        if bad:
-            a2.scatter([p["dies"] for p in bad], [p["time_per_token"] * 1e3 for p in bad], marker="x", color="red")
-    a1.set_xlabel("dies")
-    a1.set_ylabel("FLOP per NoP byte per die")
-    a1.set_title("compute / communication")
-    a2.set_xlabel("dies")
-    a2.set_ylabel("time per token (ms)")
-    a2.set_title("time per token (x: infeasible)")
-    a1.legend()
-    a1.grid(alpha=0.3)
-    a2.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)

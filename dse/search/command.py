@@ -118,6 +118,10 @@ def run(*, space_file, model, hw, gpus, global_batch, seq_len, objectives, budge
     if chunk < 1:
         raise InputError(f"--chunk {chunk}: must be at least 1")
     chosen, _ = choose_engine(space, engine, chunk)
+    if chosen == "exhaustive":
+        from dse._process import tune_allocator
+
+        tune_allocator()                 # a process-wide setting: the command's to make, not the library's
     samplers = ("tpe", "nsga2", "ga+tpe")
     if sampler is not None and sampler not in samplers:
         raise InputError(f"--sampler {sampler!r} is not one of {', '.join(samplers)}")
@@ -127,7 +131,9 @@ def run(*, space_file, model, hw, gpus, global_batch, seq_len, objectives, budge
 
         open_storage(storage)            # an unreachable storage fails before anything starts
     if plot_path:
-        output.plot_backend()            # fail before the search when matplotlib is missing
+        from dse.report.plots import check
+
+        check(plot_path)                 # fail before the search when matplotlib is missing
     if json_path == "-" and csv_path == "-":
         raise InputError("--json - and --csv -: only one of them can write to stdout")
     exporter = output.Exporter(space, json_path, csv_path)
@@ -149,6 +155,8 @@ def run(*, space_file, model, hw, gpus, global_batch, seq_len, objectives, budge
         exporter.close(out)
     output.render(con, space, out)
     if plot_path:
-        output.plot(plot_path, space, out)
+        from dse.report.plots import search_result
+
+        search_result(plot_path, space, out)
         con.print(f"plot written to {plot_path}")
     return 0

@@ -20,9 +20,15 @@ import os
 import socket
 import time
 
+from dse._optional import require
 from dse.errors import InputError
 
 MAX_REJECTED = 2000        # consecutive invalid samples before giving up on a space
+
+
+def _optuna():
+    """optuna, or a one-line error naming the extra to install (:func:`dse._optional.require`)."""
+    return require("optuna", "search", "dse search with the optuna engine")
 
 
 def _arith_step(vals) -> int | None:
@@ -79,7 +85,8 @@ def _without_repeats(cls, seed, tries: int):
     so a seeded search stays reproducible.
     """
     import numpy as np
-    import optuna
+
+    optuna = _optuna()
     from optuna.distributions import CategoricalDistribution, IntDistribution
 
     class NoRepeat(cls):
@@ -138,7 +145,7 @@ def _phased(first, second, switch: int):
     Used as a genetic algorithm (broad, keeps several regions alive) followed by TPE
     (fine refinement of the best region), which sees every earlier trial.
     """
-    import optuna
+    optuna = _optuna()
 
     class Phased(optuna.samplers.BaseSampler):
         def _pick(self, trial):
@@ -172,7 +179,7 @@ def make_sampler(n_objectives: int, seed: int | None, constraints_func=None, tri
     ``single``/``multi`` name the sampler: ``tpe``, ``nsga2``, or ``ga+tpe`` (NSGA-II for
     the first ``switch`` share of ``trials``, then TPE).
     """
-    import optuna
+    optuna = _optuna()
 
     cfg = {**SAMPLER, **settings}
     kw = {"constraints_func": constraints_func} if constraints_func is not None else {}
@@ -193,7 +200,7 @@ def make_sampler(n_objectives: int, seed: int | None, constraints_func=None, tri
 
 
 def _has_set_constraint() -> bool:
-    import optuna
+    optuna = _optuna()
 
     return hasattr(optuna.trial.Trial, "set_constraint")
 
@@ -222,7 +229,7 @@ def constraint_values(evaluator, res) -> dict:
 
 def open_study(space, storage, study_name: str, seed, trials: int = 300, **settings):
     """Create or load the study; a study made for another space or objectives is refused."""
-    import optuna
+    optuna = _optuna()
 
     directions = [o.direction for o in space.objectives]
     native = _has_set_constraint()
@@ -248,14 +255,14 @@ def open_study(space, storage, study_name: str, seed, trials: int = 300, **setti
 
 
 def complete_trials(study):
-    import optuna
+    optuna = _optuna()
 
     return study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
 
 
 def run(space, evaluator, *, trials: int, seed, storage, study_name: str, progress=None, sampler=None) -> dict:
     """Run (or resume, or join) the study until it holds ``trials`` completed trials."""
-    import optuna
+    optuna = _optuna()
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = open_study(space, storage, study_name, seed, trials, **(sampler or {}))

@@ -1,9 +1,9 @@
-"""What a search prints and writes: progress bar, result tables, JSON/CSV exports, plots.
+"""What a search prints and writes: progress bar, result tables, JSON/CSV exports.
 
 Tables go to stdout; the progress bar to stderr. ``--json FILE`` and ``--csv FILE``
 (``-`` for stdout) stream every evaluated point, so an exhaustive sweep of
-millions of points is exported without holding it in memory. ``--plot FILE``
-imports matplotlib only when asked.
+millions of points is exported without holding it in memory. ``--plot FILE`` is
+drawn by :func:`dse.report.plots.search_result`.
 """
 
 from __future__ import annotations
@@ -299,55 +299,3 @@ def summary(out: dict) -> dict:
     s["history"] = [[a, b] for a, b in out.get("history", [])]
     return s
 
-
-# ----------------------------------------------------------------------------- plots
-
-
-def plot_backend():
-    """matplotlib.pyplot with a file backend, or a one-line error naming the extra to install."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise InputError("--plot needs matplotlib: pip install 'dse[plot]'") from None
-    return plt
-
-
-def plot(path: str, space, out: dict) -> None:
-    """PNG of the Pareto front (several objectives) or the convergence curve (one)."""
-    plt = plot_backend()
-    fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=120)
-    objs = space.objectives
-    if len(objs) > 1:
-        o1, o2 = objs[0], objs[1]
-        if out.get("trials"):
-            pts = [r for r in out["trials"] if r["state"] == "COMPLETE" and r["feasible"]]
-            ax.scatter([r["values"][0] for r in pts], [r["values"][1] for r in pts], s=8, c="0.7", label="feasible trials")
-        front = sorted(out["ranked"], key=lambda e: e["values"][0])
-        ax.plot([e["values"][0] for e in front], [e["values"][1] for e in front], "o-", c="C3", ms=4,
-                label="Pareto front")
-        ax.set_xlabel(f"{o1.label} ({o1.metric})")
-        ax.set_ylabel(f"{o2.label} ({o2.metric})")
-        ax.set_title(f"{space.name}: Pareto front ({out['engine']})")
-    else:
-        o = objs[0]
-        hist = [(a, b) for a, b in out.get("history", []) if b is not None]
-        if out.get("trials"):
-            pts = [r for r in out["trials"] if r["state"] == "COMPLETE" and r["feasible"]]
-            ax.scatter([r["trial"] for r in pts], [r["values"][0] for r in pts], s=8, c="0.7", label="feasible trials")
-        if hist:
-            ax.step([a for a, _ in hist], [b for _, b in hist], where="post", c="C0", label="best so far")
-        ax.set_xlabel("trial" if out["engine"] == "optuna" else "points evaluated")
-        ax.set_ylabel(f"{o.label} ({o.metric})")
-        ax.set_title(f"{space.name}: convergence ({out['engine']})")
-    ax.legend()
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    try:
-        fig.savefig(path)
-    except OSError as exc:
-        raise InputError(f"--plot {path}: cannot write ({exc.strerror})") from None
-    finally:
-        plt.close(fig)

@@ -15,7 +15,7 @@ import time
 import numpy as np
 
 from dse.errors import InputError
-from dse.search.evaluate import Evaluator, tune_allocator
+from dse.search.evaluate import Evaluator
 from dse.search.grid import Grid
 
 AUTO_MAX_SECONDS = 20.0     # --engine auto exhausts spaces expected to finish within this
@@ -72,8 +72,6 @@ def search(space, *, engine: str = "auto", trials: int = 300, seed: int | None =
     if top < 1:
         raise InputError(f"--top {top}: must be at least 1")
     engine, why = choose_engine(space, engine, chunk)
-    if engine == "exhaustive":
-        tune_allocator()
     ev = Evaluator(space)
     notes = []
     t0 = time.perf_counter()

@@ -89,8 +89,9 @@ def open_storage(url: str | None):
 
 
 def _open(url: str):
-    import optuna
+    from dse._optional import require
 
+    optuna = require("optuna", "search", "dse search with the optuna engine")
     shown = redact(url)
     if url in ("memory", ":memory:"):
         return optuna.storages.InMemoryStorage()
@@ -112,6 +113,8 @@ def _open(url: str):
             raise InputError(f"--storage {shown}: cannot open the journal file ({exc.strerror or exc})") from None
     url = with_driver(url)
     scheme = url.split("://", 1)[0].lower()
+    if scheme in ("postgresql", "postgres", "postgresql+psycopg2"):
+        require("psycopg2", "postgres", f"--storage {shown}")
     if scheme.startswith("sqlite"):
         path = url.split(":///", 1)[-1]
         folder = os.path.dirname(os.path.abspath(path)) if path and path != ":memory:" else ""
