@@ -3,7 +3,7 @@
 From Llama-2-70B on 8 x 8 dies to Llama-3.1-405B, with models interpolated between them
 (geometric in hidden size, FFN ratio, depth and vocabulary; 128-wide heads, 8 KV heads) and the
 die count grown in proportion to the per-layer weight parameters (the research note's "hardware
-scaled with P", reference/chiplet.md §2d): for each even square mesh q x q (SUMMA needs a square;
+scaled with P", docs/reference/chiplet.md §2d): for each even square mesh q x q (SUMMA needs a square;
 an odd q would leave Megatron's ring without a nearest-neighbour cycle) the model whose per-layer
 parameters are q^2/64 times Llama-2-70B's, ending at Llama-3.1-405B on 16 x 16 (238 dies ideal).
 The die (compute, SRAM, links) stays that of ``chiplet-train-8x8``; the HBM stacks on the package

@@ -12,7 +12,7 @@
     python examples/smart_infinity.py --out figures/ --json # the numbers as JSON
 
 Uses only ``dse.estimate`` (with an array of drive counts: one call per curve). The published
-values are read from the paper's figures (research note reference/storage_offload.md §2, whose
+values are read from the paper's figures (research note docs/reference/storage_offload.md §2, whose
 [F] readings carry ~0.3 % of full-scale reading error).
 """
 

@@ -1,6 +1,6 @@
 """SSDTrain (Wu et al., arXiv 2408.10013 / DAC'25): the recompute-offload-keep trade-off and the SSD bandwidth it needs.
 
-SSDTrain's own set-up (research note reference/activation_offload.md §1.5, §2.1): two A100 PCIe
+SSDTrain's own set-up (research note docs/reference/activation_offload.md §1.5, §2.1): two A100 PCIe
 GPUs with tensor parallelism 2, seven Optane P5800X drives in per-GPU RAID0 arrays of 4 and 3
 (``ssdtrain-a100-optane``), sequences of 1,024 tokens, fp16, FlashAttention-2, and the drivers'
 models: GPT (and Llama) at hidden 8192 x 4 layers, 12288 x 3 and 16384 x 2, heads = hidden / 128.

@@ -1,7 +1,7 @@
 """The shipped catalog works from an installed wheel, not only from a source checkout.
 
 Builds the wheel with pip (the hatchling backend; pyproject.toml force-includes
-models/, hwspecs/ and data/ as dse/_catalog/), installs it into a fresh virtual
+models/, hwspecs/, data/ and the research notes docs/reference/ as dse/_catalog/), installs it into a fresh virtual
 environment in a temporary directory and runs the installed ``dse`` console script
 from a directory outside the repository. The new environment borrows the runtime
 dependencies (typer, rich, numpy, pyyaml) from the running interpreter through a
@@ -51,6 +51,12 @@ def test_installed_wheel_ships_the_catalog(tmp_path):
     for shipped in ("dse/_catalog/models/llama2-7b.yaml", "dse/_catalog/hwspecs/systems/dgx-a100-80gb.yaml",
                     "dse/_catalog/hwspecs/gpus/a100-sxm-80gb.yaml", "dse/_catalog/data/megatron_a100_multinode_times.csv"):
         assert shipped in names
+    # the research notes the docstrings cite ship with the code (docs/reference/ -> dse/_catalog/docs/reference/)
+    cited = cited_notes()
+    assert {"docs/reference/chiplet.md", "docs/reference/storage_offload.md",
+            "docs/reference/activation_offload.md"} <= cited
+    for note in cited | {f"docs/reference/{p.name}" for p in (REPO / "docs" / "reference").glob("*.md")}:
+        assert f"dse/_catalog/{note}" in names, note
 
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=True).create(env_dir)
@@ -84,3 +90,35 @@ def test_installed_wheel_ships_the_catalog(tmp_path):
 
     validated = sh(dse, "show", "hardware", "h100-cluster", "--json", cwd=work, env=env).stdout
     assert json.loads(validated)["nodes"] == 32
+
+    # a citation in an installed docstring resolves against the installed package's catalog root
+    note = sh(python, "-c", "import dse.catalog as c; print((c.root() / 'docs/reference/chiplet.md').read_text()[:200])",
+              cwd=work, env=env).stdout
+    assert note.startswith("#")
+
+
+def cited_notes() -> set[str]:
+    """Every ``docs/reference/*.md`` a docstring, comment or spec file of the package cites."""
+    import re
+
+    cited = set()
+    for sub in ("dse", "models", "hwspecs", "data"):
+        for path in (REPO / sub).rglob("*"):
+            if path.suffix in (".py", ".yaml", ".yml", ".csv") and path.is_file():
+                cited |= set(re.findall(r"docs/reference/[\w.-]+\.md", path.read_text()))
+    for note in sorted(cited):
+        assert (REPO / note).is_file(), f"{note} is cited but not in the repository"
+    return cited
+
+
+def test_cited_research_notes_exist():
+    """Each research note a docstring cites is in docs/reference/ (and no citation still reads 'reference/...')."""
+    import re
+
+    assert cited_notes()
+    stale = []
+    for path in (REPO / "dse").rglob("*.py"):
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if re.search(r"(?<![\w/])reference/\w+\.md", line) and not line.lstrip().startswith("NOTE ="):
+                stale.append(f"{path.relative_to(REPO)}:{n}")
+    assert stale == []

@@ -12,7 +12,7 @@ Notation: ``A`` bytes a layer saves for backward (:func:`dse.formulas.transforme
 forward/backward time, ``T_f`` the forward time of a whole micro-batch on the stage,
 ``BW_w``/``BW_r`` the write/read bandwidth one GPU gets from its drives. SI units.
 
-Behaviour taken from the code (research note reference/activation_offload.md §1.2-1.4):
+Behaviour taken from the code (research note docs/reference/activation_offload.md §1.2-1.4):
 
 - never offloaded: parameters and model inputs, tensors with fewer than 8 Mi elements,
   the LM head, the loss and the non-transformer part of the model (so the head and

@@ -7,7 +7,7 @@ its bandwidth grows with the perimeter 2(R + C)) or on every die. All functions 
 broadcast over numpy arrays; categorical choices (scheme, GEMM kind, schedule) are strings.
 
 Three ways to split one transformer layer over the N = RC dies (source and status of each
-in the research note ``reference/chiplet.md`` §2; the Hecaton paper body could not be read,
+in the research note ``docs/reference/chiplet.md`` §2; the Hecaton paper body could not be read,
 so scheme (3) is the note's first-principles reconstruction, not the paper's text):
 
 1. ``megatron-1d`` — Megatron tensor parallelism (Shoeybi et al. 2019, arXiv 1909.08053)

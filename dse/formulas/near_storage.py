@@ -3,7 +3,7 @@
 Source: Jang et al., "Smart-Infinity: Fast Large Language Model Training using
 Near-Storage Processing on a Real System", HPCA 2024 (arXiv 2403.06664), Sec. IV-V,
 Table I, Figs. 5, 9, 14; the released code (AIS-SNU/Smart-Infinity) for the transfer
-handler's buffers and the compression format. Numbers: ``reference/storage_offload.md``.
+handler's buffers and the compression format. Numbers: ``docs/reference/storage_offload.md``.
 
 SmartUpdate splits the flattened parameters equally over N computational storage
 drives (CSDs). Each CSD's accelerator reads its share of the optimizer state and

@@ -5,7 +5,7 @@ Scale Deep Learning", SC'21 (arXiv 2104.07857), Sec. 3-4; Jang et al., "Smart-In
 Fast Large Language Model Training using Near-Storage Processing on a Real System",
 HPCA'24 (arXiv 2403.06664), Sec. II-III and Table I; DeepSpeed's swap code
 (``deepspeed/runtime/swap_tensor/*``, ``runtime/zero/offload_config.py``) for the
-defaults. The research note ``reference/storage_offload.md`` collects the numbers.
+defaults. The research note ``docs/reference/storage_offload.md`` collects the numbers.
 
 Tensor classes of mixed-precision training with an adaptive optimizer, bytes per
 parameter: fp16 parameters 2, fp16 gradients 2, fp32 gradients 4, fp32 master

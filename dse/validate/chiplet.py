@@ -1,7 +1,7 @@
 """Chiplet packages: weak scaling, the Hecaton headline direction, and the Chiplet Actuary cost model.
 
-Sources: the research note ``reference/chiplet.md`` (§2d worked table, §3a headline, §4a
-reference outputs, V3/V7/V8) and the Hecaton v1 abstract (arXiv 2407.05784v1: 4.98x
+The numbers: ``data/published/chiplet.yaml``. Sources: the research note ``docs/reference/chiplet.md``
+(§2d worked table, §3a headline, §4a reference outputs, V3/V7/V8) and the Hecaton v1 abstract (arXiv 2407.05784v1: 4.98x
 performance and 2.35x energy reduction on Llama2-70B against Megatron tensor parallelism).
 
 Headline scenario (fixed by rules, not fitted): Llama2-70B, sequences of 4,096 tokens, one
@@ -26,12 +26,16 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from dse.validate.published import load as load_published
+
 TARGETS: dict = {}
 
 NOTE = "reference/chiplet.md"
 ACTUARY = "Chiplet Actuary (Feng & Ma, DAC'22), Yinxiao-Feng/chiplet-actuary, run by the note (§4a)"
 HECATON_V1 = "Hecaton v1 abstract (arXiv 2407.05784v1; note §3a)"
 PACKAGE = "chiplet-train-8x8"
+# The note's worked table, the Hecaton headline and Chiplet Actuary's outputs: data/published/chiplet.yaml.
+PUB = load_published("chiplet")
 
 LLAMA2_70B = dict(layer_params=855_638_016, h=8192, ffn=28672, group=8)
 LLAMA31_405B = dict(layer_params=3_187_671_040, h=16384, ffn=53248, group=16)
@@ -91,9 +95,9 @@ def cases():
 
     out = []
     # ------------------------------------------------------------ the note's worked table (§2d)
-    table = [("Llama2-70B", LLAMA2_70B, 16, 2611.2, 1558.9), ("Llama2-70B", LLAMA2_70B, 64, 621.7, 779.5),
-             ("Llama2-70B", LLAMA2_70B, 256, 153.6, 389.7), ("Llama3.1-405B", LLAMA31_405B, 64, 1158.1, 1532.0),
-             ("Llama3.1-405B", LLAMA31_405B, 239, 306.6, 792.9), ("Llama3.1-405B", LLAMA31_405B, 256, 286.1, 766.0)]
+    worked = PUB.values("worked_ratio")        # model -> dies -> (megatron-1d, hecaton-2d)
+    shapes = {"Llama2-70B": LLAMA2_70B, "Llama3.1-405B": LLAMA31_405B}
+    table = [(name, shapes[name], n, one_d, two_d) for name, by_n in worked.items() for n, (one_d, two_d) in by_n.items()]
     for name, m, n, one_d, two_d in table:
         for scheme, ref in (("megatron-1d", one_d), ("hecaton-2d", two_d)):
             out.append(Case(f"worked table, {name}, N={n}, {scheme} (FLOP per NoP byte per die)", ref,
@@ -108,7 +112,7 @@ def cases():
              0.10, f"Hecaton abstract: ratio 'remains nearly constant' (note V3); {NOTE} §2d",
              note="exact per-collective volumes, (R-1)/R factors and the backward re-gather included"),
         Case("weak scaling: megatron-1d FLOP/NoP byte, same two points (falls to about half: note 306.6/621.7)",
-             306.6 / 621.7, lambda: _ratio("llama3.1-405b", "megatron-1d", 15, 16) / _ratio("llama2-70b", "megatron-1d", 8, 8),
+             worked["Llama3.1-405B"][239][0] / worked["Llama2-70B"][64][0], lambda: _ratio("llama3.1-405b", "megatron-1d", 15, 16) / _ratio("llama2-70b", "megatron-1d", 8, 8),
              0.05, f"{NOTE} §2d worked check"),
         Case("SRAM: hecaton-2d fits Llama3.1-405B on the weak-scaled 15x16 package (1 = fits)", 1.0,
              lambda: _sram_fits("llama3.1-405b", "hecaton-2d", 15, 16), 0.0,
@@ -118,6 +122,7 @@ def cases():
              "Hecaton abstract (note §1a): porting designs 'make state-of-the-art chiplet designs fail'", kind="absolute"),
     ]
     # ------------------------------------------------------------ headline direction and factors
+    paper = PUB.values("hecaton_headline")
     miss = ("Hecaton's chiplet count, links and DRAM are unknown (note §1b). On the stand-in package both runs are "
             "NoP-bound, so the factor is the ratio of busiest-link NoP bytes, independent of link bandwidth; it grows "
             "with the die count (Llama3.1-405B on 240 dies: 2.7-3.3x). 4.98x needs more dies or a costlier baseline.")
@@ -128,11 +133,11 @@ def cases():
              lambda: float(headline()["time"] > 1.0), 0.0, HECATON_V1, kind="absolute"),
         Case("headline direction: Hecaton-style uses less energy than Megatron TP (1 = yes)", 1.0,
              lambda: float(headline()["energy"] > 1.0), 0.0, HECATON_V1, kind="absolute"),
-        Case("headline: time factor Megatron / Hecaton-style, Llama2-70B (paper 4.98x)", 4.98,
+        Case("headline: time factor Megatron / Hecaton-style, Llama2-70B (paper 4.98x)", paper["time"],
              lambda: headline()["time"], 0.5, HECATON_V1,
              note="tolerance: same order, within 2x below; no tighter band is defensible without the paper's hardware",
              expected_miss=miss),
-        Case("headline: energy factor Megatron / Hecaton-style, Llama2-70B (paper 2.35x)", 2.35,
+        Case("headline: energy factor Megatron / Hecaton-style, Llama2-70B (paper 2.35x)", paper["energy"],
              lambda: headline()["energy"], 0.5, HECATON_V1,
              note="dynamic energy only (Gemini-style accounting); static power 0 in the catalog package"),
     ]
@@ -140,27 +145,32 @@ def cases():
     c7, c5 = pc.node_constants("7"), pc.node_constants("5")
     tol = 5e-4   # the note prints 4-5 significant digits
     src = f"{ACTUARY}; {NOTE} §4a (V7, V8)"
+    die, pkg = PUB.values("actuary_die"), PUB.values("actuary_package")
     out += [
-        Case("7 nm, 100 mm^2: die yield", 0.9143, lambda: pc.die_yield(100, c7["defect_density"]), tol, src),
-        Case("7 nm, 100 mm^2: dies per wafer", 571.7, lambda: pc.dies_per_wafer(100), tol, src),
-        Case("7 nm, 100 mm^2: raw die cost", 16.35, lambda: pc.raw_die_cost(100, c7["wafer_cost"]), tol, src, "USD"),
-        Case("7 nm, 100 mm^2: known-good-die cost", 17.88,
+        Case("7 nm, 100 mm^2: die yield", die["7nm_100mm2"]["die_yield"], lambda: pc.die_yield(100, c7["defect_density"]),
+             tol, src),
+        Case("7 nm, 100 mm^2: dies per wafer", die["7nm_100mm2"]["dies_per_wafer"], lambda: pc.dies_per_wafer(100), tol,
+             src),
+        Case("7 nm, 100 mm^2: raw die cost", die["7nm_100mm2"]["raw_die_cost"],
+             lambda: pc.raw_die_cost(100, c7["wafer_cost"]), tol, src, "USD"),
+        Case("7 nm, 100 mm^2: known-good-die cost", die["7nm_100mm2"]["known_good_die_cost"],
              lambda: pc.known_good_die_cost(100, c7["wafer_cost"], c7["defect_density"]), tol, src, "USD"),
-        Case("7 nm, 400 mm^2: die yield", 0.7021, lambda: pc.die_yield(400, c7["defect_density"]), tol, src),
-        Case("7 nm, 400 mm^2: known-good-die cost", 102.41,
+        Case("7 nm, 400 mm^2: die yield", die["7nm_400mm2"]["die_yield"], lambda: pc.die_yield(400, c7["defect_density"]),
+             tol, src),
+        Case("7 nm, 400 mm^2: known-good-die cost", die["7nm_400mm2"]["known_good_die_cost"],
              lambda: pc.known_good_die_cost(400, c7["wafer_cost"], c7["defect_density"]), tol, src, "USD"),
-        Case("7 nm, 800 mm^2: die yield", 0.4989, lambda: pc.die_yield(800, c7["defect_density"]), tol, src),
-        Case("7 nm, 800 mm^2: known-good-die cost", 318.60,
+        Case("7 nm, 800 mm^2: die yield", die["7nm_800mm2"]["die_yield"], lambda: pc.die_yield(800, c7["defect_density"]),
+             tol, src),
+        Case("7 nm, 800 mm^2: known-good-die cost", die["7nm_800mm2"]["known_good_die_cost"],
              lambda: pc.known_good_die_cost(800, c7["wafer_cost"], c7["defect_density"]), tol, src, "USD"),
-        Case("5 nm, 100 mm^2: known-good-die cost", 33.15,
+        Case("5 nm, 100 mm^2: known-good-die cost", die["5nm_100mm2"]["known_good_die_cost"],
              lambda: pc.known_good_die_cost(100, c5["wafer_cost"], c5["defect_density"]), tol, src, "USD"),
-        Case("5 nm, 800 mm^2: known-good-die cost", 671.59,
+        Case("5 nm, 800 mm^2: known-good-die cost", die["5nm_800mm2"]["known_good_die_cost"],
              lambda: pc.known_good_die_cost(800, c5["wafer_cost"], c5["defect_density"]), tol, src, "USD"),
-        Case("800 mm^2 of 7 nm logic as one SoC, organic substrate", 342.0,
+        Case("800 mm^2 of 7 nm logic as one SoC, organic substrate", pkg["soc_organic"],
              lambda: pc.package_re_cost(1, 800, "7", "organic")["total"], tol, src, "USD"),
     ]
-    split = {"organic": (281.0, 231.0, 215.6, 221.5), "fanout": (331.8, 283.6, 277.0, 306.8),
-             "interposer": (378.5, 348.2, 386.3, 547.6)}
+    split = {tech: pkg[tech] for tech in ("organic", "fanout", "interposer")}
     for tech, refs in split.items():
         for n, ref in zip((2, 4, 8, 16), refs):
             out.append(Case(f"800 mm^2 of 7 nm logic as {n} chiplets (+10% D2D area each), {tech}", ref,

@@ -1,6 +1,7 @@
 """Smart-Infinity (HPCA'24) and ZeRO-Infinity: published traffic and times vs the model.
 
-Reference numbers: ``reference/storage_offload.md`` (Jang et al., arXiv 2403.06664). Bar
+Reference numbers: ``data/published/smart_infinity.yaml``, collected in the research note
+``docs/reference/storage_offload.md`` (Jang et al., arXiv 2403.06664). Bar
 segments and speedups of Figs. 3 and 9 were read from the PDF's vector drawing (note's [F]
 tag, reading error ~0.3 % of full scale); the 2.11x and 75.57 % are printed in the text.
 
@@ -24,6 +25,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from dse.validate.published import load as load_published
+
 TARGETS: dict = {}
 SRC = "Smart-Infinity (Jang et al., HPCA'24, arXiv 2403.06664)"
 SEQ, BATCH = 1024, 4
@@ -36,41 +39,22 @@ VARIANTS = {  # label -> plan fields
     "SU+O+C": dict(offload_optimizer="csd", transfer_overlap=True, gradient_compression=0.02),
 }
 
+# The published numbers: data/published/smart_infinity.yaml (each table with its figure and how it was read).
+_PUB = load_published("smart_infinity")
 # Fig. 9 (A5000, batch 4): (model, drives) -> variant -> (forward, backward', update, total) [s];
-# None where the note gives only the total. Speedups over BASE from the plotted line.
-FIG9 = {
-    ("gpt2-4.0b", 6): {"BASE": (0.62, 5.59, 17.55, 23.76), "SU": (0.67, 5.33, 13.04, 19.04),
-                       "SU+O": (0.67, 5.43, 12.27, 18.37), "SU+O+C": (0.67, 4.14, 10.76, 15.58)},
-    ("gpt2-4.0b", 10): {"BASE": (0.67, 5.23, 17.75, 23.65), "SU": (0.67, 5.33, 9.62, 15.63),
-                        "SU+O": (0.67, 5.79, 8.28, 14.75), "SU+O+C": (0.67, 4.19, 7.29, 12.16)},
-    ("gpt2-8.4b", 6): {"BASE": (1.11, 11.18, 37.63, 49.93), "SU": (None, None, None, 40.37),
-                       "SU+O": (1.11, 10.93, 27.45, 39.49), "SU+O+C": (1.11, 8.20, 25.84, 35.15)},
-    ("gpt2-8.4b", 10): {"BASE": (1.11, 10.93, 36.77, 48.82), "SU": (None, None, None, 32.41),
-                        "SU+O": (1.11, 10.93, 19.50, 31.55), "SU+O+C": (1.11, 8.20, 17.02, 26.33)},
-    ("bert-4.0b", 6): {"BASE": (0.62, 5.48, 17.55, 23.65), "SU": (None, None, None, 19.61),
-                       "SU+O": (None, None, None, 18.79), "SU+O+C": (0.62, 4.09, 11.23, 15.94)},
-    ("bert-4.0b", 10): {"BASE": (0.67, 5.23, 17.55, 23.45), "SU": (None, None, None, 14.86),
-                        "SU+O": (None, None, None, 14.29), "SU+O+C": (0.62, 4.09, 7.29, 12.00)},
-    ("bert-8.3b", 6): {"BASE": (1.11, 10.44, 37.63, 49.18), "SU": (None, None, None, 41.73),
-                       "SU+O": (None, None, None, 39.61), "SU+O+C": (1.11, 8.08, 24.09, 33.29)},
-    ("bert-8.3b", 10): {"BASE": (1.11, 10.55, 36.52, 48.19), "SU": (None, None, None, 32.79),
-                        "SU+O": (None, None, None, 30.18), "SU+O+C": (1.11, 8.08, 15.90, 25.09)},
-}
-FIG9_SPEEDUP = {  # SU, SU+O, SU+O+C over BASE
-    ("gpt2-4.0b", 6): (1.25, 1.30, 1.53), ("gpt2-4.0b", 10): (1.52, 1.61, 1.95),
-    ("gpt2-8.4b", 6): (1.24, 1.27, 1.42), ("gpt2-8.4b", 10): (1.51, 1.54, 1.86),
-    ("bert-4.0b", 6): (1.22, 1.27, 1.50), ("bert-4.0b", 10): (1.60, 1.66, 1.98),
-    ("bert-8.3b", 6): (1.19, 1.22, 1.49), ("bert-8.3b", 10): (1.47, 1.61, 1.93),
-}
+# None where the note gives only the total. Speedups over BASE (SU, SU+O, SU+O+C) from the plotted line.
+FIG9 = {(m, n): v for m, by_n in _PUB.values("fig9_segments").items() for n, v in by_n.items()}
+FIG9_SPEEDUP = {(m, n): v for m, by_n in _PUB.values("fig9_speedup").items() for n, v in by_n.items()}
 # Fig. 11(b) (A100 40GB, GPT-2 4.0B, 10 drives): totals [F]; 2.11x printed in the abstract [T].
-FIG11_A100 = {"BASE": 22.47, "SU+O": 12.47, "SU+O+C": 10.63}
-FIG11_A100_SPEEDUP = {"SU+O+C": 2.11}
+FIG11_A100 = _PUB.values("fig11_a100")
+FIG11_A100_SPEEDUP = _PUB.values("fig11_a100_speedup")
 # Fig. 3(b): BASE (RAID0) speedup over one drive; the model is not stated, GPT-2 4.0B assumed.
-FIG3B = {1: 1.00, 2: 1.70, 4: 2.16, 6: 2.23, 8: 2.24, 10: 2.26}
+FIG3B = _PUB.values("fig3b_raid_speedup")
 # Fig. 3(a): share of the update segment, ZeRO-Infinity on one NVMe SSD (GPT-2 2.5B/8.3B/20.5B).
 # The drive is assumed to be one of the server's (a SmartSSD's NVMe part).
-FIG3A = {30: 0.880, 104: 0.860, 259: 0.830}       # layers at hidden 2560 -> 2.49B, 8.31B, 20.51B
+FIG3A = _PUB.values("fig3a_update_share")    # layers at hidden 2560 -> 2.49B, 8.31B, 20.51B
 FIG3A_TOLERANCE = 0.06
+TABLE1 = _PUB.values("table1_bytes_per_param")   # shared-link bytes per parameter
 
 # Published points no per-parameter model can match, with the reason (still in every statistic).
 _COMP = ("Fig. 9's compressed update segments imply 12.8-13.6 ns of drive time per parameter and CSD for the 4.0B "
@@ -227,12 +211,13 @@ def cases():
     from dse.validate import Case
 
     out = [
-        Case("Table I: baseline shared-link bytes / P (= 32: 16M)", 32.0, lambda: table1_ratio("baseline"), 1e-9,
-             f"{SRC}, Table I", "count"),
-        Case("Table I: SmartUpdate shared-link bytes / P (= 8: 4M, 4x less)", 8.0, lambda: table1_ratio("smartupdate"),
+        Case("Table I: baseline shared-link bytes / P (= 32: 16M)", TABLE1["baseline"], lambda: table1_ratio("baseline"),
              1e-9, f"{SRC}, Table I", "count"),
-        Case("Table I: SmartUpdate + 2% compression bytes / P (= 4(1+c) = 4.08, ~8x less)", 4.08,
-             lambda: table1_ratio("smartupdate", 0.02), 1e-9, f"{SRC}, Table I; poster", "count"),
+        Case("Table I: SmartUpdate shared-link bytes / P (= 8: 4M, 4x less)", TABLE1["smartupdate"],
+             lambda: table1_ratio("smartupdate"), 1e-9, f"{SRC}, Table I", "count"),
+        Case("Table I: SmartUpdate + 2% compression bytes / P (= 4(1+c) = 4.08, ~8x less)",
+             TABLE1["smartupdate_topk_2pct"], lambda: table1_ratio("smartupdate", 0.02), 1e-9, f"{SRC}, Table I; poster",
+             "count"),
         Case("SmartUpdate on 1 drive is slower than the baseline on 1 drive (indicator, 1 = slower)", 1.0,
              lambda: float(one_drive_slowdown() < 1.0), 0.0,
              f"{SRC}: scalability over the CSD count (Sec. VII-E), as stated in issue 3; no value in the note", "count",

@@ -1,6 +1,8 @@
 """SSDTrain (activation offloading to SSDs): published claims and the research note's worked numbers.
 
-Set-up (K-Wu/FlashTrain drivers, research note reference/activation_offload.md §1.5, §2.1):
+The numbers and their sources: ``data/published/ssdtrain.yaml``.
+
+Set-up (K-Wu/FlashTrain drivers, research note docs/reference/activation_offload.md §1.5, §2.1):
 2x A100 PCIe, TP = 2, PP = DP = 1, one micro-batch of 16 sequences of 1,024 tokens, fp16,
 FlashAttention-2, no sequence parallelism, GPT / BERT / T5 / Llama at hidden 8192 x 4 layers,
 12288 x 3 and 16384 x 2 (heads = hidden / 128), GPUDirect Storage to per-GPU RAID0 arrays of
@@ -30,14 +32,20 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from dse.validate.published import load as load_published
+
 TARGETS: dict = {}
 
 SYSTEM = "ssdtrain-a100-optane"
 SHAPES = ((8192, 4), (12288, 3), (16384, 2))
-ARXIV = "Wu et al., SSDTrain, arXiv 2408.10013 (abstract; authors' blurb: 'up to 47%')"
-DAC = "Wu et al., SSDTrain, DAC 2025 (abstract: 'reduces 45% of the activation peak memory usage')"
-NOTE = "research note reference/activation_offload.md"
-KORTHIKANTI = "Korthikanti et al. 2022 (arXiv 2205.05198) §6.2 / note §2.3: full recompute costs 30-40 %"
+
+# The published claims and the note's worked numbers, each with its source: data/published/ssdtrain.yaml.
+PUB = load_published("ssdtrain")
+
+
+def published(table: str, key: str) -> tuple[float, str]:
+    """(reference value, source) of one entry of data/published/ssdtrain.yaml."""
+    return PUB.values(table)[key], PUB.source(table, key)
 
 
 def ssdtrain_model(family: str, hidden: int, layers: int):
@@ -149,47 +157,59 @@ def cases():
 
     suff = [c for c in configs(("gpt", "bert", "llama")) if bandwidth_suffices(*c)]
     short = [c for c in configs(("gpt", "bert", "llama")) if c not in suff]
+    tbw, tbw_src = published("endurance", "p5800x_rated_bytes")
+    y3, y3_src = published("endurance", "years_at_3GBps")
+    y1, y1_src = published("endurance", "years_at_1GBps")
+    y5, y5_src = published("endurance", "years_at_5GBps")
+    layer, layer_src = published("v12_layer", "bytes_per_layer")
+    layers3, layers3_src = published("v12_layer", "bytes_all_layers")
+    bw100, bw100_src = published("v12_layer", "write_bandwidth_100tflops")
+    bw150, bw150_src = published("v12_layer", "write_bandwidth_150tflops")
+    arxiv, arxiv_src = published("claims", "peak_reduction_arxiv")
+    dac, dac_src = published("claims", "peak_reduction_dac")
+    loss, loss_src = published("claims", "throughput_loss")
+    full, full_src = published("claims", "full_recompute_overhead")
     return [
         # --- endurance (note §1.6, V16)
-        Case("P5800X 1.6 TB rated endurance: 1.6 TB x 100 DWPD x 365 x 5 y", 292e15, lambda: p5800x_tbw, 1e-3,
-             f"{NOTE} V16 (vendor DWPD + arithmetic)", "bytes"),
-        Case("P5800X lifetime at 3 GB/s average write", 3.1, lambda: ao.lifetime_years(p5800x_tbw, 3e9), 0.02,
-             f"{NOTE} §1.6, V16", note="years; 365.25-day years"),
-        Case("P5800X lifetime at 1 GB/s average write", 9.3, lambda: ao.lifetime_years(p5800x_tbw, 1e9), 0.02,
-             f"{NOTE} §1.6", note="years"),
-        Case("P5800X lifetime at 5 GB/s average write", 1.85, lambda: ao.lifetime_years(p5800x_tbw, 5e9), 0.02,
-             f"{NOTE} §1.6", note="years"),
+        Case("P5800X 1.6 TB rated endurance: 1.6 TB x 100 DWPD x 365 x 5 y", tbw, lambda: p5800x_tbw, 1e-3, tbw_src,
+             "bytes"),
+        Case("P5800X lifetime at 3 GB/s average write", y3, lambda: ao.lifetime_years(p5800x_tbw, 3e9), 0.02, y3_src,
+             note="years; 365.25-day years"),
+        Case("P5800X lifetime at 1 GB/s average write", y1, lambda: ao.lifetime_years(p5800x_tbw, 1e9), 0.02, y1_src,
+             note="years"),
+        Case("P5800X lifetime at 5 GB/s average write", y5, lambda: ao.lifetime_years(p5800x_tbw, 5e9), 0.02, y5_src,
+             note="years"),
         # --- per-layer bytes and strict bandwidth (note §1.4, V12)
-        Case("V12 bytes per layer per GPU (h 12288, b 16, s 1024, t 2, flash)", 4.43e9, lambda: saved, 0.005,
-             f"{NOTE} V12 (alpha = 10 + 24/t = 22)", "bytes",
+        Case("V12 bytes per layer per GPU (h 12288, b 16, s 1024, t 2, flash)", layer, lambda: saved, 0.005,
+             layer_src, "bytes",
              note=f"autograd-exact terms {saved:.5g} B vs alpha=22 {alpha22:.5g} B: "
                   f"{100 * (saved / alpha22 - 1):+.3f} % (fp32 log-sum-exp and norm statistics)"),
-        Case("V12 all 3 layers", 13.3e9, lambda: 3 * saved, 0.005, f"{NOTE} V12", "bytes"),
-        Case("V12 strict write bandwidth at 100 TFLOP/s", 14.7e9,
-             lambda: ao.write_bandwidth_required(offloaded, t100), 0.005, f"{NOTE} §1.4 table", "bytes/s",
+        Case("V12 all 3 layers", layers3, lambda: 3 * saved, 0.005, layers3_src, "bytes"),
+        Case("V12 strict write bandwidth at 100 TFLOP/s", bw100,
+             lambda: ao.write_bandwidth_required(offloaded, t100), 0.005, bw100_src, "bytes/s",
              note=f"offloaded bytes {offloaded:.5g} (tensors >= 8 Mi elements); alpha=22 gives "
                   f"{alpha22 / t100 / 1e9:.2f} GB/s"),
-        Case("V12 strict write bandwidth at 150 TFLOP/s", 22.1e9,
-             lambda: ao.write_bandwidth_required(offloaded, t150), 0.005, f"{NOTE} §1.4 table", "bytes/s"),
+        Case("V12 strict write bandwidth at 150 TFLOP/s", bw150,
+             lambda: ao.write_bandwidth_required(offloaded, t150), 0.005, bw150_src, "bytes/s"),
         # --- the published claims
-        Case("activation peak reduction, largest over GPT/BERT shapes (arXiv: up to 47 %)", 0.47,
-             lambda: largest(("gpt", "bert")), 0.15, ARXIV, "fraction",
+        Case("activation peak reduction, largest over GPT/BERT shapes (arXiv: up to 47 %)", arxiv,
+             lambda: largest(("gpt", "bert")), 0.15, arxiv_src, "fraction",
              note="peak = held activations + backward working set; held only: " + held(("gpt", "bert"))),
-        Case("activation peak reduction, largest over Llama/BERT shapes (DAC: 45 %)", 0.45,
-             lambda: largest(("llama", "bert")), 0.15, DAC, "fraction",
+        Case("activation peak reduction, largest over Llama/BERT shapes (DAC: 45 %)", dac,
+             lambda: largest(("llama", "bert")), 0.15, dac_src, "fraction",
              note="held only: " + held(("llama",))),
-        Case("throughput loss of offload where the drives keep up (arXiv: negligible)", 0.0,
-             lambda: max(time_ratio(*c, offload="ssd") - 1 for c in suff), 0.02, ARXIV, kind="absolute",
+        Case("throughput loss of offload where the drives keep up (arXiv: negligible)", loss,
+             lambda: max(time_ratio(*c, offload="ssd") - 1 for c in suff), 0.02, loss_src, kind="absolute",
              note="configs whose read bandwidth meets the per-layer need: " + ", ".join(f"{f} {h}x{L}" for f, h, L in suff)),
-        Case("throughput loss of offload where the model's read path is short (arXiv: negligible)", 0.0,
-             lambda: max(time_ratio(*c, offload="ssd") - 1 for c in short), 0.02, ARXIV, kind="absolute",
+        Case("throughput loss of offload where the model's read path is short (arXiv: negligible)", loss,
+             lambda: max(time_ratio(*c, offload="ssd") - 1 for c in short), 0.02, loss_src, kind="absolute",
              note="configs: " + ", ".join(f"{f} {h}x{L} {100 * (time_ratio(f, h, L, offload='ssd') - 1):.1f}%"
                                           for f, h, L in short),
              expected_miss="at hidden 8192 a layer's backward needs 24 GB/s of reads and dse's path gives 21.6 "
                            "(the GPU's PCIe link and its 4- or 3-drive RAID0 at rated bandwidth), so SSDTrain's "
                            "rule exposes 4-5 % of reads; the paper measured no loss, so its arrays read faster "
                            "than dse assumes or its backward is slower. dse's `auto` keeps those layers instead."),
-        Case("full recompute time overhead, mean over GPT/BERT shapes (30-40 %)", 0.35,
+        Case("full recompute time overhead, mean over GPT/BERT shapes (30-40 %)", full,
              lambda: sum(time_ratio(*c, recompute="full") - 1 for c in configs()) / len(configs()), 0.05,
-             KORTHIKANTI, kind="absolute"),
+             full_src, kind="absolute"),
     ]
