@@ -32,6 +32,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import yaml
 
 import dse
 from dse.formulas import chiplet, transformer
@@ -43,9 +44,14 @@ SCHEMES = {"megatron-1d": "Megatron 1D TP", "summa-2d": "SUMMA 2D (Optimus)",
            "hecaton-2d": "2D weight-stationary AG/RS"}
 PLAN = dict(micro_batch=1, global_batch=16, seq_len=4096, recompute="full")
 HEAD_DIM, KV_HEADS = 128, 8
-PUBLISHED_SPEEDUP = {"Llama-2-70B (v1)": (0.0, 4.98), "Llama-3.1-405B (v2)": (1.0, 5.29)}
-NOTE_WORKED = {("megatron-1d", 64): 621.7, ("hecaton-2d", 64): 779.5,        # research note chiplet.md §2d table
-               ("megatron-1d", 239): 306.6, ("hecaton-2d", 239): 792.9}
+# The abstracts' speedups and the research note's worked table (docs/reference/chiplet.md §2d), with their sources in
+# data/published/chiplet.yaml (the numbers `dse validate chiplet` checks).
+PUBLISHED = yaml.safe_load((Path(__file__).resolve().parents[1] / "data" / "published" / "chiplet.yaml").read_text())
+PUBLISHED_SPEEDUP = {"Llama-2-70B (v1)": (0.0, PUBLISHED["hecaton_headline"]["values"]["time"]),
+                     "Llama-3.1-405B (v2)": (1.0, PUBLISHED["hecaton_v2_headline"]["values"]["time"])}
+_WORKED = PUBLISHED["worked_ratio"]["values"]
+NOTE_WORKED = {(scheme, n): _WORKED[model][n][k] for model, n in (("Llama2-70B", 64), ("Llama3.1-405B", 239))
+               for k, scheme in enumerate(("megatron-1d", "hecaton-2d"))}
 
 
 def shape(t: float) -> dict:

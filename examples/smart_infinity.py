@@ -12,7 +12,7 @@
     python examples/smart_infinity.py --out figures/ --json # the numbers as JSON
 
 Uses only ``dse.estimate`` (with an array of drive counts: one call per curve). The published
-values are read from the paper's figures (research note docs/reference/storage_offload.md §2, whose
+values (``data/published/smart_infinity.yaml``) are read from the paper's figures (research note docs/reference/storage_offload.md §2, whose
 [F] readings carry ~0.3 % of full-scale reading error).
 """
 
@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import yaml
 
 import dse
 
@@ -42,29 +43,15 @@ MODELS = {"GPT-2 4.0B": "smart-infinity-gpt2-4.0b", "GPT-2 8.4B": "smart-infinit
 DRIVES = (6, 10)
 
 # Published: Smart-Infinity Fig. 9 (A5000), (forward, backward + offload, update, total) in s; None where only the
-# total was read. Speedups over BASE from the plotted line. Note storage_offload.md §2.2.
-FIG9 = {
-    ("GPT-2 4.0B", 6): {"BASE": (0.62, 5.59, 17.55, 23.76), "SU": (0.67, 5.33, 13.04, 19.04),
-                        "SU+O": (0.67, 5.43, 12.27, 18.37), "SU+O+C": (0.67, 4.14, 10.76, 15.58)},
-    ("GPT-2 4.0B", 10): {"BASE": (0.67, 5.23, 17.75, 23.65), "SU": (0.67, 5.33, 9.62, 15.63),
-                         "SU+O": (0.67, 5.79, 8.28, 14.75), "SU+O+C": (0.67, 4.19, 7.29, 12.16)},
-    ("GPT-2 8.4B", 6): {"BASE": (1.11, 11.18, 37.63, 49.93), "SU": (None, None, None, 40.37),
-                        "SU+O": (1.11, 10.93, 27.45, 39.49), "SU+O+C": (1.11, 8.20, 25.84, 35.15)},
-    ("GPT-2 8.4B", 10): {"BASE": (1.11, 10.93, 36.77, 48.82), "SU": (None, None, None, 32.41),
-                         "SU+O": (1.11, 10.93, 19.50, 31.55), "SU+O+C": (1.11, 8.20, 17.02, 26.33)},
-    ("BERT 4.0B", 6): {"BASE": (0.62, 5.48, 17.55, 23.65), "SU": (None, None, None, 19.61),
-                       "SU+O": (None, None, None, 18.79), "SU+O+C": (0.62, 4.09, 11.23, 15.94)},
-    ("BERT 4.0B", 10): {"BASE": (0.67, 5.23, 17.55, 23.45), "SU": (None, None, None, 14.86),
-                        "SU+O": (None, None, None, 14.29), "SU+O+C": (0.62, 4.09, 7.29, 12.00)},
-    ("BERT 8.3B", 6): {"BASE": (1.11, 10.44, 37.63, 49.18), "SU": (None, None, None, 41.73),
-                       "SU+O": (None, None, None, 39.61), "SU+O+C": (1.11, 8.08, 24.09, 33.29)},
-    ("BERT 8.3B", 10): {"BASE": (1.11, 10.55, 36.52, 48.19), "SU": (None, None, None, 32.79),
-                        "SU+O": (None, None, None, 30.18), "SU+O+C": (1.11, 8.08, 15.90, 25.09)},
-}
-FIG9_SPEEDUP = {("GPT-2 4.0B", 6): (1.25, 1.30, 1.53), ("GPT-2 4.0B", 10): (1.52, 1.61, 1.95)}   # SU, SU+O, SU+O+C
-FIG11_A100_SPEEDUP = {"SU+O": 22.47 / 12.47, "SU+O+C": 2.11}   # GPT-2 4.0B, 10 drives; 2.11x printed in the abstract
-FIG3B = {1: 1.00, 2: 1.70, 4: 2.16, 6: 2.23, 8: 2.24, 10: 2.26}  # BASE over one drive (model not stated; 4.0B assumed)
-
+# total was read. Speedups over BASE from the plotted line. data/published/smart_infinity.yaml (each table with its
+# source; research note docs/reference/storage_offload.md §2.2), the numbers `dse validate smart-infinity` checks.
+PUBLISHED = yaml.safe_load((Path(__file__).resolve().parents[1] / "data" / "published" / "smart_infinity.yaml").read_text())
+LABELS = {name.removeprefix("smart-infinity-"): label for label, name in MODELS.items()}
+FIG9 = {(LABELS[m], n): v for m, by_n in PUBLISHED["fig9_segments"]["values"].items() for n, v in by_n.items()}
+FIG9_SPEEDUP = {("GPT-2 4.0B", n): v for n, v in PUBLISHED["fig9_speedup"]["values"]["gpt2-4.0b"].items()}
+_A100 = PUBLISHED["fig11_a100"]["values"]     # GPT-2 4.0B, 10 drives; 2.11x printed in the abstract
+FIG11_A100_SPEEDUP = {"SU+O": _A100["BASE"] / _A100["SU+O"], "SU+O+C": PUBLISHED["fig11_a100_speedup"]["values"]["SU+O+C"]}
+FIG3B = PUBLISHED["fig3b_raid_speedup"]["values"]   # BASE over one drive (model not stated; 4.0B assumed)
 
 def phases(model: str, variant: str, drives, hw: str = "smart-infinity-a5000") -> dict:
     """dse's forward / backward' / update / iteration times [s], one entry per drive count (arrays)."""

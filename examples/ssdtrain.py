@@ -29,6 +29,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import yaml
 
 import dse
 from dse.formulas import transformer
@@ -41,7 +42,11 @@ STRATEGIES = {"keep": dict(recompute="none", offload_activations="none"),
               "selective recompute": dict(recompute="selective", offload_activations="none"),
               "full recompute": dict(recompute="full", offload_activations="none"),
               "offload to SSD": dict(recompute="none", offload_activations="ssd")}
-PUBLISHED = {"arXiv: up to 47 % (GPT, BERT, T5)": 0.47, "DAC'25: 45 % (Llama, BERT, T5)": 0.45}
+# The papers' activation-peak reductions, with their sources: data/published/ssdtrain.yaml (what `dse validate ssdtrain`
+# checks).
+_CLAIMS = yaml.safe_load((Path(__file__).resolve().parents[1] / "data" / "published" / "ssdtrain.yaml").read_text())
+PUBLISHED = {"arXiv: up to 47 % (GPT, BERT, T5)": _CLAIMS["claims"]["values"]["peak_reduction_arxiv"]["value"],
+             "DAC'25: 45 % (Llama, BERT, T5)": _CLAIMS["claims"]["values"]["peak_reduction_dac"]["value"]}
 
 
 def model(family: str, hidden: int, layers: int) -> tuple[str, list[str], dict]:

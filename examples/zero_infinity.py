@@ -26,6 +26,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import yaml
 
 import dse
 from dse.formulas import offload
@@ -36,19 +37,11 @@ TOKENS = (1024, 2048, 4096, 8192)              # bsz x seq per GPU
 HIDDEN = (2048, 8192, 32768)
 
 # (class, bandwidth [B/s], efficiency, what it is): the paper's statements as transcribed in the research note §3.2
-# (secondary sources; the paper text was not readable) and the note's recomputation of them (§3.3).
-PUBLISHED = [
-    ("params_grads", 70e9, 0.50, "paper: > 70 GB/s gives > 50 % at the smallest batch (Sec. 4.1)"),
-    ("optimizer", 1.5e12, 0.90, "paper: nearly 1.5 TB/s for 90 % at 2K tokens per GPU (Sec. 4.1; slides: 1500 GB/s)"),
-    ("activations", 2e9, 0.50, "paper: 2 GB/s keeps > 50 % at hd = 2K (Sec. 4.1)"),
-    ("activations", 1e9, 0.50, "paper: < 1 GB/s suffices at hd > 8K (Sec. 4.1)"),
-]
-RECOMPUTED = [
-    ("params_grads", 1024, None, 68.36e9, 0.50, "note §3.3: 70e12 / 1024 = 68 GB/s"),
-    ("optimizer", 2048, None, 1.23e12, 0.90, "note §3.3: 9 x 70e12 / 512 = 1.23 TB/s"),
-    ("activations", None, 2048, 1.42e9, 0.50, "note §3.3: ait 49,152 -> 1.42 GB/s"),
-    ("activations", None, 8192, 0.356e9, 0.50, "note §3.3: ait 196,608 -> 0.36 GB/s"),
-]
+# (secondary sources; the paper text was not readable) and the note's recomputation of them (§3.3), from
+# data/published/zero_infinity.yaml.
+_PUB = yaml.safe_load((Path(__file__).resolve().parents[1] / "data" / "published" / "zero_infinity.yaml").read_text())
+PUBLISHED = [(key.split("_hd")[0], *e["value"], e["source"]) for key, e in _PUB["thresholds"]["values"].items()]
+RECOMPUTED = [(key.split("_hd")[0], *e["value"], e["source"]) for key, e in _PUB["recomputed"]["values"].items()]
 SERVER = ("smart-infinity-gpt2-4.0b", "plain-nvme-a5000")
 SERVER_PLAN = dict(micro_batch=4, global_batch=4, seq_len=1024, recompute="full", attention="math", zero=3,
                    precision="fp16", offload_params="cpu", offload_optimizer="nvme")
