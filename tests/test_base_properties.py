@@ -1,0 +1,139 @@
+"""Property tests (Hypothesis) of the base model: transformer training on GPUs, no offload.
+
+Over random models (catalog shapes with the layer count changed), plans (TP, PP, DP, micro-batch,
+sequence length, recompute, attention, sequence parallelism, ZeRO stage, precision) and the two
+GPU systems, the estimate keeps the invariants a user relies on when reading it:
+
+- its parts add up: time components to the iteration, communication parts to the communication,
+  memory classes to each tier's total;
+- MFU <= HFU <= 1, and no NaN, infinity or negative number anywhere in the JSON;
+- more data parallelism never raises the per-GPU model-state memory (weights, gradients, optimizer);
+- recomputation never lowers the time (none <= selective <= full), and on one pipeline stage of two or
+  more layers never raises the activation memory (none >= selective >= full).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from dse.errors import InputError
+from dse.estimate import resolve, run
+
+MODELS = ("gpt2-xl", "llama2-7b", "llama2-13b")
+SYSTEMS = ("a100-cluster-800g", "dgx-h100")
+TIME_PARTS = ("compute", "recompute", "communication", "bubble", "optimizer", "overhead", "io_exposed")
+COMM_PARTS = ("tp_communication", "pp_communication", "dp_communication", "embedding_sync")
+MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "buffers")
+REL = 1e-9
+
+plans = st.fixed_dictionaries({
+    "tp": st.sampled_from([1, 2, 4, 8]),
+    "pp": st.sampled_from([1, 2, 4]),
+    "dp": st.sampled_from([1, 2, 4, 8, 16]),
+    "micro_batch": st.sampled_from([1, 2, 4, 8]),
+    "seq_len": st.sampled_from([512, 1024, 2048, 4096]),
+    "recompute": st.sampled_from(["none", "selective", "full"]),
+    "attention": st.sampled_from(["flash", "math"]),
+    "sequence_parallel": st.booleans(),
+    "zero": st.integers(0, 3),
+    "precision": st.sampled_from(["bf16", "fp16"]),
+})
+scenarios = st.tuples(st.sampled_from(MODELS), st.sampled_from(SYSTEMS), st.integers(4, 48), plans)   # >= 4 layers
+
+
+def estimate(model: str, system: str, layers: int, plan: dict, **changes) -> dict:
+    """The estimate of one scenario; Hypothesis discards plans the input checks refuse (e.g. SP without TP)."""
+    fields = {**plan, **changes}
+    if fields["tp"] == 1:
+        fields["sequence_parallel"] = False
+    fields["global_batch"] = fields["micro_batch"] * fields["dp"] * 2 * fields["pp"]
+    try:
+        m, s, p = resolve(model, system, None, [f"model.layers={layers}"], **fields)
+    except InputError:
+        assume(False)
+    return run(m, s, p)
+
+
+def numbers(obj, path=""):
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from numbers(v, f"{path}.{k}")
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            yield from numbers(v, f"{path}[{i}]")
+    elif isinstance(obj, (int, float)) and not isinstance(obj, bool):
+        yield path, obj
+
+
+@settings(max_examples=80, deadline=None)
+@given(scenarios)
+def test_parts_add_up(sc):
+    r = estimate(*sc)
+    t = r["time"]
+    assert t["iteration"] == pytest.approx(sum(t[k] for k in TIME_PARTS), rel=REL)
+    assert t["communication"] == pytest.approx(sum(t[k] for k in COMM_PARTS), rel=REL, abs=1e-15)
+    for tier, mem in r["memory"].items():
+        assert mem["total"] == pytest.approx(sum(mem[k] for k in MEMORY_PARTS), rel=REL), tier
+
+
+@settings(max_examples=80, deadline=None)
+@given(scenarios)
+def test_utilisation_and_json_are_sane(sc):
+    r = estimate(*sc)
+    th = r["throughput"]
+    assert 0 < th["mfu"] <= th["hfu"] * (1 + REL) <= 1 + REL
+    text = json.dumps(r)                     # what `dse estimate --json` prints
+    assert "NaN" not in text and "Infinity" not in text
+    bad = [(p, v) for p, v in numbers(json.loads(text)) if not math.isfinite(v) or v < 0]
+    assert bad == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(scenarios, st.sampled_from([2, 4, 8]))
+def test_more_data_parallelism_never_raises_model_state_memory(sc, factor):
+    model, system, layers, plan = sc
+    state = lambda r: sum(r["memory"]["gpu"][k] for k in ("weights", "gradients", "optimizer"))  # noqa: E731
+    few = estimate(model, system, layers, plan)
+    many = estimate(model, system, layers, plan, dp=plan["dp"] * factor)
+    assert state(many) <= state(few) * (1 + REL)
+
+
+@settings(max_examples=60, deadline=None)
+@given(scenarios)
+def test_recompute_never_lowers_time(sc):
+    runs = [estimate(*sc[:3], sc[3], recompute=rc) for rc in ("none", "selective", "full")]
+    times = [r["time"]["iteration"] for r in runs]
+    assert times[0] <= times[1] * (1 + REL) and times[1] <= times[2] * (1 + REL), times
+    assert runs[2]["flops"]["hardware_per_iteration"] >= runs[0]["flops"]["hardware_per_iteration"]
+    assert runs[2]["flops"]["model_per_iteration"] == runs[0]["flops"]["model_per_iteration"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(scenarios)
+def test_recompute_never_raises_activation_memory(sc):
+    """On one pipeline stage: none >= selective >= full.
+
+    Two cases are outside the property, both by design: a stage of one layer (full recompute holds the layer's
+    input checkpoint beside its re-materialised activations, 2sbh more than keeping them, see
+    ``transformer.recompute_working_bytes``), and several stages (``memory.gpu.activations`` is that of the
+    stage with the most memory in total, which recompute can change from the first to the last).
+    """
+    model, system, layers, plan = sc
+    runs = [estimate(model, system, layers, plan, pp=1, recompute=rc) for rc in ("none", "selective", "full")]
+    acts = [r["memory"]["gpu"]["activations"] for r in runs]
+    assert acts[0] >= acts[1] * (1 - REL) and acts[1] >= acts[2] * (1 - REL), acts
+
+
+def test_full_recompute_of_a_one_layer_stage_holds_the_checkpoint_too():
+    """The documented exception above, pinned: one layer per stage, full recompute holds 2sbh more."""
+    plan = dict(tp=1, pp=1, dp=1, micro_batch=1, seq_len=512, attention="flash", sequence_parallel=False, zero=0,
+                precision="bf16", recompute="none")
+    keep, full = (estimate("gpt2-xl", "a100-cluster-800g", 1, plan, recompute=rc) for rc in ("none", "full"))
+    extra = full["memory"]["gpu"]["activations"] - keep["memory"]["gpu"]["activations"]
+    assert extra == pytest.approx(2 * 512 * 1 * 1600)           # 2 s b h bytes: the bf16 layer input
+
