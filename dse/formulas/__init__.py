@@ -27,6 +27,7 @@ source on a ``Source:`` line, gives each argument's unit, and shows a doctest ex
 """
 
 import importlib
+from types import ModuleType
 
 from dse.formulas._array import Num
 
@@ -34,12 +35,12 @@ __all__ = ["transformer", "memory", "parallelism", "compute", "cost", "offload",
            "package_cost", "activation_offload", "energy", "precision", "optimizer", "Num"]
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> ModuleType:
     """Submodules load on first use, so ``dse estimate`` imports only the equations it evaluates."""
     if name in __all__:
         return importlib.import_module(f"dse.formulas.{name}")
     raise AttributeError(f"module 'dse.formulas' has no attribute {name!r}")
 
 
-def __dir__():
+def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import sys
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING, Any, Union, cast
 
 if TYPE_CHECKING:
     import numpy
@@ -20,46 +20,47 @@ _SCALAR = (int, float)
 Num = Union[int, float, "numpy.ndarray"]
 
 
-def _np():
+def _np() -> Any:
     np = sys.modules.get("numpy")
     if np is None:  # pragma: no cover - only when called with array-likes before numpy is imported
         import numpy as np
     return np
 
 
-def maximum(a, b):
+def maximum(a: Num, b: Num) -> Num:
     if type(a) in _SCALAR and type(b) in _SCALAR:
         return a if a >= b else b
-    return _np().maximum(a, b)
+    return cast(Num, _np().maximum(a, b))
 
 
-def minimum(a, b):
+def minimum(a: Num, b: Num) -> Num:
     if type(a) in _SCALAR and type(b) in _SCALAR:
         return a if a <= b else b
-    return _np().minimum(a, b)
+    return cast(Num, _np().minimum(a, b))
 
 
-def where(cond, a, b):
+def where(cond: Any, a: Num, b: Num) -> Num:
+    """``a if cond else b``, element-wise when ``cond`` is an array (a numpy bool array or a Python bool)."""
     if type(cond) is bool:
         return a if cond else b
-    return _np().where(cond, a, b)
+    return cast(Num, _np().where(cond, a, b))
 
 
-def ceil(a):
+def ceil(a: Num) -> Num:
     if type(a) in _SCALAR:
         return float(math.ceil(a))
-    return _np().ceil(a)
+    return cast(Num, _np().ceil(a))
 
 
-def floor(a):
+def floor(a: Num) -> Num:
     if type(a) in _SCALAR:
         return float(math.floor(a))
-    return _np().floor(a)
+    return cast(Num, _np().floor(a))
 
 
-def clip(a, lo, hi):
+def clip(a: Num, lo: Num, hi: Num) -> Num:
     return minimum(maximum(a, lo), hi)
 
 
-def is_scalar(*xs) -> bool:
+def is_scalar(*xs: object) -> bool:
     return all(type(x) in _SCALAR for x in xs)

@@ -23,6 +23,7 @@ documents the parameters its functions share (a function's own ``Args:`` entry w
 from __future__ import annotations
 
 import re
+from typing import Any, Callable
 
 _HEADER = re.compile(r"^(Formula|Source):\s*(.*)$")
 _BLOCK = re.compile(r"^(Args|Returns|Symbols):\s*(.*)$")
@@ -42,7 +43,7 @@ def _source_continues(line: str) -> bool:
     return bool(s) and not _HEADER.match(s) and not _BLOCK.match(s) and not s.startswith(">>>")
 
 
-def parse(doc: str) -> dict:
+def parse(doc: str) -> dict[str, Any]:
     """Sections of a (dedented) docstring: summary, formula, source, args, returns, examples, prose.
 
     ``args`` maps a parameter name to ``(text, unit)``; ``returns`` is ``(text, unit)`` or None;
@@ -55,9 +56,9 @@ def parse(doc: str) -> dict:
     ('t = S / B', 'definition', {'nbytes': ('S [bytes]', 'bytes')}, ('time [s]', 's'))
     """
     lines = (doc or "").splitlines()
-    out = {"summary": "", "formula": None, "source": None, "args": {}, "returns": None, "examples": [],
+    out: dict[str, Any] = {"summary": "", "formula": None, "source": None, "args": {}, "returns": None, "examples": [],
            "prose": []}
-    para = []
+    para: list[str] = []
     for line in lines:
         if not line.strip():
             break
@@ -116,7 +117,7 @@ def parse(doc: str) -> dict:
     return out
 
 
-def formula_line(fn) -> str:
+def formula_line(fn: Callable[..., Any]) -> str:
     """The equation of a formula with its source in parentheses (what ``--explain`` prints)."""
     import inspect
 
@@ -126,4 +127,4 @@ def formula_line(fn) -> str:
         return doc.splitlines()[0] if doc else fn.__name__
     if sec["source"]:
         return f"{sec['formula']} ({sec['source']})"
-    return sec["formula"]
+    return str(sec["formula"])

@@ -72,6 +72,8 @@ Symbols:
 
 from __future__ import annotations
 
+from typing import Any
+
 from dse.formulas._array import Num, clip, floor, maximum, minimum, where
 from dse.formulas.cost import SECONDS_PER_YEAR
 from dse.formulas.transformer import activation_terms, backward_working_bytes  # noqa: F401 (public in transformer)
@@ -91,7 +93,7 @@ SMALL_TENSOR_ELEMENTS = 8 * 1024 * 1024
 DAYS_PER_YEAR = 365
 
 
-def _element_bytes(name: str, bytes_per_element):
+def _element_bytes(name: str, bytes_per_element: Num) -> Num:
     """Bytes per element of one saved tensor of :func:`activation_terms` (masks 1 B, the fp32 LSE 4 B)."""
     if "mask" in name:
         return 1
@@ -102,7 +104,7 @@ def _element_bytes(name: str, bytes_per_element):
 
 def offloaded_terms(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: Num, ffn: Num, *,
                     min_elements: Num = SMALL_TENSOR_ELEMENTS, tp: Num = 1, sequence_parallel: bool = False,
-                    bytes_per_element: Num = 2, **options) -> dict:
+                    bytes_per_element: Num = 2, **options: Any) -> dict[str, Num]:
     """Bytes of each saved tensor of one layer that SSDTrain writes to the drives (0 when skipped).
 
     Formula: A_off = sum over tensors i of bytes_i [elements_i >= 8 Mi]; elements_i = bytes_i / element size
@@ -144,7 +146,7 @@ def offloaded_terms(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim:
 
 
 def offloaded_bytes_per_layer(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: Num, ffn: Num,
-                              **options) -> Num:
+                              **options: Any) -> Num:
     """Bytes of one layer SSDTrain writes per micro-batch per GPU: the sum of :func:`offloaded_terms`.
 
     Formula: A_off = sum_i bytes_i [elements_i >= 8 Mi]
@@ -158,7 +160,7 @@ def offloaded_bytes_per_layer(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num,
     >>> np.round(offloaded_bytes_per_layer(1024, np.array([1, 4, 16]), 12288, 96, 96, 128, 49152, tp=2) / 1e9, 3)
     array([0.264, 1.107, 4.429])
     """
-    total = 0
+    total: Num = 0
     for v in offloaded_terms(s, b, h, heads, kv_heads, head_dim, ffn, **options).values():
         total = total + v
     return total
@@ -290,7 +292,8 @@ def adaptive_offload_layers(bandwidth: Num, layer_bytes: Num, layer_forward_time
     return clip(floor(x) + 1, 0, layers)
 
 
-def adaptive_first_kept_scope(scope_bytes: list, scope_times: list, forward_time: float, bandwidth: float) -> int:
+def adaptive_first_kept_scope(scope_bytes: list[float], scope_times: list[float], forward_time: float,
+                              bandwidth: float) -> int:
     """SSDTrain's adaptive-keep walk over an explicit list of scopes (scalars; reference for the closed form).
 
     Formula: first k with (sum_{j<k} A_j + 2 A_k) / (3 T_f - 2 sum_{j<k} t_j) > BW; scopes before k are offloaded
@@ -512,7 +515,8 @@ def gpu_activation_bytes_offload(layers: Num, offloaded_layers: Num, layer_bytes
 
 
 def rok_activation_peaks(layers: Num, in_flight: Num, keep_layer_bytes: Num, selective_layer_bytes: Num,
-                         full_layer_bytes: Num, offload_layer_kept_bytes: Num, other_bytes: Num = 0.0) -> dict:
+                         full_layer_bytes: Num, offload_layer_kept_bytes: Num, other_bytes: Num = 0.0
+                         ) -> dict[str, Num]:
     """GPU activation peak of the four recompute-offload-keep (ROK) strategies, per GPU.
 
     Formula: keep n_fl l A; selective n_fl l A_sel; full n_fl l A_full + A; offload n_fl l A_kept + A; each + M_other

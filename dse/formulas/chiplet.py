@@ -83,6 +83,7 @@ __all__ = ["SCHEMES", "DRAM_PLACEMENTS", "mesh_perimeter_sides", "dram_attach_po
 
 #: Ways to split a layer over the dies (see the module docstring).
 SCHEMES = ("megatron-1d", "summa-2d", "hecaton-2d")
+Gemm = tuple[str, Num, Num, str]     # (name, k, n, kind) of one weight GEMM: Y[T x n] = X[T x k] W[k x n]
 #: Where DRAM attaches: package edge (bandwidth grows with the perimeter), every die, or fixed IO dies.
 DRAM_PLACEMENTS = ("edge", "per-die", "io-dies")
 
@@ -213,7 +214,8 @@ def collective_bytes(nbytes: Num, n: Num) -> Num:
 # ------------------------------------------------------------------------- the layer's GEMMs
 
 
-def layer_gemms(h: Num, heads: Num, kv_heads: Num, head_dim: Num, ffn: Num, ffn_type: str = "swiglu") -> tuple:
+def layer_gemms(h: Num, heads: Num, kv_heads: Num, head_dim: Num, ffn: Num,
+                ffn_type: str = "swiglu") -> tuple[Gemm, ...]:
     """The weight GEMMs of one transformer layer as (name, k, n, kind), Y[T x n] = X[T x k] W[k x n].
 
     Formula: QKV h -> (a + 2 kv) d (column); O a d -> h (row); FC1 h -> n_g F (column, n_g = 2 for SwiGLU, else 1);
@@ -239,7 +241,7 @@ def layer_gemms(h: Num, heads: Num, kv_heads: Num, head_dim: Num, ffn: Num, ffn_
             ("fc2", ffn, h, "row"))
 
 
-def gemm_parameters(gemms: tuple) -> Num:
+def gemm_parameters(gemms: tuple[Gemm, ...]) -> Num:
     """Weight elements of the GEMMs.
 
     Formula: P_layer = sum k n (= 2h^2 + 2h^2/g + 3hF for Llama)
@@ -251,13 +253,13 @@ def gemm_parameters(gemms: tuple) -> Num:
     >>> gemm_parameters(layer_gemms(8192, 64, 8, 128, 28672)), gemm_parameters(layer_gemms(16384, 128, 8, 128, 53248))
     (855638016, 3187671040)
     """
-    total = 0
+    total: Num = 0
     for _, k, n, _ in gemms:
         total = total + k * n
     return total
 
 
-def layer_gemm_flops(tokens: Num, gemms: tuple) -> Num:
+def layer_gemm_flops(tokens: Num, gemms: tuple[Gemm, ...]) -> Num:
     """Forward FLOPs of a layer's weight GEMMs for T tokens.
 
     Formula: sum 2 T k n (training: x3)
@@ -269,7 +271,7 @@ def layer_gemm_flops(tokens: Num, gemms: tuple) -> Num:
     >>> layer_gemm_flops(4096, layer_gemms(8192, 64, 8, 128, 28672)) / 1e12   # TFLOP
     7.009386627072
     """
-    total = 0
+    total: Num = 0
     for _, k, n, _ in gemms:
         total = total + 2 * tokens * k * n
     return total
@@ -279,7 +281,7 @@ def layer_gemm_flops(tokens: Num, gemms: tuple) -> Num:
 
 
 def megatron_1d_gemm_bytes(tokens: Num, k: Num, n: Num, dies: Num, kind: str, bytes_per_element: Num = 2,
-                           regather: bool = True) -> dict:
+                           regather: bool = True) -> dict[str, Num]:
     """Bytes one die receives for one GEMM under Megatron 1D TP with sharded stored activations.
 
     Formula: column: fwd all-gather of X (T k e), bwd reduce-scatter of dX (+ all-gather of X again); row: fwd
@@ -309,7 +311,7 @@ def megatron_1d_gemm_bytes(tokens: Num, k: Num, n: Num, dies: Num, kind: str, by
 
 
 def hecaton_2d_gemm_bytes(tokens: Num, k: Num, n: Num, rows: Num, cols: Num, kind: str, bytes_per_element: Num = 2,
-                          regather: bool = True) -> dict:
+                          regather: bool = True) -> dict[str, Num]:
     """Bytes one die receives for one GEMM under the 2D all-gather/reduce-scatter scheme, per mesh dimension.
 
     Formula: column GEMM: horizontal T k e (C-1)/(RC), vertical T n e (R-1)/(RC); a row GEMM swaps R and C
@@ -345,7 +347,7 @@ def hecaton_2d_gemm_bytes(tokens: Num, k: Num, n: Num, rows: Num, cols: Num, kin
             "backward_steps_h": cols - 1, "backward_steps_v": n_in * (rows - 1)}
 
 
-def summa_2d_gemm_bytes(tokens: Num, k: Num, n: Num, q: Num, bytes_per_element: Num = 2) -> dict:
+def summa_2d_gemm_bytes(tokens: Num, k: Num, n: Num, q: Num, bytes_per_element: Num = 2) -> dict[str, Num]:
     """Bytes one die receives for one GEMM under SUMMA (Optimus 2D) on a q x q grid.
 
     Formula: forward: horizontal T k e (q-1)/q^2, vertical k n e (q-1)/q^2; backward twice the forward
@@ -395,7 +397,7 @@ def kv_gather_bytes(tokens: Num, kv_heads: Num, head_dim: Num, rows: Num, cols: 
 
 
 def layer_nop(scheme: str, tokens: Num, micro_batch: Num, h: Num, heads: Num, kv_heads: Num, head_dim: Num,
-              ffn: Num, ffn_type: str, rows: Num, cols: Num, bytes_per_element: Num = 2, regather: bool = True) -> dict:
+              ffn: Num, ffn_type: str, rows: Num, cols: Num, bytes_per_element: Num = 2, regather: bool = True) -> dict[str, Num]:
     """NoP traffic of one layer and one micro-batch, per die: bytes received and busiest-link bytes.
 
     Formula: sum of the scheme's per-GEMM collectives (+ K/V gather for 2D); critical = bytes / ring factor (1D),
@@ -418,8 +420,10 @@ def layer_nop(scheme: str, tokens: Num, micro_batch: Num, h: Num, heads: Num, kv
     dies = rows * cols
     out = {}
     if scheme == "megatron-1d":
-        fwd = bwd = 0.0
-        s_f = s_b = 0.0
+        fwd: Num = 0.0
+        bwd: Num = 0.0
+        s_f: Num = 0.0
+        s_b: Num = 0.0
         for _, k, n, kind in gemms:
             g = megatron_1d_gemm_bytes(tokens, k, n, dies, kind, e, regather)
             fwd, bwd = fwd + g["forward"], bwd + g["backward"]
@@ -428,7 +432,7 @@ def layer_nop(scheme: str, tokens: Num, micro_batch: Num, h: Num, heads: Num, kv
         out = {"forward": fwd, "backward": bwd, "forward_critical": fwd / beta, "backward_critical": bwd / beta,
                "forward_steps": s_f, "backward_steps": s_b}
         return out
-    acc = {key: 0.0 for key in ("forward_h", "forward_v", "backward_h", "backward_v", "forward_steps_h",
+    acc: dict[str, Num] = {key: 0.0 for key in ("forward_h", "forward_v", "backward_h", "backward_v", "forward_steps_h",
                                 "forward_steps_v", "backward_steps_h", "backward_steps_v")}
     for _, k, n, kind in gemms:
         if scheme == "summa-2d":
@@ -516,7 +520,8 @@ def compute_to_communication(scheme: str, tokens: Num, micro_batch: Num, h: Num,
     flops = 3 * layer_gemm_flops(tokens, gemms) / (rows * cols)
     nop = layer_nop(scheme, tokens, micro_batch, h, heads, kv_heads, head_dim, ffn, ffn_type, rows, cols,
                     bytes_per_element, regather)
-    return flops / (nop["forward"] + nop["backward"])
+    ratio: Num = flops / (nop["forward"] + nop["backward"])
+    return ratio
 
 
 def worked_check_ratio(scheme: str, layer_params: Num, h: Num, ffn: Num, group: Num, dies: Num,
@@ -555,7 +560,7 @@ def worked_check_ratio(scheme: str, layer_params: Num, h: Num, ffn: Num, group: 
 
 def sram_per_die(scheme: str, tokens: Num, h: Num, heads: Num, kv_heads: Num, head_dim: Num, ffn: Num, ffn_type: str,
                  rows: Num, cols: Num, bytes_per_element: Num = 2, grad_bytes: Num = 4,
-                 weight_buffers: Num = 2) -> dict:
+                 weight_buffers: Num = 2) -> dict[str, Num]:
     """SRAM one die needs while a layer runs: its weight block, gradient block, activation working set.
 
     Formula: weights n_buf P e / N + gradients P g / N + max over GEMMs of the operands + T h e / N
@@ -584,8 +589,8 @@ def sram_per_die(scheme: str, tokens: Num, h: Num, heads: Num, kv_heads: Num, he
     dies = rows * cols
     gemms = layer_gemms(h, heads, kv_heads, head_dim, ffn, ffn_type)
     p = gemm_parameters(gemms)
-    act = 0.0
-    buffers = 0.0
+    act: Num = 0.0
+    buffers: Num = 0.0
     for _, k, n, kind in gemms:
         if scheme == "megatron-1d":
             w = tokens * k * e + tokens * n * e / dies if kind == "column" else tokens * k * e / dies + tokens * n * e
@@ -622,7 +627,7 @@ def min_tile_sram(tile: Num, bytes_per_element: Num = 2) -> Num:
 
 def dram_traffic(micro_batches: Num, minibatch: Num, layers: Num, layer_params: Num, total_params: Num,
                  stored_bytes_per_layer: Num, tokens: Num, h: Num, bytes_per_element: Num = 2, grad_bytes: Num = 4,
-                 optimizer_bytes: Num = 12, step_bytes: Num | None = None) -> dict:
+                 optimizer_bytes: Num = 12, step_bytes: Num | None = None) -> dict[str, Num]:
     """DRAM bytes of one iteration for the whole package, by phase and class.
 
     Formula: 2 (m/k) W + (2 m/k - 1) G + 2 m L A + [k > 1] 3 m L T h e + P s_opt, s_opt = 2o + g + e
@@ -667,7 +672,7 @@ def dram_traffic(micro_batches: Num, minibatch: Num, layers: Num, layer_params: 
 
 
 def dram_footprint(minibatch: Num, layers: Num, total_params: Num, stored_bytes_per_layer: Num, tokens: Num, h: Num,
-                   bytes_per_element: Num = 2, grad_bytes: Num = 4, optimizer_bytes: Num = 12) -> dict:
+                   bytes_per_element: Num = 2, grad_bytes: Num = 4, optimizer_bytes: Num = 12) -> dict[str, Num]:
     """DRAM bytes held at the peak of an iteration.
 
     Formula: P (e + g + o) + k L A + [k > 1] k T h e
@@ -714,7 +719,7 @@ def overlapped_time(compute: Num, nop: Num, dram: Num, overlap: Num = 1.0) -> Nu
 
 def iteration_energy(flops: Num, sram_bytes: Num, nop_byte_hops: Num, dram_bytes: Num, flop_energy: Num,
                      sram_energy: Num, nop_energy: Num, dram_energy: Num, static_power: Num = 0.0,
-                     seconds: Num = 0.0) -> dict:
+                     seconds: Num = 0.0) -> dict[str, Num]:
     """Energy of one iteration of a chiplet package by component.
 
     Formula: E = F e_flop + B_sram e_sram + B_nop,hops e_nop + B_dram e_dram + P_static t

@@ -52,7 +52,7 @@ def optimizer_bytes_per_param(optimizer: str = "adam", master_bytes: int = 4) ->
 
 
 def model_state_bytes(params: Num, dp: Num = 1, zero: Num = 0, weight_bytes: Num = 2, grad_bytes: Num = 4,
-                      optimizer_bytes: Num = 12) -> dict:
+                      optimizer_bytes: Num = 12) -> dict[str, Num]:
     """Per-GPU bytes of weights, gradients and optimizer state under ZeRO.
 
     Formula: weights P w / (d if zero = 3); grads P g / (d if zero >= 2); optimizer P o / (d if zero >= 1)

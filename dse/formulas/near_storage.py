@@ -64,7 +64,7 @@ def share(params: Num, devices: Num) -> Num:
     return params / devices
 
 
-def link_bytes(params: Num, grad_bytes: Num = 4, param_bytes: Num = 4, compression: Num = 1.0) -> dict:
+def link_bytes(params: Num, grad_bytes: Num = 4, param_bytes: Num = 4, compression: Num = 1.0) -> dict[str, Num]:
     """Shared-link bytes per iteration of SmartUpdate: {"down": gradients, "up": updated params}.
 
     Formula: down = c x g x P, up = p x P
@@ -80,7 +80,7 @@ def link_bytes(params: Num, grad_bytes: Num = 4, param_bytes: Num = 4, compressi
     return {"down": compression * grad_bytes * params, "up": param_bytes * params}
 
 
-def internal_bytes(params: Num, devices: Num, state_bytes: Num = 12, grad_bytes_on_drive: Num = 4) -> dict:
+def internal_bytes(params: Num, devices: Num, state_bytes: Num = 12, grad_bytes_on_drive: Num = 4) -> dict[str, Num]:
     """Drive <-> accelerator bytes inside one CSD per iteration: {"read", "write"}.
 
     Formula: read = (state + g_d) P / N, write = state x P / N

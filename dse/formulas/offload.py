@@ -98,7 +98,7 @@ def optimizer_state_bytes(optimizer: str = "adam") -> int:
     return _optimizer.state_bytes_per_param(optimizer, _MIXED)
 
 
-def placement(zero: int, offload_optimizer: str = "gpu", offload_params: str = "gpu", optimizer: str = "adam") -> dict:
+def placement(zero: int, offload_optimizer: str = "gpu", offload_params: str = "gpu", optimizer: str = "adam") -> dict[str, str]:
     """Tier of each tensor class: {class: "gpu" | "cpu" | "nvme" | "csd"}.
 
     Formula: fp16 params on ``offload_params`` (stage 3 only; else gpu); fp16 gradients on the GPU; fp32 gradients
@@ -125,7 +125,8 @@ def placement(zero: int, offload_optimizer: str = "gpu", offload_params: str = "
     return out
 
 
-def bytes_by_tier(params: Num, placed: dict, class_bytes: dict | None = None) -> dict:
+def bytes_by_tier(params: Num, placed: dict[str, str], class_bytes: dict[str, Num] | None = None
+                  ) -> dict[str, dict[str, Num]]:
     """Bytes each tier holds for ``params`` parameters: {tier: {class: bytes}}.
 
     Formula: bytes(tier, class) = P x bytes_per_param(class) for the classes placed on the tier
@@ -142,7 +143,7 @@ def bytes_by_tier(params: Num, placed: dict, class_bytes: dict | None = None) ->
     (16.0, {'params_fp16': 2000000000.0})
     """
     sizes = {**CLASS_BYTES, **(class_bytes or {})}
-    out = {t: {} for t in TIERS}
+    out: dict[str, dict[str, Num]] = {t: {} for t in TIERS}
     for cls, tier in placed.items():
         out[tier][cls] = params * sizes[cls]
     return out
@@ -306,7 +307,7 @@ def swap_out_bytes(params: Num, state_bytes: Num = 12) -> Num:
 
 
 def shared_link_traffic(params: Num, mode: str = "baseline", state_bytes: Num = 12, grad_bytes: Num = 4,
-                        param_bytes: Num = 4, compression: Num = 1.0) -> dict:
+                        param_bytes: Num = 4, compression: Num = 1.0) -> dict[str, Num]:
     """Bytes per iteration on the host <-> drives shared link, by tensor class and direction.
 
     Formula: baseline: 2 x state x P + 2 x g x P = 32P; SmartUpdate: c x g x P down + p x P up = 8P, 4P (1 + c)

@@ -145,7 +145,7 @@ def known_good_die_cost(area_mm2: Num, wafer_cost: Num, defect_density_cm2: Num,
     return wafer_cost / (dies_per_wafer(area_mm2) * die_yield(area_mm2, defect_density_cm2, critical_level))
 
 
-def node_constants(node: str) -> dict:
+def node_constants(node: str) -> dict[str, float]:
     """Defect density and wafer price of a process node (``"7"`` for 7 nm); KeyError if unknown.
 
     Formula: a row of PROCESS_NODES
@@ -199,7 +199,7 @@ def die_area(peak_flops: Num, sram_bytes: Num, io_bandwidth: Num) -> Num:
 
 
 def package_re_cost(n_dies: Num, die_area_mm2: Num, node: str = "7", technology: str = "organic",
-                    bump_per_type: bool = True) -> dict:
+                    bump_per_type: bool = True) -> dict[str, Num]:
     """Recurring cost of ``n_dies`` identical dies of one node in one package, by component.
 
     Formula: total = chips + chip defects + package + package defects + wasted KGD

@@ -38,6 +38,8 @@ Symbols:
 
 from __future__ import annotations
 
+from typing import Any
+
 from dse.formulas._array import Num, where
 
 __all__ = ["GATED_FFN", "norm_parameters", "ffn_matrices", "layer_parameters", "layer_parameters_replicated",
@@ -99,7 +101,7 @@ def layer_parameters(h: Num, heads: Num, kv_heads: Num, head_dim: Num, ffn: Num,
     qkv_bias = bias if qkv_bias is None else qkv_bias
     attn = h * (heads + 2 * kv_heads) * head_dim + heads * head_dim * h
     mlp = ffn_matrices(ffn_type) * h * ffn
-    biases = 0
+    biases: Num = 0
     if qkv_bias:
         biases = biases + (heads + 2 * kv_heads) * head_dim
     if bias:
@@ -309,7 +311,7 @@ def recompute_flops(tokens: Num, layers: Num, h: Num, heads: Num, kv_heads: Num,
 def activation_terms(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: Num, ffn: Num, *, tp: Num = 1,
                      sequence_parallel: bool = False, recompute: str = "none", attention: str = "flash",
                      ffn_type: str = "gelu", norm: str = "layernorm", position: str = "learned", dropout: bool = True,
-                     bytes_per_element: Num = 2) -> dict:
+                     bytes_per_element: Num = 2) -> dict[str, Num]:
     """Bytes one layer keeps for backward, per GPU and micro-batch, tensor by tensor.
 
     Formula: sum of the terms below; for GPT with dropout, math attention and no
@@ -402,7 +404,7 @@ def activation_terms(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim
 
 
 def activation_bytes_per_layer(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: Num, ffn: Num,
-                               **options) -> Num:
+                               **options: Any) -> Num:
     """Total of :func:`activation_terms` (same arguments).
 
     Formula: sum over the tensors of activation_terms(...) for the given options (e.g. GPT, no recompute, math attention, no SP: s b h (10 + 24/t + 5 a s / (h t)); flash attention drops the 5 a s / (h t) score terms)
@@ -419,14 +421,14 @@ def activation_bytes_per_layer(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num
     ...     recompute="full") / 2**20   # full recompute keeps the layer input, 2 sbh: MiB
     array([ 48.,  96., 192.])
     """
-    total = 0
+    total: Num = 0
     for v in activation_terms(s, b, h, heads, kv_heads, head_dim, ffn, **options).values():
         total = total + v
     return total
 
 
 def recompute_working_bytes(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: Num, ffn: Num,
-                            **options) -> Num:
+                            **options: Any) -> Num:
     """Bytes of the one layer being recomputed during backward (full recompute only).
 
     Formula: activation_bytes_per_layer(..., recompute="none") when recompute = full, else 0
