@@ -38,8 +38,8 @@ import numpy as np  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from dse.estimate import base, economics, resolve, run  # noqa: E402
 from dse._process import tune_allocator  # noqa: E402
+from dse.estimate import base, economics, resolve, run  # noqa: E402
 
 AXES = {  # the numeric axes of the grid block (131,072 points at most per block in the engine)
     "tp": [1, 2, 4, 8],

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 import sys
 from pathlib import Path
 
@@ -23,6 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
+from dse._optional import require  # noqa: E402
+from dse.errors import InputError  # noqa: E402
 from dse.estimate import base  # noqa: E402
 from dse.validate import megatron, spearman  # noqa: E402
 
@@ -65,7 +66,7 @@ def stats(pred, ref):
 
 
 def fit(scen, system, x0):
-    from scipy.optimize import least_squares
+    least_squares = require("scipy.optimize", "search", "benchmarks/calibrate.py --fit").least_squares
 
     ref = np.array([r["time_s"] for r, *_ in scen])
     lo = [p[2] for p in PARAMS]
@@ -109,4 +110,8 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except InputError as exc:      # e.g. --fit without scipy: one line, exit 2
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)

@@ -30,6 +30,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from dse._optional import require  # noqa: E402
+from dse.errors import InputError  # noqa: E402
 from dse.validate import smart_infinity as SI  # noqa: E402
 
 PARAMS = [  # name, lower, upper
@@ -75,7 +77,7 @@ def evaluate(x):
 
 def residuals(rows, fit_only: bool):
     out = []
-    for name, group, kind, ref, val, _tol in rows:
+    for _name, group, kind, ref, val, _tol in rows:
         if fit_only and group not in SI.FIT_MODELS + ("fig3b",):
             continue
         out.append(val - ref if kind == "absolute" else math.log(val / ref))
@@ -106,11 +108,11 @@ def main() -> None:
     for seg, errs in SI.segment_errors(systems_with(x0)).items():
         print(f"  Fig. 9 {seg} segments: {100 * min(errs):+.0f}% .. {100 * max(errs):+.0f}% ({len(errs)} bars)")
     if args.cases:
-        for name, group, kind, ref, val, tol in rows:
+        for name, _group, kind, ref, val, tol in rows:
             err = (val - ref) if kind == "absolute" else (val / ref - 1)
             print(f"  {'*' if abs(err) > tol else ' '} {name:75s} {ref:8.3f} {val:8.3f} {100 * err:+6.1f}%")
     if args.fit:
-        from scipy.optimize import least_squares
+        least_squares = require("scipy.optimize", "search", "benchmarks/calibrate_offload.py --fit").least_squares
 
         lo = [p[1] for p in PARAMS]
         hi = [p[2] for p in PARAMS]
@@ -121,4 +123,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except InputError as exc:      # e.g. --fit without scipy: one line, exit 2
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)

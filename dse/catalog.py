@@ -179,7 +179,7 @@ def _load_model(ref, overrides) -> ModelSpec:
 def _resolve_refs(cls, data: dict, where: str) -> dict:
     """Replace component names (strings) by the component's fields, recursively."""
     out = dict(data)
-    for name, (f, tp) in _schema._fields(cls).items():
+    for name, (_f, tp) in _schema._fields(cls).items():
         if name not in out:
             continue
         tp, _ = _schema._unwrap_optional(tp)

@@ -268,9 +268,8 @@ def offload_compare(
 def list_(what: Literal["models", "hardware", "components"] = typer.Argument("models", help="models | hardware | components"),
           json_out: bool = typer.Option(False, "--json")):
     """List the shipped catalog."""
-    from dse.report.console import render_list
-
     from dse import catalog
+    from dse.report.console import render_list
 
     if what == "models":
         items = [(n, catalog.read_yaml(catalog.models_dir() / f"{n}.yaml")) for n in catalog.names(catalog.models_dir())]

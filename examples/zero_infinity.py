@@ -69,7 +69,7 @@ def compute() -> dict:
                                      "for_50pct": v["for_50pct"], "for_90pct": v["for_90pct"]}
                                  for k, v in rb.items()}}
     out["checkpoints"] = []
-    for cls, tokens, hd, bw, eff, what in RECOMPUTED:
+    for cls, tokens, hd, bw, eff, _what in RECOMPUTED:
         if cls == "activations":
             ait = offload.arithmetic_intensity("activations", 1, 1, hidden=hd)
         else:

@@ -11,7 +11,7 @@ import pytest
 # (the tests that use them are marked `torch` and import it with pytest.importorskip).
 collect_ignore = [] if importlib.util.find_spec("torch") else ["torch_reference.py"]
 
-from dse.cli import main
+from dse.cli import main  # noqa: E402  (after collect_ignore, which must not import torch)
 
 
 class Ran:

@@ -7,11 +7,9 @@ import dataclasses
 
 import numpy as np
 import pytest
-from hypothesis import example, given, settings
-from hypothesis import strategies as st
+from hypothesis import example, given, settings, strategies as st
 
-from dse.estimate import activation_offload as ESTAO
-from dse.estimate import base, resolve, run
+from dse.estimate import activation_offload as ESTAO, base, resolve, run
 from dse.specs.plan import Plan
 
 PARTS = ("compute", "recompute", "communication", "bubble", "optimizer", "overhead", "io_exposed")

@@ -6,11 +6,9 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
-from dse.formulas import activation_offload as AO
-from dse.formulas import transformer as T
+from dse.formulas import activation_offload as AO, transformer as T
 
 GPT_12288 = dict(s=1024, b=16, h=12288, heads=96, kv_heads=96, head_dim=128, ffn=4 * 12288)
 TP2_FLASH = dict(tp=2, sequence_parallel=False, attention="flash", dropout=True, bytes_per_element=2)

@@ -46,7 +46,7 @@ import torch_reference as R  # noqa: E402
 
 from dse.formulas import transformer as T  # noqa: E402
 
-pytestmark = pytest.mark.torch
+pytestmark = [pytest.mark.torch, pytest.mark.slow]
 
 TOL = 0.03
 GPT_SHAPES = [dict(s=128, b=2, h=512, heads=8), dict(s=256, b=1, h=256, heads=4), dict(s=64, b=1, h=1024, heads=16)]

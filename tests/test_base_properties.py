@@ -18,8 +18,7 @@ import json
 import math
 
 import pytest
-from hypothesis import assume, given, settings
-from hypothesis import strategies as st
+from hypothesis import assume, given, settings, strategies as st
 
 from dse.errors import InputError
 from dse.estimate import resolve, run

@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 
 from dse import catalog
-from dse.estimate import chiplet as est
-from dse.estimate import estimate, resolve
+from dse.estimate import chiplet as est, estimate, resolve
 from dse.specs.chiplet import ChipletPackageSpec
 
 PKG = "chiplet-train-8x8"

@@ -237,5 +237,5 @@ def test_all_schemes_and_kinds_covered():
     assert set(C.SCHEMES) == {"megatron-1d", "summa-2d", "hecaton-2d"}
     with pytest.raises(ValueError):
         C.layer_nop("ring-3d", 4096, 1, *shape(LLAMA2_70B), 8, 8)
-    for kind, scheme in itertools.product(("column", "row"), ("megatron-1d",)):
+    for kind, _scheme in itertools.product(("column", "row"), ("megatron-1d",)):
         assert C.megatron_1d_gemm_bytes(4096, 8192, 8192, 64, kind)["forward"] > 0

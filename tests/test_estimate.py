@@ -8,8 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from dse.estimate import resolve, run
-from dse.estimate import base
+from dse.estimate import base, resolve, run
 from dse.specs.plan import Plan
 
 REQUIRED = {
@@ -56,7 +55,7 @@ def test_time_components_explain_the_iteration(gpt_small, cluster):
 
 def test_memory_totals_are_sums_of_classes(llama_small, cluster):
     r = est(llama_small, cluster, tp=2, pp=2, dp=2, micro_batch=2, global_batch=32, zero=1)
-    for tier, m in r["memory"].items():
+    for m in r["memory"].values():
         assert m["total"] == pytest.approx(sum(m[k] for k in ("weights", "gradients", "optimizer", "activations",
                                                                  "buffers")))
 

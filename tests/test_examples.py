@@ -40,6 +40,7 @@ def _png_size(path: Path) -> tuple[int, int]:
     return struct.unpack(">II", data[16:24])
 
 
+@pytest.mark.slow   # the runs fixture executes the four example scripts
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_figure_is_a_real_image(runs, name):
     data, png = runs[name]
@@ -55,6 +56,7 @@ def test_figure_is_a_real_image(runs, name):
     assert len({tuple(np.round(p, 1)) for p in img.reshape(-1, 3)[:: 97]}) > 8   # several colours
 
 
+@pytest.mark.slow   # the runs fixture executes the four example scripts
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_human_readable_output(runs, name):
     """Without --json a script prints tables: the same report function, fed the numbers of the run above."""
@@ -67,6 +69,7 @@ def test_human_readable_output(runs, name):
     assert len(text.splitlines()) > 8 and "published" in text.lower()
 
 
+@pytest.mark.slow   # the runs fixture executes the four example scripts
 def test_smart_infinity_numbers(runs):
     data = runs["smart_infinity"][0]
     model, pub = data["model"], data["published"]
@@ -87,6 +90,7 @@ def test_smart_infinity_numbers(runs):
     assert sp["A5000 SU+O"][0] < 1 < sp["A5000 SU+O"][9]   # one CSD loses, many win (Sec. VII-E)
 
 
+@pytest.mark.slow   # the runs fixture executes the four example scripts
 def test_smart_infinity_published_points_match_the_validation_suite(runs):
     from dse.validate import smart_infinity as v
 
@@ -100,6 +104,7 @@ def test_smart_infinity_published_points_match_the_validation_suite(runs):
     assert pub["fig11_a100_speedup_10_drives"]["SU+O+C"] == v.FIG11_A100_SPEEDUP["SU+O+C"]
 
 
+@pytest.mark.slow   # the runs fixture executes the four example scripts
 def test_ssdtrain_numbers(runs):
     data = runs["ssdtrain"][0]["model"]
     rok = data["rok"]
@@ -122,6 +127,7 @@ def test_ssdtrain_numbers(runs):
     assert max(c["reduction"] for c in cfg[:3]) == pytest.approx(0.47, rel=0.15)   # arXiv: up to 47 %
 
 
+@pytest.mark.slow   # the runs fixture executes the four example scripts
 def test_hecaton_numbers(runs):
     rows = runs["hecaton"][0]["model"]["rows"]
     assert [r["dies"] for r in rows] == [64, 100, 144, 196, 256]
@@ -137,6 +143,7 @@ def test_hecaton_numbers(runs):
     assert worked["hecaton-2d 239"] == pytest.approx(792.9, rel=1e-2)
 
 
+@pytest.mark.slow   # the runs fixture executes the four example scripts
 def test_zero_infinity_numbers(runs):
     data = runs["zero_infinity"][0]["model"]
     bw = np.asarray(data["bandwidth"])

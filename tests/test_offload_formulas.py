@@ -5,8 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from dse.formulas import near_storage as NS
-from dse.formulas import offload as O
+from dse.formulas import near_storage as NS, offload as O
 
 P = 4e9
 

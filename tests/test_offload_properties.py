@@ -3,8 +3,7 @@
 import dataclasses
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from dse.estimate import resolve, run
 from dse.formulas import near_storage as NS

@@ -25,8 +25,7 @@ LIST = ROOT / "tests" / "public_api.txt"
 def python_names() -> set[str]:
     import dse
     import dse.formulas
-
-    from dse.estimate import estimate   # dse.estimate(...) calls this function
+    from dse.estimate import estimate  # dse.estimate(...) calls this function
 
     names = {"dse.estimate", "dse.formulas"} | parameters("dse.estimate", estimate)
     assert callable(dse.estimate)

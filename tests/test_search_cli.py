@@ -80,10 +80,11 @@ def test_flags_cover_the_common_case(cli):
 
 def test_progress_bar_shows_best_so_far(tmp_path):
     """The bar goes to stderr (rich); forced on with a terminal-like console."""
+    bar = str(tmp_path / "bar")
     code = ("from rich.console import Console; import dse.search.output as o; "
-            "from dse.search import load_space; s = load_space(%r); "
-            "p = o.Progress(s, 'exhaustive'); p.__enter__(); p._bar.console.file = open(%r, 'w'); "
-            "p(10, 100, 37.2); p(100, 100, 37.2); p.__exit__(None, None, None)") % (str(SPACE), str(tmp_path / "bar"))
+            f"from dse.search import load_space; s = load_space({str(SPACE)!r}); "
+            f"p = o.Progress(s, 'exhaustive'); p.__enter__(); p._bar.console.file = open({bar!r}, 'w'); "
+            "p(10, 100, 37.2); p(100, 100, 37.2); p.__exit__(None, None, None)")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
     text = (tmp_path / "bar").read_text()
     assert "best iteration time: 37.2 s" in text and "100/100" in text

@@ -40,7 +40,7 @@ SMALL = {
 }
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _scalar_results():
     """(config, result) of every feasible point of SMALL, through resolve() + run() (computed once)."""
     names = list(SMALL["parameters"])
@@ -72,6 +72,7 @@ def brute_force(data):
             if all(c.violation(lookup(r, c.metric)) <= 0 for c in space.constraints)]
 
 
+@pytest.mark.slow
 def test_exhaustive_optimum_equals_brute_force():
     data = {**SMALL, "objectives": ["time"]}
     ex = search(from_dict(data, "t.yaml"), engine="exhaustive", top=5)
@@ -79,7 +80,7 @@ def test_exhaustive_optimum_equals_brute_force():
     assert len(bf) == ex["feasible"] > 100
     bf.sort(key=lambda x: x[1][0])
     assert ex["ranked"][0]["value"] == pytest.approx(bf[0][1][0], rel=1e-12)
-    assert ex["ranked"][0]["params"] == {k: v for k, v in bf[0][0].items()}
+    assert ex["ranked"][0]["params"] == dict(bf[0][0])
     assert [e["value"] for e in ex["ranked"]] == pytest.approx([v[0] for _, v in bf[:5]], rel=1e-12)
 
 
@@ -154,6 +155,7 @@ def test_nondominated_matches_naive(d):
     assert got == naive_front(X)
 
 
+@pytest.mark.slow
 def test_front_streamed_in_blocks_equals_front_of_all():
     rng = np.random.default_rng(7)
     X = rng.random((2000, 3))

@@ -42,6 +42,7 @@ def test_every_example_space_is_shipped_and_parses():
         assert load_space(str(f)).size > 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", SPACES, ids=[p.stem for p in SPACES])
 def test_optuna_within_2_percent_of_exhaustive(path):
     exact = search(load_space(str(path)), engine="exhaustive")
@@ -107,6 +108,7 @@ def test_constraints_reach_optuna():
         assert t.constraints["budget"] == pytest.approx((cost - 1.3e6) / 1.3e6)
 
 
+@pytest.mark.slow
 def test_resume_runs_only_the_missing_trials(tmp_path):
     url = f"sqlite:///{tmp_path / 's.db'}"
     first = search(from_dict(SMALL, "s.yaml"), engine="optuna", trials=20, storage=url, study="r")

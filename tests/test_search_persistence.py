@@ -44,9 +44,9 @@ def command(space_file, storage, study, trials, seed=0):
 
 
 def load(storage, study):
-    from dse.search.storage import _open
-
     import optuna
+
+    from dse.search.storage import _open
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     return optuna.load_study(study_name=study, storage=_open(storage))
@@ -99,18 +99,22 @@ def two_workers(space_file, storage, study, trials=60):
     assert len({t.number for t in done}) == len(done)
 
 
+@pytest.mark.slow
 def test_sigkill_then_resume_sqlite(space_file, tmp_path):
     kill_and_resume(space_file, f"sqlite:///{tmp_path / 'study.db'}", "killed")
 
 
+@pytest.mark.slow
 def test_sigkill_then_resume_journal(space_file, tmp_path):
     kill_and_resume(space_file, f"journal:{tmp_path / 'study.log'}", "killed", trials=200, kill_after=60)
 
 
+@pytest.mark.slow
 def test_two_workers_share_a_sqlite_study(space_file, tmp_path):
     two_workers(space_file, f"sqlite:///{tmp_path / 'shared.db'}", "shared")
 
 
+@pytest.mark.slow
 def test_two_workers_share_a_journal_study(space_file, tmp_path):
     two_workers(space_file, f"journal:{tmp_path / 'shared.log'}", "shared", trials=120)
 
@@ -157,10 +161,12 @@ def postgres_url():
 
 
 @pytest.mark.postgres
+@pytest.mark.slow
 def test_two_workers_share_a_postgresql_study(space_file, postgres_url):
     two_workers(space_file, postgres_url, "shared-pg")
 
 
 @pytest.mark.postgres
+@pytest.mark.slow
 def test_sigkill_then_resume_postgresql(space_file, postgres_url):
     kill_and_resume(space_file, postgres_url, "killed-pg", trials=80, kill_after=25)

@@ -132,6 +132,7 @@ def test_compose_is_memory_then_time():
 def test_evaluator_block_equals_scalar_points():
     """The search's own block path (rules, memory first, gathered time) against its scalar path."""
     from _block_vs_point import block_vs_point
+
     from dse.search.space import from_dict
 
     sp = from_dict({"model": "llama2-70b", "hardware": "a100-cluster-800g",

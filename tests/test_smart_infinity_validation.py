@@ -5,8 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from dse.validate import run_suite
-from dse.validate import smart_infinity as SI
+from dse.validate import run_suite, smart_infinity as SI
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -20,6 +20,7 @@ import zipfile
 from pathlib import Path
 
 import numpy
+import pytest
 import rich
 import typer
 import yaml
@@ -45,6 +46,7 @@ def build_wheel(out: Path) -> Path:
     return wheel
 
 
+@pytest.mark.slow                     # builds a wheel and a virtual environment
 def test_installed_wheel_ships_the_catalog(tmp_path):
     wheel = build_wheel(tmp_path / "dist")
     names = zipfile.ZipFile(wheel).namelist()

@@ -29,10 +29,7 @@ names and booleans branch in Python.
 from __future__ import annotations
 
 from dse.estimate.terms import DriveWrites, drive_use
-from dse.formulas import activation_offload as _ao
-from dse.formulas import near_storage as _near
-from dse.formulas import offload as _offload
-from dse.formulas import optimizer as _optimizer
+from dse.formulas import activation_offload as _ao, near_storage as _near, offload as _offload, optimizer as _optimizer
 from dse.formulas._array import is_scalar, maximum, minimum, where
 from dse.formulas.precision import recipe_of
 

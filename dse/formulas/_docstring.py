@@ -23,7 +23,8 @@ documents the parameters its functions share (a function's own ``Args:`` entry w
 from __future__ import annotations
 
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 _HEADER = re.compile(r"^(Formula|Source):\s*(.*)$")
 _BLOCK = re.compile(r"^(Args|Returns|Symbols):\s*(.*)$")

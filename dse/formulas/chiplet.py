@@ -432,8 +432,7 @@ def layer_nop(scheme: str, tokens: Num, micro_batch: Num, h: Num, heads: Num, kv
         out = {"forward": fwd, "backward": bwd, "forward_critical": fwd / beta, "backward_critical": bwd / beta,
                "forward_steps": s_f, "backward_steps": s_b}
         return out
-    acc: dict[str, Num] = {key: 0.0 for key in ("forward_h", "forward_v", "backward_h", "backward_v", "forward_steps_h",
-                                "forward_steps_v", "backward_steps_h", "backward_steps_v")}
+    acc: dict[str, Num] = dict.fromkeys(("forward_h", "forward_v", "backward_h", "backward_v", "forward_steps_h", "forward_steps_v", "backward_steps_h", "backward_steps_v"), 0.0)
     for _, k, n, kind in gemms:
         if scheme == "summa-2d":
             g = summa_2d_gemm_bytes(tokens, k, n, rows, e)

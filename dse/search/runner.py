@@ -133,7 +133,7 @@ def violation_shares(space, ev, chunk: int, seed, sample: int = 200) -> dict:
 def describe_space(space) -> dict:
     return {"name": space.name, "source": space.source, "model": space.model, "hardware": space.hardware,
             "size": space.size if space.discrete else None,
-            "fixed": {p: v for p, v in space.fixed},
+            "fixed": dict(space.fixed),
             "parameters": {p.path: list(p.values) if p.discrete else {"min": p.low, "max": p.high, "log": p.log}
                            for p in space.params}}
 
@@ -309,7 +309,7 @@ def estimate_command(space, config: dict) -> str:
     """The ``dse estimate`` command line that re-runs one configuration."""
     import shlex
 
-    settings = {p: v for p, v in space.fixed}
+    settings = dict(space.fixed)
     settings.update({k: v for k, v in config.items() if k not in ("model", "hardware")})
     if "gpus" in settings:
         gpus = settings.pop("gpus")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
-from functools import lru_cache
+from functools import cache
 
 from dse import units
 from dse.errors import InputError, suggest
@@ -43,7 +43,7 @@ def _at(where: str) -> str:
     return where[:-2] if where.endswith(": ") else where
 
 
-@lru_cache(maxsize=None)
+@cache
 def _fields(cls):
     hints = typing.get_type_hints(cls)
     return {f.name: (f, hints[f.name]) for f in dataclasses.fields(cls)}

@@ -61,7 +61,7 @@ class ModelSpec:
         if self.seq_len is not None and self.position == "learned" and self.seq_len > (self.position_embeddings or self.max_seq_len):
             raise InputError(f"{where}: seq_len {self.seq_len} exceeds the learned position table ({self.position_embeddings or self.max_seq_len})")
 
-    def resolved(self) -> "ModelSpec":
+    def resolved(self) -> ModelSpec:
         """The same spec with every defaulted field filled in."""
         return dataclasses.replace(
             self,

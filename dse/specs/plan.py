@@ -114,7 +114,7 @@ class Plan:
     def gpus(self) -> int:
         return self.tp * self.pp * (self.dp or 1)
 
-    def resolved(self, model, system=None) -> "Plan":
+    def resolved(self, model, system=None) -> Plan:
         """Fill the defaults that depend on the model (and, for dp, on the system)."""
         dp = self.dp
         if dp is None:   # array-safe throughout: the vectorised search resolves plans whose fields are arrays

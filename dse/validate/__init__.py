@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import importlib
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 # suite name -> module that defines `cases()` and optionally `TARGETS`
 SUITES = {

@@ -15,7 +15,7 @@ lists and mappings of them. An entry of ``values`` may carry its own source as
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -82,7 +82,7 @@ def _check_numbers(v, where: str) -> None:
         raise InputError(f"{where}: expected a number or null, got {v!r}")
 
 
-@lru_cache(maxsize=None)
+@cache
 def load(name: str) -> Published:
     """The published numbers of ``data/published/{name}.yaml``, checked: every table has a source and numbers."""
     from dse.catalog import read_yaml

@@ -23,7 +23,7 @@ storage model proper, 15 %; the Fig. 3(a) update share +-6 points (absolute).
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 from dse.validate.published import load as load_published
 
@@ -86,7 +86,7 @@ def plan_for(variant: str, drives: int, **extra):
                 **{**VARIANTS[variant], **extra})
 
 
-@lru_cache(maxsize=None)
+@cache
 def model(key: str):
     from dse.catalog import load_model
 
@@ -100,7 +100,7 @@ def gpt2_2560(layers: int):
     return dataclasses.replace(model("gpt2-4.0b"), name=f"gpt2-h2560-l{layers}", layers=layers)
 
 
-@lru_cache(maxsize=None)
+@cache
 def system(name: str):
     from dse.catalog import load_system
 
@@ -175,7 +175,7 @@ def published_points():
     """
     pts = []
     for (mk, n), variants in FIG9.items():
-        for v, (fw, bw, upd, tot) in variants.items():
+        for v, (_fw, _bw, upd, tot) in variants.items():
             f = (lambda systems=None, mk=mk, n=n, v=v: phases(estimate(model(mk), v, n, systems=systems)))
             name = f"Fig. 9 {mk} {n} drives {v}"
             pts.append((f"{name}: iteration", tot, lambda s=None, f=f: f(s)[3], "relative", 0.15, "s", mk))

@@ -30,7 +30,7 @@ optimizer step (about 3 % of these iterations) is the same with and without offl
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 from dse.validate.published import load as load_published
 
@@ -75,7 +75,7 @@ def ssdtrain_model(family: str, hidden: int, layers: int):
     raise ValueError(family)
 
 
-@lru_cache(maxsize=None)
+@cache
 def scenario(family: str, hidden: int, layers: int, offload: str = "none", recompute: str = "none",
              micro_batch: int = 16, offload_layers: int | None = None) -> dict:
     """dse's estimate of one SSDTrain run (cached)."""
@@ -131,8 +131,7 @@ def configs(families=("gpt", "bert")):
 
 def v12_layer():
     """Note V12: GPT h = 12288, s = 1024, b = 16, t = 2, no SP, flash attention, dropout."""
-    from dse.formulas import activation_offload as ao
-    from dse.formulas import transformer as T
+    from dse.formulas import activation_offload as ao, transformer as T
 
     shape = dict(s=1024, b=16, h=12288, heads=96, kv_heads=96, head_dim=128, ffn=4 * 12288)
     opts = dict(tp=2, sequence_parallel=False, attention="flash", dropout=True, bytes_per_element=2)
