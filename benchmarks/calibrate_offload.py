@@ -72,7 +72,8 @@ def systems_with(x) -> dict:
 def evaluate(x):
     """[(name, group, kind, reference, model, tolerance)] for every published point."""
     systems = systems_with(x)
-    return [(name, group, kind, ref, f(systems), tol) for name, ref, f, kind, tol, _unit, group in SI.published_points()]
+    return [(name, group, kind, ref, f(systems), tol)
+            for name, ref, f, kind, tol, _unit, group in SI.published_points()]
 
 
 def residuals(rows, fit_only: bool):

@@ -12,8 +12,8 @@
     python examples/smart_infinity.py --out figures/ --json # the numbers as JSON
 
 Uses only ``dse.estimate`` (with an array of drive counts: one call per curve). The published
-values (``data/published/smart_infinity.yaml``) are read from the paper's figures (research note docs/reference/storage_offload.md §2, whose
-[F] readings carry ~0.3 % of full-scale reading error).
+values (``data/published/smart_infinity.yaml``) are read from the paper's figures (research note
+docs/reference/storage_offload.md §2, whose [F] readings carry ~0.3 % of full-scale reading error).
 """
 
 from __future__ import annotations
@@ -45,12 +45,13 @@ DRIVES = (6, 10)
 # Published: Smart-Infinity Fig. 9 (A5000), (forward, backward + offload, update, total) in s; None where only the
 # total was read. Speedups over BASE from the plotted line. data/published/smart_infinity.yaml (each table with its
 # source; research note docs/reference/storage_offload.md §2.2), the numbers `dse validate smart-infinity` checks.
-PUBLISHED = yaml.safe_load((Path(__file__).resolve().parents[1] / "data" / "published" / "smart_infinity.yaml").read_text())
+PUBLISHED = yaml.safe_load((Path(__file__).resolve().parents[1] / "data/published/smart_infinity.yaml").read_text())
 LABELS = {name.removeprefix("smart-infinity-"): label for label, name in MODELS.items()}
 FIG9 = {(LABELS[m], n): v for m, by_n in PUBLISHED["fig9_segments"]["values"].items() for n, v in by_n.items()}
 FIG9_SPEEDUP = {("GPT-2 4.0B", n): v for n, v in PUBLISHED["fig9_speedup"]["values"]["gpt2-4.0b"].items()}
 _A100 = PUBLISHED["fig11_a100"]["values"]     # GPT-2 4.0B, 10 drives; 2.11x printed in the abstract
-FIG11_A100_SPEEDUP = {"SU+O": _A100["BASE"] / _A100["SU+O"], "SU+O+C": PUBLISHED["fig11_a100_speedup"]["values"]["SU+O+C"]}
+FIG11_A100_SPEEDUP = {"SU+O": _A100["BASE"] / _A100["SU+O"],
+                      "SU+O+C": PUBLISHED["fig11_a100_speedup"]["values"]["SU+O+C"]}
 FIG3B = PUBLISHED["fig3b_raid_speedup"]["values"]   # BASE over one drive (model not stated; 4.0B assumed)
 
 def phases(model: str, variant: str, drives, hw: str = "smart-infinity-a5000") -> dict:

@@ -38,7 +38,7 @@ class Case:
     unit: str = ""                   # a dse.units kind, for printing
     note: str = ""
     kind: str = "relative"           # "relative": |model/ref - 1| <= tol; "absolute": |model - ref| <= tol
-    expected_miss: str = ""          # a documented reason the model cannot match this reference; still in the statistics
+    expected_miss: str = ""          # a documented reason the model cannot match the reference; still in the statistics
     quantity: str = ""               # what is compared (e.g. "time", "memory") when a suite compares several
     value: float | None = field(default=None, init=False)
 

@@ -97,12 +97,13 @@ def cases():
     # ------------------------------------------------------------ the note's worked table (§2d)
     worked = PUB.values("worked_ratio")        # model -> dies -> (megatron-1d, hecaton-2d)
     shapes = {"Llama2-70B": LLAMA2_70B, "Llama3.1-405B": LLAMA31_405B}
-    table = [(name, shapes[name], n, one_d, two_d) for name, by_n in worked.items() for n, (one_d, two_d) in by_n.items()]
+    table = [(name, shapes[name], n, one_d, two_d)
+             for name, by_n in worked.items() for n, (one_d, two_d) in by_n.items()]
     for name, m, n, one_d, two_d in table:
         for scheme, ref in (("megatron-1d", one_d), ("hecaton-2d", two_d)):
             out.append(Case(f"worked table, {name}, N={n}, {scheme} (FLOP per NoP byte per die)", ref,
-                            lambda s=scheme, m=m, n=n: chiplet.worked_check_ratio(s, m["layer_params"], m["h"], m["ffn"],
-                                                                                   m["group"], n),
+                            lambda s=scheme, m=m, n=n: chiplet.worked_check_ratio(s, m["layer_params"], m["h"],
+                                                                                   m["ffn"], m["group"], n),
                             1e-3, f"{NOTE} §2d worked check (its conventions: bwd = 2 x fwd for 2D, large-N volume)",
                             note="tolerance: the note prints 4 significant digits"))
     # ------------------------------------------------------------ weak scaling with the exact collectives
@@ -112,14 +113,16 @@ def cases():
              0.10, f"Hecaton abstract: ratio 'remains nearly constant' (note V3); {NOTE} §2d",
              note="exact per-collective volumes, (R-1)/R factors and the backward re-gather included"),
         Case("weak scaling: megatron-1d FLOP/NoP byte, same two points (falls to about half: note 306.6/621.7)",
-             worked["Llama3.1-405B"][239][0] / worked["Llama2-70B"][64][0], lambda: _ratio("llama3.1-405b", "megatron-1d", 15, 16) / _ratio("llama2-70b", "megatron-1d", 8, 8),
+             worked["Llama3.1-405B"][239][0] / worked["Llama2-70B"][64][0],
+             lambda: _ratio("llama3.1-405b", "megatron-1d", 15, 16) / _ratio("llama2-70b", "megatron-1d", 8, 8),
              0.05, f"{NOTE} §2d worked check"),
         Case("SRAM: hecaton-2d fits Llama3.1-405B on the weak-scaled 15x16 package (1 = fits)", 1.0,
              lambda: _sram_fits("llama3.1-405b", "hecaton-2d", 15, 16), 0.0,
              "Hecaton abstract: the method 'relieves constraints on SRAM capacity' (note §1a)", kind="absolute"),
         Case("SRAM: megatron-1d does not fit it (0 = does not fit; its activations grow with h)", 0.0,
              lambda: _sram_fits("llama3.1-405b", "megatron-1d", 15, 16), 0.0,
-             "Hecaton abstract (note §1a): porting designs 'make state-of-the-art chiplet designs fail'", kind="absolute"),
+             "Hecaton abstract (note §1a): porting designs 'make state-of-the-art chiplet designs fail'",
+             kind="absolute"),
     ]
     # ------------------------------------------------------------ headline direction and factors
     paper = PUB.values("hecaton_headline")
@@ -147,20 +150,20 @@ def cases():
     src = f"{ACTUARY}; {NOTE} §4a (V7, V8)"
     die, pkg = PUB.values("actuary_die"), PUB.values("actuary_package")
     out += [
-        Case("7 nm, 100 mm^2: die yield", die["7nm_100mm2"]["die_yield"], lambda: pc.die_yield(100, c7["defect_density"]),
-             tol, src),
+        Case("7 nm, 100 mm^2: die yield", die["7nm_100mm2"]["die_yield"],
+             lambda: pc.die_yield(100, c7["defect_density"]), tol, src),
         Case("7 nm, 100 mm^2: dies per wafer", die["7nm_100mm2"]["dies_per_wafer"], lambda: pc.dies_per_wafer(100), tol,
              src),
         Case("7 nm, 100 mm^2: raw die cost", die["7nm_100mm2"]["raw_die_cost"],
              lambda: pc.raw_die_cost(100, c7["wafer_cost"]), tol, src, "USD"),
         Case("7 nm, 100 mm^2: known-good-die cost", die["7nm_100mm2"]["known_good_die_cost"],
              lambda: pc.known_good_die_cost(100, c7["wafer_cost"], c7["defect_density"]), tol, src, "USD"),
-        Case("7 nm, 400 mm^2: die yield", die["7nm_400mm2"]["die_yield"], lambda: pc.die_yield(400, c7["defect_density"]),
-             tol, src),
+        Case("7 nm, 400 mm^2: die yield", die["7nm_400mm2"]["die_yield"],
+             lambda: pc.die_yield(400, c7["defect_density"]), tol, src),
         Case("7 nm, 400 mm^2: known-good-die cost", die["7nm_400mm2"]["known_good_die_cost"],
              lambda: pc.known_good_die_cost(400, c7["wafer_cost"], c7["defect_density"]), tol, src, "USD"),
-        Case("7 nm, 800 mm^2: die yield", die["7nm_800mm2"]["die_yield"], lambda: pc.die_yield(800, c7["defect_density"]),
-             tol, src),
+        Case("7 nm, 800 mm^2: die yield", die["7nm_800mm2"]["die_yield"],
+             lambda: pc.die_yield(800, c7["defect_density"]), tol, src),
         Case("7 nm, 800 mm^2: known-good-die cost", die["7nm_800mm2"]["known_good_die_cost"],
              lambda: pc.known_good_die_cost(800, c7["wafer_cost"], c7["defect_density"]), tol, src, "USD"),
         Case("5 nm, 100 mm^2: known-good-die cost", die["5nm_100mm2"]["known_good_die_cost"],

@@ -27,17 +27,19 @@ def cases():
     gpt3 = dict(s=2048, b=1, h=12288, heads=96, kv_heads=96, head_dim=128, ffn=49152)
     act = lambda **o: transformer.activation_bytes_per_layer(**gpt3, attention="math", dropout=True, **o)  # noqa: E731
     pub = load_published(FILE)
-    acts, flops, states = (pub.values(t) for t in ("gpt3_layer_activations", "model_flops", "optimizer_bytes_per_param"))
+    acts, flops, states = (pub.values(t) for t in ("gpt3_layer_activations", "model_flops",
+                                                    "optimizer_bytes_per_param"))
 
     def src(key):
         return pub.source("gpt3_layer_activations", key)
 
     out = [
-        Case("GPT-3 layer activations, no parallelism (Eq. 1: sbh(34+5as/h))", acts["no_parallelism"], lambda: act(tp=1),
-             1e-3, src("no_parallelism"), "bytes"),
-        Case("GPT-3 layer, t=8 (Eq. 2: sbh(10+24/t+5as/ht))", acts["tp8"], lambda: act(tp=8), 1e-3, src("tp8"), "bytes"),
-        Case("GPT-3 layer, t=8 + SP (Eq. 4: sbh(34/t+5as/ht))", acts["tp8_sp"], lambda: act(tp=8, sequence_parallel=True),
-             1e-3, src("tp8_sp"), "bytes"),
+        Case("GPT-3 layer activations, no parallelism (Eq. 1: sbh(34+5as/h))", acts["no_parallelism"],
+             lambda: act(tp=1), 1e-3, src("no_parallelism"), "bytes"),
+        Case("GPT-3 layer, t=8 (Eq. 2: sbh(10+24/t+5as/ht))", acts["tp8"], lambda: act(tp=8), 1e-3, src("tp8"),
+             "bytes"),
+        Case("GPT-3 layer, t=8 + SP (Eq. 4: sbh(34/t+5as/ht))", acts["tp8_sp"],
+             lambda: act(tp=8, sequence_parallel=True), 1e-3, src("tp8_sp"), "bytes"),
         Case("GPT-3 layer, t=8 + selective recompute (sbh(10+24/t))", acts["tp8_selective"],
              lambda: act(tp=8, recompute="selective"), 1e-3, src("tp8_selective"), "bytes"),
         Case("GPT-3 layer, t=8 + SP + selective (sbh 34/t)", acts["tp8_sp_selective"],
@@ -45,7 +47,8 @@ def cases():
         Case("GPT-3 layer, full recompute (2sbh)", acts["full_recompute"], lambda: act(tp=8, recompute="full"), 1e-9,
              src("full_recompute"), "bytes"),
         Case("GPT-3 model FLOPs ratio to 72BsLh^2 at B=1, V=51200 (= 1.03139)", flops["gpt3_ratio_to_72BsLh2"],
-             lambda: transformer.model_flops(2048, 96, 12288, 96, 96, 128, 49152, 51200, 2048) / (72 * 2048 * 96 * 12288**2),
+             lambda: (transformer.model_flops(2048, 96, 12288, 96, 96, 128, 49152, 51200, 2048)
+                      / (72 * 2048 * 96 * 12288**2)),
              1e-4, pub.source("model_flops")),
         Case("Megatron distributed optimizer: bytes/param bf16 + fp32 grads, d=8 (= 7.5)", states["distributed_d8"],
              lambda: sum(memory.model_state_bytes(1.0, dp=8, zero=1).values()), 1e-9,

@@ -188,10 +188,12 @@ def published_points():
             pts.append((f"Fig. 9 {mk} {n} drives: speedup {v}", ref, g, "relative", 0.10, "count", mk))
     a100 = "smart-infinity-a100"
     for v, ref in FIG11_A100.items():
-        f = (lambda systems=None, v=v: estimate(model("gpt2-4.0b"), v, 10, hw=a100, systems=systems)["time"]["iteration"])
+        f = (lambda systems=None, v=v:
+             estimate(model("gpt2-4.0b"), v, 10, hw=a100, systems=systems)["time"]["iteration"])
         pts.append((f"Fig. 11 A100 gpt2-4.0b 10 drives {v}: iteration", ref, f, "relative", 0.15, "s", "a100"))
     for v, ref in FIG11_A100_SPEEDUP.items():
-        g = (lambda systems=None, v=v: estimate(model("gpt2-4.0b"), "BASE", 10, hw=a100, systems=systems)["time"]["iteration"]
+        g = (lambda systems=None, v=v:
+             estimate(model("gpt2-4.0b"), "BASE", 10, hw=a100, systems=systems)["time"]["iteration"]
              / estimate(model("gpt2-4.0b"), v, 10, hw=a100, systems=systems)["time"]["iteration"])
         pts.append((f"Fig. 11 A100 gpt2-4.0b 10 drives: speedup {v} (abstract: 2.11x)", ref, g, "relative", 0.10,
                     "count", "a100"))
@@ -211,13 +213,13 @@ def cases():
     from dse.validate import Case
 
     out = [
-        Case("Table I: baseline shared-link bytes / P (= 32: 16M)", TABLE1["baseline"], lambda: table1_ratio("baseline"),
-             1e-9, f"{SRC}, Table I", "count"),
+        Case("Table I: baseline shared-link bytes / P (= 32: 16M)", TABLE1["baseline"],
+             lambda: table1_ratio("baseline"), 1e-9, f"{SRC}, Table I", "count"),
         Case("Table I: SmartUpdate shared-link bytes / P (= 8: 4M, 4x less)", TABLE1["smartupdate"],
              lambda: table1_ratio("smartupdate"), 1e-9, f"{SRC}, Table I", "count"),
         Case("Table I: SmartUpdate + 2% compression bytes / P (= 4(1+c) = 4.08, ~8x less)",
-             TABLE1["smartupdate_topk_2pct"], lambda: table1_ratio("smartupdate", 0.02), 1e-9, f"{SRC}, Table I; poster",
-             "count"),
+             TABLE1["smartupdate_topk_2pct"], lambda: table1_ratio("smartupdate", 0.02), 1e-9,
+             f"{SRC}, Table I; poster", "count"),
         Case("SmartUpdate on 1 drive is slower than the baseline on 1 drive (indicator, 1 = slower)", 1.0,
              lambda: float(one_drive_slowdown() < 1.0), 0.0,
              f"{SRC}: scalability over the CSD count (Sec. VII-E), as stated in issue 3; no value in the note", "count",

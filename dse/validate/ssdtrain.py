@@ -199,7 +199,8 @@ def cases():
              note="held only: " + held(("llama",))),
         Case("throughput loss of offload where the drives keep up (arXiv: negligible)", loss,
              lambda: max(time_ratio(*c, offload="ssd") - 1 for c in suff), 0.02, loss_src, kind="absolute",
-             note="configs whose read bandwidth meets the per-layer need: " + ", ".join(f"{f} {h}x{L}" for f, h, L in suff)),
+             note="configs whose read bandwidth meets the per-layer need: "
+                  + ", ".join(f"{f} {h}x{L}" for f, h, L in suff)),
         Case("throughput loss of offload where the model's read path is short (arXiv: negligible)", loss,
              lambda: max(time_ratio(*c, offload="ssd") - 1 for c in short), 0.02, loss_src, kind="absolute",
              note="configs: " + ", ".join(f"{f} {h}x{L} {100 * (time_ratio(f, h, L, offload='ssd') - 1):.1f}%"
