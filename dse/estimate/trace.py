@@ -8,9 +8,12 @@ directly, so tracing costs nothing unless asked for.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
 
 
-def formula_line(fn) -> str:
+def formula_line(fn: Callable[..., Any]) -> str:
     """The ``Formula:`` line of a formula's docstring (its equation), with its ``Source:`` in parentheses."""
     from dse.formulas._docstring import formula_line as line
 
@@ -18,11 +21,12 @@ def formula_line(fn) -> str:
 
 
 class Trace:
-    def __init__(self):
-        self.rows: list[dict] = []
+    def __init__(self) -> None:
+        self.rows: list[dict[str, Any]] = []
         self.context: str = ""
 
-    def record(self, module: str, fn, args: tuple, kwargs: dict, value):
+    def record(self, module: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+               value: Any) -> None:
         try:
             params = list(inspect.signature(fn).parameters)
         except (TypeError, ValueError):  # pragma: no cover
@@ -36,17 +40,17 @@ class Trace:
 class Tracer:
     """A stand-in for a formulas module that records each call in a :class:`Trace`."""
 
-    def __init__(self, module, trace: Trace):
+    def __init__(self, module: ModuleType, trace: Trace) -> None:
         self._module = module
         self._trace = trace
         self._name = module.__name__.rsplit(".", 1)[-1]
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         fn = getattr(self._module, name)
         if not callable(fn):
             return fn
 
-        def call(*args, **kwargs):
+        def call(*args: Any, **kwargs: Any) -> Any:
             value = fn(*args, **kwargs)
             self._trace.record(self._name, fn, args, kwargs, value)
             return value
@@ -54,16 +58,16 @@ class Tracer:
         return call
 
 
-def composition_rows(r: dict) -> list[dict]:
+def composition_rows(r: dict[str, Any]) -> list[dict[str, Any]]:
     """How the estimate combines the formulas' values into its headline numbers, as --explain rows.
 
     The sums and ratios that :mod:`dse.estimate.base` (and the technique modules, which add to them) compute
     from the traced formulas: the iteration time from its components, the communication from its parts,
     throughput and MFU, and the GPU memory total. Rows whose keys a result lacks (chiplet packages) are skipped.
     """
-    rows = []
+    rows: list[dict[str, Any]] = []
 
-    def add(term, formula, inputs, value):
+    def add(term: str, formula: str, inputs: dict[str, Any], value: Any) -> None:
         rows.append({"term": term, "context": "composition", "formula": formula, "inputs": inputs, "value": value})
 
     t = r.get("time", {})
