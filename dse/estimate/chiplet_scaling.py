@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
 from dse.formulas import chiplet as _chiplet
 
@@ -26,7 +27,7 @@ def mesh_for(dies: float) -> tuple[int, int]:
     return r, c
 
 
-def interpolated_model(a, b, t: float):
+def interpolated_model(a: Any, b: Any, t: float) -> Any:
     """A model between ``a`` (t = 0) and ``b`` (t = 1): geometric in hidden size, FFN ratio and depth.
 
     Heads keep ``a``'s head dimension and KV-head count (the hidden size is rounded to a multiple
@@ -50,15 +51,16 @@ def interpolated_model(a, b, t: float):
                                source=f"interpolated between {a.name} and {b.name} (t = {t:.2f})").resolved()
 
 
-def layer_weight_params(model) -> float:
+def layer_weight_params(model: Any) -> float:
     """Weight elements of one layer's GEMMs (the note's P)."""
-    return _chiplet.gemm_parameters(_chiplet.layer_gemms(model.hidden, model.heads, model.kv_heads, model.head_dim,
-                                                         model.ffn_hidden, model.ffn_type))
+    gemms = _chiplet.layer_gemms(model.hidden, model.heads, model.kv_heads, model.head_dim, model.ffn_hidden,
+                                 model.ffn_type)
+    return float(_chiplet.gemm_parameters(gemms))
 
 
-def weak_scaling(base, target, package, *, steps: int = 2, schemes=SCHEMES, seq_len: int = 4096, micro_batch: int = 1,
-                 global_batch: int = 16, recompute: str = "full", plan_extra: dict | None = None,
-                 square: bool = False) -> list[dict]:
+def weak_scaling(base: Any, target: Any, package: Any, *, steps: int = 2, schemes: tuple[str, ...] = SCHEMES,
+                 seq_len: int = 4096, micro_batch: int = 1, global_batch: int = 16, recompute: str = "full",
+                 plan_extra: dict[str, Any] | None = None, square: bool = False) -> list[dict[str, Any]]:
     """One row per (point, scheme): the compute/NoP ratio, time per token, MFU, feasibility.
 
     ``base``/``target`` are resolved :class:`~dse.specs.model.ModelSpec`; ``package`` a

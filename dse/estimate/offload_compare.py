@@ -11,11 +11,12 @@ per dollar compares what one would buy.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 DEFAULT_PLAN = dict(zero=3, offload_params="cpu", recompute="full")
 
 
-def variant_plans(compression: float = 0.02) -> list[tuple[str, dict]]:
+def variant_plans(compression: float = 0.02) -> list[tuple[str, dict[str, Any]]]:
     return [
         ("ZeRO-Infinity", dict(offload_optimizer="nvme", gradient_compression=1.0)),
         ("SmartUpdate", dict(offload_optimizer="csd", gradient_compression=1.0)),
@@ -29,7 +30,7 @@ def default_drive_counts(count: int) -> list[int]:
     return out + [count]
 
 
-def as_plain_drives(system):
+def as_plain_drives(system: Any) -> Any:
     """The same system with plain drives in place of computational SSDs (priced without the accelerator).
 
     The default baseline of the comparison: what one would buy for ZeRO-Infinity. Speeds are
@@ -43,14 +44,14 @@ def as_plain_drives(system):
     return dataclasses.replace(system, node=node)
 
 
-def _summary(r: dict) -> dict:
+def _summary(r: dict[str, Any]) -> dict[str, Any]:
     return {"time": r["time"], "traffic": r["traffic"], "tokens_per_s": r["throughput"]["tokens_per_s"],
             "cost": r["cost"], "energy": r["energy"], "bottleneck_link": r["offload"]["bottleneck_link"],
             "memory": r["memory"], "feasible": r["feasible"], "violations": r["violations"]}
 
 
-def compare(model, hw, baseline_hw=None, *, drives=None, compression=0.02, scaling=None, overrides=(),
-            **plan_fields) -> dict:
+def compare(model: Any, hw: Any, baseline_hw: Any = None, *, drives: int | None = None, compression: float = 0.02,
+            scaling: list[int] | None = None, overrides: Any = (), **plan_fields: Any) -> dict[str, Any]:
     """Evaluate the three variants at ``drives`` and the scaling over ``scaling`` drive counts.
 
     ``model``/``hw``/``baseline_hw`` are catalog names, files or spec objects; ``plan_fields``
@@ -88,7 +89,7 @@ def compare(model, hw, baseline_hw=None, *, drives=None, compression=0.02, scali
     counts = list(scaling) if scaling else default_drive_counts(count)
     if any(n < 1 for n in counts):
         raise InputError(f"--scaling {','.join(map(str, counts))}: drive counts must be at least 1")
-    times = {label: [] for label, _ in variants}
+    times: dict[str, list[float]] = {label: [] for label, _ in variants}
     for n in counts:
         for label, (mm, ss, pp) in specs:
             times[label].append(run(mm, ss, dataclasses.replace(pp, ssds=n))["time"]["iteration"])

@@ -10,19 +10,21 @@ bubble (SSDTrain arXiv 2408.10013: "bigger micro-batch, fewer pipeline bubbles")
 
 from __future__ import annotations
 
+from typing import Any
+
 from dse.errors import InputError
 
 STRATEGIES = ("keep", "selective", "full", "offload")
 
 
-def _fields(strategy: str, target: str, only: dict) -> dict:
+def _fields(strategy: str, target: str, only: dict[str, Any]) -> dict[str, Any]:
     """Plan fields of one strategy; ``only`` (offload_layers, activation_io_path) applies to the offload rows only."""
     if strategy == "offload":
         return {"recompute": "none", "offload_activations": target, **only}
     return {"recompute": "none" if strategy == "keep" else strategy, "offload_activations": "none"}
 
 
-def _row(strategy: str, b: int, r: dict) -> dict:
+def _row(strategy: str, b: int, r: dict[str, Any]) -> dict[str, Any]:
     gpu = r["memory"]["gpu"]
     ao = r.get("activation_offload", {})
     return {"strategy": strategy, "micro_batch": b, "gpu_activations": gpu["activations"], "gpu_total": gpu["total"],
@@ -34,8 +36,8 @@ def _row(strategy: str, b: int, r: dict) -> dict:
             "global_batch": r["plan"]["global_batch"]}
 
 
-def compare(model, hardware, micro_batches, *, overrides=(), target=None, stages=None,
-            **plan_fields) -> dict:
+def compare(model: Any, hardware: Any, micro_batches: list[int], *, overrides: Any = (), target: str | None = None,
+            stages: list[int] | None = None, **plan_fields: Any) -> dict[str, Any]:
     """ROK table over ``micro_batches`` and the stage scan over ``stages`` (None: powers of two that fit)."""
     from dse.estimate import resolve, run
 
@@ -48,14 +50,15 @@ def compare(model, hardware, micro_batches, *, overrides=(), target=None, stages
     rows = []
     for b in micro_batches:
         for strategy in STRATEGIES:
-            m, s, p = resolve(m0, s0, None, overrides, **{**plan_fields, **_fields(strategy, target, only), "micro_batch": b})
+            fields = {**plan_fields, **_fields(strategy, target, only), "micro_batch": b}
+            m, s, p = resolve(m0, s0, None, overrides, **fields)
             rows.append(_row(strategy, b, run(m, s, p)))
     best = []
     keep_best = None
     for strategy in STRATEGIES:
         fit = [r for r in rows if r["strategy"] == strategy and r["feasible"]]
         top = max(fit, key=lambda r: r["micro_batch"]) if fit else None
-        entry = {"strategy": strategy, "micro_batch": top["micro_batch"] if top else None,
+        entry: dict[str, Any] = {"strategy": strategy, "micro_batch": top["micro_batch"] if top else None,
                  "tokens_per_s": top["tokens_per_s"] if top else None}
         if strategy == "keep":
             keep_best = entry["tokens_per_s"]
@@ -67,7 +70,8 @@ def compare(model, hardware, micro_batches, *, overrides=(), target=None, stages
     return out
 
 
-def _stage_scan(model, system, overrides, target, stages, b, plan_fields, only) -> dict:
+def _stage_scan(model: Any, system: Any, overrides: Any, target: str, stages: list[int] | None, b: int,
+                plan_fields: dict[str, Any], only: dict[str, Any]) -> dict[str, Any]:
     """Fewest pipeline stages (from ``stages``) that fit per strategy, at micro-batch ``b`` and a fixed global batch."""
     from dse.estimate import resolve, run
 
@@ -81,7 +85,7 @@ def _stage_scan(model, system, overrides, target, stages, b, plan_fields, only) 
     gb = plan_fields.get("global_batch") or b * dp * 4 * max(stages)
     scan = []
     for strategy in STRATEGIES:
-        found = {"strategy": strategy, "pp": None}
+        found: dict[str, Any] = {"strategy": strategy, "pp": None}
         for pp in stages:
             fields = {**plan_fields, **_fields(strategy, target, only), "micro_batch": b, "pp": pp, "dp": dp,
                       "global_batch": gb}
