@@ -18,7 +18,7 @@ from types import ModuleType
 from dse.errors import InputError
 
 # The extra of pyproject.toml that installs each optional package.
-EXTRAS = {"matplotlib": "plot", "optuna": "search", "scipy": "search", "psycopg2": "postgres"}
+EXTRAS = {"matplotlib": "plot", "optuna": "search", "scipy": "search", "psycopg2": "postgres", "torch": "measure"}
 
 
 def require(module: str, extra: str | None = None, needed_by: str = "this command") -> ModuleType:

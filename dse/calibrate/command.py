@@ -14,10 +14,9 @@ def run(data: str, hw: str, params: str | None, folds: int, out: str | None, jso
     if is_chiplet_package(hw):
         raise InputError(f"--hw {hw}: a chiplet package has no GPU efficiency to calibrate; give a GPU system "
                          f"(dse list hardware)")
-    try:
-        import scipy.optimize  # noqa: F401  (used by dse.calibrate.fit)
-    except ImportError:
-        raise InputError("dse calibrate needs scipy: pip install 'dse[calibrate]'") from None
+    from dse._optional import require
+
+    require("scipy.optimize", "calibrate", "dse calibrate")      # used by dse.calibrate.fit: fail before any work
     names = fit.parse_params(params) if params else fit.DEFAULT_PARAMS
     system = load_system(hw)
     ms = measurements.read(data)

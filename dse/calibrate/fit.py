@@ -98,15 +98,16 @@ class Problem:
 
 def check_identifiable(jac: np.ndarray, names, where: str) -> None:
     """Refuse a zero column or a rank-deficient Jacobian, naming the parameter."""
-    import scipy.linalg
+    from dse._optional import require
 
+    scipy_linalg = require("scipy.linalg", "calibrate", "dse calibrate")
     norms = np.linalg.norm(jac, axis=0)
     for n, v in zip(names, norms):
         if not v > 1e-9:
             raise InputError(f"--params {n}: not identifiable from this data ({where}, no measured time changes with "
                              f"it, e.g. a host overhead hidden behind GPU time); drop it from --params")
     scaled = jac / norms
-    _, r, piv = scipy.linalg.qr(scaled, mode="economic", pivoting=True)
+    _, r, piv = scipy_linalg.qr(scaled, mode="economic", pivoting=True)
     diag = np.abs(np.diag(r))
     if diag[-1] < 1e-6 * diag[0]:
         worst = names[piv[-1]]
@@ -115,7 +116,9 @@ def check_identifiable(jac: np.ndarray, names, where: str) -> None:
 
 
 def _solve(problem: Problem, idx):
-    from scipy.optimize import least_squares
+    from dse._optional import require
+
+    least_squares = require("scipy.optimize", "calibrate", "dse calibrate").least_squares
 
     lo = [PARAMETERS[n][1][0] / PARAMETERS[n][0] for n in problem.names]
     hi = [PARAMETERS[n][1][1] / PARAMETERS[n][0] for n in problem.names]

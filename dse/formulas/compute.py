@@ -32,8 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from dse.formulas import optimizer as _optimizer
-from dse.formulas import precision as _precision
+from dse.formulas import optimizer as _optimizer, precision as _precision
 from dse.formulas._array import Num
 
 __all__ = ["gemm_time", "memory_time", "flash_attention_flops", "elementwise_bytes", "adam_step_bytes"]
@@ -156,5 +155,5 @@ def adam_step_bytes(params: Num, grad_bytes: Num = 4, weight_bytes: Num = 2) -> 
     >>> adam_step_bytes(1e9) / 1e9   # 30 B per parameter with fp32 gradients: GB
     30.0
     """
-    r = dataclasses.replace(_precision.recipe("bf16"), weights=weight_bytes)
+    r = dataclasses.replace(_precision.recipe("bf16"), weights=weight_bytes)  # type: ignore[arg-type]  # Num broadcasts
     return _optimizer.step_bytes(params, "adam", r, grad_bytes)

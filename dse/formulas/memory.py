@@ -30,7 +30,7 @@ OPTIMIZER_STATE_BYTES = {name: state_bytes_per_param(name, RECIPES["bf16"]) - RE
                          for name in OPTIMIZERS}
 
 
-def optimizer_bytes_per_param(optimizer: str = "adam", master_bytes: int = 4) -> int:
+def optimizer_bytes_per_param(optimizer: str = "adam", master_bytes: float = 4) -> float:
     """Bytes per parameter of optimizer state including the fp32 master copy.
 
     Formula: o = master (4) + moments (Adam 8: m and v; SGD-momentum 4; AdaGrad 4).

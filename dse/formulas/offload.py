@@ -80,7 +80,7 @@ REDUCE_BUCKET_SIZE = 5e8          # zero_optimization.reduce_bucket_size (elemen
 # ----------------------------------------------------------------------------- placement
 
 
-def optimizer_state_bytes(optimizer: str = "adam") -> int:
+def optimizer_state_bytes(optimizer: str = "adam") -> float:
     """Bytes per parameter of optimizer state including the fp32 master copy.
 
     Formula: 4 (master) + 4 per moment: Adam 12 (m, v), SGD-momentum 8, AdaGrad 8

@@ -48,7 +48,7 @@ class Optimizer:
     """
 
     name: str
-    states: tuple = ()
+    states: tuple[str, ...] = ()
     state_bytes: float | None = None
 
 
@@ -130,7 +130,7 @@ def step_bytes(params: Num, optimizer: str = "adam", recipe: Recipe | None = Non
     return params * step_bytes_per_param(optimizer, recipe, grad_bytes)
 
 
-def model_state_bytes_per_param(optimizer: str = "adam", recipe: Recipe | None = None) -> dict:
+def model_state_bytes_per_param(optimizer: str = "adam", recipe: Recipe | None = None) -> dict[str, float]:
     """Bytes per trainable parameter of each model-state class: weights, gradients, optimizer.
 
     Formula: weights = w + w_copies; gradients = g; optimizer = :func:`state_bytes_per_param`

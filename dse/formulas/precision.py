@@ -43,7 +43,8 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
+from typing import Any
 
 __all__ = ["Recipe", "RECIPES", "PRECISIONS", "GRAD_DTYPE_BYTES", "DEFAULT_GRAD_DTYPE", "recipe", "recipe_of",
            "peak_flops"]
@@ -140,7 +141,7 @@ def recipe(precision: str = "bf16", grad_dtype: str | None = None) -> Recipe:
     return _recipe(precision, grad_dtype)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _recipe(precision: str, grad_dtype: str | None) -> Recipe:
     try:
         base = RECIPES[precision]
@@ -150,7 +151,7 @@ def _recipe(precision: str, grad_dtype: str | None) -> Recipe:
     return dataclasses.replace(base, gradients=g, dp_gradients=g)
 
 
-def recipe_of(plan: object) -> Recipe:
+def recipe_of(plan: Any) -> Recipe:
     """The recipe of a plan: ``recipe(plan.precision, plan.grad_dtype)``.
 
     Formula: recipe(plan.precision, plan.grad_dtype)
@@ -168,7 +169,7 @@ def recipe_of(plan: object) -> Recipe:
     return _recipe(plan.precision, plan.grad_dtype)
 
 
-def peak_flops(peak_table: dict, dtype: str = "bf16") -> float:
+def peak_flops(peak_table: dict[str, float], dtype: str = "bf16") -> float:
     """Dense peak a GEMM class runs at: the GPU's peak for its dtype.
 
     Formula: peak = table[dtype], else table["bf16"], else the largest entry

@@ -47,10 +47,9 @@ def _configs(models: str, smoke: bool) -> dict:
 
 
 def _torch(device: str, smoke: bool):
-    try:
-        import torch
-    except ImportError:
-        raise InputError("dse measure needs PyTorch: pip install 'dse[measure]'") from None
+    from dse._optional import require
+
+    torch = require("torch", "measure", "dse measure")
     if device not in ("cuda", "cpu"):
         raise InputError(f"--device {device!r}; allowed: cuda, cpu")
     if device == "cpu" and not smoke:
