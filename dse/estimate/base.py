@@ -208,13 +208,15 @@ def compose_time(c, model, system, plan, F=None) -> dict:
                 + C.gemm_time(tok, h, up_n, peak, gemm_eff, oh) + C.gemm_time(tok, Fh / t, h, peak, gemm_eff, oh))
     gemm_bwd = 2 * gemm_fwd                 # dgrad + wgrad of each GEMM, same shapes
     causal = model.architecture == "decoder"
+    peak_attn = peak_flops(gpu.peak_flops, r.attention_dtype)   # attention and the LM head at their recipe dtype
+    peak_head = peak_flops(gpu.peak_flops, r.head_dtype)
     if plan.attention == "math":
-        attn_fwd = (C.gemm_time(s, hd, s, peak, gemm_eff, oh, batch=b * a / t)
-                    + C.gemm_time(s, s, hd, peak, gemm_eff, oh, batch=b * a / t))
+        attn_fwd = (C.gemm_time(s, hd, s, peak_attn, gemm_eff, oh, batch=b * a / t)
+                    + C.gemm_time(s, s, hd, peak_attn, gemm_eff, oh, batch=b * a / t))
         attn_bwd = 2 * attn_fwd
     else:
-        attn_fwd = C.flash_attention_flops(s, b, a / t, hd, causal) / (peak * eff.attention) + oh
-        attn_bwd = C.flash_attention_flops(s, b, a / t, hd, causal, backward=True) / (peak * eff.attention) + 2 * oh
+        attn_fwd = C.flash_attention_flops(s, b, a / t, hd, causal) / (peak_attn * eff.attention) + oh
+        attn_bwd = C.flash_attention_flops(s, b, a / t, hd, causal, backward=True) / (peak_attn * eff.attention) + 2 * oh
     ew_opts = dict(tp=t, sequence_parallel=sp, attention=plan.attention, ffn_type=model.ffn_type,
                    position=model.position, dropout=dropout, bytes_per_element=e)
     ew_fwd = C.memory_time(C.elementwise_bytes(s, b, h, Fh, a, kv, hd, **ew_opts), gpu.hbm_bandwidth, eff.memory)
@@ -245,7 +247,7 @@ def compose_time(c, model, system, plan, F=None) -> dict:
     layer_host_excess = layer_total - (gpu_fwd + gpu_bwd + gpu_rec)
 
     # ---------------------------------------------------------------- embedding and head
-    head_gemm = C.gemm_time(tok, h, V / t, peak, gemm_eff, oh)
+    head_gemm = C.gemm_time(tok, h, V / t, peak_head, gemm_eff, oh)
     head_ew = C.memory_time(r.logits * tok * V / t * 3, gpu.hbm_bandwidth, eff.memory)   # logits: softmax, loss, grad
     t_head = 3 * head_gemm + 3 * head_ew
     t_embed = ar + C.memory_time(3 * e * tok * h, gpu.hbm_bandwidth, eff.memory)   # ar: the same all-reduce as a layer's
