@@ -11,7 +11,8 @@ import dataclasses
 import sys
 import types
 
-from dse.estimate import base, economics
+from dse.estimate import activation_offload, economics, feasibility, offload, wear
+from dse.estimate.technique import compose
 from dse.specs.plan import Plan
 
 TIME_PARTS = {
@@ -27,48 +28,33 @@ TIME_PARTS = {
 }
 
 
-# Technique modules, applied in order after the base composition. Each exposes
-# ``apply(c, model, system, plan, F)``, which reads ``c["terms"]`` (a typed
-# :class:`dse.estimate.terms.BaseTerms`, time side in ``.time``) and updates the
-# composed dict in place (memory tiers, time, traffic, extra sections), array-safe.
-# For the vectorised search (dse/search/evaluate.py) a module may also expose
-# ``apply_memory`` and ``apply_time`` (same arguments; ``apply`` = both in that order),
-# or ``active(plan)`` (False: this plan's string/bool fields leave the estimate untouched):
-# the search then checks memory after base.compose_memory + every apply_memory and runs
-# base.compose_time + apply_time only for the points that fit. Without them it composes
-# everything first (same results, no pruning). On arrays, an ``extra_violations`` entry
-# may be ``(message, mask)``, ``mask`` True where a point violates.
+# The techniques, in the order they apply (dse/estimate/technique.py states the protocol:
+# memory half, time half, violations, report; ``after`` says whose results each one reads).
+# A new technique is one module with a ``TECHNIQUE`` object and one entry here.
+TECHNIQUES: list = [offload.TECHNIQUE, activation_offload.TECHNIQUE, wear.TECHNIQUE, economics.TECHNIQUE]
+
+# Deprecated (use TECHNIQUES): the modules of the first two techniques. Setting it to other module
+# names (e.g. in a test) replaces those two by the listed modules; a module without a ``TECHNIQUE``
+# object is wrapped in a ModuleTechnique (one ``apply(c, model, system, plan, F)``, no pruning).
 TECHNIQUE_MODULES: list[str] = ["dse.estimate.offload", "dse.estimate.activation_offload"]
-
-
+_DEFAULT_MODULES = tuple(TECHNIQUE_MODULES)
 _LOADED: dict[tuple, list] = {}
 
 
-def techniques():
-    """The technique modules, imported once (the list may be changed at run time, e.g. by tests)."""
+def techniques() -> list:
+    """The technique objects in application order (:data:`TECHNIQUES`, or the modules of TECHNIQUE_MODULES)."""
     key = tuple(TECHNIQUE_MODULES)
-    mods = _LOADED.get(key)
-    if mods is None:
+    if key == _DEFAULT_MODULES:
+        return list(TECHNIQUES)
+    listed = _LOADED.get(key)
+    if listed is None:
         import importlib
 
-        mods = _LOADED[key] = [importlib.import_module(name) for name in key]
-    return mods
+        from dse.estimate.technique import ModuleTechnique
 
-
-def _violations(r: dict, system, plan) -> list[str]:
-    from dse.units import fmt
-
-    out = []
-    for tier in ("gpu", "host", "storage"):
-        mem = r["memory"][tier]
-        if mem["total"] > mem["capacity"] and (tier != "storage" or mem["total"] > 0):
-            out.append(f"{tier} memory: needs {fmt(mem['total'], 'bytes')} per {'GPU' if tier == 'gpu' else 'node'}, "
-                       f"has {fmt(mem['capacity'], 'bytes')}")
-    par = r["parallelism"]
-    if par["gpus"] > system.gpus:
-        out.append(f"the plan needs {par['gpus']} GPUs ({int(par['nodes'])} nodes of {system.node.gpus_per_node}); "
-                   f"{system.name} has {system.gpus} ({system.nodes} nodes)")
-    return out
+        mods = [importlib.import_module(name) for name in key]
+        listed = _LOADED[key] = [getattr(m, "TECHNIQUE", None) or ModuleTechnique(m) for m in mods]
+    return listed + [t for t in TECHNIQUES if t.name in ("drive_wear", "economics")]
 
 
 def bottleneck(r: dict) -> str:
@@ -117,10 +103,7 @@ def numbers(model, system, plan, *, trace=None) -> tuple[dict, list[str]]:
         F = {m.__name__.rsplit(".", 1)[-1]: Tracer(m, trace)
              for m in (transformer, memory, parallelism, compute, cost, offload, near_storage, activation_offload,
                        optimizer)}
-    c = base.compose(model, system, plan, F)
-    for technique in techniques():
-        technique.apply(c, model, system, plan, F)
-    economics.apply(c, model, system, plan, F)
+    c = compose(model, system, plan, techniques(), F)
     r = {"model": {"name": model.name, "params": c["params"], "layers": model.layers, "hidden": model.hidden,
                    "heads": model.heads, "kv_heads": model.kv_heads, "ffn_hidden": model.ffn_hidden,
                    "vocab": model.vocab}}
@@ -141,14 +124,17 @@ def numbers(model, system, plan, *, trace=None) -> tuple[dict, list[str]]:
 def verdict(r: dict, system, plan, extra=()) -> tuple[bool, list[str], str]:
     """Feasibility, the violated constraints and the bottleneck sentence of one scalar result.
 
-    Technique modules may contribute constraints through an optional
-    ``violations(r, system, plan) -> list[str]`` function.
+    The constraints are :func:`dse.estimate.feasibility.check`'s (memory per tier, GPUs, each
+    active technique's); their structured form is set as ``r["violation_details"]``.
     """
-    violations = _violations(r, system, plan) + list(extra)
-    for technique in techniques():
-        check = getattr(technique, "violations", None)
-        if check is not None:
-            violations += check(r, system, plan)
+    checks = feasibility.check(r["memory"], system, plan, gpus=r["parallelism"]["gpus"],
+                               nodes=r["parallelism"]["nodes"], c=r,
+                               techniques=[t for t in techniques() if t.active(plan)])
+    bad = feasibility.violated(checks)
+    r["violation_details"] = [v.as_dict() for v in bad] + [{"kind": "other", "tier": None, "needed": None,
+                                                            "available": None, "message": x, "reason": x}
+                                                           for x in extra]
+    violations = [v.message for v in bad] + list(extra)
     text = bottleneck(r) if not violations else "Infeasible: " + "; ".join(violations) + "."
     return not violations, violations, text
 

@@ -229,10 +229,13 @@ def estimate(model, system, plan_data: dict, *, trace=None, hw_arrays=None, load
     r = _broadcast(r, shape)
     feasible = np.empty(len(combos), dtype=bool)
     violations = np.empty(len(combos), dtype=object)
+    details = np.empty(len(combos), dtype=object)
     bottleneck = np.empty(len(combos), dtype=object)
     for j, (plan, i) in enumerate(zip(plans, first)):
         view = _element(r, int(i))
         feasible[j], violations[j], bottleneck[j] = hw.verdict(view, systems[j], plan, extra)
+        details[j] = view["violation_details"]
+    r["violation_details"] = details[inverse].reshape(shape)
     r["feasible"] = feasible[inverse].reshape(shape)
     r["violations"] = violations[inverse].reshape(shape)
     r["bottleneck"] = bottleneck[inverse].reshape(shape)

@@ -79,7 +79,10 @@ class GPUSystem(_RuleTable):
 
 
     def limits(self, c, system):
-        return [("more GPUs than the system has", c["gpus"] > system.nodes * system.node.gpus_per_node)]
+        from dse.estimate.feasibility import gpu_count_check
+
+        v = gpu_count_check(c["gpus"], c["nodes"], system)
+        return [(v.reason, v.violated)]
 
 
 class ChipletPackage(_RuleTable):

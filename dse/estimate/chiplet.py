@@ -232,23 +232,39 @@ def numbers(model, package, plan, *, trace=None) -> dict:
     return r
 
 
-def verdict(r: dict, package, plan) -> tuple[bool, list[str], str]:
-    """Feasibility, violated constraints and bottleneck sentence of one scalar result."""
+def _describe(r: dict, package):
+    """Message functions of the chiplet memory tiers (SRAM per die, DRAM of the package) with their breakdown."""
     from dse.units import fmt
 
-    sram, foot = r["memory"]["sram"], r["memory"]["dram"]
-    die = package.die
     scheme = r["chiplet"]["scheme"]
-    violations = []
-    if sram["total"] > sram["capacity"]:
-        violations.append(f"SRAM: {scheme} needs {fmt(sram['total'], 'bytes')} per die (weights {fmt(sram['weights'], 'bytes')}, "
-                          f"gradients {fmt(sram['gradients'], 'bytes')}, activations {fmt(sram['activations'], 'bytes')}"
-                          + (f", broadcast buffers {fmt(sram['buffers'], 'bytes')}" if sram["buffers"] else "")
-                          + f"); the die has {fmt(die.sram, 'bytes')}")
-    if foot["total"] > foot["capacity"]:
-        violations.append(f"DRAM: needs {fmt(foot['total'], 'bytes')} (model states {fmt(foot['states'], 'bytes')}, "
-                          f"activations in flight {fmt(foot['activations'], 'bytes')}); the package has "
-                          f"{fmt(foot['capacity'], 'bytes')}")
+
+    def describe(tier, mem):
+        if tier == "sram":
+            return lambda: (f"SRAM: {scheme} needs {fmt(mem['total'], 'bytes')} per die (weights "
+                            f"{fmt(mem['weights'], 'bytes')}, gradients {fmt(mem['gradients'], 'bytes')}, activations "
+                            f"{fmt(mem['activations'], 'bytes')}"
+                            + (f", broadcast buffers {fmt(mem['buffers'], 'bytes')}" if mem["buffers"] else "")
+                            + f"); the die has {fmt(package.die.sram, 'bytes')}")
+        if tier == "dram":
+            return lambda: (f"DRAM: needs {fmt(mem['total'], 'bytes')} (model states {fmt(mem['states'], 'bytes')}, "
+                            f"activations in flight {fmt(mem['activations'], 'bytes')}); the package has "
+                            f"{fmt(mem['capacity'], 'bytes')}")
+        return None
+    return describe
+
+
+def verdict(r: dict, package, plan) -> tuple[bool, list[str], str]:
+    """Feasibility, violated constraints and bottleneck sentence of one scalar result.
+
+    The constraints are :func:`dse.estimate.feasibility.check`'s (SRAM per die, package DRAM);
+    their structured form is set as ``r["violation_details"]``.
+    """
+    from dse.estimate import feasibility
+    from dse.units import fmt
+
+    bad = feasibility.violated(feasibility.check(r["memory"], package, plan, describe=_describe(r, package)))
+    r["violation_details"] = [v.as_dict() for v in bad]
+    violations = [v.message for v in bad]
     t = r["time"]
     shares = {"compute": t["compute"], "NoP communication": t["nop"], "DRAM traffic": t["dram"]}
     top = max(shares, key=lambda k: float(shares[k]))

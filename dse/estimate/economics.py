@@ -6,12 +6,25 @@ PUE, utilisation) from ``system.site``. A plan is charged for the nodes it fills
 
 from __future__ import annotations
 
+from dse.estimate.technique import TechniqueBase
 from dse.estimate.terms import drive_use
 from dse.formulas import cost as _cost
 from dse.formulas._array import where
 
 
+class Economics(TechniqueBase):
+    """Cost and energy (applied after every other technique: it prices the final iteration)."""
+
+    name = "economics"
+    sections = ("cost", "energy")
+    after = ("storage_offload", "activation_offload", "drive_wear")
+
+    def apply_time(self, c, state, model, system, plan, F=None) -> None:
+        apply(c, model, system, plan, F)
+
+
 def apply(c, model, system, plan, F=None) -> None:
+    """Set ``c["cost"]`` and ``c["energy"]`` from the composed estimate's final time and throughput."""
     K = F["cost"] if F and "cost" in F else _cost
     node = system.node
     nodes = c["nodes"]
@@ -38,3 +51,6 @@ def apply(c, model, system, plan, F=None) -> None:
         "tokens_per_s_per_kusd": tps * 1e3 / where(capital > 0, capital, float("nan")),
     }
     c["energy"] = {"iteration_j": energy, "per_token_j": per_token, "power_w": power * site.pue}
+
+
+TECHNIQUE = Economics()

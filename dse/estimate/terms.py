@@ -114,7 +114,7 @@ class BaseTerms(_Mappable):
     states_first_stage: dict          # model-state bytes of the first stage's GPU: weights/gradients/optimizer
     states_last_stage: dict           # model-state bytes of the last stage's GPU
     time: TimeTerms | None = None     # the time side, once compose_time ran
-    drive_writes: DriveWrites | None = None   # storage offload's drive writes (activation offload adds its own)
+    drive_writes: dict = dataclasses.field(default_factory=dict)   # technique name -> its DriveWrites
 
     def timed(self) -> TimeTerms:
         """The time-side terms; an error if :func:`~dse.estimate.base.compose_time` has not run."""

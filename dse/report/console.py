@@ -22,9 +22,16 @@ TIME_ROWS = [
 ]
 CLASSES = ["weights", "gradients", "optimizer", "activations", "buffers"]
 
-# Result section -> "module:function(con, result)" that renders it; techniques register theirs here.
-SECTION_RENDERERS: dict[str, str] = {"offload": "dse.report.offload:render",
-                                     "activation_offload": "dse.report.activation_offload:render"}
+# Result section -> "module:function(con, result)" that renders it. A technique declares its own in
+# its ``report`` (dse/estimate/technique.py); this dict adds or overrides sections.
+SECTION_RENDERERS: dict[str, str] = {}
+
+
+def section_renderers() -> dict[str, str]:
+    """Every technique's report renderers (registry order), then :data:`SECTION_RENDERERS`."""
+    from dse.estimate import techniques
+
+    return {**{s: f for t in techniques() for s, f in getattr(t, "report", {}).items()}, **SECTION_RENDERERS}
 
 
 def _pct(x: float, total: float) -> str:
@@ -133,7 +140,7 @@ def render_estimate(con, r: dict) -> None:
     con.print(throughput_table(r))
     import importlib
 
-    for section, target in SECTION_RENDERERS.items():
+    for section, target in section_renderers().items():
         if section in r:
             mod, fn = target.split(":")
             getattr(importlib.import_module(mod), fn)(con, r)

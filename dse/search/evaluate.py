@@ -3,15 +3,20 @@
 Vectorised path (:meth:`Evaluator.block`), for every numeric plan/hardware parameter:
 
 1. the plan rules of :func:`dse.specs.plan.plan_rules` drop invalid combinations;
-2. :func:`dse.estimate.base.compose_memory` (and each technique's ``apply_memory``)
-   gives the memory on every tier; points that do not fit are dropped;
-3. the remaining points are gathered into flat arrays and only they get
-   :func:`~dse.estimate.base.compose_time`, the techniques' time part and the
-   cost/energy sections; then the budget/power/lifetime constraints.
+2. :func:`dse.estimate.base.compose_memory` and each active technique's memory half
+   (:mod:`dse.estimate.technique`) give the memory on every tier — exact, or a floor
+   (activation offload: the most offloading can free); points that do not fit, and
+   plans needing more GPUs than the system has, are dropped
+   (:func:`dse.estimate.feasibility.check`);
+3. the remaining points (and the techniques' memory states) are gathered into flat
+   arrays and only they get :func:`~dse.estimate.base.compose_time` and the techniques'
+   time halves (cost, energy, drive wear included); then every constraint again (memory
+   is final only now), the techniques' and the budget/power/lifetime ones.
 
-If a technique module has not split ``apply`` into ``apply_memory``/``apply_time``,
-step 2 cannot know the final memory, so the block is composed in full and checked
-afterwards (same results, less pruning).
+A technique written as one ``apply`` (:class:`~dse.estimate.technique.ModuleTechnique`)
+knows its memory only after time: such a block is composed in full and checked
+afterwards (same results, no pruning). :attr:`Evaluator.timed_points` counts the points
+whose time was composed.
 
 Scalar path (:meth:`Evaluator.point`): the same specs through
 :func:`dse.estimate.run`, exactly what ``dse estimate`` computes; optuna trials and
@@ -26,6 +31,7 @@ import math
 import numpy as np
 
 from dse.errors import InputError
+from dse.estimate import feasibility
 from dse.search.objectives import ABSENT, lookup, missing_metric_error
 
 # Metrics recorded for every evaluated point (besides objectives and constraints).
@@ -156,6 +162,7 @@ class Evaluator:
         self.seen_metrics: set = set()     # objective/constraint metrics some evaluated point produced
         self.notes: list = []
         self._groups: dict = {}
+        self.timed_points = 0              # points whose time was composed (memory-first pruning skips the rest)
 
     def reason_code(self, reason: str) -> int:
         if reason not in self.reasons:
@@ -235,8 +242,8 @@ class Evaluator:
         return system, plan, rules
 
     def active_techniques(self, plan) -> list:
-        """Technique modules that may change this plan's estimate (``active(plan)``, else assumed to)."""
-        return [t for t in self.techniques if getattr(t, "active", None) is None or t.active(plan)]
+        """The techniques that change this plan's estimate (``active(plan)``: its string/bool fields)."""
+        return [t for t in self.techniques if t.active(plan)]
 
     # ------------------------------------------------------------------ one point (scalar estimate)
 
@@ -272,17 +279,8 @@ class Evaluator:
     def score(self, r: dict) -> dict:
         """Objectives, constraint violations and feasibility of one estimate result."""
         violations = list(r["violations"])
-        reasons = []                                # the names the vectorised path counts under
-        for tier, mem in r["memory"].items():      # every tier, also ones techniques add
-            if isinstance(mem, dict) and mem.get("total", 0) > mem.get("capacity", math.inf):
-                reasons.append(f"{tier} memory capacity")
-                if tier not in ("gpu", "host", "storage", "sram", "dram"):
-                    violations.append(f"{tier} memory")
-        hw = r.get("hardware", {})
-        if "gpus_per_node" in hw and r["parallelism"]["gpus"] > hw["nodes"] * hw["gpus_per_node"]:
-            reasons.append("more GPUs than the system has")
-        known = ("gpu memory", "host memory", "storage memory", "the plan needs", "SRAM:", "DRAM:")
-        reasons += [v for v in r["violations"] if not v.startswith(known)]
+        # the names the vectorised path counts under (dse.estimate.feasibility.Violation.reason)
+        reasons = [d["reason"] for d in r.get("violation_details", [])]
         cons = {}
         for c in self.constraints:
             v = lookup(r, c.metric)
@@ -321,15 +319,11 @@ class Evaluator:
     def memory_violation(self, r: dict) -> dict:
         """Normalised memory overflow per tier (<= 0 fits), and GPUs beyond the system's, for optuna's constraints."""
         out = {}
-        for tier, mem in r["memory"].items():
-            if not isinstance(mem, dict):
-                continue
-            cap = mem.get("capacity", 0.0)
-            total = mem.get("total", 0.0)
-            if cap > 0:
-                out[f"memory.{tier}"] = (total - cap) / cap
-            elif total > 0:
-                out[f"memory.{tier}"] = 1.0
+        for v in feasibility.memory_checks(r["memory"]):
+            if v.available > 0:
+                out[f"memory.{v.tier}"] = (v.needed - v.available) / v.available
+            elif v.needed > 0:
+                out[f"memory.{v.tier}"] = 1.0
         hw = r.get("hardware", {})
         if "gpus_per_node" in hw:
             avail = hw["nodes"] * hw["gpus_per_node"]
@@ -369,13 +363,63 @@ class Evaluator:
             return self._block(g, shape, columns, want_all, n, counts, empty)
 
     def _block(self, g, shape, columns, want_all, n, counts, empty):
-        from dse.estimate import base, economics
-
         model = g.model
         hw = g.backend
         system, plan, extra = self._specs(g, columns)
         plan = plan.resolved(model, system)
-        # 1. plan rules: each excluded point is counted under the first rule it breaks
+        valid = self._rules(hw, plan, model, system, extra, shape, counts)
+        n_valid = int(np.count_nonzero(valid))
+        if n_valid == 0:
+            return empty
+        empty = dataclasses.replace(empty, n_valid=n_valid)
+        # 2. memory (and the GPUs the system has), before time when every active technique can say it
+        active = self.active_techniques(plan) if hw.techniques else []
+        c, states, prune = self._memory(hw, model, system, plan, active, n)
+        for metric in [o.metric for o in self.objectives] + [c_.metric for c_ in self.constraints]:
+            if lookup(c, metric) is not None:      # the space can produce it (even where memory does not fit)
+                self.seen_metrics.add(metric)
+        fits = valid.copy()
+        over_by = []
+        limits = [(v.reason, v.violated) for v in feasibility.check(c["memory"], system, plan)]
+        for reason, bad in limits + hw.limits(c, system):     # memory per tier, then the hardware's (GPUs)
+            over = fits & _full(bad, shape)
+            _count(counts, reason, int(np.count_nonzero(over)))
+            over_by.append((reason, bad))
+            fits &= ~over
+        valid_idx = np.flatnonzero(valid) if want_all else None
+        fit_idx = np.flatnonzero(fits)
+        status = vm = None
+        if want_all:
+            status, vm = self._memory_status(c, shape, valid_idx, fit_idx, over_by)
+        if fit_idx.size == 0:
+            res = dataclasses.replace(empty)
+            if want_all:
+                res.valid, res.status, res.valid_metrics = valid_idx, status, vm
+            return res
+        # 3. time, techniques, cost and energy only for the points that fit
+        G = _Gather(fit_idx, shape)
+        c = G(c)
+        system1, plan1 = G(system), G(plan)
+        if prune:
+            from dse.estimate import base
+
+            self.timed_points += fit_idx.size
+            base.compose_time(c, model, system1, plan1, None)
+            for t, state in zip(active, states):
+                t.apply_time(c, G(state), model, system1, plan1, None)
+        res = self._finish(c, g, columns, shape, fit_idx, system1, plan1, active, counts, n, n_valid)
+        if want_all:
+            pos = np.searchsorted(valid_idx, fit_idx)
+            status[pos] = res.status
+            for k, v in res.valid_metrics.items():
+                vm[k][pos] = v
+            res.valid, res.status, res.valid_metrics = valid_idx, status, vm
+        else:
+            res.status = res.valid_metrics = None
+        return res
+
+    def _rules(self, hw, plan, model, system, extra, shape, counts) -> np.ndarray:
+        """1. plan rules: each excluded point is counted under the first rule it breaks; True where valid."""
         valid = np.ones(shape, dtype=bool)
         for name, ok in list(extra.items()) + list(hw.plan_rules(plan, model, system).items()):
             if ok is True:
@@ -383,76 +427,49 @@ class Evaluator:
             bad = valid & ~_full(ok, shape)
             _count(counts, name, int(np.count_nonzero(bad)))
             valid &= ~bad
-        n_valid = int(np.count_nonzero(valid))
-        if n_valid == 0:
-            return empty
-        empty = dataclasses.replace(empty, n_valid=n_valid)
-        # 2. memory (and the GPUs the system has): before time when no active technique needs time for it
-        active = self.active_techniques(plan) if hw.techniques else []
-        memory_first = hw.techniques and all(hasattr(t, "apply_memory") and hasattr(t, "apply_time") for t in active)
-        if not hw.techniques:
-            c, _ = hw.numbers(model, system, plan)
-        elif memory_first:
-            c = base.compose_memory(model, system, plan, None)
-            for t in active:
-                t.apply_memory(c, model, system, plan, None)
-        else:
-            c = base.compose(model, system, plan, None)
-            for t in self.techniques:
-                t.apply(c, model, system, plan, None)
-            economics.apply(c, model, system, plan, None)
-        for metric in [o.metric for o in self.objectives] + [c_.metric for c_ in self.constraints]:
-            if lookup(c, metric) is not None:      # the space can produce it (even where memory does not fit)
-                self.seen_metrics.add(metric)
-        fits = valid.copy()
-        over_by = []
-        for tier, mem in c["memory"].items():
-            if not isinstance(mem, dict) or "capacity" not in mem:
-                continue
-            over = fits & _full(mem["total"] > mem["capacity"], shape)
-            _count(counts, f"{tier} memory capacity", int(np.count_nonzero(over)))
-            over_by.append((f"{tier} memory capacity", mem["total"] > mem["capacity"]))
-            fits &= ~over
-        for reason, exceeded in hw.limits(c, system):
-            over = fits & _full(exceeded, shape)
-            _count(counts, reason, int(np.count_nonzero(over)))
-            over_by.append((reason, exceeded))
-            fits &= ~over
-        valid_idx = np.flatnonzero(valid) if want_all else None
-        fit_idx = np.flatnonzero(fits)
-        if want_all:
-            status = np.zeros(valid_idx.size, dtype=np.int16)
-            vm = {m: np.full(valid_idx.size, np.nan) for m in self.record}
-            gv = _Gather(valid_idx, shape)
-            for m in MEMORY_METRICS:
-                x = lookup(c, m)
-                if x is not None and not isinstance(x, dict):
-                    vm[m] = np.full(valid_idx.size, float(x)) if np.ndim(x) == 0 else gv(np.asarray(x)).astype(float)
-            notfit = ~np.isin(valid_idx, fit_idx, assume_unique=True)
-            for reason, mask in over_by:
-                over = notfit & np.broadcast_to(gv(np.asarray(mask)), notfit.shape)
-                status[over & (status == 0)] = self.reason_code(reason)
-        if fit_idx.size == 0:
-            res = dataclasses.replace(empty)
-            if want_all:
-                res.valid, res.status, res.valid_metrics = valid_idx, status, vm
-            return res
-        # 3. time, techniques, cost and energy only for the points that fit (memory-first path)
-        G = _Gather(fit_idx, shape)
-        system1, plan1 = system, plan
-        if memory_first:
-            c = G(c)
-            system1, plan1 = G(system), G(plan)
-            base.compose_time(c, model, system1, plan1, None)
-            for t in self.techniques:
-                if t in active:
-                    t.apply_time(c, model, system1, plan1, None)
-                else:
-                    t.apply(c, model, system1, plan1, None)   # leaves memory alone for this plan (not active)
-            economics.apply(c, model, system1, plan1, None)
-        else:
-            c = G(c)
-            system1, plan1 = G(system), G(plan)
+        return valid
+
+    def _memory(self, hw, model, system, plan, active, n):
+        """The memory of every point: base + each active technique's memory half.
+
+        Returns ``(c, states, prune)``. ``prune``: every active technique gives its memory (exact or a
+        floor) before time, so time is composed later only for the points that fit; otherwise (a
+        technique whose memory is known only after time) everything is composed here.
+        """
+        if not hw.techniques:                      # e.g. a chiplet package: its own composition, in full
+            return hw.numbers(model, system, plan)[0], [], False
+        from dse.estimate import base
+
+        prune = all(t.memory in ("exact", "floor") for t in active)
+        c = base.compose_memory(model, system, plan, None)
+        states = [t.apply_memory(c, model, system, plan, None) for t in active]
+        if not prune:
+            self.timed_points += n
+            base.compose_time(c, model, system, plan, None)
+            for t, state in zip(active, states):
+                t.apply_time(c, state, model, system, plan, None)
+        return c, states, prune
+
+    def _memory_status(self, c, shape, valid_idx, fit_idx, over_by):
+        """Status codes and memory metrics of every valid point (``want_all``)."""
+        status = np.zeros(valid_idx.size, dtype=np.int16)
+        vm = {m: np.full(valid_idx.size, np.nan) for m in self.record}
+        gv = _Gather(valid_idx, shape)
+        for m in MEMORY_METRICS:
+            x = lookup(c, m)
+            if x is not None and not isinstance(x, dict):
+                vm[m] = np.full(valid_idx.size, float(x)) if np.ndim(x) == 0 else gv(np.asarray(x)).astype(float)
+        notfit = ~np.isin(valid_idx, fit_idx, assume_unique=True)
+        for reason, mask in over_by:
+            over = notfit & np.broadcast_to(gv(np.asarray(mask)), notfit.shape)
+            status[over & (status == 0)] = self.reason_code(reason)
+        return status, vm
+
+    def _finish(self, c, g, columns, shape, fit_idx, system1, plan1, active, counts, n, n_valid) -> BlockResult:
+        """Final constraints of the points that fit (memory again: floors are final only now; techniques';
+        budget, power, lifetime; objectives), with their objectives and metrics."""
+        from dse.estimate.technique import ModuleTechnique
+
         m_fit = fit_idx.size
         ok = np.ones(m_fit, dtype=bool)
         code = np.zeros(m_fit, dtype=np.int16)
@@ -469,11 +486,11 @@ class Evaluator:
         for item in c.get("extra_violations", []):
             msg, bad = (item, True) if isinstance(item, str) else item
             exclude(msg, bad)
-        for t in active:   # technique constraints on the result (e.g. the CSD's accelerator DRAM)
-            if hasattr(t, "violation_masks"):
-                for msg, bad in t.violation_masks(c, system1, plan1).items():
-                    exclude(msg, bad)
-            elif hasattr(t, "violations"):
+        modern = [t for t in active if not isinstance(t, ModuleTechnique)]
+        for v in feasibility.check(c["memory"], system1, plan1, c=c, techniques=modern):
+            exclude(v.reason, v.violated)
+        for t in active:
+            if isinstance(t, ModuleTechnique) and hasattr(t.module, "violations"):
                 exclude(*self._scalar_violations(t, g, columns, shape, fit_idx, ok))
         metrics = {}
         for m in self.record:
@@ -499,21 +516,14 @@ class Evaluator:
         obj = np.stack(cols, axis=1) if cols else np.zeros((m_fit, 0))
         absent = np.array([ABSENT.get(o.metric, np.nan) for o in self.objectives])
         exclude("objective not finite", ~(np.isfinite(obj) | (obj == absent)).all(axis=1))
-        res = BlockResult(n, counts, fit_idx[ok], obj[ok], {k: v[ok] for k, v in metrics.items()}, n_valid=n_valid)
-        if want_all:
-            pos = np.searchsorted(valid_idx, fit_idx)
-            status[pos] = code
-            for k, v in metrics.items():
-                vm[k][pos] = v
-            res.valid, res.status, res.valid_metrics = valid_idx, status, vm
-        return res
+        return BlockResult(n, counts, fit_idx[ok], obj[ok], {k: v[ok] for k, v in metrics.items()}, n_valid=n_valid,
+                           status=code, valid_metrics=metrics)
 
     def _scalar_violations(self, technique, g, columns, shape, fit_idx, ok):
         """A technique's scalar ``violations`` hook, point by point (it has no ``violation_masks``)."""
-        name = technique.__name__.rsplit(".", 1)[-1]
-        self.note(f"technique {name} has no array form of its constraints (violation_masks): "
+        name = technique.name
+        self.note(f"technique {name} has no array form of its constraints (a Technique's violations): "
                   "those points were checked one by one with the scalar estimate")
-        known = ("gpu memory", "host memory", "storage memory", "the plan needs")
         bad = np.zeros(fit_idx.size, dtype=bool)
         axes = np.unravel_index(fit_idx, shape) if len(shape) > 1 else (fit_idx,)
         for j in np.flatnonzero(ok):
@@ -522,7 +532,7 @@ class Evaluator:
                 value = np.broadcast_to(np.asarray(col), shape)[tuple(a[j] for a in axes)]
                 config[path] = _python(self.space.param(path), value)
             res = self.point(config)
-            bad[j] = res["valid"] and any(not v.startswith(known) for v in res["result"]["violations"])
+            bad[j] = res["valid"] and any(d["kind"] == name for d in res["result"]["violation_details"])
         return f"{name} constraints", bad
 
     # ------------------------------------------------------------------ array-safety check

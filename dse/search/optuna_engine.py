@@ -220,8 +220,7 @@ def constraint_values(evaluator, res) -> dict:
     cons = {"memory": max((v for k, v in mem.items() if k.startswith("memory.")), default=-1.0)}
     if "gpus available" in mem:          # GPU systems (a chiplet package has no GPUs to run out of)
         cons["gpus"] = mem["gpus available"]
-    known = ("gpu memory", "host memory", "storage memory", "the plan needs")
-    if any(not v.startswith(known) for v in res["result"].get("violations", [])):
+    if any(d["kind"] not in ("memory", "gpus") for d in res["result"].get("violation_details", [])):
         cons["technique"] = 1.0
     cons.update(res["constraints"])
     return {k: float(v) if math.isfinite(v) else 1e9 for k, v in cons.items()}

@@ -1,0 +1,116 @@
+"""The search's memory-first pruning runs for every technique (dse/search/evaluate.py, dse/estimate/technique.py).
+
+For a storage-offload space and an activation-offload space, the block path composes memory
+(base + each technique's memory half), drops the points that do not fit, and composes time
+(base.compose_time and each technique's apply_time) only for the rest. The tests count the
+points that reach the time half and check that the answers still equal the scalar estimate
+(dse.estimate.run) point by point, the pruned points included.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dse.estimate import activation_offload, base, offload
+
+STORAGE = {"model": "smart-infinity-gpt2-8.4b", "hardware": "smart-infinity-a100",
+           "fixed": {"plan.global_batch": 64, "plan.zero": 3, "plan.offload_optimizer": "nvme"},
+           "parameters": {"plan.micro_batch": [1, 2, 4, 8, 16, 32, 64], "plan.ssds": [2, 6, 10],
+                          "plan.recompute": ["none", "full"], "plan.offload_params": ["gpu", "nvme"]},
+           "objectives": ["time"]}
+ACTIVATIONS = {"model": "llama2-7b", "hardware": "ssdtrain-a100-optane",
+               "fixed": {"plan.dp": 1, "plan.global_batch": 64, "plan.offload_activations": "ssd"},
+               "parameters": {"plan.tp": [1, 2], "plan.micro_batch": [1, 2, 4, 8, 16, 32, 64],
+                              "plan.ssds": [2, 7], "plan.seq_len": [2048, 4096],
+                              "plan.recompute": ["none", "selective"]},
+               "objectives": ["throughput"]}
+
+
+def _count_points(monkeypatch, target, name, seen: list):
+    """Wrap ``target.name`` to record how many points each call gets (size of the GPU memory total)."""
+    inner = getattr(target, name)
+
+    def wrapped(c, *args, **kwargs):
+        seen.append(int(np.size(c["memory"]["gpu"]["total"])))
+        return inner(c, *args, **kwargs)
+    monkeypatch.setattr(target, name, wrapped)
+
+
+@pytest.mark.parametrize("data, technique", [(STORAGE, offload.TECHNIQUE), (ACTIVATIONS, activation_offload.TECHNIQUE)],
+                         ids=["storage-offload", "activation-offload"])
+def test_time_is_composed_only_for_points_that_fit(monkeypatch, data, technique):
+    from _block_vs_point import block_vs_point
+
+    from dse.search.evaluate import Evaluator
+    from dse.search.grid import Grid
+    from dse.search.runner import split_params
+    from dse.search.space import from_dict
+
+    space = from_dict(data, "t.yaml")
+    ev = Evaluator(space)
+    group, vector = split_params(space)
+    assert vector, "the space must have numeric (vectorised) parameters"
+    grid = Grid(group, vector, chunk=1 << 16)
+    timed, applied = [], []
+    _count_points(monkeypatch, base, "compose_time", timed)
+    _count_points(monkeypatch, technique, "apply_time", applied)
+    valid = feasible = 0
+    for gi in range(grid.n_groups):
+        g = ev.group(grid.group_values(gi))
+        for _, shape, cols in grid.blocks():
+            res = ev.block(g, shape, cols)
+            valid += res.n_valid
+            feasible += res.feasible.size
+    assert technique.memory in ("exact", "floor")
+    assert sum(timed) == ev.timed_points
+    assert sum(applied) == sum(timed)               # the technique's time half saw exactly the points that fit
+    assert feasible > 0                             # something fits ...
+    assert sum(timed) < valid                       # ... and something was pruned before its time was composed
+    assert sum(timed) >= feasible
+    # the pruned points are infeasible in the scalar estimate too, and every answer equals it
+    seen = list(block_vs_point(space, chunk=1 << 16))
+    infeasible_memory = [s for s in seen if s["valid"] and any(r.endswith("memory capacity") for r in s["reasons"])]
+    assert len(infeasible_memory) >= valid - sum(timed)
+
+
+def test_a_technique_without_a_memory_half_is_not_pruned(monkeypatch):
+    """A one-``apply`` module (ModuleTechnique) knows its memory only after time: every valid point is timed."""
+    import dse.estimate as E
+    from dse.search.evaluate import Evaluator
+    from dse.search.grid import Grid
+    from dse.search.runner import split_params
+    from dse.search.space import from_dict
+
+    monkeypatch.setattr(E, "TECHNIQUE_MODULES", ["_scalar_only_technique"])
+    space = from_dict({**STORAGE, "fixed": {**STORAGE["fixed"], "plan.offload_optimizer": "gpu"},
+                       "parameters": {"plan.micro_batch": [1, 8, 64], "plan.recompute": ["none"]}}, "t.yaml")
+    ev = Evaluator(space)
+    group, vector = split_params(space)
+    grid = Grid(group, vector, chunk=1 << 16)
+    valid = feasible = 0
+    for gi in range(grid.n_groups):
+        g = ev.group(grid.group_values(gi))
+        for _, shape, cols in grid.blocks():
+            res = ev.block(g, shape, cols)
+            valid += res.n_valid
+            feasible += res.feasible.size
+    assert ev.timed_points == valid > feasible
+
+
+def test_activation_offload_memory_floor_is_below_the_final_memory():
+    """The memory half's floor never exceeds what the time half settles on (so pruning drops no feasible point)."""
+    from dse.estimate import resolve
+    from dse.estimate.technique import compose
+
+    for tp in (1, 2):
+        for mb in (1, 4, 16, 64):
+            for layers in (None, 0, 8, 32):
+                m, s, p = resolve("llama2-7b", "ssdtrain-a100-optane", None, [], tp=tp, micro_batch=mb, dp=1,
+                                  global_batch=64, offload_activations="ssd", offload_layers=layers)
+                c = base.compose_memory(m, s, p)
+                activation_offload.TECHNIQUE.apply_memory(c, m, s, p)
+                floor = {t: c["memory"][t]["total"] for t in ("gpu", "host", "storage")}
+                final = compose(m, s, p, [activation_offload.TECHNIQUE])
+                for t in floor:
+                    assert floor[t] <= final["memory"][t]["total"] * (1 + 1e-12), (tp, mb, layers, t)
