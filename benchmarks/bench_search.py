@@ -14,7 +14,12 @@ Measures, on one core (numpy element-wise work is single-threaded):
 2. the same scenarios one at a time through the scalar estimate
    (``dse.estimate.run``, what ``dse estimate`` and optuna trials call) and through
    ``compose`` alone; the ratio vectorised / scalar;
-3. ``dse search --engine exhaustive`` over benchmarks/spaces/ten-million.yaml
+3. the search's block path (:meth:`dse.search.evaluate.Evaluator.block`: plan rules, memory
+   with every technique's memory half, time only for the points that fit) over technique
+   spaces: benchmarks/spaces/storage-offload-sweep.yaml (1.0M points),
+   activation-offload-sweep.yaml (0.5M) and the two technique examples; scenarios/s and the
+   share of valid points whose time was composed (memory-first pruning);
+4. ``dse search --engine exhaustive`` over benchmarks/spaces/ten-million.yaml
    (11.3M points) in a subprocess: wall time and peak resident memory.
 
 Scenario: Llama-2-70B on the A100 cluster, 4096-token sequences, selective recompute.
@@ -101,6 +106,43 @@ def flat_columns(model, system, plan, n, rng):
     return dataclasses.replace(plan, **cols), with_network(system, NET[rng.integers(0, len(NET), n)]), cols
 
 
+TECHNIQUE_SPACES = ["benchmarks/spaces/storage-offload-sweep.yaml", "benchmarks/spaces/activation-offload-sweep.yaml",
+                    "examples/spaces/zero-infinity-offload.yaml", "examples/spaces/activation-offload.yaml"]
+
+
+def technique_spaces(secs: float) -> None:
+    """Scenarios/s of the search's block path over technique spaces (one core, process CPU time)."""
+    from dse.search.evaluate import Evaluator
+    from dse.search.grid import Grid
+    from dse.search.runner import DEFAULT_CHUNK, split_params
+    from dse.search.space import load
+
+    print("\nTechnique spaces through the search's block path (rules, memory first, time for what fits):")
+    for rel in TECHNIQUE_SPACES:
+        space = load(str(ROOT / rel))
+        group, vector = split_params(space)
+        counts = {}
+
+        def sweep(space=space, group=group, vector=vector, counts=counts):
+            ev = Evaluator(space)
+            grid = Grid(group, vector, chunk=DEFAULT_CHUNK)
+            valid = feasible = 0
+            with np.errstate(all="ignore"):
+                for gi in range(grid.n_groups):
+                    g = ev.group(grid.group_values(gi))
+                    for _, shape, cols in grid.blocks():
+                        res = ev.block(g, shape, cols)
+                        valid += res.n_valid
+                        feasible += res.feasible.size
+            counts.update(n=grid.n_groups * grid.n_vector, valid=valid, feasible=feasible,
+                          timed=getattr(ev, "timed_points", None))
+        t = timed(sweep, secs)
+        n = counts["n"]
+        share = "n/a" if counts["timed"] is None else f"{100 * counts['timed'] / max(counts['valid'], 1):.0f}%"
+        print(f"  {Path(rel).stem:<28} {n:>9,} points  {n / t:>14,.0f} scenarios/s  "
+              f"(valid {counts['valid']:,}, feasible {counts['feasible']:,}, time composed for {share} of valid)")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="shorter timings and no 10M-point sweep")
@@ -148,6 +190,7 @@ def main(argv=None) -> int:
     print(f"  ratio vs scalar compose loop: grid block {r_grid / r_comp:,.0f}x, flat columns {r_flat / r_comp:,.0f}x")
     ok = min(r_grid, r_flat) >= 1e6
     print(f"  target >= 1,000,000 scenarios/s/core: {'met' if ok else 'MISSED'}")
+    technique_spaces(secs)
 
     if not args.quick:
         space = ROOT / "benchmarks" / "spaces" / "ten-million.yaml"

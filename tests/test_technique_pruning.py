@@ -114,3 +114,15 @@ def test_activation_offload_memory_floor_is_below_the_final_memory():
                 final = compose(m, s, p, [activation_offload.TECHNIQUE])
                 for t in floor:
                     assert floor[t] <= final["memory"][t]["total"] * (1 + 1e-12), (tp, mb, layers, t)
+
+
+def test_registry_follows_the_protocol_and_its_stated_order():
+    import dse.estimate as E
+    from dse.estimate.technique import Technique, check_order
+
+    names = [t.name for t in E.TECHNIQUES]
+    assert names == ["storage_offload", "activation_offload", "drive_wear", "economics"]
+    assert all(isinstance(t, Technique) and t.memory in ("exact", "floor") for t in E.TECHNIQUES)
+    check_order(E.TECHNIQUES)
+    with pytest.raises(ValueError, match="activation_offload must come after storage_offload"):
+        check_order([E.TECHNIQUES[1], E.TECHNIQUES[0]])
