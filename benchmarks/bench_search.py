@@ -16,8 +16,8 @@ Measures, on one core (numpy element-wise work is single-threaded):
    ``compose`` alone; the ratio vectorised / scalar;
 3. the search's block path (:meth:`dse.search.evaluate.Evaluator.block`: plan rules, memory
    with every technique's memory half, time only for the points that fit) over technique
-   spaces: benchmarks/spaces/storage-offload-sweep.yaml (1.0M points),
-   activation-offload-sweep.yaml (0.5M) and the two technique examples; scenarios/s and the
+   spaces: benchmarks/spaces/storage-offload-sweep.yaml (504,000 points),
+   activation-offload-sweep.yaml (250,880) and the two technique examples; scenarios/s and the
    share of valid points whose time was composed (memory-first pruning);
 4. ``dse search --engine exhaustive`` over benchmarks/spaces/ten-million.yaml
    (11.3M points) in a subprocess: wall time and peak resident memory.

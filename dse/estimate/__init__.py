@@ -131,10 +131,10 @@ def verdict(r: dict, system, plan, extra=()) -> tuple[bool, list[str], str]:
                                nodes=r["parallelism"]["nodes"], c=r,
                                techniques=[t for t in techniques() if t.active(plan)])
     bad = feasibility.violated(checks)
-    r["violation_details"] = [v.as_dict() for v in bad] + [{"kind": "other", "tier": None, "needed": None,
-                                                            "available": None, "message": x, "reason": x}
-                                                           for x in extra]
-    violations = [v.message for v in bad] + list(extra)
+    messages = [v.message for v in bad]
+    r["violation_details"] = [v.as_dict(msg) for v, msg in zip(bad, messages)] + [
+        {"kind": "other", "tier": None, "needed": None, "available": None, "message": x, "reason": x} for x in extra]
+    violations = messages + list(extra)
     text = bottleneck(r) if not violations else "Infeasible: " + "; ".join(violations) + "."
     return not violations, violations, text
 

@@ -263,8 +263,8 @@ def verdict(r: dict, package, plan) -> tuple[bool, list[str], str]:
     from dse.units import fmt
 
     bad = feasibility.violated(feasibility.check(r["memory"], package, plan, describe=_describe(r, package)))
-    r["violation_details"] = [v.as_dict() for v in bad]
     violations = [v.message for v in bad]
+    r["violation_details"] = [v.as_dict(msg) for v, msg in zip(bad, violations)]
     t = r["time"]
     shares = {"compute": t["compute"], "NoP communication": t["nop"], "DRAM traffic": t["dram"]}
     top = max(shares, key=lambda k: float(shares[k]))

@@ -58,10 +58,10 @@ class Violation:
         """The name the search counts points excluded by this constraint under."""
         return REASONS.get(self.kind, self.kind).format(tier=self.tier)
 
-    def as_dict(self) -> dict:
-        """The structured form of the estimate's ``violation_details`` entries."""
+    def as_dict(self, message: str | None = None) -> dict:
+        """The structured form of the estimate's ``violation_details`` entries (``message``: if already written)."""
         return {"kind": self.kind, "tier": self.tier, "needed": self.needed, "available": self.available,
-                "message": self.message, "reason": self.reason}
+                "message": self.message if message is None else message, "reason": self.reason}
 
 
 def _memory_text(tier: str, mem: dict) -> Callable[[], str]:
