@@ -49,6 +49,7 @@ def test_time_is_composed_only_for_points_that_fit(monkeypatch, data, technique)
 
     space = from_dict(data, "t.yaml")
     ev = Evaluator(space)
+    ev.gather_below = 1.0     # always gather the points that fit before time (the default does when few fit)
     group, vector = split_params(space)
     assert vector, "the space must have numeric (vectorised) parameters"
     grid = Grid(group, vector, chunk=1 << 16)
@@ -126,3 +127,26 @@ def test_registry_follows_the_protocol_and_its_stated_order():
     check_order(E.TECHNIQUES)
     with pytest.raises(ValueError, match="activation_offload must come after storage_offload"):
         check_order([E.TECHNIQUES[1], E.TECHNIQUES[0]])
+
+
+def test_few_points_that_fit_are_gathered_before_time_many_are_not():
+    """The default rule: time for the gathered points only when at most GATHER_BELOW of a block fits."""
+    from dse.search.evaluate import GATHER_BELOW, Evaluator
+    from dse.search.grid import Grid
+    from dse.search.runner import split_params
+    from dse.search.space import from_dict
+
+    few = {**STORAGE, "parameters": {"plan.micro_batch": [1, 64, 128, 256, 512], "plan.recompute": ["none"]}}
+    many = {**STORAGE, "parameters": {"plan.micro_batch": [1, 2, 4, 64], "plan.recompute": ["full"]}}
+    for data, pruned in ((few, True), (many, False)):
+        ev = Evaluator(from_dict(data, "t.yaml"))
+        group, vector = split_params(ev.space)
+        grid = Grid(group, vector, chunk=1 << 16)
+        n = valid = feasible = 0
+        for gi in range(grid.n_groups):
+            g = ev.group(grid.group_values(gi))
+            for _, shape, cols in grid.blocks():
+                res = ev.block(g, shape, cols)
+                n, valid, feasible = n + res.n, valid + res.n_valid, feasible + res.feasible.size
+        assert (feasible <= GATHER_BELOW * n) == pruned, (feasible, n)
+        assert (ev.timed_points < n) == pruned

@@ -13,6 +13,8 @@ Vectorised path (:meth:`Evaluator.block`), for every numeric plan/hardware param
    time halves (cost, energy, drive wear included); then every constraint again (memory
    is final only now), the techniques' and the budget/power/lifetime ones.
 
+Where more than :data:`GATHER_BELOW` of a block fits, step 3 composes time on the block's
+broadcast arrays and gathers after (flat arrays cost more per point than a broadcast grid).
 A technique written as one ``apply`` (:class:`~dse.estimate.technique.ModuleTechnique`)
 knows its memory only after time: such a block is composed in full and checked
 afterwards (same results, no pruning). :attr:`Evaluator.timed_points` counts the points
@@ -38,6 +40,7 @@ from dse.search.objectives import ABSENT, lookup, missing_metric_error
 KEY_METRICS = ("time.iteration", "throughput.tokens_per_s", "throughput.mfu", "memory.gpu.total",
                "memory.gpu.capacity", "cost.capital_usd", "cost.per_million_tokens_usd", "energy.per_token_j",
                "energy.power_w", "gpus", "nodes", "memory.sram.total", "memory.sram.capacity")
+GATHER_BELOW = 0.5    # see Evaluator.gather_below
 MEMORY_METRICS = ("memory.gpu.total", "memory.gpu.capacity", "gpus", "nodes")
 
 
@@ -163,6 +166,10 @@ class Evaluator:
         self.notes: list = []
         self._groups: dict = {}
         self.timed_points = 0              # points whose time was composed (memory-first pruning skips the rest)
+        # Compose time on the gathered points that fit only when they are at most this share of a block: a flat
+        # gathered array costs several times more per point than the block's broadcast grid (bench_search.py,
+        # technique sweeps: gathering always was ~20 % slower on storage offload, where blocks fit 30-70 %).
+        self.gather_below = GATHER_BELOW
 
     def reason_code(self, reason: str) -> int:
         if reason not in self.reasons:
@@ -396,17 +403,16 @@ class Evaluator:
             if want_all:
                 res.valid, res.status, res.valid_metrics = valid_idx, status, vm
             return res
-        # 3. time, techniques, cost and energy only for the points that fit
+        # 3. time, techniques, cost and energy only for the points that fit: gathered into flat arrays first
+        #    when few fit; when many do, composed on the block's broadcast arrays, then gathered (cheaper)
         G = _Gather(fit_idx, shape)
+        if prune and fit_idx.size > self.gather_below * n:
+            self._compose_time(c, states, model, system, plan, active, n, G=None)
+            prune = False
         c = G(c)
         system1, plan1 = G(system), G(plan)
         if prune:
-            from dse.estimate import base
-
-            self.timed_points += fit_idx.size
-            base.compose_time(c, model, system1, plan1, None)
-            for t, state in zip(active, states):
-                t.apply_time(c, G(state), model, system1, plan1, None)
+            self._compose_time(c, states, model, system1, plan1, active, fit_idx.size, G=G)
         res = self._finish(c, g, columns, shape, fit_idx, system1, plan1, active, counts, n, n_valid)
         if want_all:
             pos = np.searchsorted(valid_idx, fit_idx)
@@ -444,11 +450,17 @@ class Evaluator:
         c = base.compose_memory(model, system, plan, None)
         states = [t.apply_memory(c, model, system, plan, None) for t in active]
         if not prune:
-            self.timed_points += n
-            base.compose_time(c, model, system, plan, None)
-            for t, state in zip(active, states):
-                t.apply_time(c, state, model, system, plan, None)
+            self._compose_time(c, states, model, system, plan, active, n, G=None)
         return c, states, prune
+
+    def _compose_time(self, c, states, model, system, plan, active, points: int, G=None) -> None:
+        """Base time and every active technique's time half on ``c`` (``G``: gather the memory states first)."""
+        from dse.estimate import base
+
+        self.timed_points += points
+        base.compose_time(c, model, system, plan, None)
+        for t, state in zip(active, states):
+            t.apply_time(c, state if G is None else G(state), model, system, plan, None)
 
     def _memory_status(self, c, shape, valid_idx, fit_idx, over_by):
         """Status codes and memory metrics of every valid point (``want_all``)."""
