@@ -36,9 +36,7 @@ from dse.estimate.offload_time import Partition
 from dse.estimate.technique import TechniqueBase
 from dse.estimate.terms import DriveWrites, drive_use
 from dse.estimate.wear import apply_wear, drive_endurance
-from dse.formulas import near_storage as _near
-from dse.formulas import offload as _offload
-from dse.formulas import optimizer as _optimizer
+from dse.formulas import near_storage as _near, offload as _offload, optimizer as _optimizer
 from dse.formulas._array import is_scalar, minimum, where
 from dse.formulas.precision import recipe_of
 
