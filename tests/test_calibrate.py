@@ -77,6 +77,7 @@ def test_cli_writes_a_yaml_that_hw_accepts(dse, tmp_path):
     res = json.loads(r.out)
     assert res["points"] == 16 and res["cross_validation"]["folds"] == 3
     assert res["mape_fit"] < res["mape_before"] and res["cross_validation"]["mape"] < res["mape_before"]
+    assert res["memory"]["points"] == 16 and res["memory"]["mape"] == pytest.approx(0.327, abs=0.001)
     eff = load_system(str(out)).node.gpu.efficiency
     for k, p in res["parameters"].items():
         assert getattr(eff, k) == pytest.approx(p["after"], rel=1e-5)

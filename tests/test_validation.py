@@ -55,7 +55,9 @@ def test_h100_hf_scenarios_match_the_measured_models():
         assert r["model"]["params"] in (362163200, 1569080000)
         assert m.model.vocab == 50257 and m.model.tied_embeddings and m.model.dropout == 0
         p = r["plan"]
-        assert (p["tp"], p["pp"], p["dp"], p["zero"], p["precision"], p["grad_dtype"]) == (1, 1, 1, 0, "bf16", "half")
+        assert (p["tp"], p["pp"], p["dp"], p["zero"], p["precision"], p["grad_dtype"]) == (1, 1, 1, 0, "bf16-pure",
+                                                                                           "half")
+        assert r["memory"]["gpu"]["weights"] == r["memory"]["gpu"]["gradients"] == 2 * r["model"]["params"]
         assert r["time"]["dp_communication"] == 0 and r["time"]["embedding_sync"] == 0
         # what the measurement excludes is subtracted exactly: the optimizer's step and states, the runtime reserve
         t, mem = predict(m, system)

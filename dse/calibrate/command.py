@@ -59,5 +59,9 @@ def render(result: dict) -> None:
     if cv:
         line += f"; {cv['folds']}-fold cross-validated {100 * cv['mape']:.1f} % (held-out points, seed {cv['seed']})"
     con.print(line)
+    mem = result["memory"]
+    if mem:
+        con.print(f"peak memory (not fitted: no efficiency field changes it): MAPE {100 * mem['mape']:.1f} % "
+                  f"(mean {100 * mem['mean_signed_error']:+.1f} %) over {mem['points']} measured peaks")
     if result.get("written"):
         con.print(f"written to {result['written']} (use it as --hw {result['written']})")

@@ -53,7 +53,8 @@ def with_efficiency(system, values: dict):
     """``system`` with its GPU's efficiency fields replaced by ``values``."""
     node = system.node
     eff = dataclasses.replace(node.gpu.efficiency, **values)
-    return dataclasses.replace(system, node=dataclasses.replace(node, gpu=dataclasses.replace(node.gpu, efficiency=eff)))
+    gpu = dataclasses.replace(node.gpu, efficiency=eff)
+    return dataclasses.replace(system, node=dataclasses.replace(node, gpu=gpu))
 
 
 class Problem:
@@ -158,10 +159,21 @@ def calibrate(measurements, system, names=DEFAULT_PARAMS, folds: int = 5, seed: 
                                     or np.isclose(res.x[i], PARAMETERS[nm][1][1] / PARAMETERS[nm][0]))}
               for i, (nm, s) in enumerate(zip(problem.names, sigma))}
     return {"system": system.name, "gpu": system.node.gpu.name, "points": n, "parameters": params,
-            "loss": LOSS, "mape_before": mape(before), "mape_fit": mape(r),
+            "loss": LOSS, "mape_before": mape(before), "mape_fit": mape(r), "memory": memory_error(problem),
             "cross_validation": cross_validate(problem, folds, seed) if folds else None,
             "points_table": [{"name": m.name, "measured_s": m.time_s, "before_s": float(m.time_s * (1 + b)),
                               "fit_s": float(m.time_s * (1 + a))} for m, b, a in zip(problem.timed, before, r)]}
+
+
+def memory_error(problem: Problem) -> dict | None:
+    """Peak-memory error of the spec on the points that measured it (no efficiency field changes memory)."""
+    from dse.calibrate.measurements import plan_for, predict
+
+    pts = [m for m in problem.all if m.peak_bytes]
+    if not pts:
+        return None
+    errs = [predict(m, problem.system, plan_for(m, problem.system))[1] / m.peak_bytes - 1 for m in pts]
+    return {"points": len(pts), "mape": mape(errs), "mean_signed_error": float(np.mean(errs))}
 
 
 def cross_validate(problem: Problem, folds: int, seed: int = 0) -> dict:

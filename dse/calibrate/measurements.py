@@ -6,7 +6,8 @@ Two formats are accepted (one row per scenario):
   ``kind`` field; ``kind: base`` rows are scenarios (``model``, ``attn`` sdpa|eager, ``b``,
   ``s``, ``recompute`` none|full, ``step_s`` = forward + backward, ``peak_bytes`` =
   ``torch.cuda.max_memory_allocated``), other kinds are ignored. Weights and gradients in bf16,
-  no fp32 master copy and no optimizer step in the timing, one GPU, dropout 0. An optional
+  no fp32 master copy (plan ``precision: bf16-pure``) and no optimizer step in the timing, one
+  GPU, dropout 0. An optional
   ``config`` object (layers, hidden, heads, vocab, n_positions) describes a model that is not
   in the catalog; without it ``model`` is a catalog name and a ``params`` count that differs
   from the catalog's by whole rows of the position table sets that table's size.
@@ -146,7 +147,7 @@ def hf_row(row: dict, where: str) -> Measurement:
     b, s = int(_number(row, "b", where) or 0), int(_number(row, "s", where) or 0)
     model, note = hf_model(row, where)
     plan = {"tp": 1, "pp": 1, "dp": 1, "zero": 0, "micro_batch": b, "global_batch": b, "seq_len": s,
-            "recompute": recompute, "attention": _HF_ATTENTION[attn], "precision": "bf16", "grad_dtype": "half"}
+            "recompute": recompute, "attention": _HF_ATTENTION[attn], "precision": "bf16-pure", "grad_dtype": "half"}
     name = f"{row.get('model')} {attn} b{b} s{s} rc-{recompute}"
     return Measurement(name=name, model=model, plan_data=plan, time_s=_number(row, "step_s", where),
                        peak_bytes=_number(row, "peak_bytes", where, required=False), optimizer_step=False, note=note)
