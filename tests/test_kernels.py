@@ -1,0 +1,167 @@
+"""The kernel table (dse.formulas.kernels): its reductions equal the closed-form formulas, over random shapes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dse.formulas import chiplet as CH
+from dse.formulas import compute as C
+from dse.formulas import kernels as K
+from dse.formulas import transformer as T
+
+
+@st.composite
+def layers(draw):
+    """A random layer shape and plan: heads divisible by kv heads, both by t."""
+    tp = draw(st.sampled_from([1, 2, 4, 8]))
+    kv = tp * draw(st.integers(1, 4))
+    heads = kv * draw(st.sampled_from([1, 2, 4, 8]))
+    head_dim = draw(st.sampled_from([32, 64, 80, 128]))
+    h = draw(st.sampled_from([heads * head_dim, 256 * draw(st.integers(1, 64))]))
+    ffn = tp * draw(st.integers(1, 4096))
+    shape = dict(s=draw(st.integers(1, 8192)), b=draw(st.integers(1, 16)), h=h, heads=heads, kv_heads=kv,
+                 head_dim=head_dim, ffn=ffn)
+    opts = dict(tp=tp, sequence_parallel=draw(st.booleans()) and tp > 1,
+                recompute=draw(st.sampled_from(["none", "selective", "full"])),
+                attention=draw(st.sampled_from(["flash", "math"])),
+                ffn_type=draw(st.sampled_from(["gelu", "relu", "swiglu"])),
+                norm=draw(st.sampled_from(["layernorm", "rmsnorm"])),
+                position=draw(st.sampled_from(["learned", "rotary", "none"])),
+                dropout=draw(st.booleans()), bytes_per_element=draw(st.sampled_from([1, 2, 4])))
+    return shape, opts
+
+
+def close(a, b):
+    return a == pytest.approx(b, rel=1e-12, abs=1e-9)
+
+
+def table(shape, opts, causal=True):
+    return K.layer_kernels(*shape.values(), causal=causal, **opts)
+
+
+@settings(max_examples=300, deadline=None)
+@given(layers())
+def test_saved_bytes_are_the_activation_formula(case):
+    shape, opts = case
+    k = table(shape, opts)
+    assert close(K.saved_bytes(k), T.activation_bytes_per_layer(*shape.values(), **opts))
+    assert close(K.rerun_bytes(k), T.recompute_working_bytes(*shape.values(), **opts))
+
+
+@settings(max_examples=300, deadline=None)
+@given(layers())
+def test_elementwise_bytes_are_the_closed_form(case):
+    shape, opts = case
+    k = table(shape, opts)
+    moved = sum(row["bytes"] for row in k.values() if row["kind"] == "elementwise")
+    ew = {o: opts[o] for o in ("tp", "sequence_parallel", "attention", "ffn_type", "position", "dropout",
+                               "bytes_per_element")}
+    s, b, h, a, kv, hd, F = shape.values()
+    assert close(moved, C.elementwise_bytes(s, b, h, F, a, kv, hd, **ew))
+    # selective recompute runs the attention core's element-wise kernels again: the softmax (and its dropout)
+    soft = sum(row["bytes"] for row in k.values() if row["kind"] == "elementwise" and row.get("selective"))
+    assert close(soft, C.elementwise_bytes(s, b, 0, 0, a, 0, hd, **{**ew, "position": "none"}))
+
+
+@settings(max_examples=300, deadline=None)
+@given(layers(), st.integers(1, 128), st.integers(1000, 260000), st.booleans())
+def test_flops_are_the_model_flops(case, n_layers, vocab, causal):
+    shape, opts = case
+    s, b, h, a, kv, hd, F = shape.values()
+    t = opts["tp"]
+    vocab = vocab * t
+    k = table(shape, opts, causal)
+    head = K.head_kernels(s, b, h, vocab, tp=t)
+    micro_batches = 3
+    tokens = micro_batches * s * b
+    per_gpu = 3 * (n_layers * K.forward_flops(k) + K.forward_flops(head))
+    assert close(micro_batches * t * per_gpu, T.model_flops(tokens, n_layers, h, a, kv, hd, F, vocab, s, opts["ffn_type"]))
+    rec = micro_batches * t * n_layers * K.recompute_flops(k, opts["recompute"])
+    assert close(rec, T.recompute_flops(tokens, n_layers, h, a, kv, hd, F, s, opts["ffn_type"], opts["recompute"]))
+    if opts["attention"] == "flash":
+        row = k["attention"]
+        assert row["executed"] == C.flash_attention_flops(s, b, a / t, hd, causal)
+        assert row["executed_backward"] == C.flash_attention_flops(s, b, a / t, hd, causal, backward=True)
+
+
+@settings(max_examples=200, deadline=None)
+@given(layers(), st.integers(1000, 260000), st.booleans())
+def test_embedding_and_head_rows_are_their_formulas(case, vocab, final_norm):
+    shape, opts = case
+    s, b, h = shape["s"], shape["b"], shape["h"]
+    t, sp, e = opts["tp"], opts["sequence_parallel"], opts["bytes_per_element"]
+    head = K.head_kernels(s, b, h, vocab, tp=t, sequence_parallel=sp, norm=opts["norm"], final_norm=final_norm,
+                          bytes_per_element=e)
+    assert close(K.saved_bytes(head), T.head_activation_bytes(s, b, h, vocab, tp=t, sequence_parallel=sp,
+                                                              norm=opts["norm"], final_norm=final_norm,
+                                                              bytes_per_element=e))
+    emb = K.embedding_kernels(s, b, h, tp=t, sequence_parallel=sp, dropout=opts["dropout"],
+                              position=opts["position"], bytes_per_element=e)
+    assert close(K.saved_bytes(emb), T.embedding_activation_bytes(s, b, h, tp=t, sequence_parallel=sp,
+                                                                  dropout=opts["dropout"], position=opts["position"]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(layers())
+def test_weight_gemms_are_the_layer_parameters_and_the_chiplet_list(case):
+    shape, opts = case
+    s, b, h, a, kv, hd, F = shape.values()
+    t = opts["tp"]
+    k = table(shape, opts)
+    gemms = K.weight_gemms(k)
+    weights = sum(kk * n for _, kk, n, _ in gemms)
+    no_bias = T.layer_parameters(h, a, kv, hd, F, opts["ffn_type"], opts["norm"], bias=False, qkv_bias=False)
+    assert close(weights * t, no_bias - 2 * T.norm_parameters(h, opts["norm"]))
+    # unsplit (t = 1), the table's weight GEMMs are the chiplet model's layer_gemms, integers and all
+    one = K.weight_gemms(K.layer_kernels(s, b, h, a, kv, hd, F, ffn_type=opts["ffn_type"]))
+    assert one == CH.layer_gemms(h, a, kv, hd, F, opts["ffn_type"])
+    assert all(type(x) is int for g in one for x in g[1:3])
+
+
+@settings(max_examples=100, deadline=None)
+@given(layers())
+def test_tensor_parallel_collectives(case):
+    """Two all-reduces of one [s, b, h] activation forward and two backward; full recompute repeats the forward."""
+    shape, opts = case
+    k = table(shape, opts)
+    coll = [row for row in k.values() if row["kind"] == "collective"]
+    assert all(row["comm"] == opts["bytes_per_element"] * shape["s"] * shape["b"] * shape["h"] for row in coll)
+    assert [row["pass"] for row in coll].count("forward") == 2
+    assert {row.get("hidden_by") for row in coll if row["pass"] == "backward"} == {"qkv", "fc1"}
+    n = 6 if opts["recompute"] == "full" else 4
+    assert close(K.message_bytes(k, "tp", opts["recompute"]), n * coll[0]["comm"])
+
+
+def test_rows_broadcast_over_plan_arrays():
+    """Plan fields may be arrays (the vectorised search): each element is the scalar table's value."""
+    b = np.array([1, 2, 4])
+    tp = np.array([1, 2, 4])
+    opts = dict(sequence_parallel=True, attention="math", ffn_type="swiglu", norm="rmsnorm", position="rotary",
+                dropout=False)
+    arr = K.layer_kernels(2048, b, 4096, 32, 8, 128, 11008, tp=tp, **opts)
+    for i in range(3):
+        one = K.layer_kernels(2048, int(b[i]), 4096, 32, 8, 128, 11008, tp=int(tp[i]), **opts)
+        assert list(one) == list(arr)
+        for name, row in one.items():
+            for key, value in row.items():
+                if isinstance(value, str) or isinstance(value, bool):
+                    assert arr[name][key] == value
+                else:
+                    assert np.broadcast_to(arr[name][key], (3,))[i] == pytest.approx(value, rel=1e-12), (name, key)
+
+
+def test_every_row_has_a_known_kind_and_the_keys_of_its_kind():
+    need = {"gemm": {"m", "k", "n", "batch", "split", "flops"}, "flash": {"flops", "executed", "executed_backward"},
+            "elementwise": {"bytes"}, "collective": {"op", "group", "comm", "pass"}}
+    for attention in ("flash", "math"):
+        for rec in ("none", "selective", "full"):
+            k = K.layer_kernels(1024, 2, 2048, 16, 4, 128, 5632, tp=2, attention=attention, recompute=rec,
+                                position="rotary")
+            tables = [k, K.embedding_kernels(1024, 2, 2048, tp=2), K.head_kernels(1024, 2, 2048, 32000, tp=2)]
+            for tab in tables:
+                for name, row in tab.items():
+                    assert row["kind"] in K.KINDS, name
+                    assert need[row["kind"]] <= set(row) and "saved" in row, name
