@@ -204,7 +204,7 @@ def test_explain_lists_every_formula(dse):
     assert r.code == 0, r.err
     rows = r.json()["explain"]
     terms = {row["term"] for row in rows}
-    for needed in ("transformer.activation_bytes_per_layer", "transformer.model_flops", "memory.model_state_bytes",
+    for needed in ("kernels.layer_kernels", "kernels.saved_bytes", "kernels.forward_flops", "memory.model_state_bytes",
                    "compute.gemm_time", "parallelism.allreduce_time", "parallelism.pipeline_time",
                    "cost.capital_cost"):
         assert needed in terms
@@ -231,7 +231,7 @@ def test_explain_shows_how_the_formulas_combine(dse):
 def test_explain_table_renders(dse):
     r = dse("estimate", "--model", "gpt2-xl", "--hw", "a100-cluster-800g", "--explain")
     assert r.code == 0, r.err
-    assert "Every formula evaluated" in r.out and "activation_bytes_per_layer" in r.out
+    assert "Every formula evaluated" in r.out and "saved_bytes" in r.out
 
 
 def test_human_output_has_the_tables(dse):

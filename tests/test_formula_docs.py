@@ -47,7 +47,7 @@ def test_feeds_are_measured():
     gen = _generator()
     feeds = gen.measure_feeds()
     assert "time.iteration" in feeds[("parallelism", "pipeline_time")]["keys"]
-    assert "memory.gpu.activations" in feeds[("transformer", "activation_bytes_per_layer")]["keys"]
+    assert "memory.gpu.activations" in feeds[("kernels", "saved_bytes")]["keys"]
     assert feeds[("activation_offload", "rated_endurance")]["keys"] == {"endurance.lifetime_years",
                                                                         "endurance.rated_endurance_per_drive"}
     assert feeds[("chiplet", "summa_2d_gemm_bytes")]["scenarios"] == ["chiplet-summa"]

@@ -78,8 +78,9 @@ def test_flops_are_the_model_flops(case, n_layers, vocab, causal):
     micro_batches = 3
     tokens = micro_batches * s * b
     per_gpu = 3 * (n_layers * K.forward_flops(k) + K.forward_flops(head))
-    assert close(micro_batches * t * per_gpu, T.model_flops(tokens, n_layers, h, a, kv, hd, F, vocab, s, opts["ffn_type"]))
-    rec = micro_batches * t * n_layers * K.recompute_flops(k, opts["recompute"])
+    model = T.model_flops(tokens, n_layers, h, a, kv, hd, F, vocab, s, opts["ffn_type"])
+    assert close(micro_batches * t * per_gpu, model)
+    rec = micro_batches * t * n_layers * K.recomputed_flops(k, opts["recompute"])
     assert close(rec, T.recompute_flops(tokens, n_layers, h, a, kv, hd, F, s, opts["ffn_type"], opts["recompute"]))
     if opts["attention"] == "flash":
         row = k["attention"]
@@ -165,3 +166,56 @@ def test_every_row_has_a_known_kind_and_the_keys_of_its_kind():
                 for name, row in tab.items():
                     assert row["kind"] in K.KINDS, name
                     assert need[row["kind"]] <= set(row) and "saved" in row, name
+
+
+def test_gpu_and_chiplet_estimates_take_their_gemms_from_the_same_table(monkeypatch):
+    """Both estimates build their layer from kernels.layer_kernels; the chiplet's GEMM list is the GPU's, unsplit."""
+    from dse.estimate import kernel_table, resolve, run
+
+    calls = []
+    real = K.layer_kernels
+
+    def recording(*args, **kwargs):
+        table = real(*args, **kwargs)
+        calls.append((kwargs.get("tp", 1), table))
+        return table
+
+    monkeypatch.setattr(K, "layer_kernels", recording)
+    monkeypatch.setattr(kernel_table, "_TABLES", {})
+    m, s, p = resolve("llama2-70b", "a100-cluster-800g", tp=8, pp=4, dp=2, micro_batch=1, global_batch=64)
+    run(m, s, p)
+    (tp, gpu), = [c for c in calls if c[0] == 8]
+    mc, sc, pc = resolve("llama2-70b", "chiplet-train-8x8", global_batch=16)
+    r = run(mc, sc, pc)
+    unsplit = [table for tp, table in calls if tp == 1]
+    assert unsplit, "the chiplet estimate did not build its layer from the kernel table"
+    chiplet = K.weight_gemms(unsplit[0])
+    assert chiplet == CH.layer_gemms(m.hidden, m.heads, m.kv_heads, m.head_dim, m.ffn_hidden, m.ffn_type)
+    for name, k, n, split in chiplet:                      # the GPU's GEMMs are the same ones, split over t = 8
+        row = gpu[name]
+        assert row["split"] == split
+        assert (row["k"], row["n"]) == ((k, n / 8) if split == "column" else (k / 8, n))
+    # the chiplet's FLOPs are those of the table
+    tok = pc.micro_batch * pc.seq_len
+    assert r["flops"]["model_per_iteration"] == pytest.approx(
+        3 * pc.global_batch / pc.micro_batch * (m.layers * K.forward_flops(unsplit[0])
+                                                 + 2 * tok * m.hidden * m.vocab), rel=1e-12)
+
+
+def test_gpu_layer_time_is_the_sum_over_the_table():
+    """The estimate's layer forward time is the per-kernel times of the table plus its TP all-reduces."""
+    from dse.estimate import base, kernel_table, resolve
+    from dse.formulas import parallelism as P
+
+    m, s, p = resolve("llama2-7b", "dgx-a100-80gb", tp=2, micro_batch=2, attention="math")
+    c = base.compose(m, s, p)
+    table = c["terms"].kernels["layer"]
+    hw = kernel_table.cost_of(s.node.gpu, c["peak_flops"])
+    compute = sum(kernel_table.kernel_time(row, hw, C)[0] for row in table.values() if row["kind"] != "collective")
+    gemms = sum(C.gemm_time(r["m"], r["k"], r["n"], hw.peak, hw.gemm, hw.overhead, r["batch"])
+                for r in table.values() if r["kind"] == "gemm")
+    assert gemms == pytest.approx(sum(kernel_table.kernel_time(r, hw, C)[0] for r in table.values()
+                                      if r["kind"] == "gemm"), rel=1e-12)
+    link = base.links(s, p)["tp"]
+    ar = P.allreduce_time(table["attn_allreduce"]["comm"], 2, link.bandwidth, link.latency)
+    assert c["terms"].time.gpu_forward == pytest.approx(compute + 2 * ar, rel=1e-12)

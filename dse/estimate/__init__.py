@@ -88,21 +88,12 @@ def numbers(model, system, plan, *, trace=None) -> tuple[dict, list[str]]:
     F = None
     if trace is not None:
         from dse.estimate.trace import Tracer
-        from dse.formulas import (
-            activation_offload,
-            compute,
-            cost,
-            memory,
-            near_storage,
-            offload,
-            optimizer,
-            parallelism,
-            transformer,
-        )
+        from dse.formulas import (activation_offload, compute, cost, kernels, memory, near_storage, offload,
+                                  optimizer, parallelism, transformer)
 
         F = {m.__name__.rsplit(".", 1)[-1]: Tracer(m, trace)
-             for m in (transformer, memory, parallelism, compute, cost, offload, near_storage, activation_offload,
-                       optimizer)}
+             for m in (transformer, memory, parallelism, compute, kernels, cost, offload, near_storage,
+                       activation_offload, optimizer)}
     c = compose(model, system, plan, techniques(), F)
     r = {"model": {"name": model.name, "params": c["params"], "layers": model.layers, "hidden": model.hidden,
                    "heads": model.heads, "kv_heads": model.kv_heads, "ffn_hidden": model.ffn_hidden,
@@ -180,8 +171,9 @@ def load(model, hardware, plan=None, overrides=(), **plan_fields):
 
 def make_plan(model, system, plan_data: dict) -> Plan:
     """Validate plan fields (a dict of scalars) against the model and system: the resolved :class:`Plan`."""
-    from dse.estimate.backends import backend
     from dse.specs import _schema
+
+    from dse.estimate.backends import backend
 
     plan = _schema.build(Plan, plan_data, "plan: ").resolved(model, system)
     backend(system).check_plan(plan, model, system)

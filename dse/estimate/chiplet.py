@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import dataclasses
 
-from dse.formulas import (
-    chiplet as _chiplet,
-    compute as _compute,
-    cost as _cost,
-    optimizer as _optimizer,
-    package_cost as _package_cost,
-    transformer as _transformer,
-)
+from dse.formulas import chiplet as _chiplet
+from dse.formulas import compute as _compute
+from dse.formulas import cost as _cost
+from dse.formulas import kernels as _kernels
+from dse.formulas import package_cost as _package_cost
+from dse.formulas import transformer as _transformer
+from dse.formulas import optimizer as _optimizer
 from dse.formulas.precision import recipe_of
 from dse.specs.chiplet import plan_mesh
 
@@ -51,7 +50,7 @@ def minibatch_of(plan) -> int:
 
 def _modules(trace):
     mods = {"chiplet": _chiplet, "compute": _compute, "cost": _cost, "package_cost": _package_cost,
-            "transformer": _transformer}
+            "transformer": _transformer, "kernels": _kernels}
     if trace is None:
         return mods
     from dse.estimate.trace import Tracer
@@ -65,7 +64,7 @@ def compose(model, package, plan, M=None) -> dict:
     ``M`` maps formula-module names to modules or tracers (:func:`_modules`).
     """
     M = M or _modules(None)
-    K, T, Cm, P, Co = M["chiplet"], M["transformer"], M["compute"], M["package_cost"], M["cost"]
+    K, T, P, Co, Kn = M["chiplet"], M["transformer"], M["package_cost"], M["cost"], M["kernels"]
     scheme, schedule = scheme_of(plan), schedule_of(plan)
     rows, cols = plan_mesh(plan, package)
     dies = rows * cols
@@ -84,30 +83,28 @@ def compose(model, package, plan, M=None) -> dict:
                                model.ffn_hidden, model.vocab)
     shape = (h, a, kv, hd, ffn, model.ffn_type)
 
-    # ------------------------------------------------------------ parameters and FLOPs
-    gemms = K.layer_gemms(*shape)
+    # ------------------------------------------------------------ the kernel table, parameters and FLOPs
+    # one layer's kernels for one micro-batch, unsplit (the dies split them by the scheme): the same table as the
+    # GPU estimate's (dse.formulas.kernels); its weight GEMMs are what layer_nop and sram_per_die split
+    table = Kn.layer_kernels(s, b, h, a, kv, hd, ffn, recompute=plan.recompute, attention="flash",
+                             ffn_type=model.ffn_type, norm=model.norm, position=model.position,
+                             dropout=model.dropout > 0, causal=model.architecture == "decoder", bytes_per_element=e)
+    head = Kn.head_kernels(s, b, h, V, norm=model.norm, final_norm=model.final_norm, bytes_per_element=e)
+    gemms = Kn.weight_gemms(table)
     p_layer = T.layer_parameters(h, a, kv, hd, ffn, model.ffn_type, model.norm, model.bias, model.qkv_bias)
     params = T.parameter_count(L, h, a, kv, hd, ffn, V, ffn_type=model.ffn_type, norm=model.norm, bias=model.bias,
                                qkv_bias=model.qkv_bias, position_embeddings=model.position_embeddings,
                                token_types=model.token_types, embedding_norm=model.embedding_norm,
                                tied=model.tied_embeddings, final_norm=model.final_norm, pooler=model.pooler,
                                mlm_head=model.mlm_head, nsp_head=model.nsp_head)
-    causal = model.architecture == "decoder"
     gemm_fwd = K.layer_gemm_flops(tok, gemms)
-    attn_fwd = Cm.flash_attention_flops(s, b, a, hd, causal)
-    attn_bwd = Cm.flash_attention_flops(s, b, a, hd, causal, backward=True)
-    head_fwd = 2 * tok * h * V
-    if plan.recompute == "full":
-        rec = gemm_fwd + attn_fwd
-    elif plan.recompute == "selective":
-        rec = attn_fwd
-    else:
-        rec = 0.0
-    layer_f = gemm_fwd + attn_fwd
-    layer_b = 2 * gemm_fwd + attn_bwd + rec
+    executed = Kn.executed_flops(table, plan.recompute)     # as executed: causal attention skips half
+    head_fwd = Kn.forward_flops(head)
+    layer_f = executed["forward"]
+    layer_b = executed["backward"] + executed["recompute"]
     flops_exec = m * (L * (layer_f + layer_b) + 3 * head_fwd)      # executed (causal attention halved): time, energy
-    flops_model = T.model_flops(tokens, L, h, a, kv, hd, ffn, V, s, model.ffn_type)
-    flops_hw = flops_model + T.recompute_flops(tokens, L, h, a, kv, hd, ffn, s, model.ffn_type, plan.recompute)
+    flops_model = 3 * m * (L * Kn.forward_flops(table) + head_fwd)
+    flops_hw = flops_model + m * L * Kn.recomputed_flops(table, plan.recompute)
 
     # ------------------------------------------------------------ per micro-batch, per layer, per die
     rate = dies * die.peak_flops * die.utilization
@@ -120,10 +117,7 @@ def compose(model, package, plan, M=None) -> dict:
     ratio = 3 * gemm_fwd / dies / (nop["forward"] + nop["backward"])   # = K.compute_to_communication(...)
 
     # ------------------------------------------------------------ DRAM
-    act_opts = dict(tp=1, sequence_parallel=False, recompute=plan.recompute, attention="flash",
-                    ffn_type=model.ffn_type, norm=model.norm, position=model.position, dropout=model.dropout > 0,
-                    bytes_per_element=e)
-    stored = T.activation_bytes_per_layer(s, b, h, a, kv, hd, ffn, **act_opts)
+    stored = Kn.saved_bytes(table)
     k = minibatch_of(plan) if schedule == "minibatch" else 1
     dram = K.dram_traffic(m, k, L, p_layer, params, stored, tok, h, e, g, o, step_bytes=step)
     devices = K.dram_attach_points(rows, cols, dram_spec.placement, dram_spec.per_attach)

@@ -113,6 +113,7 @@ class BaseTerms(_Mappable):
     activations_last_stage: Num       # activation bytes of the last stage's GPU
     states_first_stage: dict          # model-state bytes of the first stage's GPU: weights/gradients/optimizer
     states_last_stage: dict           # model-state bytes of the last stage's GPU
+    kernels: dict                     # kernel tables of one micro-batch: layer, embedding, head (dse.formulas.kernels)
     time: TimeTerms | None = None     # the time side, once compose_time ran
     drive_writes: dict = dataclasses.field(default_factory=dict)   # technique name -> its DriveWrites
 

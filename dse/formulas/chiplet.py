@@ -72,6 +72,7 @@ Symbols:
 
 from __future__ import annotations
 
+from dse.formulas import kernels as _kernels
 from dse.formulas._array import Num, maximum, minimum, where
 
 __all__ = ["SCHEMES", "DRAM_PLACEMENTS", "mesh_perimeter_sides", "dram_attach_points", "edge_hops",
@@ -224,6 +225,9 @@ def layer_gemms(h: Num, heads: Num, kv_heads: Num, head_dim: Num, ffn: Num,
     chiplet.md §2c(3) step 4 (a column GEMM gathers its input along mesh rows in the 2D scheme, a row GEMM along
     columns).
 
+    The weight GEMMs of the kernel table (:func:`dse.formulas.kernels.layer_kernels` unsplit,
+    :func:`dse.formulas.kernels.weight_gemms`): the GPU and the chiplet models share one list.
+
     Returns:
         tuple of (name, k, n, kind) [tuple]
 
@@ -234,11 +238,7 @@ def layer_gemms(h: Num, heads: Num, kv_heads: Num, head_dim: Num, ffn: Num,
     ('fc1', 8192, 57344, 'column')
     ('fc2', 28672, 8192, 'row')
     """
-    n_up = 2 if ffn_type == "swiglu" else 1
-    return (("qkv", h, (heads + 2 * kv_heads) * head_dim, "column"),
-            ("out", heads * head_dim, h, "row"),
-            ("fc1", h, n_up * ffn, "column"),
-            ("fc2", ffn, h, "row"))
+    return _kernels.weight_gemms(_kernels.layer_kernels(1, 1, h, heads, kv_heads, head_dim, ffn, ffn_type=ffn_type))
 
 
 def gemm_parameters(gemms: tuple[Gemm, ...]) -> Num:

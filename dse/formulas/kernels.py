@@ -10,7 +10,7 @@ head with its loss. The estimate's numbers are reductions over the table:
   at the HBM efficiency, collectives on the tensor-parallel group);
 - activation memory: the sum of ``saved`` (:func:`saved_bytes`), plus ``rerun`` while a
   layer is recomputed (:func:`rerun_bytes`);
-- FLOPs: the sum of ``flops`` (:func:`forward_flops`, :func:`recompute_flops`);
+- FLOPs: the sum of ``flops`` (:func:`forward_flops`, :func:`recomputed_flops`);
 - tensor-parallel traffic: the collectives' ``comm`` (:func:`message_bytes`).
 
 A row is a dict; every row has ``kind`` and ``saved``, the other keys belong to its kind:
@@ -53,6 +53,8 @@ Symbols:
     causal: decoder (causal) attention: a flash kernel skips the masked half [bool]
     final_norm: a norm before the LM head [bool]
     bytes_per_element: e, bytes per activation element (2 for bf16/fp16) [bytes]
+    comm_bytes_per_element: bytes per element of the TP collectives' messages (None: e) [bytes]
+    logits_bytes: e_l, bytes per logit the loss kernels read and write (fp32: 4) [bytes]
     table: kernel name -> row, as :func:`layer_kernels` returns [dict]
     group: the parallel group of a collective (tp: tensor parallel) [choice]
 """
@@ -63,7 +65,7 @@ from dse.formulas import compute as _compute
 from dse.formulas._array import Num, where
 
 __all__ = ["KINDS", "layer_kernels", "embedding_kernels", "head_kernels", "weight_gemms", "forward_flops",
-           "recompute_flops", "saved_bytes", "rerun_bytes", "message_bytes"]
+           "recomputed_flops", "executed_flops", "saved_bytes", "rerun_bytes", "message_bytes"]
 
 #: The kinds of kernel a row can be.
 KINDS = ("gemm", "flash", "elementwise", "collective")
@@ -77,7 +79,7 @@ def _per_gpu(x, tp):
 def layer_kernels(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: Num, ffn: Num, *, tp: Num = 1,
                   sequence_parallel: bool = False, recompute: str = "none", attention: str = "flash",
                   ffn_type: str = "gelu", norm: str = "layernorm", position: str = "learned", dropout: bool = True,
-                  causal: bool = True, bytes_per_element: Num = 2) -> dict:
+                  causal: bool = True, bytes_per_element: Num = 2, comm_bytes_per_element: Num | None = None) -> dict:
     """The kernels of one transformer layer on one GPU for one micro-batch (Megatron-LM's fused kernels).
 
     Formula: T = s b, r = 1/t with SP (else 1); GEMMs QKV (T, h, (a+2kv)d/t), out (T, a d/t, h), fc1 (T, h, n_g F/t),
@@ -113,17 +115,18 @@ def layer_kernels(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: N
     drop = 1 if dropout else 0
     full = recompute == "full"
     selective = recompute == "selective"
-    hd_q = _per_gpu(heads * head_dim, tp)
-    hd_kv = _per_gpu(kv_heads * head_dim, tp)
-    a_loc = _per_gpu(heads, tp)
-    f_loc = _per_gpu(ffn, tp)
+    split = not (type(tp) is int and tp == 1)     # unsplit (t = 1), shapes stay integers
+    hd_q = heads * head_dim / tp if split else heads * head_dim
+    hd_kv = kv_heads * head_dim / tp if split else kv_heads * head_dim
+    a_loc = heads / tp if split else heads
+    f_loc = ffn / tp if split else ffn
     n_up = 2 if ffn_type == "swiglu" else 1
     grouped = where(kv_heads < heads, 1, 0)
     rotary = position == "rotary"
     math = attention == "math"
     math_kept = math and not selective
     expanded = grouped if math_kept else 0          # K, V repeated to a heads are what QK^T and PV keep
-    msg = e * tok * h                               # one [s, b, h] activation: the TP collectives' message
+    msg = (e if comm_bytes_per_element is None else comm_bytes_per_element) * tok * h   # the TP collectives' message
     x_in = e * tok * h * r                          # a layer-wide tensor as stored (sharded with SP)
     norm_in = x_in + stats * tok * r
 
@@ -135,8 +138,9 @@ def layer_kernels(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: N
 
     t = {}
     t["norm1"] = {"kind": "elementwise", "bytes": 2 * x_in, "saved": norm_in}
-    t["qkv"] = {"kind": "gemm", "m": tok, "k": h, "n": _per_gpu((heads + 2 * kv_heads) * head_dim, tp), "batch": 1,
-                "split": "column", "saved": x_in}
+    n_qkv = hd_q + 2 * hd_kv
+    t["qkv"] = {"kind": "gemm", "m": tok, "k": h, "n": n_qkv, "batch": 1, "split": "column", "saved": x_in,
+                "flops": 2 * tok * h * n_qkv}
     if rotary:
         t["rotary"] = {"kind": "elementwise", "bytes": 2 * e * tok * (hd_q + hd_kv), "saved": 0}
     attn_flops = 4 * s * s * b * a_loc * head_dim
@@ -144,14 +148,16 @@ def layer_kernels(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: N
         batch = b * a_loc
         scores = a_loc * s * s * b
         t["score"] = {"kind": "gemm", "m": s, "k": head_dim, "n": s, "batch": batch, "split": "",
-                      "saved": qkv_kept + e * tok * hd_q * expanded, "selective": True}
+                      "saved": qkv_kept + e * tok * hd_q * expanded, "selective": True,
+                      "flops": 2 * s * head_dim * s * batch}
         t["softmax"] = {"kind": "elementwise", "bytes": 2 * e * scores, "saved": e * scores if math_kept else 0,
                         "selective": True}
         if dropout:
             t["attn_dropout"] = {"kind": "elementwise", "bytes": (2 * e + 1) * scores,
                                  "saved": (e + 1) * scores if math_kept else 0, "selective": True}
         t["context"] = {"kind": "gemm", "m": s, "k": s, "n": head_dim, "batch": batch, "split": "",
-                        "saved": e * tok * hd_q * expanded, "selective": True}
+                        "saved": e * tok * hd_q * expanded, "selective": True,
+                        "flops": 2 * s * s * head_dim * batch}
     else:
         lse = 0 if selective else 4 * tok * a_loc
         t["attention"] = {"kind": "flash", "flops": attn_flops,
@@ -159,16 +165,19 @@ def layer_kernels(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: N
                           "executed_backward": _compute.flash_attention_flops(s, b, a_loc, head_dim, causal,
                                                                               backward=True),
                           "saved": qkv_kept + lse, "selective": True}
-    t["out"] = {"kind": "gemm", "m": tok, "k": hd_q, "n": h, "batch": 1, "split": "row", "saved": e * tok * hd_q}
+    t["out"] = {"kind": "gemm", "m": tok, "k": hd_q, "n": h, "batch": 1, "split": "row", "saved": e * tok * hd_q,
+                "flops": 2 * tok * hd_q * h}
     t["attn_allreduce"] = {"kind": "collective", "op": "allreduce", "group": "tp", "comm": msg, "pass": "forward",
                            "saved": 0}
     t["attn_residual"] = {"kind": "elementwise", "bytes": (3 * e + drop) * tok * h * r, "saved": drop * tok * h * r}
     t["norm2"] = {"kind": "elementwise", "bytes": 2 * x_in, "saved": norm_in}
-    t["fc1"] = {"kind": "gemm", "m": tok, "k": h, "n": n_up * f_loc, "batch": 1, "split": "column", "saved": x_in}
+    t["fc1"] = {"kind": "gemm", "m": tok, "k": h, "n": n_up * f_loc, "batch": 1, "split": "column", "saved": x_in,
+                "flops": 2 * tok * h * n_up * f_loc}
     kept = {"swiglu": 3, "relu": 1}.get(ffn_type, 2)
     t["activation"] = {"kind": "elementwise", "bytes": (3 if ffn_type == "swiglu" else 2) * e * tok * f_loc,
                        "saved": kept * e * tok * f_loc}
-    t["fc2"] = {"kind": "gemm", "m": tok, "k": f_loc, "n": h, "batch": 1, "split": "row", "saved": 0}
+    t["fc2"] = {"kind": "gemm", "m": tok, "k": f_loc, "n": h, "batch": 1, "split": "row", "saved": 0,
+                "flops": 2 * tok * f_loc * h}
     t["mlp_allreduce"] = {"kind": "collective", "op": "allreduce", "group": "tp", "comm": msg, "pass": "forward",
                           "saved": 0}
     t["mlp_residual"] = {"kind": "elementwise", "bytes": (3 * e + drop) * tok * h * r, "saved": drop * tok * h * r}
@@ -176,9 +185,6 @@ def layer_kernels(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: N
                                 "pass": "backward", "hidden_by": "fc1", "saved": 0}
     t["qkv_dgrad_allreduce"] = {"kind": "collective", "op": "allreduce", "group": "tp", "comm": msg,
                                 "pass": "backward", "hidden_by": "qkv", "saved": 0}
-    for row in t.values():
-        if row["kind"] == "gemm":
-            row["flops"] = 2 * row["m"] * row["k"] * row["n"] * row["batch"]
     if full:   # the checkpoint keeps the layer input; the rest is held only while the layer runs again
         for row in t.values():
             row["rerun"], row["saved"] = row["saved"], 0
@@ -187,7 +193,8 @@ def layer_kernels(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: N
 
 
 def embedding_kernels(s: Num, b: Num, h: Num, *, tp: Num = 1, sequence_parallel: bool = False,
-                      dropout: bool = True, position: str = "learned", bytes_per_element: Num = 2) -> dict:
+                      dropout: bool = True, position: str = "learned", bytes_per_element: Num = 2,
+                      comm_bytes_per_element: Num | None = None) -> dict:
     """The input side's kernels on one GPU for one micro-batch: the vocab-parallel lookup and its all-reduce.
 
     Formula: lookup (+ positions, dropout) e s b h bytes forward; all-reduce of e s b h (forward only); saved:
@@ -207,18 +214,20 @@ def embedding_kernels(s: Num, b: Num, h: Num, *, tp: Num = 1, sequence_parallel:
     tok = s * b
     ids = 16 * tok if position == "learned" else 8 * tok
     saved = ids + where(tp > 1, tok, 0 * s) + where(dropout, tok * h * r, 0 * s)
-    msg = bytes_per_element * tok * h
-    return {"embedding": {"kind": "elementwise", "bytes": msg, "saved": saved},
+    comm = bytes_per_element if comm_bytes_per_element is None else comm_bytes_per_element
+    msg = comm * tok * h
+    return {"embedding": {"kind": "elementwise", "bytes": bytes_per_element * tok * h, "saved": saved},
             "embedding_allreduce": {"kind": "collective", "op": "allreduce", "group": "tp", "comm": msg,
                                     "pass": "forward", "saved": 0}}
 
 
 def head_kernels(s: Num, b: Num, h: Num, vocab: Num, *, tp: Num = 1, sequence_parallel: bool = False,
-                 norm: str = "layernorm", final_norm: bool = True, bytes_per_element: Num = 2) -> dict:
+                 norm: str = "layernorm", final_norm: bool = True, bytes_per_element: Num = 2,
+                 logits_bytes: Num = 4) -> dict:
     """The output side's kernels on one GPU for one micro-batch: final norm, LM-head GEMM, fp32 loss.
 
-    Formula: LM head GEMM (s b, h, V/t); loss 12 s b V/t bytes forward (fp32 logits: softmax, loss, gradient);
-    saved: final-norm input e s b h r (+ statistics), head input e s b h r, fp32 softmax 4 s b V/t
+    Formula: LM head GEMM (s b, h, V/t); loss 3 e_l s b V/t bytes forward (logits of e_l bytes, fp32: 4: softmax,
+    loss, gradient); saved: final-norm input e s b h r (+ statistics), head input e s b h r, fp32 softmax 4 s b V/t
     Source: Korthikanti et al. 2022 (arXiv 2205.05198) §4.3 (4sbV/t for the vocab-parallel cross-entropy); saved
     bytes as in transformer.head_activation_bytes.
 
@@ -241,7 +250,7 @@ def head_kernels(s: Num, b: Num, h: Num, vocab: Num, *, tp: Num = 1, sequence_pa
         t["final_norm"] = {"kind": "elementwise", "bytes": 0, "saved": (e * tok * h + stats * tok) * r}
     t["lm_head"] = {"kind": "gemm", "m": tok, "k": h, "n": v_loc, "batch": 1, "split": "column",
                     "saved": e * tok * h * r, "flops": 2 * tok * h * v_loc}
-    t["loss"] = {"kind": "elementwise", "bytes": 4 * tok * v_loc * 3, "saved": 4 * tok * v_loc}
+    t["loss"] = {"kind": "elementwise", "bytes": logits_bytes * tok * v_loc * 3, "saved": 4 * tok * v_loc}
     return t
 
 
@@ -280,7 +289,7 @@ def forward_flops(table: dict) -> Num:
     return total
 
 
-def recompute_flops(table: dict, recompute: str = "none") -> Num:
+def recomputed_flops(table: dict, recompute: str = "none") -> Num:
     """Forward FLOPs that activation recomputation runs again in the backward pass.
 
     Formula: full: sum of flops; selective: sum of flops of the attention core; none: 0
@@ -290,7 +299,7 @@ def recompute_flops(table: dict, recompute: str = "none") -> Num:
         FLOPs per micro-batch on one GPU [FLOP]
 
     >>> k = layer_kernels(2048, 1, 12288, 96, 96, 128, 49152, recompute="selective")
-    >>> recompute_flops(k, "selective") / forward_flops(k)   # s / (6h + s): the attention share of a GPT-3 layer
+    >>> recomputed_flops(k, "selective") / forward_flops(k)   # s / (6h + s): the attention share of a GPT-3 layer
     0.02702702702702703
     """
     if recompute == "full":
@@ -302,6 +311,37 @@ def recompute_flops(table: dict, recompute: str = "none") -> Num:
         if row.get("selective"):
             total = total + row.get("flops", 0)
     return total
+
+
+def executed_flops(table: dict, recompute: str = "none") -> dict:
+    """FLOPs the kernels of a table execute forward, backward and in recomputation (a flash kernel as it runs).
+
+    Formula: forward = sum of GEMM flops + flash executed; backward = 2 x GEMM flops + flash executed_backward;
+    recompute: the forward again (full), the attention core's forward (selective), 0 (none)
+    Source: Narayanan et al. 2021 (arXiv 2104.04473) App. A (backward = 2x forward for GEMMs); Dao 2023,
+    FlashAttention-2 (arXiv 2307.08691) §3 for the fused kernel (causal half skipped, 2.5x backward).
+
+    Returns:
+        dict forward, backward, recompute per micro-batch on one GPU [FLOP]
+
+    >>> f = executed_flops(layer_kernels(4096, 1, 8192, 64, 8, 128, 28672, ffn_type="swiglu"), "selective")
+    >>> {k: round(v / 1e12, 2) for k, v in f.items()}   # a Llama-2-70B layer, causal flash attention: TFLOP
+    {'forward': 7.28, 'backward': 14.71, 'recompute': 0.27}
+    """
+    fwd = bwd = sel = 0
+    for row in table.values():
+        kind = row["kind"]
+        if kind == "gemm":
+            f, b = row["flops"], 2 * row["flops"]
+        elif kind == "flash":
+            f, b = row["executed"], row["executed_backward"]
+        else:
+            continue
+        fwd, bwd = fwd + f, bwd + b
+        if "selective" in row:
+            sel = sel + f
+    rec = fwd if recompute == "full" else (sel if recompute == "selective" else 0)
+    return {"forward": fwd, "backward": bwd, "recompute": rec}
 
 
 def saved_bytes(table: dict) -> Num:

@@ -1,0 +1,190 @@
+"""The kernel tables of a scenario (:mod:`dse.formulas.kernels`) and their time on one GPU.
+
+:func:`kernel_tables` builds the tables of one micro-batch (a layer, the embedding, the head)
+from the model, the plan and the precision, with the sums the memory and FLOP counts read.
+:func:`kernel_time` is the one place where a kernel's cost is decided: a GEMM at the
+GEMM efficiency plus the fixed per-kernel overhead, a flash-attention kernel at the
+attention efficiency, an element-wise kernel as bytes over HBM bandwidth. A
+shape-dependent GEMM efficiency or a per-kernel launch floor belongs there.
+:func:`table_time` sums it over a table and adds the tensor-parallel collectives.
+
+Array-safe: the table's numbers and the hardware's may be numpy arrays; only the
+kernel kinds and the plan's string/boolean choices branch.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from dse.formulas import compute as _compute
+from dse.formulas import kernels as _kernels
+from dse.formulas import parallelism as _parallelism
+from dse.formulas._array import Num, maximum
+
+
+class KernelCost(NamedTuple):
+    """The hardware numbers a compute kernel's time depends on (one GPU)."""
+
+    peak: Num          # dense peak of the GEMM dtype [FLOP/s]
+    gemm: Num          # achieved share of the peak in GEMMs [fraction]
+    attention: Num     # achieved share of the peak in a fused attention kernel [fraction]
+    overhead: Num      # fixed time per GEMM / attention kernel [s]
+    bandwidth: Num     # HBM bandwidth [bytes/s]
+    memory: Num        # achieved share of the HBM bandwidth [fraction]
+
+
+class Link(NamedTuple):
+    """The group a collective runs on: ranks, per-rank bandwidth and per-step latency, inside one node or not."""
+
+    ranks: Num
+    bandwidth: Num     # [bytes/s]
+    latency: Num       # per step [s]
+    inside: Num = True   # the group's ranks share a node (bool, or an array of them)
+
+
+def cost_of(gpu, peak) -> KernelCost:
+    """The :class:`KernelCost` of a GPU spec with its dense peak for the plan's precision."""
+    eff = gpu.efficiency
+    return KernelCost(peak, eff.gemm, eff.attention, eff.gemm_overhead, gpu.hbm_bandwidth, eff.memory)
+
+
+def kernel_time(row: dict, hw: KernelCost, C) -> tuple:
+    """(forward, backward) time of one compute kernel; ``C`` is :mod:`dse.formulas.compute` (or its tracer).
+
+    GEMM: 2 m k n batch / (peak eta_gemm) + t0 forward, twice that backward (data and weight gradients of the
+    same shapes). Flash attention: executed FLOPs / (peak eta_attn) + t0 forward, backward FLOPs + 2 t0
+    backward (FlashAttention-2's backward is two kernels). Element-wise: bytes / (B_hbm eta_mem), twice the
+    bytes backward.
+    """
+    kind = row["kind"]
+    if kind == "gemm":
+        f = C.gemm_time(row["m"], row["k"], row["n"], hw.peak, hw.gemm, hw.overhead, row["batch"])
+        return f, 2 * f
+    if kind == "flash":
+        rate = hw.peak * hw.attention
+        return row["executed"] / rate + hw.overhead, row["executed_backward"] / rate + 2 * hw.overhead
+    f = C.memory_time(row["bytes"], hw.bandwidth, hw.memory)
+    return f, 2 * f
+
+
+def table_time(table: dict, hw: KernelCost, link: Link, C, P, *, recompute: str = "none",
+               async_tp: bool = False) -> dict:
+    """Forward, backward and recompute time of the kernels of ``table`` on one GPU (``P``: parallelism module).
+
+    Returns ``forward``, ``backward``, ``recompute`` (GPU time, collectives included) and ``tp_forward``,
+    ``tp_backward`` (the collectives' share). Collectives are ring all-reduces on ``link``; with ``async_tp``
+    a backward one hides behind the weight-gradient GEMM it names (``hidden_by``), which takes as long as
+    that GEMM's forward. Full recompute runs the whole forward again, collectives included; selective runs
+    the kernels flagged ``selective`` (the attention core).
+    """
+    fwd = bwd = sel = tp_f = tp_b = 0.0
+    times = {}
+    hidden = []
+    msg = ar = None
+    for name, row in table.items():
+        if row["kind"] != "collective":
+            f, b = times[name] = kernel_time(row, hw, C)
+            fwd, bwd = fwd + f, bwd + b
+            if "selective" in row:
+                sel = sel + f
+            continue
+        if row["comm"] is not msg:            # the layer's collectives share one message: one time
+            msg = row["comm"]
+            ar = P.allreduce_time(msg, link.ranks, link.bandwidth, link.latency)
+        if row["pass"] == "forward":
+            tp_f = tp_f + ar
+        elif async_tp and "hidden_by" in row:
+            hidden.append((ar, row["hidden_by"]))
+        else:
+            tp_b = tp_b + ar
+    for ar, gemm in hidden:                   # after the loop: the GEMM may come later in the table
+        tp_b = tp_b + maximum(ar - times[gemm][0], 0.0)
+    fwd, bwd = fwd + tp_f, bwd + tp_b
+    rec = fwd if recompute == "full" else (sel if recompute == "selective" else 0.0)
+    return {"forward": fwd, "backward": bwd, "recompute": rec, "tp_forward": tp_f, "tp_backward": tp_b}
+
+
+_TABLES: dict = {}   # memo of kernel_tables for scalar plans: (model id, plan fields, e, formulas) -> result
+# the formulas kernel_tables and table_sums call: part of the memo's key, so that a replaced one (a test, the
+# reference page's perturbation) is never served a stale table
+_FORMULAS = ("layer_kernels", "embedding_kernels", "head_kernels", "saved_bytes", "rerun_bytes", "forward_flops",
+             "recomputed_flops", "message_bytes")
+
+
+def kernel_tables(model, plan, r, K=_kernels) -> dict:
+    """The kernel tables of one micro-batch on one GPU (``layer``, ``embedding``, ``head``) and their ``sums``.
+
+    ``r`` is the plan's precision recipe (:func:`dse.formulas.precision.recipe_of`): bytes per element of the
+    activations, of the tensor-parallel messages and of the logits.
+
+    ``sums`` holds what the estimate reads off the tables besides time (:func:`table_sums`). A scalar plan's
+    result is kept per model and plan fields (the search and the validation suites meet the same micro-batch,
+    TP degree and recompute mode again and again); array plans and traced runs build afresh. The tables are
+    shared: read them, do not change them.
+    """
+    s, b, t, sp = plan.seq_len, plan.micro_batch, plan.tp, plan.sequence_parallel
+    e, comm, logits = r.activations, r.tp_messages, r.logits   # bytes per element (the precision recipe)
+    key = None
+    if K is _kernels:                      # not when traced: the trace records every formula call
+        key = (id(model), s, b, t, sp, plan.recompute, plan.attention, e, comm, logits,
+               *map(K.__getattribute__, _FORMULAS))
+        try:
+            hit = _TABLES.get(key)
+        except TypeError:                  # array plan fields: not hashable, not memoised
+            hit = key = None
+        if hit is not None and hit[0] is model:
+            return hit[1]
+    h = model.hidden
+    dropout = model.dropout > 0
+    layer = K.layer_kernels(s, b, h, model.heads, model.kv_heads, model.head_dim, model.ffn_hidden, tp=t,
+                            sequence_parallel=sp, recompute=plan.recompute, attention=plan.attention,
+                            ffn_type=model.ffn_type, norm=model.norm, position=model.position, dropout=dropout,
+                            causal=model.architecture == "decoder", bytes_per_element=e,
+                            comm_bytes_per_element=comm)
+    embedding = K.embedding_kernels(s, b, h, tp=t, sequence_parallel=sp, dropout=dropout, position=model.position,
+                                    bytes_per_element=e, comm_bytes_per_element=comm)
+    head = K.head_kernels(s, b, h, model.vocab, tp=t, sequence_parallel=sp, norm=model.norm,
+                          final_norm=model.final_norm, bytes_per_element=e, logits_bytes=logits)
+    out = {"layer": layer, "embedding": embedding, "head": head}
+    out["sums"] = table_sums(out, plan.recompute, K)
+    if key is not None:
+        if len(_TABLES) > 4096:
+            _TABLES.clear()
+        _TABLES[key] = (model, out)
+    return out
+
+
+def table_sums(tables, recompute, K=_kernels) -> dict:
+    """What the estimate reads off the kernel tables besides time: activation bytes, FLOPs, TP message bytes.
+
+    Per micro-batch on one GPU: bytes each table saves for backward (and the layer holds while recomputed),
+    forward FLOPs of a layer and of the head (the embedding does none), the FLOPs recomputation repeats, and the
+    tensor-parallel message bytes of a layer.
+    """
+    layer = tables["layer"]
+    return {"a_layer": K.saved_bytes(layer), "a_work": K.rerun_bytes(layer) if recompute == "full" else 0,
+            "a_head": K.saved_bytes(tables["head"]), "a_emb": K.saved_bytes(tables["embedding"]),
+            "flops_layer": K.forward_flops(layer), "flops_head": K.forward_flops(tables["head"]),
+            "flops_recompute": K.recomputed_flops(layer, recompute),
+            "tp_messages": K.message_bytes(layer, "tp", recompute)}
+
+
+def kernel_times(tables, system, plan, peak, lk, C=_compute, P=_parallelism) -> dict:
+    """Time of one layer (forward, backward, recompute, with the host's launch floor), the head and embedding."""
+    eff = system.node.gpu.efficiency
+    hw = cost_of(system.node.gpu, peak)
+    async_tp = plan.async_tp_allreduce and not plan.sequence_parallel   # hidden behind the weight-gradient GEMMs
+    lt = table_time(tables["layer"], hw, lk["tp"], C, P, recompute=plan.recompute, async_tp=async_tp)
+    head = table_time(tables["head"], hw, lk["tp"], C, P)
+    emb = table_time(tables["embedding"], hw, lk["tp"], C, P)
+    host_t = eff.layer_overhead           # the host launches a layer's kernels: the GPU waits when they are short
+    host_rec = host_t if plan.recompute == "full" else 0.0
+    layer_fwd = maximum(lt["forward"], host_t)
+    layer_bwd = maximum(lt["backward"], 2 * host_t)
+    layer_rec = maximum(lt["recompute"], host_rec)
+    layer_total = layer_fwd + layer_bwd + layer_rec
+    return {"gpu_fwd": lt["forward"], "gpu_bwd": lt["backward"], "gpu_rec": lt["recompute"],
+            "tp_fwd": lt["tp_forward"], "tp_bwd": lt["tp_backward"], "layer_fwd": layer_fwd, "layer_bwd": layer_bwd,
+            "layer_rec": layer_rec, "layer_total": layer_total,
+            "layer_host_excess": layer_total - (lt["forward"] + lt["backward"] + lt["recompute"]),
+            "t_head": head["forward"] + head["backward"], "t_embed": emb["forward"] + emb["backward"]}
