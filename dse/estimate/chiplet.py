@@ -58,114 +58,111 @@ def _modules(trace):
     return {k: Tracer(m, trace) for k, m in mods.items()}
 
 
-def compose(model, package, plan, M=None) -> dict:
-    """The numeric estimate (every number broadcasts over numpy arrays in the package's numeric fields).
+def work(model, plan, e, M) -> dict:
+    """One layer's kernel table (unsplit: the dies split it by the scheme), its GEMMs, parameters and FLOPs.
 
-    ``M`` maps formula-module names to modules or tracers (:func:`_modules`).
+    The table is the GPU estimate's (:mod:`dse.formulas.kernels`); its weight GEMMs are what
+    :func:`~dse.formulas.chiplet.layer_nop` and :func:`~dse.formulas.chiplet.sram_per_die` split.
     """
-    M = M or _modules(None)
-    K, T, P, Co, Kn = M["chiplet"], M["transformer"], M["package_cost"], M["cost"], M["kernels"]
-    scheme, schedule = scheme_of(plan), schedule_of(plan)
-    rows, cols = plan_mesh(plan, package)
-    dies = rows * cols
-    die, nop_spec, dram_spec, site = package.die, package.nop, package.dram, package.site
-    r = recipe_of(plan)
-    e = r.activations   # one element size for the chiplet formulas' activations, weights and NoP messages
-    g = r.gradients
-    o = _optimizer.state_bytes_per_param(plan.optimizer, r)
-    step = _optimizer.step_bytes_per_param(plan.optimizer, r)
+    K, T, Kn = M["chiplet"], M["transformer"], M["kernels"]
     s, b = plan.seq_len, plan.micro_batch
-    gb = plan.global_batch
-    m = gb / b
-    tok = s * b
-    tokens = gb * s
+    m = plan.global_batch / b
     L, h, a, kv, hd, ffn, V = (model.layers, model.hidden, model.heads, model.kv_heads, model.head_dim,
                                model.ffn_hidden, model.vocab)
-    shape = (h, a, kv, hd, ffn, model.ffn_type)
-
-    # ------------------------------------------------------------ the kernel table, parameters and FLOPs
-    # one layer's kernels for one micro-batch, unsplit (the dies split them by the scheme): the same table as the
-    # GPU estimate's (dse.formulas.kernels); its weight GEMMs are what layer_nop and sram_per_die split
     table = Kn.layer_kernels(s, b, h, a, kv, hd, ffn, recompute=plan.recompute, attention="flash",
                              ffn_type=model.ffn_type, norm=model.norm, position=model.position,
                              dropout=model.dropout > 0, causal=model.architecture == "decoder", bytes_per_element=e)
     head = Kn.head_kernels(s, b, h, V, norm=model.norm, final_norm=model.final_norm, bytes_per_element=e)
-    gemms = Kn.weight_gemms(table)
-    p_layer = T.layer_parameters(h, a, kv, hd, ffn, model.ffn_type, model.norm, model.bias, model.qkv_bias)
-    params = T.parameter_count(L, h, a, kv, hd, ffn, V, ffn_type=model.ffn_type, norm=model.norm, bias=model.bias,
-                               qkv_bias=model.qkv_bias, position_embeddings=model.position_embeddings,
-                               token_types=model.token_types, embedding_norm=model.embedding_norm,
-                               tied=model.tied_embeddings, final_norm=model.final_norm, pooler=model.pooler,
-                               mlm_head=model.mlm_head, nsp_head=model.nsp_head)
-    gemm_fwd = K.layer_gemm_flops(tok, gemms)
     executed = Kn.executed_flops(table, plan.recompute)     # as executed: causal attention skips half
     head_fwd = Kn.forward_flops(head)
     layer_f = executed["forward"]
     layer_b = executed["backward"] + executed["recompute"]
-    flops_exec = m * (L * (layer_f + layer_b) + 3 * head_fwd)      # executed (causal attention halved): time, energy
     flops_model = 3 * m * (L * Kn.forward_flops(table) + head_fwd)
-    flops_hw = flops_model + m * L * Kn.recomputed_flops(table, plan.recompute)
+    return {
+        "table": table, "gemm_fwd": K.layer_gemm_flops(s * b, Kn.weight_gemms(table)), "stored": Kn.saved_bytes(table),
+        "p_layer": T.layer_parameters(h, a, kv, hd, ffn, model.ffn_type, model.norm, model.bias, model.qkv_bias),
+        "params": T.parameter_count(L, h, a, kv, hd, ffn, V, ffn_type=model.ffn_type, norm=model.norm,
+                                    bias=model.bias, qkv_bias=model.qkv_bias,
+                                    position_embeddings=model.position_embeddings, token_types=model.token_types,
+                                    embedding_norm=model.embedding_norm, tied=model.tied_embeddings,
+                                    final_norm=model.final_norm, pooler=model.pooler, mlm_head=model.mlm_head,
+                                    nsp_head=model.nsp_head),
+        "layer_f": layer_f, "layer_b": layer_b, "head_fwd": head_fwd,
+        "flops": {"model_per_iteration": flops_model,
+                  "hardware_per_iteration": flops_model + m * L * Kn.recomputed_flops(table, plan.recompute),
+                  # executed (causal attention halved): time, energy
+                  "executed_per_iteration": m * (L * (layer_f + layer_b) + 3 * head_fwd)},
+    }
 
-    # ------------------------------------------------------------ per micro-batch, per layer, per die
+
+def phases(model, package, plan, w, mesh, e, g, o, step, K) -> dict:
+    """NoP, DRAM and compute of the forward and backward phases and the optimizer step; the iteration time."""
+    scheme, schedule = scheme_of(plan), schedule_of(plan)
+    rows, cols = mesh
+    dies = rows * cols
+    die, nop_spec, dram_spec = package.die, package.nop, package.dram
+    s, b, L, h = plan.seq_len, plan.micro_batch, model.layers, model.hidden
+    m, tok = plan.global_batch / b, s * b
+    shape = (h, model.heads, model.kv_heads, model.head_dim, model.ffn_hidden, model.ffn_type)
+    # per micro-batch, per layer, per die
     rate = dies * die.peak_flops * die.utilization
     nop = K.layer_nop(scheme, tok, b, *shape, rows, cols, e)
     t_nop_f = K.nop_time(nop["forward_critical"], nop["forward_steps"], nop_spec.link_bandwidth, nop_spec.hop_latency)
     t_nop_b = K.nop_time(nop["backward_critical"], nop["backward_steps"], nop_spec.link_bandwidth, nop_spec.hop_latency)
-    nop_rec = plan.recompute == "full"
-    if nop_rec:  # the recomputed forward repeats its collectives
+    if plan.recompute == "full":  # the recomputed forward repeats its collectives
         t_nop_b = t_nop_b + t_nop_f
-    ratio = 3 * gemm_fwd / dies / (nop["forward"] + nop["backward"])   # = K.compute_to_communication(...)
-
-    # ------------------------------------------------------------ DRAM
-    stored = Kn.saved_bytes(table)
+    # DRAM
     k = minibatch_of(plan) if schedule == "minibatch" else 1
-    dram = K.dram_traffic(m, k, L, p_layer, params, stored, tok, h, e, g, o, step_bytes=step)
+    dram = K.dram_traffic(m, k, L, w["p_layer"], w["params"], w["stored"], tok, h, e, g, o, step_bytes=step)
     devices = K.dram_attach_points(rows, cols, dram_spec.placement, dram_spec.per_attach)
     dram_bw = devices * dram_spec.bandwidth
-    dram_cap = devices * dram_spec.capacity
-    foot = K.dram_footprint(k, L, params, stored, tok, h, e, g, o)
-
-    # ------------------------------------------------------------ phases
-    c_f = m * (L * layer_f + head_fwd) / rate
-    c_b = m * (L * layer_b + 2 * head_fwd) / rate
-    inj_f = K.edge_injection_time(dram["forward"], rows, cols, nop_spec.link_bandwidth, dram_spec.placement)
-    inj_b = K.edge_injection_time(dram["backward"], rows, cols, nop_spec.link_bandwidth, dram_spec.placement)
-    n_f = m * L * t_nop_f + inj_f
-    n_b = m * L * t_nop_b + inj_b
+    # phases: compute, NoP (with the edge DRAM's injection) and DRAM overlap by chiplet_overlap
+    c_f = m * (L * w["layer_f"] + w["head_fwd"]) / rate
+    c_b = m * (L * w["layer_b"] + 2 * w["head_fwd"]) / rate
+    inj = {p: K.edge_injection_time(dram[p], rows, cols, nop_spec.link_bandwidth, dram_spec.placement)
+           for p in ("forward", "backward", "optimizer")}
+    n_f = m * L * t_nop_f + inj["forward"]
+    n_b = m * L * t_nop_b + inj["backward"]
     d_f = dram["forward"] / dram_bw
     d_b = dram["backward"] / dram_bw
     eta = plan.chiplet_overlap
     t_f = K.overlapped_time(c_f, n_f, d_f, eta)
     t_b = K.overlapped_time(c_b, n_b, d_b, eta)
-    inj_o = K.edge_injection_time(dram["optimizer"], rows, cols, nop_spec.link_bandwidth, dram_spec.placement)
-    t_opt = K.overlapped_time(0.0, inj_o, dram["optimizer"] / dram_bw, eta)   # optimizer states stream through the dies
+    t_opt = K.overlapped_time(0.0, inj["optimizer"], dram["optimizer"] / dram_bw, eta)   # states stream through
     t_iter = t_f + t_b + t_opt
     time = {"iteration": t_iter, "forward": t_f, "backward": t_b, "optimizer": t_opt,
             "compute": c_f + c_b, "nop": n_f + n_b, "dram": d_f + d_b,
-            "exposed": t_f + t_b - (c_f + c_b), "per_token": t_iter / tokens,
+            "exposed": t_f + t_b - (c_f + c_b), "per_token": t_iter / (plan.global_batch * s),
             "phase_forward": {"compute": c_f, "nop": n_f, "dram": d_f},
             "phase_backward": {"compute": c_b, "nop": n_b, "dram": d_b}}
+    return {"time": time, "nop": nop, "dram": dram, "devices": devices, "dram_bw": dram_bw, "minibatch": k,
+            "footprint": K.dram_footprint(k, L, w["params"], w["stored"], tok, h, e, g, o),
+            "ratio": 3 * w["gemm_fwd"] / dies / (nop["forward"] + nop["backward"])}   # = compute_to_communication
 
-    # ------------------------------------------------------------ SRAM fit
-    sram = K.sram_per_die(scheme, tok, *shape, rows, cols, e, g)
-    sram["capacity"] = die.sram
 
-    # ------------------------------------------------------------ traffic and energy
-    nop_die = m * L * (nop["forward"] + nop["backward"] + (nop["forward"] if nop_rec else 0.0))
-    nop_total = dies * nop_die
-    hops = 0.0 if dram_spec.placement == "per-die" else K.edge_hops(rows, cols)
-    sram_bytes = K.sram_operand_bytes(flops_exec, die.tile, e) + 2 * (nop_total + dram["total"])
-    parts = K.iteration_energy(flops_exec, sram_bytes, nop_total + dram["total"] * hops, dram["total"], die.flop_energy,
+def energy_section(package, plan, flops_exec, nop_total, dram_total, mesh, t_iter, e, K) -> tuple:
+    """Energy of one iteration (compute, SRAM, NoP, DRAM, static, facility) and the mean DRAM hops."""
+    die, nop_spec, dram_spec, site = package.die, package.nop, package.dram, package.site
+    dies = mesh[0] * mesh[1]
+    tokens = plan.global_batch * plan.seq_len
+    hops = 0.0 if dram_spec.placement == "per-die" else K.edge_hops(*mesh)
+    sram_bytes = K.sram_operand_bytes(flops_exec, die.tile, e) + 2 * (nop_total + dram_total)
+    parts = K.iteration_energy(flops_exec, sram_bytes, nop_total + dram_total * hops, dram_total, die.flop_energy,
                                die.sram_energy, nop_spec.energy, dram_spec.energy, die.static_power * dies, t_iter)
     chip_j = parts.pop("total_j")
     facility = chip_j * (site.pue - 1)
     energy_j = chip_j + facility
-    energy = {"iteration_j": energy_j, "per_token_j": energy_j / tokens, "power_w": energy_j / t_iter,
-              "package_j": chip_j, "components": {**parts, "facility_j": facility}}
+    return {"iteration_j": energy_j, "per_token_j": energy_j / tokens, "power_w": energy_j / t_iter,
+            "package_j": chip_j, "components": {**parts, "facility_j": facility}}, hops
 
-    # ------------------------------------------------------------ cost
-    # Die area: the spec's, or Chiplet Cloud's 7 nm model from the die's peak, SRAM and its four links
-    # (both directions), so that SRAM and link bandwidth cost silicon in a search.
+
+def cost_section(package, devices, dies, energy_j, tokens, t_iter, P, Co) -> tuple:
+    """Capital cost of the package (dies, packaging, DRAM, assembly) and the cost per token; the die area.
+
+    Die area: the spec's, or Chiplet Cloud's 7 nm model from the die's peak, SRAM and its four links (both
+    directions), so that SRAM and link bandwidth cost silicon in a search.
+    """
+    die, nop_spec, dram_spec, site = package.die, package.nop, package.dram, package.site
     area = die.area if die.area is not None else P.die_area(die.peak_flops, die.sram, 8 * nop_spec.link_bandwidth)
     pkg = P.package_re_cost(dies, area, die.node, package.packaging)
     dram_usd = devices * dram_spec.price
@@ -173,41 +170,79 @@ def compose(model, package, plan, M=None) -> dict:
     tps = tokens / t_iter
     usd_token = Co.cost_per_token(capital, energy_j / tokens, tps, site.amortization_years, site.utilization,
                                   site.electricity)
-    cost = {"package_usd": capital, "capital_usd": capital, "dies_usd": pkg["chips"] + pkg["chip_defects"],
+    node = P.node_constants(die.node)
+    return {"package_usd": capital, "capital_usd": capital, "dies_usd": pkg["chips"] + pkg["chip_defects"],
             "packaging_usd": pkg["package"] + pkg["package_defects"] + pkg["wasted_kgd"], "dram_usd": dram_usd,
             "assembly_usd": package.assembly_price,
-            "die_yield": P.die_yield(area, P.node_constants(die.node)["defect_density"]),
-            "known_good_die_usd": P.known_good_die_cost(area, P.node_constants(die.node)["wafer_cost"],
-                                                        P.node_constants(die.node)["defect_density"]),
+            "die_yield": P.die_yield(area, node["defect_density"]),
+            "known_good_die_usd": P.known_good_die_cost(area, node["wafer_cost"], node["defect_density"]),
             "per_million_tokens_usd": usd_token * 1e6,
-            "tokens_per_s_per_kusd": tps / (capital / 1e3)}
+            "tokens_per_s_per_kusd": tps / (capital / 1e3)}, area
 
-    r = {"kind": "chiplet",
-         "model": {"name": model.name, "params": params, "layers": L, "hidden": h, "heads": a, "kv_heads": kv,
-                   "ffn_hidden": ffn, "vocab": V, "layer_params": p_layer},
-         "hardware": {"name": package.name, "kind": "chiplet-package", "dies": dies, "rows": rows,
-                      "cols": cols, "peak_flops_per_die": die.peak_flops, "sram_per_die": die.sram,
-                      "link_bandwidth": nop_spec.link_bandwidth, "dram_bandwidth": dram_bw, "dram_capacity": dram_cap,
-                      "packaging": package.packaging, "node": die.node, "die_area_mm2": area},
-         "chiplet": {"scheme": scheme, "schedule": schedule, "mesh": f"{rows}x{cols}", "dies": dies,
-                     "micro_batches": m, "minibatch": k, "tokens_per_micro_batch": tok,
-                     "compute_to_communication": ratio,
-                     "layer_nop_bytes_per_die": {"forward": nop["forward"], "backward": nop["backward"]},
-                     "dram_devices": devices, "edge_hops": hops},
-         "flops": {"model_per_iteration": flops_model, "hardware_per_iteration": flops_hw,
-                   "executed_per_iteration": flops_exec},
-         "time": time,
-         "memory": {"sram": sram, "dram": {**foot, "capacity": dram_cap}},
-         "traffic": {"nop_bytes_per_die": nop_die, "nop_bytes": nop_total, "dram_bytes": dram["total"],
-                     "dram_weights": dram["weights"], "dram_gradients": dram["gradients"],
-                     "dram_activations": dram["activations"], "dram_boundary": dram["boundary"],
-                     "dram_optimizer": dram["optimizer"]},
-         "throughput": {"tokens_per_s": tps, "mfu": flops_model / (t_iter * dies * die.peak_flops),
-                        "hfu": flops_hw / (t_iter * dies * die.peak_flops)},
-         "energy": energy,
-         "cost": cost,
-         }
-    return r
+
+def compose(model, package, plan, M=None) -> dict:
+    """The numeric estimate (every number broadcasts over numpy arrays in the package's numeric fields).
+
+    ``M`` maps formula-module names to modules or tracers (:func:`_modules`).
+    """
+    M = M or _modules(None)
+    K = M["chiplet"]
+    scheme, schedule = scheme_of(plan), schedule_of(plan)
+    rows, cols = plan_mesh(plan, package)
+    dies = rows * cols
+    die, nop_spec, dram_spec = package.die, package.nop, package.dram
+    r = recipe_of(plan)
+    e = r.activations   # one element size for the chiplet formulas' activations, weights and NoP messages
+    g = r.gradients
+    o = _optimizer.state_bytes_per_param(plan.optimizer, r)
+    step = _optimizer.step_bytes_per_param(plan.optimizer, r)
+    m = plan.global_batch / plan.micro_batch
+    tok = plan.seq_len * plan.micro_batch
+    tokens = plan.global_batch * plan.seq_len
+    L = model.layers
+
+    w = work(model, plan, e, M)
+    ph = phases(model, package, plan, w, (rows, cols), e, g, o, step, K)
+    time, nop, dram = ph["time"], ph["nop"], ph["dram"]
+    t_iter = time["iteration"]
+    sram = K.sram_per_die(scheme, tok, model.hidden, model.heads, model.kv_heads, model.head_dim, model.ffn_hidden,
+                          model.ffn_type, rows, cols, e, g)
+    sram["capacity"] = die.sram
+    nop_die = m * L * (nop["forward"] + nop["backward"] + (nop["forward"] if plan.recompute == "full" else 0.0))
+    nop_total = dies * nop_die
+    fl = w["flops"]
+    energy, hops = energy_section(package, plan, fl["executed_per_iteration"], nop_total, dram["total"],
+                             (rows, cols), t_iter, e, K)
+    cost, area = cost_section(package, ph["devices"], dies, energy["iteration_j"], tokens, t_iter, M["package_cost"],
+                         M["cost"])
+    dram_cap = ph["devices"] * dram_spec.capacity
+    return {"kind": "chiplet",
+            "model": {"name": model.name, "params": w["params"], "layers": L, "hidden": model.hidden,
+                      "heads": model.heads, "kv_heads": model.kv_heads, "ffn_hidden": model.ffn_hidden,
+                      "vocab": model.vocab, "layer_params": w["p_layer"]},
+            "hardware": {"name": package.name, "kind": "chiplet-package", "dies": dies, "rows": rows,
+                         "cols": cols, "peak_flops_per_die": die.peak_flops, "sram_per_die": die.sram,
+                         "link_bandwidth": nop_spec.link_bandwidth, "dram_bandwidth": ph["dram_bw"],
+                         "dram_capacity": dram_cap, "packaging": package.packaging, "node": die.node,
+                         "die_area_mm2": area},
+            "chiplet": {"scheme": scheme, "schedule": schedule, "mesh": f"{rows}x{cols}", "dies": dies,
+                        "micro_batches": m, "minibatch": ph["minibatch"], "tokens_per_micro_batch": tok,
+                        "compute_to_communication": ph["ratio"],
+                        "layer_nop_bytes_per_die": {"forward": nop["forward"], "backward": nop["backward"]},
+                        "dram_devices": ph["devices"], "edge_hops": hops},
+            "flops": fl,
+            "time": time,
+            "memory": {"sram": sram, "dram": {**ph["footprint"], "capacity": dram_cap}},
+            "traffic": {"nop_bytes_per_die": nop_die, "nop_bytes": nop_total, "dram_bytes": dram["total"],
+                        "dram_weights": dram["weights"], "dram_gradients": dram["gradients"],
+                        "dram_activations": dram["activations"], "dram_boundary": dram["boundary"],
+                        "dram_optimizer": dram["optimizer"]},
+            "throughput": {"tokens_per_s": tokens / t_iter,
+                           "mfu": fl["model_per_iteration"] / (t_iter * dies * die.peak_flops),
+                           "hfu": fl["hardware_per_iteration"] / (t_iter * dies * die.peak_flops)},
+            "energy": energy,
+            "cost": cost,
+            }
 
 
 def run(model, package, plan, *, trace=None) -> dict:
