@@ -219,3 +219,40 @@ def test_gpu_layer_time_is_the_sum_over_the_table():
     link = base.links(s, p)["tp"]
     ar = P.allreduce_time(table["attn_allreduce"]["comm"], 2, link.bandwidth, link.latency)
     assert c["terms"].time.gpu_forward == pytest.approx(compute + 2 * ar, rel=1e-12)
+
+
+def test_a_new_kernel_is_one_row(monkeypatch):
+    """Adding a kernel to the layer is one row of the table: time, activation memory and FLOPs follow.
+
+    The worked example of "how to add a kernel": an extra element-wise kernel (bytes moved, bytes saved) and an
+    extra GEMM, appended by wrapping kernels.layer_kernels; nothing else changes.
+    """
+    from dse.estimate import base, resolve
+
+    m, s, p = resolve("llama2-7b", "dgx-a100-80gb", tp=2, micro_batch=2)
+    before = base.compose(m, s, p)
+    real = K.layer_kernels
+    moved, kept = 64e6, 8e6
+    tok, h = p.seq_len * p.micro_batch, m.hidden
+
+    def with_extra(*args, **kwargs):
+        table = dict(real(*args, **kwargs))
+        table["extra_elementwise"] = {"kind": "elementwise", "bytes": moved, "saved": kept}
+        table["extra_gemm"] = {"kind": "gemm", "m": tok, "k": h, "n": h, "batch": 1, "split": "", "saved": 0,
+                               "flops": 2 * tok * h * h}
+        return table
+
+    monkeypatch.setattr(K, "layer_kernels", with_extra)
+    after = base.compose(m, s, p)
+    tables = after["terms"].kernels
+    eff = s.node.gpu.efficiency
+    ew = moved / (s.node.gpu.hbm_bandwidth * eff.memory)
+    gemm = C.gemm_time(tok, h, h, after["peak_flops"], eff.gemm, eff.gemm_overhead)
+    t0, t1 = before["terms"].time, after["terms"].time
+    assert t1.gpu_forward - t0.gpu_forward == pytest.approx(ew + gemm, rel=1e-9)
+    assert t1.gpu_backward - t0.gpu_backward == pytest.approx(2 * (ew + gemm), rel=1e-9)
+    assert after["activation_bytes_per_layer"] - before["activation_bytes_per_layer"] == pytest.approx(kept)
+    extra_flops = 3 * p.global_batch / p.micro_batch * p.tp * m.layers * 2 * tok * h * h
+    assert (after["flops"]["model_per_iteration"] - before["flops"]["model_per_iteration"]
+            == pytest.approx(extra_flops, rel=1e-9))
+    assert "extra_gemm" in tables["layer"] and after["time"]["iteration"] > before["time"]["iteration"]
