@@ -67,12 +67,19 @@ def kernel_time(row: dict, hw: KernelCost, C) -> tuple:
     return f, 2 * f
 
 
+def collective_time(row: dict, link: Link, P) -> Num:
+    """Time of one collective of a table on its group's link: a ring all-reduce, all-gather or reduce-scatter."""
+    if row["op"] == "allreduce":
+        return P.allreduce_time(row["comm"], link.ranks, link.bandwidth, link.latency)
+    return P.allgather_time(row["comm"], link.ranks, link.bandwidth, link.latency)   # all-gather, reduce-scatter
+
+
 def table_time(table: dict, hw: KernelCost, link: Link, C, P, *, recompute: str = "none",
                async_tp: bool = False) -> dict:
     """Forward, backward and recompute time of the kernels of ``table`` on one GPU (``P``: parallelism module).
 
     Returns ``forward``, ``backward``, ``recompute`` (GPU time, collectives included) and ``tp_forward``,
-    ``tp_backward`` (the collectives' share). Collectives are ring all-reduces on ``link``; with ``async_tp``
+    ``tp_backward`` (the collectives' share). Collectives run on ``link`` (:func:`collective_time`); with ``async_tp``
     a backward one hides behind the weight-gradient GEMM it names (``hidden_by``), which takes as long as
     that GEMM's forward. Full recompute runs the whole forward again, collectives included; selective runs
     the kernels flagged ``selective`` (the attention core).
@@ -80,7 +87,7 @@ def table_time(table: dict, hw: KernelCost, link: Link, C, P, *, recompute: str 
     fwd = bwd = sel = tp_f = tp_b = 0.0
     times = {}
     hidden = []
-    msg = ar = None
+    msg = op = ar = None
     for name, row in table.items():
         if row["kind"] != "collective":
             f, b = times[name] = kernel_time(row, hw, C)
@@ -88,9 +95,9 @@ def table_time(table: dict, hw: KernelCost, link: Link, C, P, *, recompute: str 
             if "selective" in row:
                 sel = sel + f
             continue
-        if row["comm"] is not msg:            # the layer's collectives share one message: one time
-            msg = row["comm"]
-            ar = P.allreduce_time(msg, link.ranks, link.bandwidth, link.latency)
+        if row["comm"] is not msg or row["op"] != op:   # a layer's collectives share one message: one time
+            msg, op = row["comm"], row["op"]
+            ar = collective_time(row, link, P)
         if row["pass"] == "forward":
             tp_f = tp_f + ar
         elif async_tp and "hidden_by" in row:

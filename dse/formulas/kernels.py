@@ -19,8 +19,9 @@ A row is a dict; every row has ``kind`` and ``saved``, the other keys belong to 
   ``split``: ``column`` or ``row`` for a Megatron tensor-parallel weight GEMM, ``""`` for the
   attention products), ``flash`` (a fused attention kernel: ``executed``, ``executed_backward``
   FLOPs as it runs them), ``elementwise`` (``bytes``: HBM bytes read and written in the forward
-  pass) or ``collective`` (``op``, ``group``, ``comm``: message bytes, ``pass``: forward or
-  backward, ``hidden_by``: the GEMM whose weight gradient can hide it);
+  pass) or ``collective`` (``op``: allreduce, allgather or reduce_scatter; ``group``: tp; ``comm``:
+  message bytes, the whole tensor; ``pass``: forward or backward; ``hidden_by``: the GEMM whose weight
+  gradient can hide it);
 - ``flops``: forward FLOPs in the model convention (full s x s score matrix);
 - ``saved``: bytes kept from the forward to the backward pass under the plan's recompute;
   ``rerun``: bytes the kernel holds while its layer is recomputed in the backward pass (full
