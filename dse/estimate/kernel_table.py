@@ -155,7 +155,7 @@ def kernel_tables(model, plan, r, K=_kernels) -> dict:
     out = {"layer": layer, "embedding": embedding, "head": head}
     out["sums"] = table_sums(out, plan.recompute, K)
     if key is not None:
-        if len(_TABLES) > 4096:
+        if len(_TABLES) >= 512:        # bounded: a few MB at most
             _TABLES.clear()
         _TABLES[key] = (model, out)
     return out
