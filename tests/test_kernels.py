@@ -4,13 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
-from dse.formulas import chiplet as CH
-from dse.formulas import compute as C
-from dse.formulas import kernels as K
-from dse.formulas import transformer as T
+from dse.formulas import chiplet as CH, compute as C, kernels as K, transformer as T
 
 
 @st.composite

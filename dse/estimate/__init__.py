@@ -88,8 +88,18 @@ def numbers(model, system, plan, *, trace=None) -> tuple[dict, list[str]]:
     F = None
     if trace is not None:
         from dse.estimate.trace import Tracer
-        from dse.formulas import (activation_offload, compute, cost, kernels, memory, near_storage, offload,
-                                  optimizer, parallelism, transformer)
+        from dse.formulas import (
+            activation_offload,
+            compute,
+            cost,
+            kernels,
+            memory,
+            near_storage,
+            offload,
+            optimizer,
+            parallelism,
+            transformer,
+        )
 
         F = {m.__name__.rsplit(".", 1)[-1]: Tracer(m, trace)
              for m in (transformer, memory, parallelism, compute, kernels, cost, offload, near_storage,
@@ -171,9 +181,8 @@ def load(model, hardware, plan=None, overrides=(), **plan_fields):
 
 def make_plan(model, system, plan_data: dict) -> Plan:
     """Validate plan fields (a dict of scalars) against the model and system: the resolved :class:`Plan`."""
-    from dse.specs import _schema
-
     from dse.estimate.backends import backend
+    from dse.specs import _schema
 
     plan = _schema.build(Plan, plan_data, "plan: ").resolved(model, system)
     backend(system).check_plan(plan, model, system)

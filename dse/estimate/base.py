@@ -15,12 +15,14 @@ from __future__ import annotations
 
 from dse.estimate.kernel_table import Link, kernel_tables, kernel_times
 from dse.estimate.terms import BaseTerms, TimeTerms
-from dse.formulas import compute as _compute
-from dse.formulas import kernels as _kernels
-from dse.formulas import memory as _memory
-from dse.formulas import optimizer as _optimizer
-from dse.formulas import parallelism as _parallelism
-from dse.formulas import transformer as _transformer
+from dse.formulas import (
+    compute as _compute,
+    kernels as _kernels,
+    memory as _memory,
+    optimizer as _optimizer,
+    parallelism as _parallelism,
+    transformer as _transformer,
+)
 from dse.formulas._array import ceil, maximum, minimum, where
 from dse.formulas.precision import peak_flops, recipe_of
 

@@ -19,13 +19,15 @@ from __future__ import annotations
 
 import dataclasses
 
-from dse.formulas import chiplet as _chiplet
-from dse.formulas import compute as _compute
-from dse.formulas import cost as _cost
-from dse.formulas import kernels as _kernels
-from dse.formulas import package_cost as _package_cost
-from dse.formulas import transformer as _transformer
-from dse.formulas import optimizer as _optimizer
+from dse.formulas import (
+    chiplet as _chiplet,
+    compute as _compute,
+    cost as _cost,
+    kernels as _kernels,
+    optimizer as _optimizer,
+    package_cost as _package_cost,
+    transformer as _transformer,
+)
 from dse.formulas.precision import recipe_of
 from dse.specs.chiplet import plan_mesh
 

@@ -16,9 +16,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from dse.formulas import compute as _compute
-from dse.formulas import kernels as _kernels
-from dse.formulas import parallelism as _parallelism
+from dse.formulas import compute as _compute, kernels as _kernels, parallelism as _parallelism
 from dse.formulas._array import Num, maximum
 
 

@@ -62,6 +62,8 @@ Symbols:
 
 from __future__ import annotations
 
+from typing import Any
+
 from dse.formulas import compute as _compute
 from dse.formulas._array import Num, where
 
@@ -71,8 +73,13 @@ __all__ = ["KINDS", "layer_kernels", "embedding_kernels", "head_kernels", "weigh
 #: The kinds of kernel a row can be.
 KINDS = ("gemm", "flash", "elementwise", "collective")
 
+#: One kernel: its kind and numbers (numbers or numpy arrays; see the module docstring).
+Row = dict[str, Any]
+#: A table: kernel name -> row, in execution order.
+Table = dict[str, Row]
 
-def _per_gpu(x, tp):
+
+def _per_gpu(x: Num, tp: Num) -> Num:
     """x / t, leaving x an integer when the layer is not split (t = 1)."""
     return x if type(tp) is int and tp == 1 else x / tp
 
@@ -80,7 +87,7 @@ def _per_gpu(x, tp):
 def layer_kernels(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: Num, ffn: Num, *, tp: Num = 1,
                   sequence_parallel: bool = False, recompute: str = "none", attention: str = "flash",
                   ffn_type: str = "gelu", norm: str = "layernorm", position: str = "learned", dropout: bool = True,
-                  causal: bool = True, bytes_per_element: Num = 2, comm_bytes_per_element: Num | None = None) -> dict:
+                  causal: bool = True, bytes_per_element: Num = 2, comm_bytes_per_element: Num | None = None) -> Table:
     """The kernels of one transformer layer on one GPU for one micro-batch (Megatron-LM's fused kernels).
 
     Formula: T = s b, r = 1/t with SP (else 1); GEMMs QKV (T, h, (a+2kv)d/t), out (T, a d/t, h), fc1 (T, h, n_g F/t),
@@ -195,7 +202,7 @@ def layer_kernels(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: N
 
 def embedding_kernels(s: Num, b: Num, h: Num, *, tp: Num = 1, sequence_parallel: bool = False,
                       dropout: bool = True, position: str = "learned", bytes_per_element: Num = 2,
-                      comm_bytes_per_element: Num | None = None) -> dict:
+                      comm_bytes_per_element: Num | None = None) -> Table:
     """The input side's kernels on one GPU for one micro-batch: the vocab-parallel lookup and its all-reduce.
 
     Formula: lookup (+ positions, dropout) e s b h bytes forward; all-reduce of e s b h (forward only); saved:
@@ -224,7 +231,7 @@ def embedding_kernels(s: Num, b: Num, h: Num, *, tp: Num = 1, sequence_parallel:
 
 def head_kernels(s: Num, b: Num, h: Num, vocab: Num, *, tp: Num = 1, sequence_parallel: bool = False,
                  norm: str = "layernorm", final_norm: bool = True, bytes_per_element: Num = 2,
-                 logits_bytes: Num = 4) -> dict:
+                 logits_bytes: Num = 4) -> Table:
     """The output side's kernels on one GPU for one micro-batch: final norm, LM-head GEMM, fp32 loss.
 
     Formula: LM head GEMM (s b, h, V/t); loss 3 e_l s b V/t bytes forward (logits of e_l bytes, fp32: 4: softmax,
@@ -255,7 +262,7 @@ def head_kernels(s: Num, b: Num, h: Num, vocab: Num, *, tp: Num = 1, sequence_pa
     return t
 
 
-def weight_gemms(table: dict) -> tuple:
+def weight_gemms(table: Table) -> tuple[tuple[str, Num, Num, str], ...]:
     """The weight GEMMs of a table as (name, k, n, split): the list the chiplet model splits over its dies.
 
     Formula: the rows with kind gemm and a column/row split, in execution order
@@ -271,7 +278,7 @@ def weight_gemms(table: dict) -> tuple:
                  if row["kind"] == "gemm" and row["split"])
 
 
-def forward_flops(table: dict) -> Num:
+def forward_flops(table: Table) -> Num:
     """Forward FLOPs of the kernels of a table (model convention: the full score matrix).
 
     Formula: sum over rows of flops (GEMM 2 m k n batch; attention 4 s^2 b a d / t)
@@ -290,7 +297,7 @@ def forward_flops(table: dict) -> Num:
     return total
 
 
-def recomputed_flops(table: dict, recompute: str = "none") -> Num:
+def recomputed_flops(table: Table, recompute: str = "none") -> Num:
     """Forward FLOPs that activation recomputation runs again in the backward pass.
 
     Formula: full: sum of flops; selective: sum of flops of the attention core; none: 0
@@ -314,7 +321,7 @@ def recomputed_flops(table: dict, recompute: str = "none") -> Num:
     return total
 
 
-def executed_flops(table: dict, recompute: str = "none") -> dict:
+def executed_flops(table: Table, recompute: str = "none") -> dict[str, Num]:
     """FLOPs the kernels of a table execute forward, backward and in recomputation (a flash kernel as it runs).
 
     Formula: forward = sum of GEMM flops + flash executed; backward = 2 x GEMM flops + flash executed_backward;
@@ -345,7 +352,7 @@ def executed_flops(table: dict, recompute: str = "none") -> dict:
     return {"forward": fwd, "backward": bwd, "recompute": rec}
 
 
-def saved_bytes(table: dict) -> Num:
+def saved_bytes(table: Table) -> Num:
     """Bytes the kernels of a table keep for the backward pass.
 
     Formula: sum over rows of saved
@@ -369,7 +376,7 @@ def saved_bytes(table: dict) -> Num:
     return total
 
 
-def rerun_bytes(table: dict) -> Num:
+def rerun_bytes(table: Table) -> Num:
     """Bytes the kernels hold while their layer is recomputed in the backward pass (full recompute), else 0.
 
     Formula: sum over rows of rerun
@@ -389,7 +396,7 @@ def rerun_bytes(table: dict) -> Num:
     return total
 
 
-def message_bytes(table: dict, group: str = "tp", recompute: str = "none") -> Num:
+def message_bytes(table: Table, group: str = "tp", recompute: str = "none") -> Num:
     """Message bytes of a group's collectives that one micro-batch runs per table, all passes together.
 
     Formula: sum of comm over the forward and backward collectives, + the forward ones again under full recompute
