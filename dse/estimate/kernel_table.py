@@ -18,6 +18,7 @@ from typing import NamedTuple
 
 from dse.formulas import compute as _compute, kernels as _kernels, parallelism as _parallelism
 from dse.formulas._array import Num, maximum
+from dse.formulas.precision import peak_flops, recipe_of
 
 
 class KernelCost(NamedTuple):
@@ -29,6 +30,8 @@ class KernelCost(NamedTuple):
     overhead: Num      # fixed time per GEMM / attention kernel [s]
     bandwidth: Num     # HBM bandwidth [bytes/s]
     memory: Num        # achieved share of the HBM bandwidth [fraction]
+    attention_peak: Num = None   # dense peak of the attention GEMMs' dtype (None: peak) [FLOP/s]
+    head_peak: Num = None        # dense peak of the LM head's dtype (None: peak) [FLOP/s]
 
 
 class Link(NamedTuple):
@@ -40,10 +43,11 @@ class Link(NamedTuple):
     inside: Num = True   # the group's ranks share a node (bool, or an array of them)
 
 
-def cost_of(gpu, peak) -> KernelCost:
-    """The :class:`KernelCost` of a GPU spec with its dense peak for the plan's precision."""
+def cost_of(gpu, peak, attention_peak=None, head_peak=None) -> KernelCost:
+    """The :class:`KernelCost` of a GPU spec with its dense peaks for the plan's precision (per GEMM class)."""
     eff = gpu.efficiency
-    return KernelCost(peak, eff.gemm, eff.attention, eff.gemm_overhead, gpu.hbm_bandwidth, eff.memory)
+    return KernelCost(peak, eff.gemm, eff.attention, eff.gemm_overhead, gpu.hbm_bandwidth, eff.memory,
+                      peak if attention_peak is None else attention_peak, peak if head_peak is None else head_peak)
 
 
 def kernel_time(row: dict, hw: KernelCost, C) -> tuple:
@@ -55,11 +59,13 @@ def kernel_time(row: dict, hw: KernelCost, C) -> tuple:
     bytes backward.
     """
     kind = row["kind"]
+    cls = row.get("class")
+    peak = hw.peak if cls is None else (hw.attention_peak if cls == "attention" else hw.head_peak)
     if kind == "gemm":
-        f = C.gemm_time(row["m"], row["k"], row["n"], hw.peak, hw.gemm, hw.overhead, row["batch"])
+        f = C.gemm_time(row["m"], row["k"], row["n"], peak, hw.gemm, hw.overhead, row["batch"])
         return f, 2 * f
     if kind == "flash":
-        rate = hw.peak * hw.attention
+        rate = peak * hw.attention
         return row["executed"] / rate + hw.overhead, row["executed_backward"] / rate + 2 * hw.overhead
     f = C.memory_time(row["bytes"], hw.bandwidth, hw.memory)
     return f, 2 * f
@@ -175,9 +181,14 @@ def table_sums(tables, recompute, K=_kernels) -> dict:
 
 
 def kernel_times(tables, system, plan, peak, lk, C=_compute, P=_parallelism) -> dict:
-    """Time of one layer (forward, backward, recompute, with the host's launch floor), the head and embedding."""
-    eff = system.node.gpu.efficiency
-    hw = cost_of(system.node.gpu, peak)
+    """Time of one layer (forward, backward, recompute, with the host's launch floor), the head and embedding.
+
+    GEMMs run at the peak of their class's dtype (the precision recipe: attention and LM head may differ).
+    """
+    gpu = system.node.gpu
+    eff = gpu.efficiency
+    r = recipe_of(plan)
+    hw = cost_of(gpu, peak, peak_flops(gpu.peak_flops, r.attention_dtype), peak_flops(gpu.peak_flops, r.head_dtype))
     async_tp = plan.async_tp_allreduce and not plan.sequence_parallel   # hidden behind the weight-gradient GEMMs
     lt = table_time(tables["layer"], hw, lk["tp"], C, P, recompute=plan.recompute, async_tp=async_tp)
     head = table_time(tables["head"], hw, lk["tp"], C, P)

@@ -26,7 +26,9 @@ A row is a dict; every row has ``kind`` and ``saved``, the other keys belong to 
 - ``saved``: bytes kept from the forward to the backward pass under the plan's recompute;
   ``rerun``: bytes the kernel holds while its layer is recomputed in the backward pass (full
   recompute);
-- ``selective``: True for the kernels selective recompute runs again (the attention core).
+- ``selective``: True for the kernels selective recompute runs again (the attention core);
+- ``class``: the GEMM class whose dtype (precision recipe) sets the peak: ``attention`` or ``head``
+  (absent: the layer's weight GEMMs).
 
 Backward costs twice the forward for GEMMs (data and weight gradients, same shapes) and for
 element-wise kernels; a flash kernel has its own backward FLOPs. The rows and their bytes are
@@ -155,7 +157,7 @@ def layer_kernels(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: N
     if math:
         batch = b * a_loc
         scores = a_loc * s * s * b
-        t["score"] = {"kind": "gemm", "m": s, "k": head_dim, "n": s, "batch": batch, "split": "",
+        t["score"] = {"kind": "gemm", "m": s, "k": head_dim, "n": s, "batch": batch, "split": "", "class": "attention",
                       "saved": qkv_kept + e * tok * hd_q * expanded, "selective": True,
                       "flops": 2 * s * head_dim * s * batch}
         t["softmax"] = {"kind": "elementwise", "bytes": 2 * e * scores, "saved": e * scores if math_kept else 0,
@@ -163,12 +165,12 @@ def layer_kernels(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: N
         if dropout:
             t["attn_dropout"] = {"kind": "elementwise", "bytes": (2 * e + 1) * scores,
                                  "saved": (e + 1) * scores if math_kept else 0, "selective": True}
-        t["context"] = {"kind": "gemm", "m": s, "k": s, "n": head_dim, "batch": batch, "split": "",
+        t["context"] = {"kind": "gemm", "m": s, "k": s, "n": head_dim, "batch": batch, "split": "", "class": "attention",
                         "saved": e * tok * hd_q * expanded, "selective": True,
                         "flops": 2 * s * s * head_dim * batch}
     else:
         lse = 0 if selective else 4 * tok * a_loc
-        t["attention"] = {"kind": "flash", "flops": attn_flops,
+        t["attention"] = {"kind": "flash", "class": "attention", "flops": attn_flops,
                           "executed": _compute.flash_attention_flops(s, b, a_loc, head_dim, causal),
                           "executed_backward": _compute.flash_attention_flops(s, b, a_loc, head_dim, causal,
                                                                               backward=True),
@@ -256,7 +258,7 @@ def head_kernels(s: Num, b: Num, h: Num, vocab: Num, *, tp: Num = 1, sequence_pa
     t = {}
     if final_norm:
         t["final_norm"] = {"kind": "elementwise", "bytes": 0, "saved": (e * tok * h + stats * tok) * r}
-    t["lm_head"] = {"kind": "gemm", "m": tok, "k": h, "n": v_loc, "batch": 1, "split": "column",
+    t["lm_head"] = {"kind": "gemm", "m": tok, "k": h, "n": v_loc, "batch": 1, "split": "column", "class": "head",
                     "saved": e * tok * h * r, "flops": 2 * tok * h * v_loc}
     t["loss"] = {"kind": "elementwise", "bytes": logits_bytes * tok * v_loc * 3, "saved": 4 * tok * v_loc}
     return t
