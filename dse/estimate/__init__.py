@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 import types
+from typing import Any
 
 from dse.estimate import activation_offload, economics, feasibility, offload, wear
 from dse.estimate.technique import compose
@@ -140,7 +141,7 @@ def verdict(r: dict, system, plan, extra=()) -> tuple[bool, list[str], str]:
     return not violations, violations, text
 
 
-def resolve(model, hardware, plan=None, overrides=(), **plan_fields):
+def resolve(model: Any, hardware: Any, plan: Any = None, overrides: Any = (), **plan_fields: Any) -> tuple[Any, Any, Plan]:
     """Load and check specs: names/paths/objects in, resolved (model, system, plan) out."""
     model, system, plan_data = load(model, hardware, plan, overrides, **plan_fields)
     return model, system, make_plan(model, system, plan_data)

@@ -52,7 +52,7 @@ def split_overrides(overrides) -> tuple[list, dict]:
             if path[0] not in ("hardware", "hw"):
                 raise InputError(f"--set {'.'.join(path)}: array values are allowed for hardware fields and "
                                  f"numeric plan fields only; call dse.estimate once per model")
-            values = list(value.tolist() if hasattr(value, "tolist") else value)
+            values = list(value.tolist() if hasattr(value, "tolist") else value)  # type: ignore[arg-type]
             if not values:
                 raise InputError(f"--set {'.'.join(path)}: the array is empty")
             arrays[".".join(["hardware", *path[1:]])] = values
@@ -185,7 +185,7 @@ def _vector_system(systems: list, inverse, shape):
         subs = [getattr(sy, f.name) for sy in systems]
         if any(sub != subs[0] for sub in subs[1:]):
             changes[f.name] = _vector_system(subs, inverse, shape)
-    return dataclasses.replace(first, **changes) if changes else first
+    return dataclasses.replace(first, **changes) if changes else first  # type: ignore[type-var]
 
 
 def estimate(model, system, plan_data: dict, *, trace=None, hw_arrays=None, load_hw=None) -> dict:

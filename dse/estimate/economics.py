@@ -6,6 +6,8 @@ PUE, utilisation) from ``system.site``. A plan is charged for the nodes it fills
 
 from __future__ import annotations
 
+from typing import Any
+
 from dse.estimate.technique import TechniqueBase
 from dse.estimate.terms import drive_use
 from dse.formulas import cost as _cost
@@ -19,11 +21,11 @@ class Economics(TechniqueBase):
     sections = ("cost", "energy")
     after = ("storage_offload", "activation_offload", "drive_wear")
 
-    def apply_time(self, c, state, model, system, plan, F=None) -> None:
+    def apply_time(self, c: dict[str, Any], state: Any, model: Any, system: Any, plan: Any, F: Any = None) -> None:
         apply(c, model, system, plan, F)
 
 
-def apply(c, model, system, plan, F=None) -> None:
+def apply(c: dict[str, Any], model: Any, system: Any, plan: Any, F: Any = None) -> None:
     """Set ``c["cost"]`` and ``c["energy"]`` from the composed estimate's final time and throughput."""
     K = F["cost"] if F and "cost" in F else _cost
     node = system.node

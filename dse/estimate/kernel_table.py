@@ -14,7 +14,7 @@ kernel kinds and the plan's string/boolean choices branch.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from dse.formulas import compute as _compute, kernels as _kernels, parallelism as _parallelism
 from dse.formulas._array import Num, maximum
@@ -30,8 +30,8 @@ class KernelCost(NamedTuple):
     overhead: Num      # fixed time per GEMM / attention kernel [s]
     bandwidth: Num     # HBM bandwidth [bytes/s]
     memory: Num        # achieved share of the HBM bandwidth [fraction]
-    attention_peak: Num = None   # dense peak of the attention GEMMs' dtype (None: peak) [FLOP/s]
-    head_peak: Num = None        # dense peak of the LM head's dtype (None: peak) [FLOP/s]
+    attention_peak: Num | None = None   # dense peak of the attention GEMMs' dtype (None: peak) [FLOP/s]
+    head_peak: Num | None = None        # dense peak of the LM head's dtype (None: peak) [FLOP/s]
 
 
 class Link(NamedTuple):
@@ -60,7 +60,7 @@ def kernel_time(row: dict, hw: KernelCost, C) -> tuple:
     """
     kind = row["kind"]
     cls = row.get("class")
-    peak = hw.peak if cls is None else (hw.attention_peak if cls == "attention" else hw.head_peak)
+    peak: Any = hw.peak if cls is None else (hw.attention_peak if cls == "attention" else hw.head_peak)
     if kind == "gemm":
         f = C.gemm_time(row["m"], row["k"], row["n"], peak, hw.gemm, hw.overhead, row["batch"])
         return f, 2 * f
@@ -88,10 +88,16 @@ def table_time(table: dict, hw: KernelCost, link: Link, C, P, *, recompute: str 
     that GEMM's forward. Full recompute runs the whole forward again, collectives included; selective runs
     the kernels flagged ``selective`` (the attention core).
     """
-    fwd = bwd = sel = tp_f = tp_b = 0.0
-    times = {}
-    hidden = []
-    msg = op = ar = None
+    fwd: Num = 0.0
+    bwd: Num = 0.0
+    sel: Num = 0.0
+    tp_f: Num = 0.0
+    tp_b: Num = 0.0
+    times: dict[str, tuple[Num, Num]] = {}
+    hidden: list[tuple[Num, str]] = []
+    msg: Any = None
+    op: Any = None
+    ar: Num = 0.0
     for name, row in table.items():
         if row["kind"] != "collective":
             f, b = times[name] = kernel_time(row, hw, C)

@@ -28,7 +28,7 @@ names and booleans branch in Python.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from dse.estimate import offload_time as _time
 from dse.estimate.feasibility import Violation
@@ -56,7 +56,7 @@ def drives_used(system, plan):
     return drive_use(system, plan).count
 
 
-def mode_label(plan) -> str:
+def mode_label(plan) -> Any:
     opt = plan.offload_optimizer
     if opt == "csd":
         label = "SmartUpdate" + (" (transfer handler)" if plan.transfer_overlap else " (naive)")
@@ -232,7 +232,7 @@ def required_bandwidths(c, model, system, plan, b_host, b_read, N) -> dict:
     elif opt == "nvme":
         avail_opt = b_read
     elif opt == "csd":
-        ns = dev.near_storage
+        ns = dev.near_storage  # type: ignore[union-attr]  # csd: plan rules require drives with accelerators
         avail_opt = N * minimum(ns.internal_read_bandwidth, ns.device_link)
     avail_par = {"gpu": None, "cpu": b_host, "nvme": minimum(b_host, b_read)}[plan.offload_params]
     rows = {

@@ -75,6 +75,10 @@ class TechniqueBase:
     def violations(self, c: dict, system, plan) -> list:
         return []
 
+    def apply_time(self, c: dict, state: Any, model, system, plan, F=None) -> None:
+        """Time, traffic and the report section(s): every technique defines it."""
+        raise NotImplementedError(f"technique {self.name!r} has no apply_time")
+
     def apply(self, c: dict, model, system, plan, F=None) -> None:
         """Both halves on a fully composed estimate (what ``dse estimate`` does for this technique)."""
         if self.active(plan):
@@ -111,7 +115,7 @@ class ModuleTechnique(TechniqueBase):
         check = getattr(self.module, "violations", None)
         if check is None:
             return []
-        return [Violation(self.name, None, 1, 0, (lambda s=s: s)) for s in check(c, system, plan)]
+        return [Violation(self.name, None, 1, 0, (lambda s=s: s)) for s in check(c, system, plan)]  # type: ignore[misc]
 
 
 def check_order(techniques) -> None:

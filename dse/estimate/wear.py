@@ -10,12 +10,15 @@ search reads that as an unlimited lifetime).
 
 from __future__ import annotations
 
+from typing import Any
+
 from dse.estimate.technique import TechniqueBase
 from dse.formulas import activation_offload as _ao
 from dse.formulas._array import minimum
 
 
-def drive_endurance(c, device, by_source: dict, per_drive, gpus_node, F=None) -> None:
+def drive_endurance(c: dict[str, Any], device: Any, by_source: dict[str, Any], per_drive: Any, gpus_node: Any,
+                    F: Any = None) -> None:
     """Set ``c["endurance"]``: drive wear at the current iteration time, from the bytes written per iteration.
 
     ``by_source``: bytes the node's drives absorb per iteration, by what writes them; ``per_drive``: bytes
@@ -39,12 +42,12 @@ def drive_endurance(c, device, by_source: dict, per_drive, gpus_node, F=None) ->
     }
 
 
-def apply_wear(c, system, F=None) -> None:
+def apply_wear(c: dict[str, Any], system: Any, F: Any = None) -> None:
     """The ``endurance`` section from every drive-write contribution so far (none: no section)."""
     writes = c["terms"].drive_writes
     if not writes or system.node.storage is None:
         return
-    by_source: dict = {}
+    by_source: dict[str, Any] = {}
     per_drive = 0.0
     for w in writes.values():      # registry order: storage offload, then activation offload
         by_source.update(w.by_source)
@@ -60,11 +63,11 @@ class DriveWear(TechniqueBase):
     sections = ("endurance",)
     after = ("storage_offload", "activation_offload")
 
-    def active(self, plan) -> bool:
+    def active(self, plan: Any) -> bool:
         return plan.offload_optimizer in ("nvme", "csd") or plan.offload_params == "nvme" \
             or plan.offload_activations == "ssd"
 
-    def apply_time(self, c, state, model, system, plan, F=None) -> None:
+    def apply_time(self, c: dict[str, Any], state: Any, model: Any, system: Any, plan: Any, F: Any = None) -> None:
         apply_wear(c, system, F)
 
 
