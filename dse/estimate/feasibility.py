@@ -58,13 +58,13 @@ class Violation:
         """The name the search counts points excluded by this constraint under."""
         return REASONS.get(self.kind, self.kind).format(tier=self.tier)
 
-    def as_dict(self, message: str | None = None) -> dict:
+    def as_dict(self, message: str | None = None) -> dict[str, Any]:
         """The structured form of the estimate's ``violation_details`` entries (``message``: if already written)."""
         return {"kind": self.kind, "tier": self.tier, "needed": self.needed, "available": self.available,
                 "message": self.message if message is None else message, "reason": self.reason}
 
 
-def _memory_text(tier: str, mem: dict) -> Callable[[], str]:
+def _memory_text(tier: str, mem: dict[str, Any]) -> Callable[[], str]:
     def text() -> str:
         from dse.units import fmt
 
@@ -73,7 +73,7 @@ def _memory_text(tier: str, mem: dict) -> Callable[[], str]:
     return text
 
 
-def memory_checks(memory: dict, describe: Callable[[str, dict], Callable[[], str] | None] | None = None
+def memory_checks(memory: dict[str, Any], describe: Callable[[str, dict[str, Any]], Callable[[], str] | None] | None = None
                   ) -> list[Violation]:
     """One memory constraint per tier of ``memory`` that has a capacity: total <= capacity.
 
@@ -89,7 +89,7 @@ def memory_checks(memory: dict, describe: Callable[[str, dict], Callable[[], str
     return out
 
 
-def gpu_count_check(gpus: Num, nodes: Num, system) -> Violation:
+def gpu_count_check(gpus: Num, nodes: Num, system: Any) -> Violation:
     """The plan's GPUs must not exceed the system's."""
     def text() -> str:
         return (f"the plan needs {gpus} GPUs ({int(nodes)} nodes of {system.node.gpus_per_node}); "
@@ -97,8 +97,9 @@ def gpu_count_check(gpus: Num, nodes: Num, system) -> Violation:
     return Violation("gpus", None, gpus, system.nodes * system.node.gpus_per_node, text)
 
 
-def check(memory: dict, system, plan, *, gpus: Num = None, nodes: Num = None, c: dict | None = None,
-          techniques: Iterable = (), describe=None) -> list[Violation]:
+def check(memory: dict[str, Any], system: Any, plan: Any, *, gpus: Num | None = None, nodes: Num | None = None,
+          c: dict[str, Any] | None = None,
+          techniques: Iterable[Any] = (), describe: Any = None) -> list[Violation]:
     """Every constraint of a scenario, violated or not (array-safe): filter with :func:`violated`.
 
     ``memory``: the memory tiers (``r["memory"]``); ``gpus``/``nodes``: the plan's GPU count and

@@ -32,12 +32,12 @@ def _map_value(fn: Callable[[Any], Any], value: Any) -> Any:
 class _Mappable:
     """``map`` and ``as_dict`` for a dataclass of numbers/arrays (nested dicts and dataclasses included)."""
 
-    def map(self, fn: Callable[[Any], Any]):
+    def map(self, fn: Callable[[Any], Any]) -> Any:
         """A copy with ``fn`` applied to every numeric leaf (dict values and nested terms included)."""
         changes = {f.name: _map_value(fn, getattr(self, f.name)) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
         return dataclasses.replace(self, **changes)  # type: ignore[type-var]
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         """The fields set (not None) as a (nested) dict, e.g. to print or compare them; nested terms as dicts."""
         out = {}
         for f in dataclasses.fields(self):  # type: ignore[arg-type]
@@ -107,15 +107,15 @@ class BaseTerms(_Mappable):
     head_activation_bytes: Num        # activation bytes of the LM head and loss
     embedding_activation_bytes: Num   # activation bytes of the embedding
     microbatches_in_flight: Num       # micro-batches whose activations the first stage holds at once
-    activation_options: dict          # keyword options of the activation formulas (tp, recompute, ...)
+    activation_options: dict[str, Any]          # keyword options of the activation formulas (tp, recompute, ...)
     first_stage_is_max: Num           # True where the first stage holds more GPU memory than the last
     activations_first_stage: Num      # activation bytes of the first stage's GPU
     activations_last_stage: Num       # activation bytes of the last stage's GPU
-    states_first_stage: dict          # model-state bytes of the first stage's GPU: weights/gradients/optimizer
-    states_last_stage: dict           # model-state bytes of the last stage's GPU
-    kernels: dict                     # kernel tables of one micro-batch: layer, embedding, head (dse.formulas.kernels)
+    states_first_stage: dict[str, Any]          # model-state bytes of the first stage's GPU: weights/gradients/optimizer
+    states_last_stage: dict[str, Any]           # model-state bytes of the last stage's GPU
+    kernels: dict[str, Any]                     # kernel tables of one micro-batch: layer, embedding, head (dse.formulas.kernels)
     time: TimeTerms | None = None     # the time side, once compose_time ran
-    drive_writes: dict = dataclasses.field(default_factory=dict)   # technique name -> its DriveWrites
+    drive_writes: dict[str, Any] = dataclasses.field(default_factory=dict)   # technique name -> its DriveWrites
 
     def timed(self) -> TimeTerms:
         """The time-side terms; an error if :func:`~dse.estimate.base.compose_time` has not run."""
@@ -128,7 +128,7 @@ class BaseTerms(_Mappable):
 class DriveWrites(_Mappable):
     """Bytes a technique writes to the node's drives per iteration (what wears them)."""
 
-    by_source: dict             # bytes per iteration the node's drives absorb, by what writes them
+    by_source: dict[str, Any]             # bytes per iteration the node's drives absorb, by what writes them
     per_drive: Num              # bytes per iteration on the most written drive
 
 
@@ -141,7 +141,7 @@ class DriveUse(_Mappable):
     power: Num                  # W per drive (a CSD's accelerator draws power only when it runs the update)
 
 
-def drive_use(system, plan) -> DriveUse:
+def drive_use(system: Any, plan: Any) -> DriveUse:
     """How many drives of a node the plan uses and their price and power (computed once, shared by techniques).
 
     ``plan.ssds`` when given, else every drive of the node; 0 on a node without drives. A CSD's
