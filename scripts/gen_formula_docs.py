@@ -73,8 +73,10 @@ def modules():
 
 
 def public_functions(mod):
+    from dse.formulas._modules import defines
+
     return [(n, getattr(mod, n)) for n in mod.__all__
-            if inspect.isfunction(getattr(mod, n)) and getattr(mod, n).__module__ == mod.__name__]
+            if inspect.isfunction(getattr(mod, n)) and defines(mod, getattr(mod, n))]
 
 
 def constants(mod):
@@ -234,15 +236,18 @@ def _signature(name, fn) -> str:
 
 
 def _constant_note(mod, name) -> str:
-    lines = inspect.getsource(mod).splitlines()
-    for i, line in enumerate(lines):
-        if re.match(rf"^{name}\s*(:[^=]*)?=", line):
-            comment = []
-            j = i - 1
-            while j >= 0 and lines[j].lstrip().startswith("#"):
-                comment.insert(0, lines[j].lstrip("# :").strip())
-                j -= 1
-            return " ".join(comment)
+    from dse.formulas._modules import home_modules
+
+    for home in home_modules(mod):   # a package's constants are defined in its submodules
+        lines = inspect.getsource(home).splitlines()
+        for i, line in enumerate(lines):
+            if re.match(rf"^{name}\s*(:[^=]*)?=", line):
+                comment = []
+                j = i - 1
+                while j >= 0 and lines[j].lstrip().startswith("#"):
+                    comment.insert(0, lines[j].lstrip("# :").strip())
+                    j -= 1
+                return " ".join(comment)
     return ""
 
 
@@ -253,6 +258,7 @@ def _md(text: str) -> str:
 def render(feeds: dict) -> str:
     from dse.estimate import resolve, run
     from dse.formulas._docstring import parse
+    from dse.formulas._modules import concern
 
     every_key = set()
     for _name, _, m, h, fields in SCENARIOS:
@@ -285,8 +291,7 @@ def render(feeds: dict) -> str:
             out.append("|---|---|")
             for n in mod.__all__:
                 obj = getattr(mod, n)
-                home = getattr(obj, "__module__", None) if callable(obj) else None
-                target = f"`{home.rsplit('.', 1)[-1]}.{obj.__name__}`" if home else "`cost.SECONDS_PER_YEAR`"
+                target = f"`{concern(obj)}.{obj.__name__}`" if callable(obj) else "`cost.SECONDS_PER_YEAR`"
                 out.append(f"| `{n}` | {target} |")
             out.append("")
             continue
@@ -302,6 +307,8 @@ def render(feeds: dict) -> str:
             sec = parse(inspect.getdoc(fn) or "")
             out += [f"### `{short}.{n}`", "", "```python", _signature(n, fn), "```", "", sec["summary"], "",
                     f"- **Formula:** {sec['formula']}", f"- **Source:** {sec['source']}"]
+            if fn.__module__ != mod.__name__:   # a package's function: say which submodule holds it
+                out.append(f"- **Code:** `{fn.__module__.replace('.', '/')}.py`")
             if sec["returns"]:
                 out.append(f"- **Returns:** {sec['returns'][0]}")
             info = feeds.get((short, n))

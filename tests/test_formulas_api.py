@@ -9,6 +9,7 @@ import pytest
 
 import dse.formulas
 from dse.formulas._docstring import parse
+from dse.formulas._modules import defines, home_modules
 
 MODULES = [m for m in dse.formulas.__all__ if inspect.ismodule(getattr(dse.formulas, m))]
 HOME_MODULES = [m for m in MODULES if m != "energy"]   # energy only re-exports
@@ -21,7 +22,7 @@ def _module(name):
 def _functions(name):
     mod = _module(name)
     return [(n, getattr(mod, n)) for n in mod.__all__ if inspect.isfunction(getattr(mod, n))
-            and getattr(mod, n).__module__ == mod.__name__]
+            and defines(mod, getattr(mod, n))]
 
 
 def test_every_concern_has_a_module():
@@ -37,8 +38,8 @@ def test_all_lists_exactly_the_public_names(name):
     for n in mod.__all__:
         assert hasattr(mod, n), f"{name}.__all__ names {n}, which does not exist"
         assert not n.startswith("_")
-    defined = [n for n, v in vars(mod).items() if inspect.isfunction(v) and v.__module__ == mod.__name__
-               and not n.startswith("_")]
+    defined = [n for home in home_modules(mod) for n, v in vars(home).items()   # a package: its submodules too
+               if inspect.isfunction(v) and v.__module__ == home.__name__ and not n.startswith("_")]
     missing = sorted(set(defined) - set(mod.__all__))
     assert not missing, f"public functions of {name} missing from __all__ (prefix private ones with _): {missing}"
 
@@ -93,3 +94,18 @@ def test_explain_prints_equation_and_source():
 
     line = formula_line(dse.formulas.parallelism.allreduce_time)
     assert line.startswith("2 (n-1)/n S / B") and "Patarasuk & Yuan 2009" in line
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_a_package_reexports_every_name_of_its_submodules(name):
+    """A concern split into submodules (activation_offload/) keeps one import path for each of its names."""
+    mod = _module(name)
+    for sub in home_modules(mod)[1:]:
+        assert isinstance(sub.__all__, list), sub.__name__
+        for n in sub.__all__:
+            assert n in mod.__all__, f"{sub.__name__}.{n} is not in {mod.__name__}.__all__"
+            assert getattr(mod, n) is getattr(sub, n)
+
+
+def test_activation_offload_is_a_package_of_submodules():
+    assert len(home_modules(dse.formulas.activation_offload)) > 1

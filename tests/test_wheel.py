@@ -89,6 +89,11 @@ def test_installed_wheel_ships_the_catalog(tmp_path):
     assert result["model"]["name"] == "llama2-7b" and result["model"]["params"] == 6_738_415_616
     assert result["hardware"]["name"] == "dgx-a100-80gb"
     assert result["time"]["iteration"] > 0
+    # formula concerns split into packages (dse/formulas/activation_offload/) ship with their submodules
+    assert "dse/formulas/activation_offload/tensors.py" in names
+    offloaded = json.loads(sh(dse, "estimate", "-m", "llama2-7b", "--hw", "ssdtrain-a100-optane", "--tp", "2", "-b", "2",
+                              "--offload-activations", "ssd", "--json", cwd=work, env=env).stdout)
+    assert offloaded["activation_offload"]["bytes_offloaded_per_iteration"] > 0
 
     validated = sh(dse, "show", "hardware", "h100-cluster", "--json", cwd=work, env=env).stdout
     assert json.loads(validated)["nodes"] == 32

@@ -99,7 +99,7 @@ class Plan:
     optimizer_buffer_count: int = spec_field(4, gt=0, help="pinned host swap buffers for optimizer state (DeepSpeed default 4)")
     param_buffer_count: int = spec_field(5, gt=0, help="pinned host swap buffers for NVMe-offloaded params (DeepSpeed default 5)")
     param_buffer_size: float = spec_field(1e8, unit="count", gt=0, help="elements per param swap buffer (DeepSpeed default 1e8)")
-    # Activation offload (SSDTrain); see dse/formulas/activation_offload.py. Uses ssds above.
+    # Activation offload (SSDTrain); see dse/formulas/activation_offload/. Uses ssds above.
     offload_activations: str = spec_field("none", choices=OFFLOAD_ACTIVATIONS,
                                           help="write saved activations to the drives (ssd, SSDTrain) or to pinned "
                                                "host memory (host) during forward, read them back in backward")
