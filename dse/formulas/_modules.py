@@ -21,12 +21,12 @@ def home_modules(mod: ModuleType) -> list[ModuleType]:
     return [mod] + [importlib.import_module(f"{mod.__name__}.{name}") for name in subs]
 
 
-def defines(mod: ModuleType, obj) -> bool:
+def defines(mod: ModuleType, obj: object) -> bool:
     """Whether ``obj`` is defined in ``mod`` or, when ``mod`` is a package, in one of its submodules."""
-    home = getattr(obj, "__module__", None) or ""
+    home = str(getattr(obj, "__module__", None) or "")
     return home == mod.__name__ or (hasattr(mod, "__path__") and home.startswith(mod.__name__ + "."))
 
 
-def concern(obj) -> str:
+def concern(obj: object) -> str:
     """The :mod:`dse.formulas` concern (module or package) that defines ``obj``: ``"activation_offload"``."""
-    return obj.__module__.split(".")[2]
+    return str(getattr(obj, "__module__", "")).split(".")[2]

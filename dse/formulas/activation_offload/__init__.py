@@ -12,7 +12,7 @@ Notation: ``A`` bytes a layer saves for backward (:func:`dse.formulas.transforme
 forward/backward time, ``T_f`` the forward time of a whole micro-batch on the stage,
 ``BW_w``/``BW_r`` the write/read bandwidth one GPU gets from its drives. SI units.
 
-Behaviour taken from the code (research note reference/activation_offload.md §1.2-1.4):
+Behaviour taken from the code (research note docs/reference/activation_offload.md §1.2-1.4):
 
 - never offloaded: parameters and model inputs, tensors with fewer than 8 Mi elements,
   the LM head, the loss and the non-transformer part of the model (so the head and
@@ -85,16 +85,33 @@ Symbols:
 from __future__ import annotations
 
 from dse.formulas.activation_offload.bandwidth import activation_io_bandwidth, drives_per_gpu, link_bandwidth_left
-from dse.formulas.activation_offload.endurance import (DAYS_PER_YEAR, bytes_written_per_iteration, lifetime_years,
-                                                       rated_endurance, ssd_capacity_needed)
-from dse.formulas.activation_offload.gpu_memory import (activation_peak_extra, gpu_activation_bytes_offload,
-                                                        largest_micro_batch, pipeline_iteration_time,
-                                                        rok_activation_peaks)
-from dse.formulas.activation_offload.layer_choice import (adaptive_bandwidth_required, adaptive_first_kept_scope,
-                                                          adaptive_offload_layers, hidden_offload_layers,
-                                                          paced_write_bandwidth)
-from dse.formulas.activation_offload.overlap import (layer_forward_time, prefix_write_bandwidth_required,
-                                                     read_bandwidth_required, write_bandwidth_required)
+from dse.formulas.activation_offload.endurance import (
+    DAYS_PER_YEAR,
+    bytes_written_per_iteration,
+    lifetime_years,
+    rated_endurance,
+    ssd_capacity_needed,
+)
+from dse.formulas.activation_offload.gpu_memory import (
+    activation_peak_extra,
+    gpu_activation_bytes_offload,
+    largest_micro_batch,
+    pipeline_iteration_time,
+    rok_activation_peaks,
+)
+from dse.formulas.activation_offload.layer_choice import (
+    adaptive_bandwidth_required,
+    adaptive_first_kept_scope,
+    adaptive_offload_layers,
+    hidden_offload_layers,
+    paced_write_bandwidth,
+)
+from dse.formulas.activation_offload.overlap import (
+    layer_forward_time,
+    prefix_write_bandwidth_required,
+    read_bandwidth_required,
+    write_bandwidth_required,
+)
 from dse.formulas.activation_offload.tensors import SMALL_TENSOR_ELEMENTS, offloaded_bytes_per_layer, offloaded_terms
 from dse.formulas.activation_offload.timeline import exposed_io_time, forwarded_bytes, write_backlog
 from dse.formulas.transformer import activation_terms, backward_working_bytes  # noqa: F401 (public in transformer)

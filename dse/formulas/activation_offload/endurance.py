@@ -1,7 +1,7 @@
 """Drive capacity and endurance: bytes held and written per GPU, rated TBW, years until worn out.
 
 Part of :mod:`dse.formulas.activation_offload` (notation and symbols there); research note
-reference/activation_offload.md §1.6.
+activation_offload.md §1.6.
 """
 
 from __future__ import annotations

@@ -63,7 +63,8 @@ def gpu_activation_bytes_offload(layers: Num, offloaded_layers: Num, layer_bytes
 
 
 def rok_activation_peaks(layers: Num, in_flight: Num, keep_layer_bytes: Num, selective_layer_bytes: Num,
-                         full_layer_bytes: Num, offload_layer_kept_bytes: Num, other_bytes: Num = 0.0) -> dict:
+                         full_layer_bytes: Num, offload_layer_kept_bytes: Num, other_bytes: Num = 0.0
+                         ) -> dict[str, Num]:
     """GPU activation peak of the four recompute-offload-keep (ROK) strategies, per GPU.
 
     Formula: keep n_fl l A; selective n_fl l A_sel; full n_fl l A_full + A; offload n_fl l A_kept + A; each + M_other

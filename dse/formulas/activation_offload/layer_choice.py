@@ -68,7 +68,8 @@ def adaptive_offload_layers(bandwidth: Num, layer_bytes: Num, layer_forward_time
     return clip(floor(x) + 1, 0, layers)
 
 
-def adaptive_first_kept_scope(scope_bytes: list, scope_times: list, forward_time: float, bandwidth: float) -> int:
+def adaptive_first_kept_scope(scope_bytes: list[float], scope_times: list[float], forward_time: float,
+                              bandwidth: float) -> int:
     """SSDTrain's adaptive-keep walk over an explicit list of scopes (scalars; reference for the closed form).
 
     Formula: first k with (sum_{j<k} A_j + 2 A_k) / (3 T_f - 2 sum_{j<k} t_j) > BW; scopes before k are offloaded

@@ -2,7 +2,7 @@
 
 Part of :mod:`dse.formulas.activation_offload` (notation and symbols there): the strict per-layer
 conditions (writes behind the layer's forward, prefetched reads behind one layer's backward) and
-the relaxed prefix condition of the research note (reference/activation_offload.md §1.4).
+the relaxed prefix condition of the research note (activation_offload.md §1.4).
 """
 
 from __future__ import annotations

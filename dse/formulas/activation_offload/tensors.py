@@ -7,6 +7,8 @@ Part of :mod:`dse.formulas.activation_offload` (notation and symbols there): Fla
 
 from __future__ import annotations
 
+from typing import Any
+
 from dse.formulas._array import Num, where
 from dse.formulas.transformer import activation_terms
 
@@ -16,7 +18,7 @@ __all__ = ["SMALL_TENSOR_ELEMENTS", "offloaded_terms", "offloaded_bytes_per_laye
 SMALL_TENSOR_ELEMENTS = 8 * 1024 * 1024
 
 
-def _element_bytes(name: str, bytes_per_element):
+def _element_bytes(name: str, bytes_per_element: Num) -> Num:
     """Bytes per element of one saved tensor of :func:`activation_terms` (masks 1 B, the fp32 LSE 4 B)."""
     if "mask" in name:
         return 1
@@ -27,7 +29,7 @@ def _element_bytes(name: str, bytes_per_element):
 
 def offloaded_terms(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: Num, ffn: Num, *,
                     min_elements: Num = SMALL_TENSOR_ELEMENTS, tp: Num = 1, sequence_parallel: bool = False,
-                    bytes_per_element: Num = 2, **options) -> dict:
+                    bytes_per_element: Num = 2, **options: Any) -> dict[str, Num]:
     """Bytes of each saved tensor of one layer that SSDTrain writes to the drives (0 when skipped).
 
     Formula: A_off = sum over tensors i of bytes_i [elements_i >= 8 Mi]; elements_i = bytes_i / element size
@@ -69,7 +71,7 @@ def offloaded_terms(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim:
 
 
 def offloaded_bytes_per_layer(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: Num, ffn: Num,
-                              **options) -> Num:
+                              **options: Any) -> Num:
     """Bytes of one layer SSDTrain writes per micro-batch per GPU: the sum of :func:`offloaded_terms`.
 
     Formula: A_off = sum_i bytes_i [elements_i >= 8 Mi]
@@ -83,7 +85,7 @@ def offloaded_bytes_per_layer(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num,
     >>> np.round(offloaded_bytes_per_layer(1024, np.array([1, 4, 16]), 12288, 96, 96, 128, 49152, tp=2) / 1e9, 3)
     array([0.264, 1.107, 4.429])
     """
-    total = 0
+    total: Num = 0
     for v in offloaded_terms(s, b, h, heads, kv_heads, head_dim, ffn, **options).values():
         total = total + v
     return total
