@@ -58,7 +58,7 @@ SCENARIOS = [
 COMMANDS = {"dse/validate/": "dse validate", "dse/estimate/rok.py": "dse rok",
             "dse/estimate/chiplet_scaling.py": "dse chiplet-scaling",
             "dse/estimate/offload_compare.py": "dse offload-compare", "dse/specs/": "spec validation",
-            "dse/cli.py": "the CLI"}
+            "dse/cli.py": "the CLI", "dse/commands/": "the CLI"}
 HEADLINE = ("time.iteration", "throughput.tokens_per_s", "memory.gpu.total", "memory.sram.total", "memory.dram.total",
             "energy.iteration_j", "cost.capital_usd")
 

@@ -1,0 +1,68 @@
+"""``dse list`` and ``dse show``: the shipped catalog, and one resolved model or hardware spec."""
+# ruff: noqa: UP006, UP035, UP045
+# (typer reads the annotations: Optional[...] and List[...] kept as they were in dse/cli.py)
+
+from __future__ import annotations
+
+from typing import List, Literal
+
+import typer
+
+from dse.commands.options import _console, _print_json
+
+
+def list_(what: Literal["models", "hardware", "components"] = typer.Argument("models", help="models | hardware | components"),
+          json_out: bool = typer.Option(False, "--json")):
+    """List the shipped catalog."""
+    from dse import catalog
+    from dse.report.console import render_list
+
+    if what == "models":
+        items = [(n, catalog.read_yaml(catalog.models_dir() / f"{n}.yaml")) for n in catalog.names(catalog.models_dir())]
+    elif what == "hardware":
+        items = [(n, catalog.read_yaml(catalog.hw_dir(sub) / f"{n}.yaml"))
+                 for sub in ("systems", "chiplets") for n in catalog.names(catalog.hw_dir(sub))]
+    else:
+        items = [(f"{sub}/{n}", catalog.read_yaml(catalog.hw_dir(sub) / f"{n}.yaml"))
+                 for sub in sorted(set(catalog.COMPONENT_DIRS.values()) - {"systems"}) for n in catalog.names(catalog.hw_dir(sub))]
+    if json_out:
+        _print_json([{"name": n, **{k: v for k, v in d.items() if k != "name"}} for n, d in items])
+        return
+    render_list(_console(), what, items)
+
+
+def show(kind: Literal["model", "hardware"] = typer.Argument(..., help="model | hardware"),
+         name: str = typer.Argument(..., help="catalog name or file"),
+         set_: List[str] = typer.Option([], "--set", help="override fields before showing"),
+         json_out: bool = typer.Option(False, "--json")):
+    """Show a resolved model or hardware spec (defaults filled in, units in SI)."""
+    import dataclasses
+
+    from dse import catalog
+    from dse.specs import _schema
+
+    ov = [_schema.parse_assignment(x) for x in set_]
+    if kind == "model":
+        spec = catalog.load_model(name, [(p[1:] if p[0] == "model" else p, v) for p, v in ov])
+        data = dataclasses.asdict(spec)
+        from dse.formulas import transformer as T
+
+        data["parameters"] = T.parameter_count(
+            spec.layers, spec.hidden, spec.heads, spec.kv_heads, spec.head_dim, spec.ffn_hidden, spec.vocab,
+            ffn_type=spec.ffn_type, norm=spec.norm, bias=spec.bias, qkv_bias=spec.qkv_bias,
+            position_embeddings=spec.position_embeddings, token_types=spec.token_types,
+            embedding_norm=spec.embedding_norm, tied=spec.tied_embeddings, final_norm=spec.final_norm,
+            pooler=spec.pooler, mlm_head=spec.mlm_head, nsp_head=spec.nsp_head)
+    else:
+        if ov:
+            spec = catalog.load_hardware(name, [(p[1:] if p[0] in ("hardware", "hw") else p, v) for p, v in ov])
+            kind_name = spec.kind
+        else:
+            kind_name, spec = catalog.find_hardware(name)
+        data = {"kind": kind_name, **dataclasses.asdict(spec)}
+    if json_out:
+        _print_json(data)
+        return
+    from dse.report.console import render_spec
+
+    render_spec(_console(), kind, data)

@@ -1,0 +1,97 @@
+"""``dse estimate``: one training scenario (time, memory per tier, traffic, bottleneck; ``--explain``)."""
+# ruff: noqa: UP006, UP035, UP045
+# (typer reads the annotations: Optional[...] and List[...] kept as they were in dse/cli.py)
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+import typer
+
+from dse.commands.options import (
+    ActivationIOPath,
+    Attention,
+    ChipletScheme,
+    ExchangeDtype,
+    OffloadActivations,
+    OffloadOptimizer,
+    OffloadParams,
+    Optimizer,
+    Precision,
+    Recompute,
+    _console,
+    _print_json,
+    activation_offload_fields,
+    offload_fields,
+    plan_fields,
+)
+
+
+def estimate(
+    model: str = typer.Option("llama2-7b", "--model", "-m", help="catalog name, YAML file, or HF config.json"),
+    hw: str = typer.Option("dgx-a100-80gb", "--hw", help="hardware system: catalog name or YAML file"),
+    tp: Optional[int] = typer.Option(None, "--tp", min=1, help="tensor-parallel degree"),
+    pp: Optional[int] = typer.Option(None, "--pp", min=1, help="pipeline stages"),
+    dp: Optional[int] = typer.Option(None, "--dp", min=1, help="data-parallel replicas"),
+    micro_batch: Optional[int] = typer.Option(None, "--micro-batch", "-b", min=1, help="sequences per micro-batch"),
+    global_batch: Optional[int] = typer.Option(None, "--global-batch", "-B", min=1, help="sequences per iteration"),
+    seq_len: Optional[int] = typer.Option(None, "--seq-len", "-s", min=1, help="tokens per sequence"),
+    recompute: Optional[Recompute] = typer.Option(None, "--recompute", help="none | selective | full"),
+    attention: Optional[Attention] = typer.Option(None, "--attention", help="flash | math"),
+    sequence_parallel: Optional[bool] = typer.Option(None, "--sequence-parallel/--no-sequence-parallel",
+                                                     help="Megatron sequence parallelism"),
+    zero: Optional[int] = typer.Option(None, "--zero", min=0, max=3, help="ZeRO stage 0-3"),
+    precision: Optional[Precision] = typer.Option(None, "--precision", help="bf16 | fp16 | bf16-pure"),
+    offload_optimizer: Optional[OffloadOptimizer] = typer.Option(
+        None, "--offload-optimizer", help="optimizer states: gpu | cpu | nvme (ZeRO-Infinity) | csd (update on the drives)"),
+    offload_params: Optional[OffloadParams] = typer.Option(None, "--offload-params", help="fp16 parameters: gpu | cpu | nvme"),
+    gradient_compression: Optional[float] = typer.Option(
+        None, "--gradient-compression", help="gradient bytes sent / dense, in (0, 1] (csd only; 0.02 = top-1% with indices)"),
+    ssds: Optional[int] = typer.Option(None, "--ssds", min=1, help="drives used for offload (default: all of the hardware's)"),
+    optimizer: Optional[Optimizer] = typer.Option(None, "--optimizer", help="adam | sgd-momentum | adagrad"),
+    exchange_dtype: Optional[ExchangeDtype] = typer.Option(
+        None, "--exchange-dtype", help="gradients/params exchanged with the drives' accelerators: fp32 (paper) | fp16 (released code)"),
+    offload_activations: Optional[OffloadActivations] = typer.Option(
+        None, "--offload-activations", help="none | ssd (SSDTrain: to the drives) | host (pinned host memory)"),
+    offload_layers: Optional[str] = typer.Option(
+        None, "--offload-layers", help="N | auto: leading layers per stage to offload (auto: what hides, capped by "
+                                       "SSDTrain's rule; on a full GPU the fewest that fit)"),
+    activation_io_path: Optional[ActivationIOPath] = typer.Option(
+        None, "--activation-io-path", help="gds (GPUDirect Storage, default) | bounce (through host memory)"),
+    set_: List[str] = typer.Option([], "--set", help="override any field: model.X=, hardware.X=, plan.X= (repeatable)"),
+    json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
+    explain: bool = typer.Option(False, "--explain", help="print every term with its formula, inputs and value"),
+    chiplet_scheme: Optional[ChipletScheme] = typer.Option(None, "--chiplet-scheme",
+                                                           help="chiplet packages: megatron-1d | summa-2d | hecaton-2d"),
+    mesh: Optional[str] = typer.Option(None, "--mesh", help="chiplet packages: RxC layout of the dies, e.g. 4x16 (same die count)"),
+):
+    """Estimate one training scenario: time, memory per tier, traffic, bottleneck."""
+    from dse.estimate import resolve, run
+
+    fields = plan_fields(tp, pp, dp, micro_batch, global_batch, seq_len, recompute, attention, sequence_parallel,
+                         zero, precision)
+    fields.update({k: v for k, v in (("chiplet_scheme", chiplet_scheme), ("chiplet_mesh", mesh)) if v is not None})
+    fields.update(offload_fields(offload_optimizer, offload_params, gradient_compression, ssds, optimizer, exchange_dtype))
+    fields.update(activation_offload_fields(offload_activations, offload_layers, None, activation_io_path))
+    m, s, p = resolve(model, hw, None, set_, **fields)
+    trace = None
+    if explain:
+        from dse.estimate.trace import Trace
+
+        trace = Trace()
+    result = run(m, s, p, trace=trace)
+    if trace is not None:
+        from dse.estimate.trace import composition_rows
+
+        trace.rows.extend(composition_rows(result))
+    if json_out:
+        if trace is not None:
+            result["explain"] = trace.rows
+        _print_json(result)
+        return
+    from dse.report.console import render_estimate, render_explain
+
+    con = _console()
+    render_estimate(con, result)
+    if trace is not None:
+        render_explain(con, trace.rows)

@@ -1,0 +1,85 @@
+"""What the commands share: the choice types of their flags, flag values -> plan fields, output helpers."""
+# ruff: noqa: UP006, UP035, UP045
+# (typer reads the annotations: Optional[...] and List[...] kept as they were in dse/cli.py)
+
+from __future__ import annotations
+
+import sys
+from typing import Literal
+
+Recompute = Literal["none", "selective", "full"]
+Attention = Literal["flash", "math"]
+Precision = Literal["bf16", "fp16", "bf16-pure"]
+ChipletScheme = Literal["megatron-1d", "summa-2d", "hecaton-2d"]
+OffloadOptimizer = Literal["gpu", "cpu", "nvme", "csd"]
+OffloadParams = Literal["gpu", "cpu", "nvme"]
+Optimizer = Literal["adam", "sgd-momentum", "adagrad"]
+ExchangeDtype = Literal["fp32", "fp16"]
+OffloadActivations = Literal["none", "ssd", "host"]
+ActivationIOPath = Literal["gds", "bounce"]
+
+
+def _console():
+    from rich.console import Console
+
+    return Console()
+
+
+def _print_json(obj) -> None:
+    from dse.report.jsonout import dumps
+
+    sys.stdout.write(dumps(obj) + "\n")
+
+
+def plan_fields(tp, pp, dp, micro_batch, global_batch, seq_len, recompute, attention, sequence_parallel, zero,
+                precision) -> dict:
+    """Plan fields given on the command line (unset flags keep the plan defaults)."""
+    fields = dict(tp=tp, pp=pp, dp=dp, micro_batch=micro_batch, global_batch=global_batch, seq_len=seq_len,
+                  recompute=recompute, attention=attention, sequence_parallel=sequence_parallel, zero=zero,
+                  precision=precision)
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+def activation_offload_fields(offload_activations, offload_layers, ssds, activation_io_path) -> dict:
+    """Activation-offload plan fields from the command line (``--offload-layers auto`` = the adaptive rule)."""
+    from dse.errors import InputError
+
+    layers = None
+    if offload_layers is not None and offload_layers.strip().lower() != "auto":
+        try:
+            layers = int(offload_layers)
+        except ValueError:
+            raise InputError(f"--offload-layers {offload_layers!r}: expected a number of layers (0 or more) "
+                             "or auto") from None
+        if layers < 0:
+            raise InputError(f"--offload-layers {layers}: must be 0 or more, or auto")
+    fields = dict(offload_activations=offload_activations, offload_layers=layers, ssds=ssds,
+                  activation_io_path=activation_io_path)
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+def offload_fields(offload_optimizer, offload_params, gradient_compression, ssds, optimizer, exchange_dtype) -> dict:
+    """Storage-offload plan fields given on the command line (see dse/specs/plan.py)."""
+    fields = dict(offload_optimizer=offload_optimizer, offload_params=offload_params,
+                  gradient_compression=gradient_compression, ssds=ssds, optimizer=optimizer, exchange_dtype=exchange_dtype)
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+def _check_plot(path: str | None) -> None:
+    """``--plot`` without matplotlib fails in one line before any work (the figures: :mod:`dse.report.plots`)."""
+    if path:
+        from dse.report.plots import check
+
+        check(path)
+
+
+def _int_list(text: str, flag: str) -> list[int]:
+    from dse.errors import InputError
+
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise InputError(f"{flag} {text!r}: expected positive integers separated by commas, e.g. 4,8,16") from None
+    if not values or any(v < 1 for v in values):
+        raise InputError(f"{flag} {text!r}: expected positive integers separated by commas, e.g. 4,8,16")
+    return values

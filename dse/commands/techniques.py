@@ -1,0 +1,186 @@
+"""The technique commands: ``dse rok`` (activation offload), ``dse offload-compare`` (storage offload),
+``dse chiplet-scaling`` (chiplet weak scaling)."""
+# ruff: noqa: UP006, UP035, UP045
+# (typer reads the annotations: Optional[...] and List[...] kept as they were in dse/cli.py)
+
+from __future__ import annotations
+
+from typing import List, Literal, Optional
+
+import typer
+
+from dse.commands.options import (
+    ActivationIOPath,
+    Attention,
+    ExchangeDtype,
+    OffloadParams,
+    Optimizer,
+    Precision,
+    Recompute,
+    _check_plot,
+    _console,
+    _int_list,
+    _print_json,
+    activation_offload_fields,
+    plan_fields,
+)
+
+
+def rok(
+    model: str = typer.Option("llama2-7b", "--model", "-m", help="catalog name, YAML file, or HF config.json"),
+    hw: str = typer.Option("dgx-a100-80gb", "--hw", help="hardware system: catalog name or YAML file"),
+    micro_batches: str = typer.Option("1,2,4,8", "--micro-batches", help="micro-batch sizes to compare, e.g. 4,8,16,32"),
+    tp: Optional[int] = typer.Option(None, "--tp", min=1, help="tensor-parallel degree"),
+    pp: Optional[int] = typer.Option(None, "--pp", min=1, help="pipeline stages"),
+    dp: Optional[int] = typer.Option(None, "--dp", min=1, help="data-parallel replicas"),
+    global_batch: Optional[int] = typer.Option(None, "--global-batch", "-B", min=1, help="sequences per iteration"),
+    seq_len: Optional[int] = typer.Option(None, "--seq-len", "-s", min=1, help="tokens per sequence"),
+    attention: Optional[Attention] = typer.Option(None, "--attention", help="flash | math"),
+    sequence_parallel: Optional[bool] = typer.Option(None, "--sequence-parallel/--no-sequence-parallel"),
+    zero: Optional[int] = typer.Option(None, "--zero", min=0, max=3, help="ZeRO stage 0-3"),
+    precision: Optional[Precision] = typer.Option(None, "--precision", help="bf16 | fp16 | bf16-pure"),
+    target: Optional[Literal["ssd", "host"]] = typer.Option(
+        None, "--target", help="where offload writes: ssd | host (default: ssd when the hardware has drives)"),
+    offload_layers: Optional[str] = typer.Option(None, "--offload-layers", help="N | auto (default auto)"),
+    ssds: Optional[int] = typer.Option(None, "--ssds", min=1, help="drives used for offload"),
+    activation_io_path: Optional[ActivationIOPath] = typer.Option(None, "--activation-io-path", help="gds | bounce"),
+    stages: Optional[str] = typer.Option(None, "--stages", help="pipeline stage counts to scan, e.g. 1,2,4 "
+                                         "(default: powers of two the system can hold)"),
+    set_: List[str] = typer.Option([], "--set", help="override any field: model.X=, hardware.X=, plan.X= (repeatable)"),
+    plot: Optional[str] = typer.Option(None, "--plot", help="write the ROK curve as a PNG (needs the plot extra)"),
+    json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
+):
+    """Recompute-offload-keep: activation memory and throughput of keep / selective / full recompute / offload
+    across micro-batch sizes, and what the freed memory buys (largest micro-batch, fewest pipeline stages)."""
+    from dse.estimate.rok import compare
+
+    fields = plan_fields(tp, pp, dp, None, global_batch, seq_len, None, attention, sequence_parallel, zero, precision)
+    fields.update(activation_offload_fields(None, offload_layers, ssds, activation_io_path))
+    _check_plot(plot)
+    result = compare(model, hw, _int_list(micro_batches, "--micro-batches"), overrides=set_, target=target,
+                     stages=_int_list(stages, "--stages") if stages else None, **fields)
+    if plot:
+        from dse.report.plots import rok_curve
+
+        result["plot"] = rok_curve(result, plot)
+    if json_out:
+        _print_json(result)
+        return
+    from dse.report.activation_offload import render_rok
+
+    render_rok(_console(), result)
+
+
+def offload_compare(
+    model: str = typer.Option(..., "--model", "-m", help="catalog name, YAML file, or HF config.json"),
+    hw: str = typer.Option("smart-infinity-a5000", "--hw", help="system with computational storage (SmartUpdate runs here)"),
+    baseline_hw: Optional[str] = typer.Option(None, "--baseline-hw",
+                                              help="system for the ZeRO-Infinity baseline, e.g. the same box with plain "
+                                                   "drives (default: --hw, its drives used and priced as plain NVMe)"),
+    ssds: Optional[int] = typer.Option(None, "--ssds", help="drives for the side-by-side table (default: all)"),
+    compression: float = typer.Option(0.02, "--compression", help="top-k ratio of the third variant, in (0, 1]"),
+    scaling: Optional[str] = typer.Option(None, "--scaling", help="drive counts to scale over, e.g. 1,2,4,8 (default: 1..all)"),
+    micro_batch: Optional[int] = typer.Option(None, "--micro-batch", "-b", min=1, help="sequences per micro-batch"),
+    global_batch: Optional[int] = typer.Option(None, "--global-batch", "-B", min=1, help="sequences per iteration"),
+    seq_len: Optional[int] = typer.Option(None, "--seq-len", "-s", min=1, help="tokens per sequence"),
+    recompute: Optional[Recompute] = typer.Option(None, "--recompute", help="none | selective | full (default full)"),
+    precision: Optional[Precision] = typer.Option(None, "--precision", help="bf16 | fp16 | bf16-pure"),
+    offload_params: Optional[OffloadParams] = typer.Option(None, "--offload-params", help="gpu | cpu | nvme (default cpu)"),
+    optimizer: Optional[Optimizer] = typer.Option(None, "--optimizer", help="adam | sgd-momentum | adagrad"),
+    exchange_dtype: Optional[ExchangeDtype] = typer.Option(None, "--exchange-dtype", help="fp32 (paper) | fp16 (released code)"),
+    set_: List[str] = typer.Option([], "--set", help="override any field: model.X=, hardware.X=, plan.X= (repeatable)"),
+    plot: Optional[str] = typer.Option(None, "--plot", help="write a PNG of the drive scaling (needs the plot extra)"),
+    json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
+):
+    """Compare ZeRO-Infinity, SmartUpdate and SmartUpdate + compression side by side, and over drive counts."""
+    from dse.errors import InputError
+    from dse.estimate.offload_compare import compare
+
+    counts = None
+    if scaling:
+        try:
+            counts = [int(x) for x in scaling.split(",") if x.strip()]
+        except ValueError:
+            raise InputError(f"--scaling {scaling!r}: expected comma-separated drive counts, e.g. 1,2,4,8") from None
+    _check_plot(plot)
+    result = compare(model, hw, baseline_hw, drives=ssds, compression=compression, scaling=counts, overrides=set_,
+                     micro_batch=micro_batch, global_batch=global_batch, seq_len=seq_len,
+                     recompute=recompute, precision=precision, offload_params=offload_params, optimizer=optimizer,
+                     exchange_dtype=exchange_dtype)
+    if plot:
+        from dse.report.plots import offload_scaling
+
+        result["plot"] = offload_scaling(result, plot)
+    if json_out:
+        _print_json(result)
+        return
+    from dse.report.offload import render_compare
+
+    render_compare(_console(), result)
+
+
+def chiplet_scaling(
+    hw: str = typer.Option("chiplet-train-8x8", "--hw", help="chiplet package of the first point (catalog name or YAML)"),
+    model: str = typer.Option("llama2-70b", "--model", "-m", help="model of the first point"),
+    to: str = typer.Option("llama3.1-405b", "--to", help="model of the last point"),
+    steps: int = typer.Option(2, "--steps", min=0, max=20, help="interpolated models between the two"),
+    scheme: List[str] = typer.Option(["megatron-1d", "summa-2d", "hecaton-2d"], "--scheme",
+                                     help="schemes to compare (repeatable): megatron-1d, summa-2d, hecaton-2d"),
+    seq_len: int = typer.Option(4096, "--seq-len", "-s", min=1, help="tokens per sequence (fixed across points)"),
+    micro_batch: int = typer.Option(1, "--micro-batch", "-b", min=1, help="sequences per micro-batch"),
+    global_batch: int = typer.Option(16, "--global-batch", "-B", min=1, help="sequences per iteration on one package"),
+    recompute: Recompute = typer.Option("full", "--recompute", help="none | selective | full (full: the minibatch "
+                                        "schedule's stored activations fit the catalog package's DRAM)"),
+    square: bool = typer.Option(False, "--square/--no-square", help="lay later points out as q x q meshes (SUMMA needs them)"),
+    set_: List[str] = typer.Option([], "--set", help="override fields: model.X= (both models), hardware.X=, plan.X="),
+    json_out: bool = typer.Option(False, "--json", help="print the rows as JSON"),
+    plot: Optional[str] = typer.Option(None, "--plot", help="also write a PNG of ratio and time per token (needs matplotlib)"),
+):
+    """Weak scaling on a chiplet package: model and die count grow together; FLOP per NoP byte and time per token per scheme."""
+    from dse import catalog
+    from dse.errors import InputError
+    from dse.estimate.chiplet_scaling import weak_scaling
+    from dse.specs import _schema
+
+    _check_plot(plot)
+    groups = {"model": [], "hardware": [], "plan": []}
+    for item in set_:
+        path, value = _schema.parse_assignment(item)
+        head = {"hw": "hardware", "m": "model", "p": "plan"}.get(path[0], path[0])
+        if head not in groups:
+            raise InputError(f"--set {item}: the path must start with model., hardware. or plan.")
+        groups[head].append((path[1:], value))
+    from dse.errors import suggest
+    from dse.specs.hardware import CHIPLET_PACKAGE
+    from dse.specs.plan import CHIPLET_SCHEMES, Plan
+
+    for sch in scheme:
+        if sch not in CHIPLET_SCHEMES:
+            raise InputError(f"--scheme {sch!r} is not one of {', '.join(CHIPLET_SCHEMES)}{suggest(sch, CHIPLET_SCHEMES)}")
+    package = catalog.load_hardware(hw, groups["hardware"])
+    if package.kind != CHIPLET_PACKAGE:
+        raise InputError(f"--hw {hw}: not a chiplet package but a {package.kind} (see `dse list hardware`: "
+                         f"names with 'chiplet')")
+    base = catalog.load_model(model, groups["model"])
+    target = catalog.load_model(to, groups["model"])
+    if base.ffn_type != target.ffn_type or base.head_dim != target.head_dim:
+        raise InputError(f"--model {model} and --to {to} must share the FFN type and head dimension to interpolate")
+    extra = {}
+    for path, value in groups["plan"]:
+        _schema.set_path(extra, path, value, Plan, "--set plan.")
+    rows = weak_scaling(base, target, package, steps=steps, schemes=tuple(dict.fromkeys(scheme)), seq_len=seq_len,
+                        micro_batch=micro_batch, global_batch=global_batch, recompute=recompute, plan_extra=extra,
+                        square=square)
+    if plot:
+        from dse.report.plots import chiplet_scaling as plot_chiplet_scaling
+
+        plot_chiplet_scaling(rows, plot)
+    if json_out:
+        _print_json(rows)
+        return
+    from dse.report.chiplet import render_scaling
+
+    con = _console()
+    render_scaling(con, rows)
+    if plot:
+        con.print(f"plot written to {plot}")
