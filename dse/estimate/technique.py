@@ -31,6 +31,7 @@ technique's result sections to the ``"module:function(con, result)"`` that rende
 
 from __future__ import annotations
 
+import abc
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 
@@ -57,7 +58,7 @@ class Technique(Protocol):
         """The technique's constraints (:class:`~dse.estimate.feasibility.Violation`), array-safe."""
 
 
-class TechniqueBase:
+class TechniqueBase(abc.ABC):
     """Defaults for a :class:`Technique`: no constraints, no report, active for every plan, exact memory."""
 
     name = ""
@@ -75,9 +76,9 @@ class TechniqueBase:
     def violations(self, c: dict, system, plan) -> list:
         return []
 
+    @abc.abstractmethod
     def apply_time(self, c: dict, state: Any, model, system, plan, F=None) -> None:
-        """Time, traffic and the report section(s): every technique defines it."""
-        raise NotImplementedError(f"technique {self.name!r} has no apply_time")
+        """Time, traffic and the report section(s): every technique defines it (a class without it cannot be made)."""
 
     def apply(self, c: dict, model, system, plan, F=None) -> None:
         """Both halves on a fully composed estimate (what ``dse estimate`` does for this technique)."""
