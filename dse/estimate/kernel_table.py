@@ -196,6 +196,10 @@ def kernel_times(tables, system, plan, peak, lk, C=_compute, P=_parallelism) -> 
     r = recipe_of(plan)
     hw = cost_of(gpu, peak, peak_flops(gpu.peak_flops, r.attention_dtype), peak_flops(gpu.peak_flops, r.head_dtype))
     async_tp = plan.async_tp_allreduce and not plan.sequence_parallel   # hidden behind the weight-gradient GEMMs
+    key = _times_key(tables, hw, lk["tp"], plan.recompute, async_tp, eff.layer_overhead, C, P)
+    hit = _TIMES.get(key) if key is not None else None
+    if hit is not None and hit[0] is tables:
+        return dict(hit[1])
     lt = table_time(tables["layer"], hw, lk["tp"], C, P, recompute=plan.recompute, async_tp=async_tp)
     head = table_time(tables["head"], hw, lk["tp"], C, P)
     emb = table_time(tables["embedding"], hw, lk["tp"], C, P)
@@ -205,8 +209,35 @@ def kernel_times(tables, system, plan, peak, lk, C=_compute, P=_parallelism) -> 
     layer_bwd = maximum(lt["backward"], 2 * host_t)
     layer_rec = maximum(lt["recompute"], host_rec)
     layer_total = layer_fwd + layer_bwd + layer_rec
-    return {"gpu_fwd": lt["forward"], "gpu_bwd": lt["backward"], "gpu_rec": lt["recompute"],
+    out = {"gpu_fwd": lt["forward"], "gpu_bwd": lt["backward"], "gpu_rec": lt["recompute"],
             "tp_fwd": lt["tp_forward"], "tp_bwd": lt["tp_backward"], "layer_fwd": layer_fwd, "layer_bwd": layer_bwd,
             "layer_rec": layer_rec, "layer_total": layer_total,
             "layer_host_excess": layer_total - (lt["forward"] + lt["backward"] + lt["recompute"]),
             "t_head": head["forward"] + head["backward"], "t_embed": emb["forward"] + emb["backward"]}
+    if key is not None:
+        if len(_TIMES) >= 512:         # bounded like _TABLES
+            _TIMES.clear()
+        _TIMES[key] = (tables, out)
+        return dict(out)
+    return out
+
+
+_TIMES: dict = {}   # memo of kernel_times for scalar hardware and plans: see _times_key
+_SCALARS = (int, float, bool)
+
+
+def _times_key(tables, hw: KernelCost, link: Link, recompute: str, async_tp: bool, host: Num, C, P) -> tuple | None:
+    """The memo key of :func:`kernel_times`, or None when it is not memoised (arrays, traced or replaced formulas).
+
+    Every input of the times is in it: the tables (by identity: they come from the :func:`kernel_tables` memo), the
+    GPU's kernel costs, the TP link, the recompute mode, async TP, the host's launch floor, and the formulas
+    called (so that a replaced one is never served a stale time). Only Python numbers: a search's numpy values
+    (arrays, or numpy scalars whose results keep their type) are computed afresh.
+    """
+    if C is not _compute or P is not _parallelism or type(host) not in _SCALARS:
+        return None
+    for x in (*hw, *link):
+        if type(x) not in _SCALARS:
+            return None
+    return (id(tables), hw, link, recompute, async_tp, host, C.gemm_time, C.memory_time, P.allreduce_time,
+            P.allgather_time)
