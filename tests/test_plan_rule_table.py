@@ -49,6 +49,8 @@ WITNESSES = {
     "chiplet-only plan fields on a GPU system": ("llama2-70b", (), GPU, {"chiplet_scheme": "summa-2d"}),
     "offload_layers without activation offload": ("llama2-70b", (), GPU, {"offload_layers": 2}),
     "activation_io_path without offload to drives": ("llama2-70b", (), GPU, {"activation_io_path": "bounce"}),
+    "hooks mechanism without activation offload to host": ("llama2-70b", (), GPU,
+                                                           {"activation_offload_mechanism": "hooks"}),
     "activation offload on a chiplet package": ("llama2-70b", (), PKG, {**CHIPLET, "offload_activations": "host"}),
     "activation offload to drives on hardware without drives": ("llama2-70b", (), NO_DRIVES,
                                                                 {"offload_activations": "ssd"}),

@@ -10,6 +10,7 @@ import typer
 
 from dse.commands.options import (
     ActivationIOPath,
+    ActivationOffloadMechanism,
     Attention,
     ChipletScheme,
     ExchangeDtype,
@@ -58,6 +59,10 @@ def estimate(
                                        "SSDTrain's rule; on a full GPU the fewest that fit)"),
     activation_io_path: Optional[ActivationIOPath] = typer.Option(
         None, "--activation-io-path", help="gds (GPUDirect Storage, default) | bounce (through host memory)"),
+    activation_offload_mechanism: Optional[ActivationOffloadMechanism] = typer.Option(
+        None, "--activation-offload-mechanism", help="forwarding (SSDTrain's tensor cache, default) | hooks (PyTorch "
+                                                     "save_on_cpu: every saved tensor copied on the compute stream; "
+                                                     "needs --offload-activations host)"),
     set_: List[str] = typer.Option([], "--set", help="override any field: model.X=, hardware.X=, plan.X= (repeatable)"),
     json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
     explain: bool = typer.Option(False, "--explain", help="print every term with its formula, inputs and value"),
@@ -72,7 +77,8 @@ def estimate(
                          zero, precision)
     fields.update({k: v for k, v in (("chiplet_scheme", chiplet_scheme), ("chiplet_mesh", mesh)) if v is not None})
     fields.update(offload_fields(offload_optimizer, offload_params, gradient_compression, ssds, optimizer, exchange_dtype))
-    fields.update(activation_offload_fields(offload_activations, offload_layers, None, activation_io_path))
+    fields.update(activation_offload_fields(offload_activations, offload_layers, None, activation_io_path,
+                                            activation_offload_mechanism))
     m, s, p = resolve(model, hw, None, set_, **fields)
     trace = None
     if explain:

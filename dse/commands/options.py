@@ -17,6 +17,7 @@ Optimizer = Literal["adam", "sgd-momentum", "adagrad"]
 ExchangeDtype = Literal["fp32", "fp16"]
 OffloadActivations = Literal["none", "ssd", "host"]
 ActivationIOPath = Literal["gds", "bounce"]
+ActivationOffloadMechanism = Literal["forwarding", "hooks"]
 
 
 def _console():
@@ -40,7 +41,8 @@ def plan_fields(tp, pp, dp, micro_batch, global_batch, seq_len, recompute, atten
     return {k: v for k, v in fields.items() if v is not None}
 
 
-def activation_offload_fields(offload_activations, offload_layers, ssds, activation_io_path) -> dict:
+def activation_offload_fields(offload_activations, offload_layers, ssds, activation_io_path,
+                              activation_offload_mechanism=None) -> dict:
     """Activation-offload plan fields from the command line (``--offload-layers auto`` = the adaptive rule)."""
     from dse.errors import InputError
 
@@ -54,7 +56,7 @@ def activation_offload_fields(offload_activations, offload_layers, ssds, activat
         if layers < 0:
             raise InputError(f"--offload-layers {layers}: must be 0 or more, or auto")
     fields = dict(offload_activations=offload_activations, offload_layers=layers, ssds=ssds,
-                  activation_io_path=activation_io_path)
+                  activation_io_path=activation_io_path, activation_offload_mechanism=activation_offload_mechanism)
     return {k: v for k, v in fields.items() if v is not None}
 
 

@@ -31,6 +31,10 @@ changes, per GPU on the most loaded stage:
   time, memory saved, what it buys) and ``endurance`` (drive wear, ``ssd`` only, plus the writes of
   storage offload to the same drives: :func:`dse.estimate.offload.drive_endurance`).
 
+With ``activation_offload_mechanism: hooks`` (PyTorch's ``save_on_cpu``, host target only) the
+time half is :mod:`dse.estimate.activation_hooks` instead: every layer's saved tensors copied out
+and back on the compute stream, nothing hidden.
+
 The formulas are in :mod:`dse.formulas.activation_offload`. Array-safe: numeric plan fields
 may be numpy arrays; only the offload target and I/O path branch in Python.
 """
@@ -40,6 +44,7 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
+from dse.estimate import activation_hooks as _hooks
 from dse.estimate.technique import TechniqueBase
 from dse.estimate.terms import DriveWrites, Num, _Mappable, drive_use
 from dse.estimate.wear import apply_wear
@@ -227,6 +232,7 @@ def _section(c, before: Before, ks: dict, tm: Times, io: dict, bw: tuple, after,
     budget = c["memory"]["gpu"]["capacity"]
     return {
         "target": plan.offload_activations,
+        "mechanism": plan.activation_offload_mechanism,
         "path": path,
         "rule": ks["rule"],
         "layers_per_stage": layers,
@@ -280,8 +286,11 @@ class ActivationOffload(TechniqueBase):
     def apply_memory(self, c, model, system, plan, F=None) -> Before:
         A = F["activation_offload"] if F and "activation_offload" in F else _ao
         i = c["terms"]
-        a_off = A.offloaded_bytes_per_layer(i.seq_len, i.micro_batch, model.hidden, model.heads, model.kv_heads,
-                                            model.head_dim, model.ffn_hidden, **i.activation_options)
+        if plan.activation_offload_mechanism == "hooks":   # every saved buffer leaves the GPU (dse/estimate/activation_hooks.py)
+            a_off = i.layer_activation_bytes
+        else:
+            a_off = A.offloaded_bytes_per_layer(i.seq_len, i.micro_batch, model.hidden, model.heads, model.kv_heads,
+                                                model.head_dim, model.ffn_hidden, **i.activation_options)
         gpu = c["memory"]["gpu"]
         before = Before(offloaded_per_layer=a_off, activations=gpu["activations"], total=gpu["total"],
                         fixed=gpu["total"] - gpu["activations"])
@@ -300,10 +309,14 @@ class ActivationOffload(TechniqueBase):
         layers, a, a_off = i.layers_per_stage, i.layer_activation_bytes, state.offloaded_per_layer
         tm = stage_times(c)
         bw_w, bw_r, path, per_gpu = io_bandwidths(c, system, plan, gpus_node, A)
-        ks = offloaded_layers(c, state, tm, bw_w, bw_r, plan, A)
-        device = system.node.storage.device if mode == "ssd" else None
-        ratio = device.write_bandwidth / device.read_bandwidth if device is not None else 1.0
-        io = microbatch_io(layers, ks["k"], a_off, tm, bw_w, bw_r, ratio, A)
+        hooks = plan.activation_offload_mechanism == "hooks"
+        if hooks:
+            ks, io = _hooks.layers_and_io(c, model, state, tm, (bw_w, bw_r), plan, A, offloaded_layers)
+        else:
+            ks = offloaded_layers(c, state, tm, bw_w, bw_r, plan, A)
+            device = system.node.storage.device if mode == "ssd" else None
+            ratio = device.write_bandwidth / device.read_bandwidth if device is not None else 1.0
+            io = microbatch_io(layers, ks["k"], a_off, tm, bw_w, bw_r, ratio, A)
 
         # GPU memory: what the offloaded layers no longer keep, plus the backlog / one reloaded layer
         other_first, other_last = _other(i, layers, a)
@@ -322,7 +335,10 @@ class ActivationOffload(TechniqueBase):
         tier["total"] = tier["total"] + node_bytes
 
         add_time_and_traffic(c, io, i.micro_batches, i.pp, i.virtual_stages, gpus_node, path, plan, system)
-        section = _section(c, state, ks, tm, io, (bw_w, bw_r), after, per_gpu_bytes, node_bytes, path, plan, A)
+        section = _section(c, _hooks.section_before(state, io) if hooks else state, ks, tm, io, (bw_w, bw_r), after,
+                           per_gpu_bytes, node_bytes, path, plan, A)
+        if hooks:
+            _hooks.section_extras(section, io)
         if mode == "ssd":
             section["drives_per_gpu"] = per_gpu
             section["capacity_available_per_node"] = tier["capacity"]

@@ -12,9 +12,41 @@ def _ok(have, need) -> str:
     return "[green]yes[/]" if have >= need else "[red]no[/]"
 
 
+def _render_hooks(con, ao: dict) -> None:
+    """The ``activation_offload`` section of the saved-tensor hooks mechanism (save_on_cpu)."""
+    tab = Table(title="Activation offload to pinned host memory through saved-tensor hooks (save_on_cpu) — per GPU, "
+                      "most loaded stage", box=box.SIMPLE_HEAVY, title_justify="left", show_header=False)
+    tab.add_column("quantity")
+    tab.add_column("value", justify="right")
+    how = "auto: every layer" if ao["rule"] == "all" else "--offload-layers"
+    fit = ao["layers_to_fit"]
+    if fit:
+        how += ", no count fits" if fit > ao["layers_per_stage"] else f", {fit:g} would fit"
+    tab.add_row("layers offloaded / kept (per stage)", f"{ao['layers_offloaded']:g} / {ao['layers_kept']:g} ({how})")
+    tab.add_row("saved per layer / copied per layer (every save, weights)",
+                f"{fmt(ao['saved_bytes_per_layer'], 'bytes')} / {fmt(ao['copied_bytes_per_layer'], 'bytes')}")
+    tab.add_row("copied out per iteration (and back)", fmt(ao["bytes_offloaded_per_iteration"], "bytes"))
+    tab.add_row("pinned bandwidth: to host / to GPU",
+                f"{fmt(ao['write_bandwidth_available'], 'bytes/s')} / {fmt(ao['read_bandwidth_available'], 'bytes/s')}")
+    tab.add_row("copies per micro-batch on the compute stream: out / in",
+                f"{fmt(ao['copy_out_s_per_microbatch'], 's')} / {fmt(ao['copy_in_s_per_microbatch'], 's')}")
+    tab.add_row("exposed I/O per iteration (nothing hides)", fmt(ao["exposed_io_s"], "s"))
+    tab.add_row("GPU activations: without -> with offload",
+                f"{fmt(ao['gpu_activations_without_offload'], 'bytes')} -> {fmt(ao['gpu_activations'], 'bytes')} "
+                f"(-{100 * ao['activation_peak_reduction']:.0f}%)")
+    tab.add_row("largest micro-batch: without -> with",
+                f"{ao['max_micro_batch_without_offload']:g} -> {ao['max_micro_batch']:g}")
+    tab.add_row("pinned host DRAM (in-flight): per GPU / node",
+                f"{fmt(ao['capacity_needed_per_gpu'], 'bytes')} / {fmt(ao['capacity_needed_per_node'], 'bytes')}")
+    con.print(tab)
+
+
 def render(con, r: dict) -> None:
     """The ``activation_offload`` (and ``endurance``) sections of an estimate."""
     ao = r["activation_offload"]
+    if ao.get("mechanism") == "hooks":
+        _render_hooks(con, ao)
+        return
     target = "SSD (GPUDirect Storage)" if ao["path"] == "gds" else (
         "SSD via host memory" if ao["path"] == "bounce" else "pinned host memory")
     tab = Table(title=f"Activation offload to {target} — per GPU, most loaded stage", box=box.SIMPLE_HEAVY,

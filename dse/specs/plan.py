@@ -31,6 +31,9 @@ CHIPLET_SCHEMES = ("megatron-1d", "summa-2d", "hecaton-2d")
 CHIPLET_SCHEDULES = ("auto", "minibatch", "microbatch")
 OFFLOAD_ACTIVATIONS = ("none", "ssd", "host")   # where saved activations go between forward and backward
 ACTIVATION_IO_PATHS = ("gds", "bounce")         # GPUDirect Storage, or staged through host memory
+# how saved activations move: SSDTrain's tensor cache (asynchronous, deduplicated, forwarded), or PyTorch's
+# saved-tensor hooks (save_on_cpu: every saved tensor copied on the compute stream)
+ACTIVATION_OFFLOAD_MECHANISMS = ("forwarding", "hooks")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -109,6 +112,14 @@ class Plan:
                                             "that fit")
     activation_io_path: str = spec_field("gds", choices=ACTIVATION_IO_PATHS,
                                          help="GPU<->drive path: GPUDirect Storage (gds) or bounce through host memory")
+    activation_offload_mechanism: str = spec_field("forwarding", choices=ACTIVATION_OFFLOAD_MECHANISMS,
+                                                   help="forwarding: SSDTrain's tensor cache (asynchronous writes, "
+                                                        "deduplication, forwarding, prefetch); hooks: PyTorch's "
+                                                        "saved-tensor hooks (torch.autograd.graph.save_on_cpu with "
+                                                        "pinned memory): every saved tensor, weights included, copied "
+                                                        "to host memory in forward and back in backward on the compute "
+                                                        "stream (needs offload_activations host; auto offloads every "
+                                                        "layer)")
 
     @property
     def gpus(self) -> int:

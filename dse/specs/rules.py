@@ -177,6 +177,11 @@ ACTIVATION_OFFLOAD_RULES = (
          ok=lambda p, m, s: p.offload_activations == "ssd" or p.activation_io_path == "gds",
          message=lambda p, m, s: f"--activation-io-path {p.activation_io_path} is the path of activations to drives; "
                                  f"it needs --offload-activations ssd (got {p.offload_activations})"),
+    Rule("hooks mechanism without activation offload to host", ("activation_offload_mechanism", "offload_activations"),
+         ok=lambda p, m, s: p.offload_activations == "host" or p.activation_offload_mechanism == "forwarding",
+         message=lambda p, m, s: f"--activation-offload-mechanism {p.activation_offload_mechanism} models PyTorch's "
+                                 "save_on_cpu (pinned host memory); it needs --offload-activations host (got "
+                                 f"{p.offload_activations}); allowed with ssd or none: forwarding"),
     Rule("activation offload on a chiplet package", ("offload_activations", "hardware.kind"),
          when=lambda p, m, s: p.offload_activations != "none", ok=lambda p, m, s: _gpu(s),
          message=lambda p, m, s: f"--offload-activations {p.offload_activations} applies to GPU systems; "

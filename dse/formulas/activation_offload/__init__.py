@@ -48,7 +48,9 @@ The equations live in one submodule per question; every name is importable from 
 - :mod:`~dse.formulas.activation_offload.gpu_memory`: the GPU activation peak, ROK strategies, what the
   freed memory buys;
 - :mod:`~dse.formulas.activation_offload.bandwidth`: drives per GPU, shared links, the I/O path (GDS, bounce, host);
-- :mod:`~dse.formulas.activation_offload.endurance`: drive capacity, bytes written, rated TBW, lifetime.
+- :mod:`~dse.formulas.activation_offload.endurance`: drive capacity, bytes written, rated TBW, lifetime;
+- :mod:`~dse.formulas.activation_offload.hooks`: the other mechanism, PyTorch's saved-tensor hooks
+  (``save_on_cpu``): every saved tensor copied out in forward and back in backward on the compute stream.
 
 Every function broadcasts over numpy arrays (use :mod:`dse.formulas._array`).
 
@@ -99,6 +101,7 @@ from dse.formulas.activation_offload.gpu_memory import (
     pipeline_iteration_time,
     rok_activation_peaks,
 )
+from dse.formulas.activation_offload.hooks import hooks_bytes_per_layer, hooks_copy_time, hooks_saved_terms
 from dse.formulas.activation_offload.layer_choice import (
     adaptive_bandwidth_required,
     adaptive_first_kept_scope,
@@ -123,4 +126,5 @@ __all__ = ["SMALL_TENSOR_ELEMENTS", "DAYS_PER_YEAR", "offloaded_terms", "offload
            "forwarded_bytes", "exposed_io_time", "activation_peak_extra",
            "gpu_activation_bytes_offload", "rok_activation_peaks", "drives_per_gpu", "link_bandwidth_left",
            "activation_io_bandwidth", "ssd_capacity_needed", "bytes_written_per_iteration", "rated_endurance",
-           "lifetime_years", "largest_micro_batch", "pipeline_iteration_time"]
+           "lifetime_years", "largest_micro_batch", "pipeline_iteration_time", "hooks_saved_terms",
+           "hooks_bytes_per_layer", "hooks_copy_time"]

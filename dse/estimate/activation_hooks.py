@@ -1,0 +1,72 @@
+"""Host activation offload through PyTorch's saved-tensor hooks: ``--activation-offload-mechanism hooks``.
+
+The time half of :class:`dse.estimate.activation_offload.ActivationOffload` for a plan with
+``offload_activations: host`` and ``activation_offload_mechanism: hooks``: what
+``torch.autograd.graph.save_on_cpu(pin_memory=True)`` around the layers does (formulas:
+:mod:`dse.formulas.activation_offload.hooks`). Per GPU on the most loaded stage:
+
+- which layers: ``auto`` = every layer of the stage (the context manager around the model's layers);
+  ``offload_layers N`` = the first N;
+- bytes: every tensor those layers' ops save is copied, once per save, weights included
+  (``hooks_bytes_per_layer``); out in forward, back in backward, per micro-batch;
+- time: the copies run on the compute stream, so each micro-batch waits ``k A_hooks / BW`` each way at
+  the pinned host bandwidth (the GPU's PCIe link, shared with other techniques' GPU<->host bytes, and
+  host DRAM shared by the node's GPUs: the same bandwidths as the forwarding mechanism's host target);
+  nothing hides, no forwarding;
+- GPU memory: the offloaded layers' saved activations leave the GPU (their weights stay: parameters);
+  what stays is the kept layers, and the layer being run in backward (its tensors copied back);
+- host memory: the pinned copies of every micro-batch in flight, per node (the host tier's
+  feasibility check).
+
+The ``activation_offload`` section has the forwarding mechanism's keys (``layers_io_hides`` is 0: no copy
+hides; ``layers_by_ssdtrain_rule`` is what SSDTrain's rule would offload on the same link) and
+``mechanism``, ``copied_bytes_per_layer``, ``copy_out_s_per_microbatch``, ``copy_in_s_per_microbatch``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from dse.formulas._array import minimum
+
+
+def copied_bytes_per_layer(c, model, A):
+    """Bytes the hooks copy per layer and micro-batch on one GPU (saved tensors, once per save, and weights)."""
+    i = c["terms"]
+    return A.hooks_bytes_per_layer(i.seq_len, i.micro_batch, model.hidden, model.heads, model.kv_heads,
+                                   model.head_dim, model.ffn_hidden,
+                                   layer_weight_bytes=i.layer_params_per_gpu * i.bytes_per_element,
+                                   **i.activation_options)
+
+
+def layers_and_io(c, model, before, tm, bw, plan, A, choose) -> tuple[dict, dict]:
+    """The layers under the hooks (``ks``) and one micro-batch's copies (``io``, the forwarding keys + hooks')."""
+    i = c["terms"]
+    layers = i.layers_per_stage
+    bw_w, bw_r = bw
+    ks = choose(c, before, tm, bw_w, bw_r, plan, A)       # SSDTrain's rule and the fewest layers that fit, for the section
+    if plan.offload_layers is None:
+        k, rule = layers + 0 * ks["k_fit"], "all"
+    else:
+        k, rule = minimum(plan.offload_layers, layers), "fixed"
+    ks = {**ks, "k": k, "rule": rule, "k_hide": 0 * ks["k_hide"]}
+    a_hooks = copied_bytes_per_layer(c, model, A)
+    copied = k * a_hooks
+    out_s = A.hooks_copy_time(k, a_hooks, bw_w, float("inf"))
+    in_s = A.hooks_copy_time(k, a_hooks, float("inf"), bw_r)
+    io = {"bw_used": bw_w, "backlog": 0 * copied, "forwarded": 0 * copied, "written": copied, "read": copied,
+          "exposed": A.hooks_copy_time(k, a_hooks, bw_w, bw_r), "a_hooks": a_hooks, "out_s": out_s, "in_s": in_s}
+    return ks, io
+
+
+def section_extras(section: dict, io: dict) -> dict:
+    """The hooks' keys in the ``activation_offload`` section (and its bandwidth needs over the copied bytes)."""
+    section["copied_bytes_per_layer"] = io["a_hooks"]
+    section["copy_out_s_per_microbatch"] = io["out_s"]
+    section["copy_in_s_per_microbatch"] = io["in_s"]
+    return section
+
+
+def section_before(before, io: dict):
+    """``before`` with the copied bytes per layer as the offloaded ones (what the section's bandwidths are over)."""
+    return dataclasses.replace(before, offloaded_per_layer=io["a_hooks"])
