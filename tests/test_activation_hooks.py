@@ -233,3 +233,20 @@ def test_cli_bad_mechanism(dse):
                     "--activation-offload-mechanism")
     _one_line_error(dse(*CLI, "--offload-activations", "host", "--set", "plan.activation_offload_mechanism=async"),
                     "activation_offload_mechanism", "forwarding", "hooks")
+
+
+def test_rok_offload_rows_through_hooks(dse):
+    """``dse rok --activation-offload-mechanism hooks``: the offload rows are the hooks estimate (to host memory,
+    even on a system with drives); the other rows do not offload."""
+    r = dse("rok", "--model", "gpt2-medium", "--hw", "dgx-h100", "--dp", "1", "-s", "1024", "--micro-batches", "4",
+            "--stages", "1", "--activation-offload-mechanism", "hooks", "--json")
+    assert r.code == 0, r.err
+    out = r.json()
+    assert out["target"] == "host" and out["mechanism"] == "hooks"
+    rows = {row["strategy"]: row for row in out["rows"]}
+    assert rows["offload"]["exposed_io_s"] == pytest.approx(PER_MICROBATCH, rel=1e-9)          # one micro-batch
+    assert rows["offload"]["layers_offloaded"] == 24
+    assert rows["keep"]["exposed_io_s"] == 0 and rows["keep"]["layers_offloaded"] == 0
+    _one_line_error(dse("rok", "--model", "gpt2-medium", "--hw", "dgx-h100", "--micro-batches", "4", "--target", "ssd",
+                        "--activation-offload-mechanism", "hooks"), "--activation-offload-mechanism hooks",
+                    "--offload-activations host")

@@ -11,6 +11,7 @@ import typer
 
 from dse.commands.options import (
     ActivationIOPath,
+    ActivationOffloadMechanism,
     Attention,
     ExchangeDtype,
     OffloadParams,
@@ -44,6 +45,9 @@ def rok(
     offload_layers: Optional[str] = typer.Option(None, "--offload-layers", help="N | auto (default auto)"),
     ssds: Optional[int] = typer.Option(None, "--ssds", min=1, help="drives used for offload"),
     activation_io_path: Optional[ActivationIOPath] = typer.Option(None, "--activation-io-path", help="gds | bounce"),
+    activation_offload_mechanism: Optional[ActivationOffloadMechanism] = typer.Option(
+        None, "--activation-offload-mechanism", help="forwarding (SSDTrain, default) | hooks (PyTorch save_on_cpu; "
+                                                     "the offload rows go to host memory)"),
     stages: Optional[str] = typer.Option(None, "--stages", help="pipeline stage counts to scan, e.g. 1,2,4 "
                                          "(default: powers of two the system can hold)"),
     set_: List[str] = typer.Option([], "--set", help="override any field: model.X=, hardware.X=, plan.X= (repeatable)"),
@@ -55,7 +59,8 @@ def rok(
     from dse.estimate.rok import compare
 
     fields = plan_fields(tp, pp, dp, None, global_batch, seq_len, None, attention, sequence_parallel, zero, precision)
-    fields.update(activation_offload_fields(None, offload_layers, ssds, activation_io_path))
+    fields.update(activation_offload_fields(None, offload_layers, ssds, activation_io_path,
+                                            activation_offload_mechanism))
     _check_plot(plot)
     result = compare(model, hw, _int_list(micro_batches, "--micro-batches"), overrides=set_, target=target,
                      stages=_int_list(stages, "--stages") if stages else None, **fields)

@@ -2,7 +2,8 @@
 
 For one model and system, across micro-batch sizes, four ways to hold activations:
 keep them in GPU memory, selective recompute, full (layer-wise) recompute, and offload
-(SSDTrain, adaptive rule unless ``offload_layers`` is given). Each row is a full estimate.
+(SSDTrain, adaptive rule unless ``offload_layers`` is given; or PyTorch's saved-tensor hooks with
+``activation_offload_mechanism="hooks"``, every layer, to host memory). Each row is a full estimate.
 Then what the freed memory buys: the largest micro-batch of the list that fits per
 strategy and its throughput, and the fewest pipeline stages that fit with the resulting
 bubble (SSDTrain arXiv 2408.10013: "bigger micro-batch, fewer pipeline bubbles").
@@ -18,7 +19,8 @@ STRATEGIES = ("keep", "selective", "full", "offload")
 
 
 def _fields(strategy: str, target: str, only: dict[str, Any]) -> dict[str, Any]:
-    """Plan fields of one strategy; ``only`` (offload_layers, activation_io_path) applies to the offload rows only."""
+    """Plan fields of one strategy; ``only`` (offload_layers, activation_io_path, activation_offload_mechanism)
+    applies to the offload rows only."""
     if strategy == "offload":
         return {"recompute": "none", "offload_activations": target, **only}
     return {"recompute": "none" if strategy == "keep" else strategy, "offload_activations": "none"}
@@ -43,10 +45,12 @@ def compare(model: Any, hardware: Any, micro_batches: list[int], *, overrides: A
 
     if not micro_batches:
         raise InputError("--micro-batches: give at least one micro-batch size, e.g. 4,8,16,32")
-    only = {k: plan_fields.pop(k) for k in ("offload_layers", "activation_io_path") if plan_fields.get(k) is not None}
+    only = {k: plan_fields.pop(k) for k in ("offload_layers", "activation_io_path", "activation_offload_mechanism")
+            if plan_fields.get(k) is not None}
     m0, s0, p0 = resolve(model, hardware, None, overrides, **plan_fields)
-    if target is None:
-        target = "ssd" if s0.node.storage is not None else "host"
+    hooks = only.get("activation_offload_mechanism") == "hooks"
+    if target is None:   # saved-tensor hooks copy to pinned host memory only
+        target = "ssd" if s0.node.storage is not None and not hooks else "host"
     rows = []
     for b in micro_batches:
         for strategy in STRATEGIES:
@@ -65,7 +69,8 @@ def compare(model: Any, hardware: Any, micro_batches: list[int], *, overrides: A
         best.append(entry)
     for entry in best:
         entry["speedup_vs_keep"] = entry["tokens_per_s"] / keep_best if entry["tokens_per_s"] and keep_best else None
-    out = {"model": m0.name, "hardware": s0.name, "target": target, "rows": rows, "best": best}
+    out = {"model": m0.name, "hardware": s0.name, "target": target,
+           "mechanism": only.get("activation_offload_mechanism", "forwarding"), "rows": rows, "best": best}
     out.update(_stage_scan(m0, s0, overrides, target, stages, min(micro_batches), {**plan_fields, "dp": p0.dp}, only))
     return out
 
