@@ -12,8 +12,11 @@ import sys
 import types
 from typing import Any
 
-from dse.estimate import activation_offload, economics, feasibility, offload, wear
+from dse.catalog import load_hardware, load_model
+from dse.estimate import activation_offload, arrays, economics, feasibility, offload, wear
+from dse.estimate.backends import backend
 from dse.estimate.technique import compose
+from dse.specs import _schema
 from dse.specs.plan import Plan
 
 TIME_PARTS = {
@@ -72,8 +75,6 @@ def bottleneck(r: dict) -> str:
 
 def run(model, system, plan, *, trace=None) -> dict:
     """Estimate one scenario from resolved specs. ``trace`` (a :class:`~dse.estimate.trace.Trace`) records formulas."""
-    from dse.estimate.backends import backend
-
     hw = backend(system)
     r, extra = hw.numbers(model, system, plan, trace=trace)
     r["feasible"], r["violations"], r["bottleneck"] = hw.verdict(r, system, plan, extra)
@@ -153,9 +154,6 @@ def load(model, hardware, plan=None, overrides=(), **plan_fields):
     Returns ``(model, system, plan_data)``: resolved specs and a dict of plan fields with the
     ``plan.*`` overrides applied, ready for :func:`make_plan`.
     """
-    from dse.catalog import load_hardware, load_model
-    from dse.specs import _schema
-
     groups = {"model": [], "hardware": [], "plan": []}
     for item in overrides:
         path, value = _schema.parse_assignment(item) if isinstance(item, str) else item
@@ -182,9 +180,6 @@ def load(model, hardware, plan=None, overrides=(), **plan_fields):
 
 def make_plan(model, system, plan_data: dict) -> Plan:
     """Validate plan fields (a dict of scalars) against the model and system: the resolved :class:`Plan`."""
-    from dse.estimate.backends import backend
-    from dse.specs import _schema
-
     plan = _schema.build(Plan, plan_data, "plan: ").resolved(model, system)
     backend(system).check_plan(plan, model, system)
     return plan
@@ -209,8 +204,6 @@ def estimate(model, hardware, plan=None, *, overrides=(), trace=None, **plan_fie
     >>> r["memory"]["gpu"]["activations"].shape, bool(np.all(np.diff(r["memory"]["gpu"]["activations"]) > 0))
     ((3,), True)
     """
-    from dse.estimate import arrays
-
     overrides, hw_arrays = arrays.split_overrides(overrides)
     m, s, data = load(model, hardware, plan, overrides, **plan_fields)
     if hw_arrays:

@@ -34,6 +34,8 @@ from __future__ import annotations
 import abc
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
+from dse.estimate import base
+
 
 @runtime_checkable
 class Technique(Protocol):
@@ -136,8 +138,6 @@ def compose(model, system, plan, techniques, F=None) -> dict:
     What ``dse estimate`` computes; the search does the same in two steps with the points that do
     not fit in memory dropped in between (:mod:`dse.search.evaluate`).
     """
-    from dse.estimate import base
-
     c = base.compose_memory(model, system, plan, F)
     active = [t for t in techniques if t.active(plan)]
     states = [t.apply_memory(c, model, system, plan, F) for t in active]

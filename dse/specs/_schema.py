@@ -49,10 +49,17 @@ def _fields(cls):
     return {f.name: (f, hints[f.name]) for f in dataclasses.fields(cls)}
 
 
+@cache
+def _required(cls) -> frozenset[str]:
+    """The fields of ``cls`` without a default."""
+    return frozenset(n for n, (f, _) in _fields(cls).items() if f.default is _MISSING and f.default_factory is _MISSING)
+
+
 def field_names(cls) -> list[str]:
     return list(_fields(cls))
 
 
+@cache
 def _unwrap_optional(tp):
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
@@ -128,16 +135,18 @@ def _convert(value, tp, meta, where):
 
 
 def _check_range(x, meta, where):
-    unit = meta.get("unit")
-    shown = units.fmt(x, unit) if unit and unit not in ("count", "fraction") else repr(x)
+    def shown():   # written only for an error
+        unit = meta.get("unit")
+        return units.fmt(x, unit) if unit and unit not in ("count", "fraction") else repr(x)
+
     if meta.get("gt") is not None and not x > meta["gt"]:
-        raise InputError(f"{where}: must be greater than {meta['gt']}, got {shown}")
+        raise InputError(f"{where}: must be greater than {meta['gt']}, got {shown()}")
     if meta.get("ge") is not None and not x >= meta["ge"]:
-        raise InputError(f"{where}: must be at least {meta['ge']}, got {shown}")
+        raise InputError(f"{where}: must be at least {meta['ge']}, got {shown()}")
     if meta.get("lt") is not None and not x < meta["lt"]:
-        raise InputError(f"{where}: must be less than {meta['lt']}, got {shown}")
+        raise InputError(f"{where}: must be less than {meta['lt']}, got {shown()}")
     if meta.get("le") is not None and not x <= meta["le"]:
-        raise InputError(f"{where}: must be at most {meta['le']}, got {shown}")
+        raise InputError(f"{where}: must be at most {meta['le']}, got {shown()}")
 
 
 def build(cls, data: dict, where: str):
@@ -150,12 +159,13 @@ def build(cls, data: dict, where: str):
         k = unknown[0]
         raise InputError(f"{_join(where, str(k))}: unknown field '{k}'{suggest(k, fields)}; "
                          f"valid fields: {', '.join(fields)}")
+    required = _required(cls)
     kwargs = {}
-    for name, (f, tp) in fields.items():
-        if name in data:
-            kwargs[name] = _convert(data[name], tp, f.metadata, _join(where, name))
-        elif f.default is _MISSING and f.default_factory is _MISSING:
+    for name in [n for n in fields if n in data or n in required]:   # in field order: the first problem is reported
+        if name not in data:
             raise InputError(f"{_at(where)}: missing required field '{name}'")
+        f, tp = fields[name]
+        kwargs[name] = _convert(data[name], tp, f.metadata, _join(where, name))
     obj = cls(**kwargs)
     check = getattr(obj, "_check", None)
     if check is not None:

@@ -56,8 +56,8 @@ def holds(rules, plan, model, system) -> dict:
 
 def check(rules, plan, model, system, where: str = "plan") -> None:
     """Raise :class:`InputError` with the message of the first rule of the table a scalar plan breaks."""
-    for r in rules:
-        if r.applies(plan, model, system) and not r.ok(plan, model, system):
+    for r in rules:   # r.applies inlined: check runs on every scalar estimate
+        if (r.when is None or r.when(plan, model, system)) and not r.ok(plan, model, system):
             raise InputError(f"{where}: {r.message(plan, model, system)}")
 
 
