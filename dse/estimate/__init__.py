@@ -13,7 +13,7 @@ import types
 from typing import Any
 
 from dse.catalog import load_hardware, load_model
-from dse.estimate import activation_offload, arrays, economics, feasibility, offload, wear
+from dse.estimate import activation_offload, economics, feasibility, offload, wear
 from dse.estimate.backends import backend
 from dse.estimate.technique import compose
 from dse.specs import _schema
@@ -204,6 +204,8 @@ def estimate(model, hardware, plan=None, *, overrides=(), trace=None, **plan_fie
     >>> r["memory"]["gpu"]["activations"].shape, bool(np.all(np.diff(r["memory"]["gpu"]["activations"]) > 0))
     ((3,), True)
     """
+    from dse.estimate import arrays
+
     overrides, hw_arrays = arrays.split_overrides(overrides)
     m, s, data = load(model, hardware, plan, overrides, **plan_fields)
     if hw_arrays:

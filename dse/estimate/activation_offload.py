@@ -48,13 +48,22 @@ from dse.estimate import activation_hooks as _hooks
 from dse.estimate.technique import TechniqueBase
 from dse.estimate.terms import DriveWrites, Num, _Mappable, drive_use
 from dse.estimate.wear import apply_wear
-from dse.formulas import activation_offload as _ao
 from dse.formulas._array import ceil, maximum, minimum, where
 
 
 def active(plan) -> bool:
     """Does the plan offload activations (and so need this module)? Depends on a string field only."""
     return plan.offload_activations != "none"
+
+
+def _formulas(F=None):
+    """:mod:`dse.formulas.activation_offload` (its traced form from ``F``), imported on first use: most plans
+    offload no activations, and ``dse estimate`` starts faster without it."""
+    if F and "activation_offload" in F:
+        return F["activation_offload"]
+    from dse.formulas import activation_offload
+
+    return activation_offload
 
 
 def drives_used(system, plan):
@@ -284,7 +293,7 @@ class ActivationOffload(TechniqueBase):
         return active(plan)
 
     def apply_memory(self, c, model, system, plan, F=None) -> Before:
-        A = F["activation_offload"] if F and "activation_offload" in F else _ao
+        A = _formulas(F)
         i = c["terms"]
         if plan.activation_offload_mechanism == "hooks":   # every saved buffer leaves the GPU (dse/estimate/activation_hooks.py)
             a_off = i.layer_activation_bytes
@@ -294,7 +303,7 @@ class ActivationOffload(TechniqueBase):
         gpu = c["memory"]["gpu"]
         before = Before(offloaded_per_layer=a_off, activations=gpu["activations"], total=gpu["total"],
                         fixed=gpu["total"] - gpu["activations"])
-        floor = memory_floor(c, before, plan, _ao)     # not traced: a bound for the search, not a result
+        floor = memory_floor(c, before, plan, _formulas())     # not traced: a bound for the search, not a result
         gpu["activations"] = floor
         gpu["total"] = before.fixed + floor
         if plan.offload_activations == "ssd" and plan.ssds is not None:
@@ -302,7 +311,7 @@ class ActivationOffload(TechniqueBase):
         return before
 
     def apply_time(self, c, state: Before, model, system, plan, F=None) -> None:
-        A = F["activation_offload"] if F and "activation_offload" in F else _ao
+        A = _formulas(F)
         i = c["terms"]
         mode = plan.offload_activations
         gpus_node = minimum(c["gpus"], system.node.gpus_per_node)   # GPUs of one node sharing its drives and DRAM

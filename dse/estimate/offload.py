@@ -28,17 +28,18 @@ names and booleans branch in Python.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from dse.estimate import offload_time as _time
 from dse.estimate.feasibility import Violation
-from dse.estimate.offload_time import Partition
 from dse.estimate.technique import TechniqueBase
 from dse.estimate.terms import DriveWrites, drive_use
 from dse.estimate.wear import apply_wear, drive_endurance
-from dse.formulas import near_storage as _near, offload as _offload, optimizer as _optimizer
+from dse.formulas import optimizer as _optimizer
 from dse.formulas._array import is_scalar, minimum, where
 from dse.formulas.precision import recipe_of
+
+if TYPE_CHECKING:
+    from dse.estimate.offload_time import Partition
 
 EXCHANGE_BYTES = {"fp32": 4, "fp16": 2}
 INF = float("inf")
@@ -49,6 +50,18 @@ __all__ = ["EXCHANGE_BYTES", "TECHNIQUE", "StorageOffload", "active", "apply", "
 def active(plan) -> bool:
     """Does the plan offload anything (and so need this module)?"""
     return plan.offload_optimizer != "gpu" or plan.offload_params != "gpu"
+
+
+def _formulas(F=None) -> tuple[Any, Any]:
+    """The offload and near-storage formula modules (their traced forms from ``F``).
+
+    Imported on first use, like the time half (:mod:`dse.estimate.offload_time`): most plans offload
+    nothing, and ``dse estimate`` starts faster without them.
+    """
+    from dse.formulas import near_storage, offload
+
+    return (F["offload"] if F and "offload" in F else offload, F["near_storage"] if F and "near_storage" in F
+            else near_storage)
 
 
 def drives_used(system, plan):
@@ -88,6 +101,8 @@ def _argmax_name(busy: dict):
 
 def partition(c, system, plan, F=None) -> Partition:
     """What one GPU and one node hold of the model state under the plan's ZeRO stage, and its bytes per element."""
+    from dse.estimate.offload_time import Partition
+
     OPT = F["optimizer"] if F and "optimizer" in F else _optimizer
     r = recipe_of(plan)
     i = c["terms"]
@@ -171,15 +186,16 @@ class StorageOffload(TechniqueBase):
         return active(plan)
 
     def apply_memory(self, c, model, system, plan, F=None) -> Partition:
-        O = F["offload"] if F and "offload" in F else _offload
+        O, _ = _formulas(F)
         part = partition(c, system, plan, F)
         place_model_state(c, part, system, plan, O)
         return part
 
     def apply_time(self, c, state: Partition, model, system, plan, F=None) -> None:
-        O = F["offload"] if F and "offload" in F else _offload
-        NS = F["near_storage"] if F and "near_storage" in F else _near
-        f, links, busy, bws = _time.compose(c, state, model, system, plan, O, NS)
+        from dse.estimate import offload_time
+
+        O, NS = _formulas(F)
+        f, links, busy, bws = offload_time.compose(c, state, model, system, plan, O, NS)
         c["offload"] = _section(c, state, f, links, busy, bws, model, system, plan, O, NS)
         opt, par = plan.offload_optimizer, plan.offload_params
         if system.node.storage is not None and (opt in ("nvme", "csd") or par == "nvme"):
@@ -220,7 +236,7 @@ def required_bandwidths(c, model, system, plan, b_host, b_read, N) -> dict:
     ZeRO-Infinity uses 70 TFLOP/s achievable on V100. ``available`` is the bandwidth
     of the tier the class is offloaded to in this plan (None when it stays on the GPU).
     """
-    O = _offload
+    O, _ = _formulas()
     i = c["terms"]
     gpu, dev = system.node.gpu, system.node.storage.device if system.node.storage else None
     opt = plan.offload_optimizer

@@ -13,7 +13,6 @@ from __future__ import annotations
 from typing import Any
 
 from dse.estimate.technique import TechniqueBase
-from dse.formulas import activation_offload as _ao
 from dse.formulas._array import minimum
 
 
@@ -26,7 +25,10 @@ def drive_endurance(c: dict[str, Any], device: Any, by_source: dict[str, Any], p
     endurance formulas of :mod:`dse.formulas.activation_offload` (TBW = capacity x DWPD x 365 x warranty
     years; years = TBW / (rate x seconds per year)). Array-safe.
     """
-    A = F["activation_offload"] if F and "activation_offload" in F else _ao
+    if F and "activation_offload" in F:
+        A = F["activation_offload"]
+    else:                              # imported here: a plan that writes no drive never needs these formulas
+        from dse.formulas import activation_offload as A
     node = sum(by_source.values())
     rate = per_drive / c["time"]["iteration"]
     tbw = A.rated_endurance(device.capacity, device.dwpd, device.warranty_years)
