@@ -177,7 +177,7 @@ def report(out: dict, trees: list[str]) -> None:
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=15, help="cold-process runs per command")
-    ap.add_argument("--repeat", type=int, default=200, help="in-process repeats (of 20 calls) per timing")
+    ap.add_argument("--repeat", type=int, default=600, help="in-process repeats (of 20 calls) per timing")
     ap.add_argument("--baseline", metavar="REF", help="git ref of an earlier dse to measure alternately with this tree")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
@@ -187,9 +187,9 @@ def main():
         if args.baseline:
             trees["baseline"] = extract(args.baseline, Path(tmp))
         out: dict = {name: {} for name in trees}
-        for _ in range(3):   # alternate: both trees see the same load
+        for _ in range(5):   # alternate: both trees see the same load
             for name, tree in trees.items():
-                for k, v in in_process(tree, args.repeat // 3).items():
+                for k, v in in_process(tree, args.repeat // 5).items():
                     out[name][k] = min(v, out[name].get(k, float("inf")))
         flat = cold_starts(trees, args.runs, Path(tmp) / "pycache")
         for name, tree in trees.items():

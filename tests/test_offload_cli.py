@@ -162,6 +162,17 @@ def test_estimate_with_offload_stays_light():
     assert proc.stderr.strip() == "[]"
 
 
+def test_estimate_without_offload_imports_no_offload_formulas():
+    """A plan that offloads nothing imports neither the offload formulas nor heavy packages (a faster cold start)."""
+    lazy = ("dse.formulas.offload", "dse.formulas.near_storage", "dse.formulas.activation_offload",
+            "dse.estimate.offload_time")
+    code = ("import sys; from dse.cli import main; main(['estimate', '--json']); "
+            f"bad = [m for m in sys.modules if m in {lazy!r} "
+            "or m.split('.')[0] in ('optuna', 'scipy', 'matplotlib', 'torch', 'numpy')]; sys.stderr.write(repr(bad))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert proc.stderr.strip() == "[]"
+
+
 def test_offload_compare_default_baseline_is_priced_as_plain_drives(capsys):
     """Without --baseline-hw the baseline is the same box with plain drives: $400 each, not a SmartSSD's $2,400."""
     code, out, err = run_cli(capsys, ["offload-compare", "--model", "smart-infinity-gpt2-4.0b", "-b", "4", "--json"])
