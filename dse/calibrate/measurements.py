@@ -136,6 +136,9 @@ def hf_model(row: dict, where: str):
     return model, note
 
 
+from dse.specs.stack import STACKS  # noqa: E402
+
+
 def hf_row(row: dict, where: str) -> Measurement:
     """A ``kind: base`` row of the dse measure / shared H100 format."""
     attn = row.get("attn")
@@ -146,8 +149,12 @@ def hf_row(row: dict, where: str) -> Measurement:
         raise InputError(f"{where}: recompute = {recompute!r}; allowed: none, full")
     b, s = int(_number(row, "b", where) or 0), int(_number(row, "s", where) or 0)
     model, note = hf_model(row, where)
+    stack = row.get("stack", "pytorch")    # the format's runs are eager PyTorch modules (Transformers, dse measure)
+    if stack not in STACKS:
+        raise InputError(f"{where}: stack = {stack!r}; allowed: {', '.join(STACKS)}")
     plan = {"tp": 1, "pp": 1, "dp": 1, "zero": 0, "micro_batch": b, "global_batch": b, "seq_len": s,
-            "recompute": recompute, "attention": _HF_ATTENTION[attn], "precision": "bf16-pure", "grad_dtype": "half"}
+            "recompute": recompute, "attention": _HF_ATTENTION[attn], "precision": "bf16-pure", "grad_dtype": "half",
+            "stack": stack}
     name = f"{row.get('model')} {attn} b{b} s{s} rc-{recompute}"
     return Measurement(name=name, model=model, plan_data=plan, time_s=_number(row, "step_s", where),
                        peak_bytes=_number(row, "peak_bytes", where, required=False), optimizer_step=False, note=note)

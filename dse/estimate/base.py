@@ -85,8 +85,10 @@ def activations(sums, plan, m, l_stage, T=_transformer) -> dict:
     else:
         in_flight = minimum(p, m) * where(v > 1, T.interleave_factor(p, v), 1)
     return {"a_layer": a_layer, "a_work": a_work, "a_head": a_head, "a_emb": a_emb, "in_flight": in_flight,
-            "act_first": in_flight * (l_stage * a_layer + a_emb) + where(single, a_head, 0) + a_work,
-            "act_last": l_stage * a_layer + a_head + where(single, a_emb, 0) + a_work}
+            # the head's saved tensors and the loss's buffers are freed by its backward, before any layer is
+            # recomputed: a stage holding both peaks at the larger of the two
+            "act_first": in_flight * (l_stage * a_layer + a_emb) + where(single, maximum(a_head, a_work), a_work),
+            "act_last": l_stage * a_layer + maximum(a_head, a_work) + where(single, a_emb, 0)}
 
 
 def memory_tiers(model, system, plan, prm, act, r, state_bytes, T=_transformer, M=_memory) -> tuple:

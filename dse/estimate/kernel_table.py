@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from dse.formulas import compute as _compute, kernels as _kernels, parallelism as _parallelism
-from dse.formulas._array import Num, maximum
+from dse.formulas import compute as _compute, kernels as _kernels, parallelism as _parallelism, stacks as _stacks
+from dse.formulas._array import Num, maximum, where
 from dse.formulas.precision import peak_flops, recipe_of
 
 
@@ -32,6 +32,10 @@ class KernelCost(NamedTuple):
     memory: Num        # achieved share of the HBM bandwidth [fraction]
     attention_peak: Num | None = None   # dense peak of the attention GEMMs' dtype (None: peak) [FLOP/s]
     head_peak: Num | None = None        # dense peak of the LM head's dtype (None: peak) [FLOP/s]
+    unaligned: Num | None = None        # achieved share of the peak in a GEMM with unaligned dimensions [fraction]
+    operand_bytes: Num | None = None    # bytes per GEMM operand element for the roofline (None: compute-bound only)
+    kernel_overhead: Num = 0.0          # fixed time per element-wise kernel of a row that counts its kernels [s]
+    depth: Num = 0.0                    # k0 of a GEMM tile's prologue and epilogue (compute.gemm_time) [count]
 
 
 class Link(NamedTuple):
@@ -47,28 +51,48 @@ def cost_of(gpu, peak, attention_peak=None, head_peak=None) -> KernelCost:
     """The :class:`KernelCost` of a GPU spec with its dense peaks for the plan's precision (per GEMM class)."""
     eff = gpu.efficiency
     return KernelCost(peak, eff.gemm, eff.attention, eff.gemm_overhead, gpu.hbm_bandwidth, eff.memory,
-                      peak if attention_peak is None else attention_peak, peak if head_peak is None else head_peak)
+                      peak if attention_peak is None else attention_peak, peak if head_peak is None else head_peak,
+                      eff.gemm if eff.gemm_unaligned is None else eff.gemm_unaligned, None, eff.kernel_overhead, eff.gemm_depth)
 
 
 def kernel_time(row: dict, hw: KernelCost, C) -> tuple:
     """(forward, backward) time of one compute kernel; ``C`` is :mod:`dse.formulas.compute` (or its tracer).
 
     GEMM: 2 m k n batch / (peak eta_gemm) + t0 forward, twice that backward (data and weight gradients of the
-    same shapes). Flash attention: executed FLOPs / (peak eta_attn) + t0 forward, backward FLOPs + 2 t0
-    backward (FlashAttention-2's backward is two kernels). Element-wise: bytes / (B_hbm eta_mem), twice the
-    bytes backward.
+    same shapes); a GEMM whose dimensions are not multiples of 16 bytes (``aligned`` false: an unpadded
+    vocabulary) runs at ``eta_unaligned`` instead. Flash attention: executed FLOPs / (peak eta_attn) + t0 forward,
+    backward FLOPs + 2 t0 backward (FlashAttention-2's backward is two kernels). Element-wise: bytes /
+    (B_hbm eta_mem), twice the bytes backward unless the row states its backward bytes (a software stack's).
     """
     kind = row["kind"]
     cls = row.get("class")
     peak: Any = hw.peak if cls is None else (hw.attention_peak if cls == "attention" else hw.head_peak)
     if kind == "gemm":
-        f = C.gemm_time(row["m"], row["k"], row["n"], peak, hw.gemm, hw.overhead, row["batch"])
+        eff = hw.gemm if "aligned" not in row else where(row["aligned"], hw.gemm, hw.unaligned)
+        f = C.gemm_time(row["m"], row["k"], row["n"], peak, eff, hw.overhead, row["batch"], hw.depth)
+        if hw.operand_bytes is not None:   # roofline: a GEMM that moves more than it computes waits on HBM
+            m, k, n = row["m"], row["k"], row["n"]
+            moved = hw.operand_bytes * row["batch"] * (m * k + k * n + m * n)
+            f = maximum(f, C.memory_time(moved, hw.bandwidth, hw.memory) + hw.overhead)
         return f, 2 * f
     if kind == "flash":
         rate = peak * hw.attention
         return row["executed"] / rate + hw.overhead, row["executed_backward"] / rate + 2 * hw.overhead
     f = C.memory_time(row["bytes"], hw.bandwidth, hw.memory)
+    if "bytes_backward" in row:     # a software stack's row: its own backward bytes, and its kernels' fixed time
+        b = C.memory_time(row["bytes_backward"], hw.bandwidth, hw.memory)
+        return f + hw.kernel_overhead * row["kernels"], b + hw.kernel_overhead * row["kernels_backward"]
     return f, 2 * f
+
+
+def kernel_count(row: dict) -> tuple:
+    """(forward, backward) kernels one row launches: a GEMM 1 and 2, flash 1 and 2, element-wise as stated (1, 1)."""
+    kind = row["kind"]
+    if kind in ("gemm", "flash"):
+        return 1, 2
+    if kind == "collective":
+        return 1, 0
+    return row.get("kernels", 1), row.get("kernels_backward", 1)
 
 
 def collective_time(row: dict, link: Link, P) -> Num:
@@ -79,11 +103,12 @@ def collective_time(row: dict, link: Link, P) -> Num:
 
 
 def table_time(table: dict, hw: KernelCost, link: Link, C, P, *, recompute: str = "none",
-               async_tp: bool = False) -> dict:
+               async_tp: bool = False, count: bool = False) -> dict:
     """Forward, backward and recompute time of the kernels of ``table`` on one GPU (``P``: parallelism module).
 
     Returns ``forward``, ``backward``, ``recompute`` (GPU time, collectives included) and ``tp_forward``,
-    ``tp_backward`` (the collectives' share). Collectives run on ``link`` (:func:`collective_time`); with ``async_tp``
+    ``tp_backward`` (the collectives' share); with ``count``, also ``kernels_forward`` and ``kernels_backward``
+    (:func:`kernel_count`, for the host's launch floor). Collectives run on ``link`` (:func:`collective_time`); with ``async_tp``
     a backward one hides behind the weight-gradient GEMM it names (``hidden_by``), which takes as long as
     that GEMM's forward. Full recompute runs the whole forward again, collectives included; selective runs
     the kernels flagged ``selective`` (the attention core).
@@ -118,7 +143,14 @@ def table_time(table: dict, hw: KernelCost, link: Link, C, P, *, recompute: str 
         tp_b = tp_b + maximum(ar - times[gemm][0], 0.0)
     fwd, bwd = fwd + tp_f, bwd + tp_b
     rec = fwd if recompute == "full" else (sel if recompute == "selective" else 0.0)
-    return {"forward": fwd, "backward": bwd, "recompute": rec, "tp_forward": tp_f, "tp_backward": tp_b}
+    out = {"forward": fwd, "backward": bwd, "recompute": rec, "tp_forward": tp_f, "tp_backward": tp_b}
+    if count:
+        kf = kb = 0
+        for row in table.values():
+            f, b = kernel_count(row)
+            kf, kb = kf + f, kb + b
+        out["kernels_forward"], out["kernels_backward"] = kf, kb
+    return out
 
 
 _TABLES: dict = {}   # memo of kernel_tables for scalar plans: (model id, plan fields, e, formulas) -> result
@@ -141,9 +173,10 @@ def kernel_tables(model, plan, r, K=_kernels) -> dict:
     """
     s, b, t, sp = plan.seq_len, plan.micro_batch, plan.tp, plan.sequence_parallel
     e, comm, logits = r.activations, r.tp_messages, r.logits   # bytes per element (the precision recipe)
+    stack = getattr(plan, "stack", "megatron")
     key = None
     if K is _kernels:                      # not when traced: the trace records every formula call
-        key = (id(model), s, b, t, sp, plan.recompute, plan.attention, e, comm, logits,
+        key = (id(model), s, b, t, sp, plan.recompute, plan.attention, e, comm, logits, stack, r.gradients,
                *map(K.__getattribute__, _FORMULAS))
         try:
             hit = _TABLES.get(key)
@@ -153,15 +186,22 @@ def kernel_tables(model, plan, r, K=_kernels) -> dict:
             return hit[1]
     h = model.hidden
     dropout = model.dropout > 0
+    ops, size, choices = _stack_inputs(model, plan, stack)
     layer = K.layer_kernels(s, b, h, model.heads, model.kv_heads, model.head_dim, model.ffn_hidden, tp=t,
                             sequence_parallel=sp, recompute=plan.recompute, attention=plan.attention,
                             ffn_type=model.ffn_type, norm=model.norm, position=model.position, dropout=dropout,
                             causal=model.architecture == "decoder", bytes_per_element=e,
-                            comm_bytes_per_element=comm)
+                            comm_bytes_per_element=comm, stack=ops, stack_sizes=size, stack_choices=choices,
+                            grad_bytes=r.gradients)
     embedding = K.embedding_kernels(s, b, h, tp=t, sequence_parallel=sp, dropout=dropout, position=model.position,
                                     bytes_per_element=e, comm_bytes_per_element=comm)
     head = K.head_kernels(s, b, h, model.vocab, tp=t, sequence_parallel=sp, norm=model.norm,
                           final_norm=model.final_norm, bytes_per_element=e, logits_bytes=logits)
+    if ops:
+        embedding = _stacks.apply_embedding(embedding, ops, size, bytes_per_element=e)
+        head = _stacks.apply_head(head, ops, size, bytes_per_element=e)
+        if not _stack_spec(stack).pads_vocab:    # an unpadded vocabulary: the LM-head GEMM's n may be unaligned
+            head["lm_head"] = {**head["lm_head"], "aligned": _stacks.aligned(head["lm_head"]["n"], e)}
     out = {"layer": layer, "embedding": embedding, "head": head}
     out["sums"] = table_sums(out, plan.recompute, K)
     if key is not None:
@@ -169,6 +209,31 @@ def kernel_tables(model, plan, r, K=_kernels) -> dict:
             _TABLES.clear()
         _TABLES[key] = (model, out)
     return out
+
+
+def _stack_spec(name: str):
+    from dse.specs.stack import load
+
+    return load(name)
+
+
+def _stack_inputs(model, plan, stack: str) -> tuple:
+    """The resolved ops of a non-Megatron stack, the tensor sizes its amounts name, and the plan's choices."""
+    if stack == "megatron":
+        return None, None, None
+    from dse.formulas import transformer as T
+
+    spec = _stack_spec(stack)
+    ops = spec.ops(model.norm, model.activation_kind)
+    t = plan.tp
+    p_layer = T.layer_parameters(model.hidden, model.heads, model.kv_heads, model.head_dim, model.ffn_hidden,
+                                 model.ffn_type, model.norm, model.bias, model.qkv_bias)
+    p_rep = T.layer_parameters_replicated(model.hidden, model.ffn_type, model.norm, model.bias)
+    size = _stacks.sizes(plan.seq_len, plan.micro_batch, model.hidden, model.heads, model.kv_heads, model.head_dim,
+                         model.ffn_hidden, model.vocab, tp=t, sequence_parallel=plan.sequence_parallel,
+                         layer_params=(p_layer - p_rep) / t + p_rep, param_tensors=model.layer_param_tensors)
+    choices = {"attention": plan.attention, "recompute": plan.recompute, "bias": bool(model.bias)}
+    return ops, size, choices
 
 
 def table_sums(tables, recompute, K=_kernels) -> dict:
@@ -180,7 +245,8 @@ def table_sums(tables, recompute, K=_kernels) -> dict:
     """
     layer = tables["layer"]
     return {"a_layer": K.saved_bytes(layer), "a_work": K.rerun_bytes(layer) if recompute == "full" else 0,
-            "a_head": K.saved_bytes(tables["head"]), "a_emb": K.saved_bytes(tables["embedding"]),
+            "a_head": K.saved_bytes(tables["head"]) + _stacks.transient_bytes(tables["head"]),
+            "a_emb": K.saved_bytes(tables["embedding"]),
             "flops_layer": K.forward_flops(layer), "flops_head": K.forward_flops(tables["head"]),
             "flops_recompute": K.recomputed_flops(layer, recompute),
             "tp_messages": K.message_bytes(layer, "tp", recompute)}
@@ -195,18 +261,28 @@ def kernel_times(tables, system, plan, peak, lk, C=_compute, P=_parallelism) -> 
     eff = gpu.efficiency
     r = recipe_of(plan)
     hw = cost_of(gpu, peak, peak_flops(gpu.peak_flops, r.attention_dtype), peak_flops(gpu.peak_flops, r.head_dtype))
+    hw = hw._replace(operand_bytes=r.activations)
     async_tp = plan.async_tp_allreduce and not plan.sequence_parallel   # hidden behind the weight-gradient GEMMs
     key = _times_key(tables, hw, lk["tp"], plan.recompute, async_tp, eff.layer_overhead, C, P)
     hit = _TIMES.get(key) if key is not None else None
     if hit is not None and hit[0] is tables:
         return dict(hit[1])
-    lt = table_time(tables["layer"], hw, lk["tp"], C, P, recompute=plan.recompute, async_tp=async_tp)
-    head = table_time(tables["head"], hw, lk["tp"], C, P)
-    emb = table_time(tables["embedding"], hw, lk["tp"], C, P)
-    host_t = eff.layer_overhead           # the host launches a layer's kernels: the GPU waits when they are short
-    host_rec = host_t if plan.recompute == "full" else 0.0
-    layer_fwd = maximum(lt["forward"], host_t)
-    layer_bwd = maximum(lt["backward"], 2 * host_t)
+    stack = getattr(plan, "stack", "megatron")
+    dispatch = 0.0 if stack == "megatron" else _stack_spec(stack).dispatch
+    count = bool(dispatch)
+    lt = table_time(tables["layer"], hw, lk["tp"], C, P, recompute=plan.recompute, async_tp=async_tp, count=count)
+    head = table_time(tables["head"], hw, lk["tp"], C, P, count=count)
+    emb = table_time(tables["embedding"], hw, lk["tp"], C, P, count=count)
+    if count:   # the host launches every kernel (dispatch each): the GPU waits when the kernels are shorter
+        host_f, host_b = dispatch * lt["kernels_forward"], dispatch * lt["kernels_backward"]
+        for part in (head, emb):
+            part["forward"] = maximum(part["forward"], dispatch * part["kernels_forward"])
+            part["backward"] = maximum(part["backward"], dispatch * part["kernels_backward"])
+    else:       # the GPU spec's host time per layer (fitted with the Megatron runs)
+        host_f, host_b = eff.layer_overhead, 2 * eff.layer_overhead
+    host_rec = host_f if plan.recompute == "full" else 0.0
+    layer_fwd = maximum(lt["forward"], host_f)
+    layer_bwd = maximum(lt["backward"], host_b)
     layer_rec = maximum(lt["recompute"], host_rec)
     layer_total = layer_fwd + layer_bwd + layer_rec
     out = {"gpu_fwd": lt["forward"], "gpu_bwd": lt["backward"], "gpu_rec": lt["recompute"],

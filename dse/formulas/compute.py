@@ -38,13 +38,17 @@ from dse.formulas._array import Num
 __all__ = ["gemm_time", "memory_time", "flash_attention_flops", "elementwise_bytes", "adam_step_bytes"]
 
 
-def gemm_time(m: Num, k: Num, n: Num, peak_flops: Num, efficiency: Num, overhead: Num = 0.0, batch: Num = 1) -> Num:
+def gemm_time(m: Num, k: Num, n: Num, peak_flops: Num, efficiency: Num, overhead: Num = 0.0, batch: Num = 1,
+              depth: Num = 0.0) -> Num:
     """Time of ``batch`` GEMMs of (m x k)(k x n).
 
-    Formula: t = 2 m k n batch / (peak eta) + t0
+    Formula: t = 2 m k n batch / (peak eta) x (1 + k0 / k) + t0
     Source: 2mkn FLOP per GEMM (Narayanan et al. 2021, arXiv 2104.04473, App. A); the fixed per-kernel term t0
     is this tool's closed form of Calculon's size-dependent efficiency (Isaev et al., SC'23), fitted in
-    benchmarks/calibrate.py.
+    benchmarks/calibrate.py; k0: each output tile's prologue and epilogue (loading the pipeline, writing the
+    tile) cost as much as k0 steps of its main loop over k, so a shallow GEMM runs below the peak rate
+    (CUTLASS's tile structure, NVIDIA CUTLASS docs "Efficient GEMM in CUDA"; k0 fitted per GPU to measured GEMMs,
+    dse.calibrate.micro).
 
     Args:
         m: rows of the left operand (tokens) [count]
@@ -52,6 +56,7 @@ def gemm_time(m: Num, k: Num, n: Num, peak_flops: Num, efficiency: Num, overhead
         n: columns of the right operand [count]
         overhead: t0, fixed time per kernel [s]
         batch: GEMMs of this shape run together [count]
+        depth: k0, the main-loop depth a tile's prologue and epilogue cost (0: none) [count]
     Returns:
         time [s]
 
@@ -60,8 +65,13 @@ def gemm_time(m: Num, k: Num, n: Num, peak_flops: Num, efficiency: Num, overhead
     >>> import numpy as np
     >>> gemm_time(np.array([512, 4096]), 4096, 4096, 312e12, 0.8, overhead=1e-5) * 1e6   # microseconds
     array([ 78.8296041 , 560.63683282])
+    >>> round(gemm_time(8192, 64, 8192, 989.5e12, 0.8, depth=97) * 1e6, 1)   # k = 64: 2.5x the flat-rate time
+    27.3
     """
-    return 2 * m * k * n * batch / (peak_flops * efficiency) + overhead
+    t = 2 * m * k * n * batch / (peak_flops * efficiency)
+    if not (type(depth) in (int, float) and depth == 0):
+        t = t * (1 + depth / k)
+    return t + overhead
 
 
 def memory_time(nbytes: Num, bandwidth: Num, efficiency: Num = 1.0) -> Num:

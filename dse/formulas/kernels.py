@@ -66,7 +66,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dse.formulas import compute as _compute
+from dse.formulas import compute as _compute, stacks as _stacks
 from dse.formulas._array import Num, where
 
 __all__ = ["KINDS", "layer_kernels", "embedding_kernels", "head_kernels", "weight_gemms", "forward_flops",
@@ -89,7 +89,9 @@ def _per_gpu(x: Num, tp: Num) -> Num:
 def layer_kernels(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: Num, ffn: Num, *, tp: Num = 1,
                   sequence_parallel: bool = False, recompute: str = "none", attention: str = "flash",
                   ffn_type: str = "gelu", norm: str = "layernorm", position: str = "learned", dropout: bool = True,
-                  causal: bool = True, bytes_per_element: Num = 2, comm_bytes_per_element: Num | None = None) -> Table:
+                  causal: bool = True, bytes_per_element: Num = 2, comm_bytes_per_element: Num | None = None,
+                  stack: dict | None = None, stack_sizes: dict | None = None, stack_choices: dict | None = None,
+                  grad_bytes: Num = 2) -> Table:
     """The kernels of one transformer layer on one GPU for one micro-batch (Megatron-LM's fused kernels).
 
     Formula: T = s b, r = 1/t with SP (else 1); GEMMs QKV (T, h, (a+2kv)d/t), out (T, a d/t, h), fc1 (T, h, n_g F/t),
@@ -195,6 +197,9 @@ def layer_kernels(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: N
                                 "pass": "backward", "hidden_by": "fc1", "saved": 0}
     t["qkv_dgrad_allreduce"] = {"kind": "collective", "op": "allreduce", "group": "tp", "comm": msg,
                                 "pass": "backward", "hidden_by": "qkv", "saved": 0}
+    if stack:  # another software stack's element-wise kernels and saved tensors (dse.formulas.stacks)
+        t = _stacks.apply_layer(t, stack, stack_sizes or {}, stack_choices or {}, bytes_per_element=e,
+                                grad_bytes=grad_bytes)
     if full:   # the checkpoint keeps the layer input; the rest is held only while the layer runs again
         for row in t.values():
             row["rerun"], row["saved"] = row["saved"], 0

@@ -30,10 +30,18 @@ class GPUEfficiency:
     are an assumption, stated in the catalog file.
     """
 
-    gemm: float = spec_field(0.75, unit="fraction", gt=0, le=1, help="fraction of dense peak a large GEMM reaches")
+    gemm: float = spec_field(0.763, unit="fraction", gt=0, le=1, help="fraction of dense peak a large GEMM reaches")
     gemm_overhead: float = spec_field(43e-6, unit="s", ge=0, help="fixed time per GEMM kernel (launch, tail)")
+    gemm_depth: float = spec_field(0.0, unit="count", ge=0, help="k0: main-loop steps over k that a GEMM tile's "
+                                   "prologue and epilogue cost (t x (1 + k0/k)); 0: folded into gemm")
+    gemm_unaligned: float | None = spec_field(None, unit="fraction", gt=0, le=1, help="fraction of dense peak a GEMM "
+                                              "with a dimension not a multiple of 16 bytes reaches (align1 kernels; "
+                                              "an unpadded vocabulary); default: gemm")
+    kernel_overhead: float = spec_field(0.0, unit="s", ge=0, help="fixed GPU time per element-wise kernel a software "
+                                        "stack counts (launch, ramp and drain; stacks/*.yaml); 0: folded into the "
+                                        "fitted efficiencies")
     attention: float = spec_field(0.6, unit="fraction", gt=0, le=1, help="fraction of peak reached by fused (flash) attention")
-    memory: float = spec_field(0.65, unit="fraction", gt=0, le=1, help="fraction of HBM bandwidth reached by element-wise kernels")
+    memory: float = spec_field(0.694, unit="fraction", gt=0, le=1, help="fraction of HBM bandwidth reached by element-wise kernels")
     layer_overhead: float = spec_field(0.0, unit="s", ge=0, help="host-side (launch/framework) time per layer per forward pass; backward counts twice")
     microbatch_overhead: float = spec_field(0.0, unit="s", ge=0, help="fixed time per micro-batch per pipeline stage (data broadcast, schedule, synchronisation)")
 

@@ -11,6 +11,9 @@ from __future__ import annotations
 from dse.errors import InputError
 
 SUPPORTED = ("gpt2", "llama", "mistral", "qwen2", "opt", "bert")
+#: Transformers' activation_function names -> the model spec's activation (how the framework writes it).
+_ACTIVATIONS = {"gelu_new": "gelu_new", "gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu",
+                "silu": "silu", "swish": "silu"}
 
 
 def _get(cfg: dict, key: str, where: str, default=None, required: bool = False):
@@ -38,6 +41,7 @@ def from_hf_config(cfg: dict, where: str, default_name: str = "hf-model") -> dic
             name=name, layers=g("n_layer", req=True), hidden=h, heads=g("n_head", req=True),
             vocab=g("vocab_size", req=True), max_seq_len=g("n_positions", 1024),
             ffn_hidden=g("n_inner") or 4 * h, ffn_type="relu" if act == "relu" else "gelu",
+            activation=_ACTIVATIONS.get(act, "gelu"),
             norm="layernorm", bias=True, position="learned", tied_embeddings=g("tie_word_embeddings", True),
             dropout=float(g("resid_pdrop", 0.1)), source=f"Hugging Face config {where}",
         )

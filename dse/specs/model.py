@@ -19,6 +19,7 @@ FFN_TYPES = ("gelu", "relu", "swiglu")
 NORMS = ("layernorm", "rmsnorm")
 POSITIONS = ("learned", "rotary", "none")
 ARCHITECTURES = ("decoder", "encoder")
+ACTIVATIONS = ("gelu", "gelu_new", "gelu_tanh", "relu", "silu")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -33,6 +34,8 @@ class ModelSpec:
     head_dim: int | None = spec_field(None, gt=0, help="per-head dimension; default = hidden / heads")
     ffn_hidden: int | None = spec_field(None, gt=0, help="FFN inner size F; default 4h")
     ffn_type: str = spec_field("gelu", choices=FFN_TYPES, help="two-matrix GeLU/ReLU MLP or gated SwiGLU")
+    activation: str | None = spec_field(None, choices=ACTIVATIONS, help="activation function as the framework "
+                                        "writes it (gelu_new: Transformers' tanh GELU as 8 ops); default from ffn_type")
     norm: str = spec_field("layernorm", choices=NORMS, help="LayerNorm (weight+bias) or RMSNorm (weight)")
     bias: bool = spec_field(True, help="biases on the linear layers")
     qkv_bias: bool | None = spec_field(None, help="biases on Q/K/V only (Qwen-style); default = bias")
@@ -60,6 +63,25 @@ class ModelSpec:
             raise InputError(f"{where}: ffn_hidden is required when ffn_type is swiglu")
         if self.seq_len is not None and self.position == "learned" and self.seq_len > (self.position_embeddings or self.max_seq_len):
             raise InputError(f"{where}: seq_len {self.seq_len} exceeds the learned position table ({self.position_embeddings or self.max_seq_len})")
+
+    @property
+    def activation_kind(self) -> str:
+        """The activation as a software stack's ``activation`` variants name it (silu_glu for a gated SwiGLU MLP)."""
+        if self.ffn_type == "swiglu":
+            return "silu_glu"
+        act = self.activation or ("relu" if self.ffn_type == "relu" else "gelu")
+        return "gelu" if act == "gelu_tanh" else act
+
+    @property
+    def layer_param_tensors(self) -> int:
+        """Parameter tensors of one layer as Transformers' modules hold them (one gradient-accumulation add each).
+
+        Weights: fused QKV, output, two MLP matrices (gated: q, k, v, o, gate, up, down); a bias per linear where
+        present; two norms (LayerNorm: weight and bias; RMSNorm: weight).
+        """
+        weights = 7 if self.ffn_type == "swiglu" else 4
+        biases = weights if self.bias else (3 if self.qkv_bias else 0)
+        return weights + biases + 2 * (2 if self.norm == "layernorm" else 1)
 
     def resolved(self) -> ModelSpec:
         """The same spec with every defaulted field filled in."""

@@ -17,6 +17,7 @@ from dse.formulas.precision import DEFAULT_GRAD_DTYPE, GRAD_DTYPE_BYTES, PRECISI
 from dse.specs import rules
 from dse.specs._schema import spec_field
 from dse.specs.hardware import GPU_SYSTEM
+from dse.specs.stack import STACKS
 
 RECOMPUTE = ("none", "selective", "full")
 ATTENTION = ("flash", "math")
@@ -46,6 +47,9 @@ class Plan:
     seq_len: int | None = spec_field(None, gt=0, help="tokens per sequence s; default the model's seq_len")
     recompute: str = spec_field("none", choices=RECOMPUTE, help="activation recomputation")
     attention: str = spec_field("flash", choices=ATTENTION, help="fused (flash) attention or materialised softmax")
+    stack: str = spec_field("megatron", choices=STACKS, help="software stack: megatron (fused kernels), pytorch "
+                            "(eager modules as in Hugging Face Transformers) or compiled (torch.compile); "
+                            "its kernels are catalog data, stacks/*.yaml")
     sequence_parallel: bool = spec_field(False, help="Megatron sequence parallelism (shards norm/dropout activations over tp)")
     zero: int | None = spec_field(None, ge=0, le=3, help="ZeRO stage: 1 shards optimizer states (Megatron's distributed "
                            "optimizer, the default on GPU systems), 2 also gradients, 3 also parameters; 0 replicates "

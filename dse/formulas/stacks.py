@@ -1,0 +1,237 @@
+"""A software stack as data on the kernel table: the element-wise kernels, saved tensors and loss of a framework.
+
+The kernel table (:mod:`dse.formulas.kernels`) is built with Megatron-LM's fused kernels. Another
+stack (``stacks/*.yaml`` in the catalog) replaces, per table row, what the row's element-wise
+kernels move and what the row saves for backward, and adds rows the framework runs that Megatron
+does not (copies, bias-gradient reductions, gradient accumulation). An amount is a number of
+*passes* over a tensor -- one read or one write of each of its elements -- keyed by the tensor's
+size (:func:`sizes`) and dtype; :func:`amount` turns it into bytes.
+
+A stack op (one entry of the file, already resolved to the model's variant) is a dict:
+``forward``/``backward``: ``{"kernels": n, "moves": {key: passes}}``; ``saved`` and ``transient``:
+``{key: tensors}``; ``when``: a list of conditions, any of which enables an added row. A key is
+``size`` (the activation dtype) or ``size:dtype`` (``fp32`` 4 bytes, ``byte`` 1, ``grad`` the
+gradient dtype).
+
+Symbols:
+    s: sequence length [count]
+    b: micro-batch size [count]
+    h: hidden size [count]
+    heads: a, attention heads [count]
+    kv_heads: kv, key/value heads [count]
+    head_dim: d, head dimension [count]
+    ffn: F, FFN inner size [count]
+    vocab: V, vocabulary size [count]
+    tp: t, tensor-parallel degree [count]
+    sequence_parallel: Megatron sequence parallelism (layer-wide tensors sharded over t) [bool]
+    layer_params: parameters of one layer on this GPU [count]
+    param_tensors: parameter tensors of one layer [count]
+    size: element counts of the tensors a stack names, as :func:`sizes` returns [dict]
+    passes: passes per tensor, keyed size or size:dtype [dict]
+    bytes_per_element: e, bytes per activation element [bytes]
+    grad_bytes: bytes per gradient element [bytes]
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dse.formulas._array import Num
+
+__all__ = ["DTYPE_BYTES", "sizes", "amount", "apply_layer", "apply_head", "apply_embedding", "enabled", "aligned",
+           "transient_bytes"]
+
+#: Bytes per element of the dtypes a stack names explicitly (``act`` and ``grad`` come from the precision recipe).
+DTYPE_BYTES = {"fp32": 4, "byte": 1, "int64": 8}
+
+Op = dict[str, Any]
+Row = dict[str, Any]
+
+
+def sizes(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: Num, ffn: Num, vocab: Num, *, tp: Num = 1,
+          sequence_parallel: bool = False, layer_params: Num = 0, param_tensors: Num = 0) -> dict[str, Num]:
+    """Element counts of the tensors a stack's amounts are keyed by, on one GPU for one micro-batch.
+
+    Formula: tok = s b; h = s b h r (r = 1/t with SP, else 1); q = s b a d / t; kv = s b kv d / t; qkv = q + 2 kv;
+    f = s b F / t; scores = b (a/t) s^2; heads = s b a / t; logits = s b V / t; table = V h / t
+    Source: the shapes of a transformer layer's tensors under Megatron-LM tensor parallelism (Shoeybi et al. 2019,
+    arXiv 1909.08053 §3).
+
+    Returns:
+        size name -> elements [dict]
+
+    >>> z = sizes(1024, 4, 1600, 25, 25, 64, 6400, 50257)   # GPT-2 XL, micro-batch 4
+    >>> z["h"], z["f"], z["scores"], z["logits"]
+    (6553600, 26214400, 104857600, 205852672)
+    """
+    tok = s * b
+    r = 1 / tp if sequence_parallel else 1
+    q = tok * heads * head_dim / tp
+    kv = tok * kv_heads * head_dim / tp
+    return {"tok": tok, "h": tok * h * r, "q": q, "kv": kv, "qkv": q + 2 * kv, "f": tok * ffn / tp,
+            "scores": b * heads / tp * s * s, "heads": tok * heads / tp, "logits": tok * vocab / tp,
+            "table": vocab * h / tp, "params": layer_params, "param_tensors": param_tensors}
+
+
+def amount(passes: dict, size: dict, bytes_per_element: Num = 2, grad_bytes: Num = 2) -> Num:
+    """Bytes of a stack amount: passes over tensors of the named sizes and dtypes.
+
+    Formula: sum over keys of passes x elements(size) x bytes(dtype); dtype act = e, grad = the gradient dtype,
+    fp32 = 4, byte = 1
+    Source: the bytes an element-wise kernel reads and writes in HBM (Williams et al. 2009, roofline: a
+    memory-bound kernel's time is its bytes over the bandwidth).
+
+    Returns:
+        bytes [bytes]
+
+    >>> z = sizes(1024, 4, 1600, 25, 25, 64, 6400, 50257)
+    >>> amount({"logits": 1, "logits:fp32": 5}, z) / 2**30   # logits.float() and log_softmax: GiB
+    4.2187529802322388
+    """
+    total: Num = 0
+    for key, n in passes.items():
+        name, _, dtype = key.partition(":")
+        per = bytes_per_element if dtype == "" else (grad_bytes if dtype == "grad" else DTYPE_BYTES[dtype])
+        total = total + n * size[name] * per
+    return total
+
+
+def enabled(op: Op, choices: dict) -> bool:
+    """Whether an added row runs: any of its ``when`` conditions holds (no ``when``: always).
+
+    A condition maps a choice (``attention``, ``recompute``, ``bias``) to a value or a list of values; all must match.
+    """
+    when = op.get("when")
+    if not when:
+        return True
+    for cond in when:
+        if all(choices.get(k) in (v if isinstance(v, list) else [v]) for k, v in cond.items()):
+            return True
+    return False
+
+
+def _elementwise(op: Op, size: dict, e: Num, g: Num, saved: Num | None = None) -> Row:
+    """One element-wise row of a stack op: forward and backward bytes and kernels, saved bytes."""
+    fwd, bwd = op.get("forward", {}), op.get("backward", {})
+
+    def count(x: Any) -> Any:
+        return size[x] if isinstance(x, str) else x
+
+    return {"kind": "elementwise", "bytes": amount(fwd.get("moves", {}), size, e, g),
+            "bytes_backward": amount(bwd.get("moves", {}), size, e, g),
+            "kernels": count(fwd.get("kernels", 0)), "kernels_backward": count(bwd.get("kernels", 0)),
+            "saved": amount(op.get("saved", {}), size, e, g) if saved is None else saved}
+
+
+def apply_layer(table: dict, ops: dict, size: dict, choices: dict, *, bytes_per_element: Num = 2,
+                grad_bytes: Num = 2) -> dict:
+    """A layer's kernel table (built without recomputation) with a stack's element-wise kernels and saved tensors.
+
+    Formula: each element-wise row's bytes, kernels and saved bytes from the stack op that names it (norm1, norm2:
+    ``norm``; the residual adds: ``residual``; ``activation``; ``rotary``); the attention core's saved bytes and its
+    copies from ``flash`` or ``math``; added rows (``kv_copy``, ``bias_grads``, ``grad_accumulate``) where enabled
+    Source: the framework's op trace, as recorded in the stack file (stacks/*.yaml).
+
+    GEMM rows keep their shapes and what they save (their inputs); fc2's input is counted by ``activation``.
+
+    Returns:
+        kernel name -> row [dict]
+    """
+    e, g = bytes_per_element, grad_bytes
+    out: dict = {}
+    for name, row in table.items():
+        if name in ("norm1", "norm2") and "norm" in ops:
+            out[name] = _elementwise(ops["norm"], size, e, g)
+        elif name in ("attn_residual", "mlp_residual") and "residual" in ops:
+            out[name] = _elementwise(ops["residual"], size, e, g)
+        elif name in ("activation", "rotary") and name in ops:
+            out[name] = _elementwise(ops[name], size, e, g)
+        elif name == "fc2" and "activation" in ops:
+            out[name] = {**row, "saved": 0}
+        elif name == "attention" and "flash" in ops:       # a fused kernel: its saved tensors, then its copies
+            out[name] = {**row, "saved": amount(ops["flash"].get("saved", {}), size, e, g)}
+            out["attention_copies"] = _elementwise(ops["flash"], size, e, g, saved=0)
+        elif name in ("score", "context") and "math" in ops:
+            out[name] = {**row, "saved": 0}
+        elif name == "softmax" and "math" in ops:
+            out[name] = {**_elementwise(ops["math"], size, e, g), "selective": True}
+        else:
+            out[name] = row
+    for name in ("kv_copy", "bias_grads", "grad_accumulate"):
+        if name in ops and enabled(ops[name], choices):
+            out[name] = _elementwise(ops[name], size, e, g)
+    return out
+
+
+def apply_head(table: dict, ops: dict, size: dict, *, bytes_per_element: Num = 2) -> dict:
+    """The output side's table with a stack's final norm and loss (the loss adds what is live beside it).
+
+    Formula: final_norm and loss rows' bytes, kernels and saved bytes from the stack; the loss row's
+    ``transient``: tensors live at the start of the backward pass beside everything saved (the gradient of the
+    log-softmax output and its input gradient)
+    Source: the framework's op trace (stacks/*.yaml); PyTorch's log_softmax/nll_loss autograd formulas.
+
+    Returns:
+        kernel name -> row [dict]
+    """
+    e = bytes_per_element
+    out = dict(table)
+    if "final_norm" in out and "final_norm" in ops:
+        out["final_norm"] = _elementwise(ops["final_norm"], size, e, e)
+    if "loss" in ops:
+        loss = _elementwise(ops["loss"], size, e, e)
+        loss["transient"] = amount(ops["loss"].get("transient", {}), size, e, e)
+        out["loss"] = loss
+    return out
+
+
+def apply_embedding(table: dict, ops: dict, size: dict, *, bytes_per_element: Num = 2) -> dict:
+    """The input side's table with a stack's embedding kernels (time; the saved token ids stay as counted).
+
+    Formula: the embedding row's bytes and kernels from the stack's ``embedding`` op
+    Source: the framework's op trace (stacks/*.yaml).
+
+    Returns:
+        kernel name -> row [dict]
+    """
+    out = dict(table)
+    if "embedding" in ops and "embedding" in out:
+        out["embedding"] = _elementwise(ops["embedding"], size, bytes_per_element, bytes_per_element,
+                                        saved=out["embedding"]["saved"])
+    return out
+
+
+def aligned(n: Num, bytes_per_element: Num = 2) -> Num:
+    """Whether a GEMM dimension is a multiple of 16 bytes, the alignment tensor-core GEMM kernels need.
+
+    Formula: (n e) mod 16 = 0
+    Source: NVIDIA cuBLAS / CUTLASS: tensor-core kernels load operands in 16-byte vectors; a leading dimension that
+    is not a multiple of 16 bytes falls back to 1-element-aligned kernels (the ``align1`` kernels the measured GPT-2
+    profiles show for the 50,257-word LM head, data/h100_hf_training.jsonl kind profile).
+
+    Returns:
+        1 if aligned, else 0 [bool]
+
+    >>> aligned(50257), aligned(50304)
+    (0, 1)
+    """
+    return ((n * bytes_per_element) % 16 == 0) * 1
+
+
+def transient_bytes(table: dict) -> Num:
+    """Bytes a table's kernels hold beside every saved tensor at the start of the backward pass (the loss's).
+
+    Formula: sum over rows of transient
+    Source: PyTorch's autograd of log_softmax and nll_loss: the backward of nll_loss allocates the gradient of the
+    log-probabilities, log_softmax's backward its input gradient, while the saved log-probabilities are still held.
+
+    Returns:
+        bytes [bytes]
+
+    >>> transient_bytes({"loss": {"transient": 8.0}, "lm_head": {}})
+    8.0
+    """
+    total: Num = 0
+    for row in table.values():
+        total = total + row.get("transient", 0)
+    return total

@@ -1,0 +1,165 @@
+"""Software stacks: the catalog's ``stacks/*.yaml`` read and checked, and a stack resolved for one model.
+
+A stack file (see ``stacks/pytorch.yaml`` for the format) describes, per kernel-table row, the
+element-wise kernels a framework runs, what they move and what they save; the formulas that apply it
+are :mod:`dse.formulas.stacks`. ``megatron`` (the default) has no file rows: the kernel table as
+built is Megatron-LM's fused kernels.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+from dse.errors import InputError
+from dse.formulas.stacks import DTYPE_BYTES
+
+#: The stacks a plan may name (files of the catalog's stacks/ directory).
+STACKS = ("megatron", "pytorch", "compiled")
+#: Size names an amount may use (dse.formulas.stacks.sizes).
+SIZES = ("tok", "h", "q", "kv", "qkv", "f", "scores", "heads", "logits", "table", "params", "param_tensors")
+#: Entries a stack file may hold, with the variants an entry may be split into (None: not split).
+ENTRIES: dict[str, tuple[str, ...] | None] = {
+    "norm": ("layernorm", "rmsnorm"), "residual": None, "activation": ("gelu", "gelu_new", "relu", "silu_glu"),
+    "rotary": None, "flash": None, "math": None, "kv_copy": None, "bias_grads": None, "grad_accumulate": None,
+    "embedding": None, "final_norm": None, "loss": None}
+_OP_KEYS = ("forward", "backward", "saved", "transient", "when")
+_CHOICES = {"attention": ("flash", "math"), "recompute": ("none", "selective", "full"), "bias": (True, False)}
+
+
+@dataclass(frozen=True)
+class StackSpec:
+    """A software stack: its per-row ops (variants unresolved), host time per launched kernel, vocabulary padding."""
+
+    name: str
+    title: str = ""
+    source: str = ""
+    dispatch: float = 0.0          # host time per kernel launched [s]; 0: the GPU spec's layer_overhead floor
+    pads_vocab: bool = True        # the LM head's vocabulary is padded to an aligned size (Megatron: 128 t)
+    rows: dict = field(default_factory=dict)
+
+    def ops(self, norm: str, activation: str) -> dict:
+        """The stack's ops for a model: each split entry resolved to the model's norm / activation variant."""
+        return _resolve(self, norm, activation)
+
+
+@lru_cache(maxsize=64)
+def _resolve(stack: StackSpec, norm: str, activation: str) -> dict:
+    pick = {"norm": norm, "activation": activation}
+    out: dict = {}
+    for name, op in stack.rows.items():
+        if isinstance(op, str):           # an alias: final_norm: norm
+            op = stack.rows[op]
+            variants = ENTRIES.get("norm")
+        else:
+            variants = ENTRIES[name]
+        if variants is not None and isinstance(op, dict) and set(op) <= set(variants):
+            key = pick["norm" if variants == ENTRIES["norm"] else "activation"]
+            if key not in op:
+                continue                  # the stack says nothing for this variant: the fused row stays
+            op = op[key]
+        out[name] = op
+    return out
+
+
+def _check_passes(d: Any, where: str) -> None:
+    if not isinstance(d, dict):
+        raise InputError(f"{where}: expected a mapping of size[:dtype] to a number of passes")
+    for key, n in d.items():
+        size, _, dtype = str(key).partition(":")
+        if size not in SIZES:
+            raise InputError(f"{where}: unknown size '{size}'; allowed: {', '.join(SIZES)}")
+        if dtype and dtype not in (*DTYPE_BYTES, "grad"):
+            raise InputError(f"{where}: unknown dtype '{dtype}'; allowed: {', '.join((*DTYPE_BYTES, 'grad'))}")
+        if not isinstance(n, (int, float)) or n < 0:
+            raise InputError(f"{where}.{key}: expected a number >= 0, got {n!r}")
+
+
+def _check_op(op: Any, where: str) -> None:
+    if not isinstance(op, dict):
+        raise InputError(f"{where}: expected a mapping with keys {', '.join(_OP_KEYS)}")
+    for key, val in op.items():
+        if key not in _OP_KEYS:
+            raise InputError(f"{where}: unknown key '{key}'; allowed: {', '.join(_OP_KEYS)}")
+        if key in ("forward", "backward"):
+            if not isinstance(val, dict) or set(val) - {"kernels", "moves"}:
+                raise InputError(f"{where}.{key}: expected {{kernels: n, moves: {{size: passes}}}}")
+            k = val.get("kernels", 0)
+            if not (isinstance(k, int) and k >= 0) and k not in SIZES:
+                raise InputError(f"{where}.{key}.kernels: expected a count >= 0 or a size name, got {k!r}")
+            _check_passes(val.get("moves", {}), f"{where}.{key}.moves")
+        elif key in ("saved", "transient"):
+            _check_passes(val, f"{where}.{key}")
+        else:
+            if not isinstance(val, list) or not all(isinstance(c, dict) for c in val):
+                raise InputError(f"{where}.when: expected a list of conditions, e.g. [{{attention: math}}]")
+            for c in val:
+                for ck, cv in c.items():
+                    if ck not in _CHOICES:
+                        raise InputError(f"{where}.when: unknown choice '{ck}'; allowed: {', '.join(_CHOICES)}")
+                    for v in (cv if isinstance(cv, list) else [cv]):
+                        if v not in _CHOICES[ck]:
+                            raise InputError(f"{where}.when.{ck}: unknown value {v!r}; allowed: "
+                                             f"{', '.join(map(str, _CHOICES[ck]))}")
+
+
+def parse(data: dict, where: str) -> StackSpec:
+    """A :class:`StackSpec` from a stack file's mapping; a bad entry is a one-line :class:`InputError`."""
+    from dse.units import parse as parse_unit
+
+    allowed = ("name", "title", "source", "dispatch", "pads_vocab", "rows")
+    for key in data:
+        if key not in allowed:
+            raise InputError(f"{where}: unknown field '{key}'; allowed: {', '.join(allowed)}")
+    rows = data.get("rows") or {}
+    if not isinstance(rows, dict):
+        raise InputError(f"{where}.rows: expected a mapping of entry -> op")
+    for name, op in rows.items():
+        if name not in ENTRIES:
+            raise InputError(f"{where}.rows: unknown entry '{name}'; allowed: {', '.join(ENTRIES)}")
+        if isinstance(op, str):
+            if op not in rows or op != "norm" or name != "final_norm":
+                raise InputError(f"{where}.rows.{name}: only final_norm may alias an entry (norm), got {op!r}")
+            continue
+        variants = ENTRIES[name]
+        if variants is not None and isinstance(op, dict) and set(op) <= set(variants) and op:
+            for v, vop in op.items():
+                _check_op(vop, f"{where}.rows.{name}.{v}")
+        elif variants is not None and isinstance(op, dict) and set(op) & set(variants):
+            bad = sorted(set(op) - set(variants))[0]
+            raise InputError(f"{where}.rows.{name}: unknown variant '{bad}'; allowed: {', '.join(variants)}")
+        else:
+            _check_op(op, f"{where}.rows.{name}")
+    dispatch = data.get("dispatch", 0)
+    return StackSpec(name=str(data.get("name", "")), title=str(data.get("title", "")),
+                     source=str(data.get("source", "")),
+                     dispatch=parse_unit(dispatch, "s", f"{where}.dispatch") if dispatch else 0.0,
+                     pads_vocab=bool(data.get("pads_vocab", True)), rows=_freeze(rows))
+
+
+class _FrozenDict(dict):
+    """A dict that hashes by identity, so a StackSpec can key the resolve cache."""
+
+    def __hash__(self) -> int:          # type: ignore[override]
+        return id(self)
+
+
+def _freeze(rows: dict) -> dict:
+    return _FrozenDict(rows)
+
+
+@lru_cache(maxsize=None)
+def load(name: str) -> StackSpec:
+    """The catalog's stack ``name`` (one of :data:`STACKS`)."""
+    from dse.catalog import read_yaml, root
+
+    if name not in STACKS:
+        raise InputError(f"stack: unknown stack '{name}'; allowed: {', '.join(STACKS)}")
+    path = root() / "stacks" / f"{name}.yaml"
+    if not path.is_file():
+        raise InputError(f"stack: {path} not found (the catalog's stacks/ directory)")
+    spec = parse(read_yaml(path, "stack"), str(path))
+    if spec.name != name:
+        raise InputError(f"{path}: name '{spec.name}' differs from the file name '{name}'")
+    return spec
