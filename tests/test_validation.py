@@ -20,13 +20,13 @@ def test_formula_suite_exact():
     assert all(abs(c.error) <= c.tolerance for c in r.cases)
 
 
-def test_h100_hf_suite_is_honest_about_its_misses():
+def test_h100_hf_suite_meets_the_memory_target_and_documents_the_time_miss():
     """The shared H100 file as a suite: 16 configurations x (time, memory), nothing fitted to it.
 
-    Today's model (fused Megatron kernels) is optimistic on eager PyTorch by 30-50 % in time and
-    15-50 % in memory: every case and both targets are documented expected misses, so the suite
-    fails plainly and is accepted only with --allow-expected-misses. When a model change brings a
-    case within tolerance, this test still passes; when the errors grow, the bounds below catch it.
+    With ``stack: pytorch`` (the traced eager kernels) and the H100's micro-benchmarked efficiencies
+    (2026-11-25): peak memory MAPE 1.0 % (target 6 %), time MAPE 14.7 % (target 8 %), every time case
+    optimistic. The time cases carry their documented cause; a case outside its tolerance without one,
+    or errors growing past the bounds below, fails.
     """
     r = run_suite("h100-hf")
     assert r.stats["cases"] == 32
@@ -35,10 +35,13 @@ def test_h100_hf_suite_is_honest_about_its_misses():
     assert r.targets == {"time": {"mape": 0.08}, "memory": {"mape": 0.06}}
     assert not r.passed and r.accepted
     assert [c.name for c in r.cases if not c.within and not c.expected_miss] == []
-    assert set(r.target_misses) == {"time mape", "memory mape"}
-    # today's errors (2026-11-25): time MAPE 42 %, memory 33 %, all optimistic; a regression makes them worse
-    assert q["time"]["mape"] <= 0.43 and q["memory"]["mape"] <= 0.34, q
-    assert q["time"]["spearman"] >= 0.9 and q["memory"]["spearman"] >= 0.9, q
+    assert all(c.within for c in r.cases if c.quantity == "memory")
+    assert set(r.target_misses) == {"time mape"}
+    assert q["memory"]["mape"] <= 0.015 and q["time"]["mape"] <= 0.15, q
+    assert q["time"]["spearman"] >= 0.95 and q["memory"]["spearman"] >= 0.99, q
+    # the worst time case is the checkpointed GPT-2 medium at micro-batch 4 (host time of checkpointing, unpriced)
+    worst = min((c for c in r.cases if c.quantity == "time"), key=lambda c: c.error)
+    assert worst.name.startswith("gpt2-medium sdpa b4") and "rc-full" in worst.name
 
 
 def test_h100_hf_scenarios_match_the_measured_models():
@@ -69,8 +72,8 @@ def test_h100_hf_scenarios_match_the_measured_models():
 def test_h100_hf_cli_summary_and_exit_codes(dse):
     r = dse("validate", "h100-hf")
     assert r.code == 1
-    assert "time MAPE 42.0%" in " ".join(r.out.split()) and "documented miss" in r.out
+    assert "time MAPE 14.7%" in " ".join(r.out.split()) and "documented miss" in r.out
     r = dse("validate", "h100-hf", "--allow-expected-misses", "-v")
     assert r.code == 0
     text = " ".join(r.out.split())
-    assert "unfused element-wise kernels" in text and "fp32 logits" in text and "expected target miss" in text
+    assert "CUDA-only kernels" in text and "checkpoint" in text and "expected target miss" in text

@@ -20,6 +20,7 @@ from dse.commands.options import (
     Optimizer,
     Precision,
     Recompute,
+    Stack,
     _console,
     _print_json,
     activation_offload_fields,
@@ -39,6 +40,8 @@ def estimate(
     seq_len: Optional[int] = typer.Option(None, "--seq-len", "-s", min=1, help="tokens per sequence"),
     recompute: Optional[Recompute] = typer.Option(None, "--recompute", help="none | selective | full"),
     attention: Optional[Attention] = typer.Option(None, "--attention", help="flash | math"),
+    stack: Optional[Stack] = typer.Option(None, "--stack", help="software stack: megatron (fused kernels) | pytorch "
+                                          "(eager, as Hugging Face Transformers) | compiled (torch.compile)"),
     sequence_parallel: Optional[bool] = typer.Option(None, "--sequence-parallel/--no-sequence-parallel",
                                                      help="Megatron sequence parallelism"),
     zero: Optional[int] = typer.Option(None, "--zero", min=0, max=3, help="ZeRO stage 0-3"),
@@ -75,7 +78,8 @@ def estimate(
 
     fields = plan_fields(tp, pp, dp, micro_batch, global_batch, seq_len, recompute, attention, sequence_parallel,
                          zero, precision)
-    fields.update({k: v for k, v in (("chiplet_scheme", chiplet_scheme), ("chiplet_mesh", mesh)) if v is not None})
+    fields.update({k: v for k, v in (("chiplet_scheme", chiplet_scheme), ("chiplet_mesh", mesh), ("stack", stack))
+                   if v is not None})
     fields.update(offload_fields(offload_optimizer, offload_params, gradient_compression, ssds, optimizer, exchange_dtype))
     fields.update(activation_offload_fields(offload_activations, offload_layers, None, activation_io_path,
                                             activation_offload_mechanism))

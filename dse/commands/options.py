@@ -9,6 +9,7 @@ from typing import Literal
 
 Recompute = Literal["none", "selective", "full"]
 Attention = Literal["flash", "math"]
+Stack = Literal["megatron", "pytorch", "compiled"]
 Precision = Literal["bf16", "fp16", "bf16-pure"]
 ChipletScheme = Literal["megatron-1d", "summa-2d", "hecaton-2d"]
 OffloadOptimizer = Literal["gpu", "cpu", "nvme", "csd"]

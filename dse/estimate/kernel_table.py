@@ -232,7 +232,8 @@ def _stack_inputs(model, plan, stack: str) -> tuple:
     size = _stacks.sizes(plan.seq_len, plan.micro_batch, model.hidden, model.heads, model.kv_heads, model.head_dim,
                          model.ffn_hidden, model.vocab, tp=t, sequence_parallel=plan.sequence_parallel,
                          layer_params=(p_layer - p_rep) / t + p_rep, param_tensors=model.layer_param_tensors)
-    choices = {"attention": plan.attention, "recompute": plan.recompute, "bias": bool(model.bias)}
+    choices = {"attention": plan.attention, "recompute": plan.recompute, "bias": bool(model.bias),
+               "dropout": model.dropout > 0}
     return ops, size, choices
 
 

@@ -129,7 +129,8 @@ def apply_layer(table: dict, ops: dict, size: dict, choices: dict, *, bytes_per_
 
     Formula: each element-wise row's bytes, kernels and saved bytes from the stack op that names it (norm1, norm2:
     ``norm``; the residual adds: ``residual``; ``activation``; ``rotary``); the attention core's saved bytes and its
-    copies from ``flash`` or ``math``; added rows (``kv_copy``, ``bias_grads``, ``grad_accumulate``) where enabled
+    copies from ``flash`` or ``math`` (eager attention's dropout: ``score_dropout``); added rows (``dropout``,
+    ``kv_copy``, ``bias_grads``, ``grad_accumulate``) where enabled
     Source: the framework's op trace, as recorded in the stack file (stacks/*.yaml).
 
     GEMM rows keep their shapes and what they save (their inputs); fc2's input is counted by ``activation``.
@@ -155,9 +156,12 @@ def apply_layer(table: dict, ops: dict, size: dict, choices: dict, *, bytes_per_
             out[name] = {**row, "saved": 0}
         elif name == "softmax" and "math" in ops:
             out[name] = {**_elementwise(ops["math"], size, e, g), "selective": True}
+        elif name == "attn_dropout" and "math" in ops:      # the stack's own score dropout, where enabled
+            if "score_dropout" in ops and enabled(ops["score_dropout"], choices):
+                out[name] = {**_elementwise(ops["score_dropout"], size, e, g), "selective": True}
         else:
             out[name] = row
-    for name in ("kv_copy", "bias_grads", "grad_accumulate"):
+    for name in ("dropout", "kv_copy", "bias_grads", "grad_accumulate"):
         if name in ops and enabled(ops[name], choices):
             out[name] = _elementwise(ops[name], size, e, g)
     return out

@@ -44,6 +44,8 @@ def header(r: dict) -> str:
     bits = [f"tp {p['tp']}", f"pp {p['pp']}", f"dp {p['dp']}", f"micro-batch {p['micro_batch']}",
             f"global batch {p['global_batch']}", f"seq {p['seq_len']}", f"recompute {p['recompute']}",
             f"{p['attention']} attention", f"ZeRO-{p['zero']}", p["precision"]]
+    if p.get("stack", "megatron") != "megatron":
+        bits.append(f"{p['stack']} stack")
     if p.get("sequence_parallel"):
         bits.append("sequence-parallel")
     if p.get("virtual_stages", 1) > 1:

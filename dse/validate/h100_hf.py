@@ -8,13 +8,15 @@ so the estimate's optimizer time is subtracted; one GPU: no data-parallel commun
 peak allocated memory (``torch.cuda.max_memory_allocated``; the estimate's GPU total less
 ``reserved``, the CUDA context and allocator slack, and less the optimizer states, which the
 measured run never allocated). The plan: tp = pp = dp = 1, ZeRO 0, ``precision: bf16-pure``
-(bf16 weights and gradients, no fp32 master copy), ``sdpa`` -> ``attention: flash``, ``eager``
--> ``math``, on the shipped ``dgx-h100`` (its H100 carries the A100's efficiency parameters).
+(bf16 weights and gradients, no fp32 master copy), ``stack: pytorch`` (the eager modules' kernels,
+saved tensors and fp32 loss: ``stacks/pytorch.yaml``), ``sdpa`` -> ``attention: flash``,
+``eager`` -> ``math``, on the shipped ``dgx-h100``, whose efficiencies come from the same file's
+micro-benchmarks and kernel profiles (tests/test_h100_micro.py), not from these cases.
 
 Targets (issue 14's acceptance): time MAPE <= 8 %, memory MAPE <= 6 %; each case within
-twice its target. Today's model prices a fused Megatron stack and misses every case, always
-optimistic: the misses and both targets are documented expected misses naming the cause
-(:data:`TIME_CAUSES`, :data:`MEMORY_CAUSES`). Nothing is fitted to this file.
+twice its target. Nothing is fitted to the cases. Memory meets its target; time does not yet:
+the cases outside their tolerance, and the time target, are documented expected misses naming
+the cause (:data:`TIME_CAUSES`).
 """
 
 from __future__ import annotations
@@ -27,28 +29,24 @@ TARGETS = {"time": {"mape": 0.08}, "memory": {"mape": 0.06}}
 TIME_TOLERANCE = 2 * TARGETS["time"]["mape"]
 MEMORY_TOLERANCE = 2 * TARGETS["memory"]["mape"]
 
-_STACK = "the estimate prices Megatron's fused kernels, not eager PyTorch"
+_STACK = "the pytorch stack prices the traced eager kernels"
 TIME_CAUSES = {
-    "all": ("unfused element-wise kernels take ~45 % of device time in the measured profiles, ~3x what dse "
-            "charges; the fp32 logits over 50,257 words and the cross-entropy are not priced as kernels; a "
-            "vocabulary that is not a multiple of 64 runs the LM-head GEMM far below the other GEMMs' "
-            "efficiency; the H100 carries the A100's GEMM efficiency and no launch floor"),
-    "math": "eager attention is a chain of unfused kernels (matmul, scale, mask, fp32 softmax, dropout, matmul)",
-    "full": ("full recomputation re-runs every unfused forward kernel; at small batches the GPU waits for the host "
-             "(launch floor: layer_overhead is 0)"),
-}
-MEMORY_CAUSES = {
-    "all": ("the fp32 logits ({logits}) and their gradient are not counted, nor the allocator's largest "
-            "temporaries"),
-    "none": "an unfused layer saves about twice the bytes dse counts (each eager op keeps its own input)",
-    "full": "with full recomputation the logits and the recomputed layer's temporaries dominate the peak",
+    "all": ("the measured profiles launch ~68 element-wise kernels per layer where the traced op list has ~50 "
+            "(CUDA-only kernels the CPU trace cannot show), and their device time is ~20 % above the bytes the "
+            "traced kernels move at the measured copy rate"),
+    "math": ("eager attention: the traced kernels and the GEMM roofline move ~17 passes over the (b, a, s, s) score "
+             "tensor per layer; the measured time implies ~25 (batched score GEMMs below the copy rate when "
+             "memory-bound, not measured separately)"),
+    "full": ("torch.utils.checkpoint's forward costs host time that is not priced: at micro-batch 4 the "
+             "checkpointed GPT-2 medium forward takes 54 ms against 22 ms without checkpointing for the same GPU work"),
 }
 _PRECISION_NOTE = ("precision bf16-pure: bf16 weights and gradients, no fp32 master copy, as measured; the measured "
                    "run has no optimizer, so the estimate's optimizer states and step are subtracted")
-#: Documented reasons the suite's aggregate targets are missed today (issue 14 builds the model that meets them).
+#: Documented reasons the suite's aggregate targets are missed today.
 EXPECTED_TARGET_MISSES = {
-    "time mape": f"{_STACK}: see the time causes of the cases (--verbose); the --stack pytorch model is issue 14",
-    "memory mape": f"{_STACK}: see the memory causes of the cases (--verbose); allocator-level memory is issue 14",
+    "time mape": (f"{_STACK}; the remaining gap is optimistic in every case: CUDA-only element-wise kernels, eager "
+                  "attention's score traffic and the checkpointed forward's host time (see the time causes, "
+                  "--verbose)"),
 }
 
 
@@ -60,8 +58,8 @@ def measurements():
     return read(data_dir() / FILE)
 
 
-def _cause(causes: dict, plan: dict, **fmt) -> str:
-    parts = [causes["all"].format(**fmt)]
+def _cause(causes: dict, plan: dict) -> str:
+    parts = [causes["all"]]
     if plan["attention"] == "math" and "math" in causes:
         parts.append(causes["math"])
     if plan["recompute"] in causes:
@@ -72,7 +70,6 @@ def _cause(causes: dict, plan: dict, **fmt) -> str:
 def cases():
     from dse.calibrate.measurements import plan_for, predict
     from dse.catalog import load_system
-    from dse.units import fmt
     from dse.validate import Case
 
     system = load_system(SYSTEM)
@@ -86,12 +83,10 @@ def cases():
                 once["v"] = predict(m, system, plan)
             return once["v"][i]
 
-        logits = fmt(4.0 * plan.micro_batch * plan.seq_len * m.model.vocab, "bytes")
         note = "; ".join(filter(None, [m.note, _PRECISION_NOTE]))
         out.append(Case(name=f"{m.name} time", reference=m.time_s, compute=lambda v=value: v(0),
                         tolerance=TIME_TOLERANCE, source=SOURCE, unit="s", note=note, quantity="time",
                         expected_miss=_cause(TIME_CAUSES, m.plan_data)))
         out.append(Case(name=f"{m.name} memory", reference=m.peak_bytes, compute=lambda v=value: v(1),
-                        tolerance=MEMORY_TOLERANCE, source=SOURCE, unit="bytes", note=note, quantity="memory",
-                        expected_miss=_cause(MEMORY_CAUSES, m.plan_data, logits=logits)))
+                        tolerance=MEMORY_TOLERANCE, source=SOURCE, unit="bytes", note=note, quantity="memory"))
     return out
