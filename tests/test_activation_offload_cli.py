@@ -73,8 +73,13 @@ def test_rok_table_and_json(dse, gpt_file):
     assert [(row["micro_batch"], row["strategy"]) for row in out["rows"]] == \
         [(b, s) for b in (4, 16, 32) for s in ("keep", "selective", "full", "offload")]
     by = {(row["micro_batch"], row["strategy"]): row for row in out["rows"]}
-    for b in (4, 16, 32):   # ROK: offload keeps the least, full recompute is the slowest
-        assert by[b, "offload"]["gpu_activations"] < by[b, "full"]["gpu_activations"] < by[b, "keep"]["gpu_activations"]
+    for b in (4, 16, 32):   # ROK: offload and full recompute keep far less than keep; full recompute is the slowest
+        # Offload keeps the last layer's activations beside the head's loss buffers; full recompute rebuilds that
+        # layer only after the head's backward has freed them (peak: inputs + max(head, layer)). With 3 layers of
+        # h 12288 one layer outweighs the other two's inputs, so full recompute holds less here than offload,
+        # unlike SSDTrain's qualitative ROK claim (its figure values are not in the notes); see CHANGELOG.
+        assert by[b, "full"]["gpu_activations"] < by[b, "offload"]["gpu_activations"] < \
+            0.5 * by[b, "keep"]["gpu_activations"]
         assert by[b, "full"]["iteration_s"] > by[b, "offload"]["iteration_s"]
     best = {s["strategy"]: s for s in out["best"]}
     assert best["offload"]["micro_batch"] >= best["keep"]["micro_batch"]

@@ -1,8 +1,9 @@
 """``dse calibrate``: fit GPU efficiency to measured step times, cross-validate, write a --hw YAML that loads.
 
-The numbers asserted here are the honest outcome of the fit on the shared H100 file (2026-11-25):
-fitted on one half of its 16 configurations, the calibrated spec predicts the other half with
-7.5 % / 17.0 % MAPE (the two halves), against 43.6 % / 40.3 % for the shipped dgx-h100.
+The numbers asserted here are the honest outcome of the fit on the shared H100 file (2026-11-25,
+``stack: pytorch``): fitted on one half of its 16 configurations, the calibrated spec predicts the
+other half with 3.0 % / 12.6 % MAPE (the two halves), against 9.5 % / 19.8 % for the shipped
+dgx-h100 (whose efficiencies come from the file's micro-benchmarks, not from these cases).
 """
 
 from __future__ import annotations
@@ -37,9 +38,9 @@ def test_fit_on_half_predicts_the_other_half_better(half):
     ms = measurements.read(H100)
     train, test = (ms[::2], ms[1::2]) if half == 0 else (ms[1::2], ms[::2])
     before, after = _held_out(train, test, system)
-    assert before > 0.35                 # the uncalibrated H100 spec (the A100's efficiency) is far off
-    assert after < 0.5 * before, (before, after)
-    assert after < 0.20, after
+    assert 0.05 < before < 0.25          # the shipped spec: micro-benchmarked efficiencies, optimistic on eager PyTorch
+    assert after < 0.7 * before, (before, after)
+    assert after < 0.15, after
 
 
 def _synthetic_csv(path, truth):
@@ -77,16 +78,16 @@ def test_cli_writes_a_yaml_that_hw_accepts(dse, tmp_path):
     res = json.loads(r.out)
     assert res["points"] == 16 and res["cross_validation"]["folds"] == 3
     assert res["mape_fit"] < res["mape_before"] and res["cross_validation"]["mape"] < res["mape_before"]
-    assert res["memory"]["points"] == 16 and res["memory"]["mape"] == pytest.approx(0.327, abs=0.001)
+    assert res["memory"]["points"] == 16 and res["memory"]["mape"] == pytest.approx(0.0097, abs=0.001)
     eff = load_system(str(out)).node.gpu.efficiency
     for k, p in res["parameters"].items():
         assert getattr(eff, k) == pytest.approx(p["after"], rel=1e-5)
-    assert eff.gemm == 0.75          # fields not fitted keep the source spec's values
+    assert (eff.gemm, eff.gemm_depth, eff.gemm_unaligned) == (0.807, 97, 0.1225)   # not fitted: kept from the source spec
     e = dse("estimate", "-m", "gpt2-medium", "--hw", out, "--dp", "1", "-b", "4", "-s", "1024", "--json")
     assert e.code == 0, e.err
     assert json.loads(e.out)["hardware"]["name"] == "h100-cal"
     text = dse("calibrate", "--data", H100, "--hw", "dgx-h100", "--params", "memory", "--folds", "0")
-    assert text.code == 0 and "time MAPE: 42.0 % uncalibrated" in text.out
+    assert text.code == 0 and "time MAPE: 14.7 % uncalibrated" in text.out
 
 
 def _one_line_exit_2(r, *words):

@@ -9,6 +9,7 @@ One module per concern:
 - :mod:`dse.formulas.parallelism` — collectives, group bandwidths, pipeline bubble
 - :mod:`dse.formulas.compute` — GEMM, attention and element-wise kernel times
 - :mod:`dse.formulas.kernels` — a layer as a table of kernels (shapes, bytes, saved tensors, collectives)
+- :mod:`dse.formulas.stacks` — a software stack (stacks/*.yaml) applied to the kernel table
 - :mod:`dse.formulas.cost` — capital cost, power, energy and cost per token
 - :mod:`dse.formulas.offload` — ZeRO-Infinity placement, bytes per tier and link, phase times
 - :mod:`dse.formulas.near_storage` — Smart-Infinity's update on computational storage, top-k compression
@@ -33,7 +34,7 @@ from types import ModuleType
 from dse.formulas._array import Num
 
 __all__ = ["transformer", "memory", "parallelism", "compute", "kernels", "cost", "offload", "near_storage",
-           "chiplet", "package_cost", "activation_offload", "energy", "precision", "optimizer", "Num"]
+           "chiplet", "package_cost", "activation_offload", "energy", "precision", "optimizer", "stacks", "Num"]
 
 
 def __getattr__(name: str) -> ModuleType:

@@ -59,6 +59,10 @@ Symbols:
     comm_bytes_per_element: bytes per element of the TP collectives' messages (None: e) [bytes]
     logits_bytes: e_l, bytes per logit the loss kernels read and write (fp32: 4) [bytes]
     table: kernel name -> row, as :func:`layer_kernels` returns [dict]
+    stack: a software stack's ops resolved for the model (dse.specs.stack); None: Megatron's fused kernels [dict]
+    stack_sizes: element counts the stack's amounts name (dse.formulas.stacks.sizes) [dict]
+    stack_choices: the plan's attention, recompute, bias and dropout, for the stack's conditional rows [dict]
+    grad_bytes: bytes per gradient element [bytes]
     group: the parallel group of a collective (tp: tensor parallel) [choice]
 """
 

@@ -30,6 +30,11 @@ Symbols:
     passes: passes per tensor, keyed size or size:dtype [dict]
     bytes_per_element: e, bytes per activation element [bytes]
     grad_bytes: bytes per gradient element [bytes]
+    table: kernel name -> row, as dse.formulas.kernels builds it [dict]
+    ops: the stack's ops resolved for the model: entry -> op (dse.specs.stack.StackSpec.ops) [dict]
+    choices: the plan's attention, recompute, bias and dropout [dict]
+    op: one stack op [dict]
+    n: a GEMM dimension [count]
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from typing import Any
 
 from dse.formulas._array import Num
 
-__all__ = ["DTYPE_BYTES", "sizes", "amount", "apply_layer", "apply_head", "apply_embedding", "enabled", "aligned",
+__all__ = ["DTYPE_BYTES", "sizes", "amount", "apply_layer", "apply_head", "apply_embedding", "aligned",
            "transient_bytes"]
 
 #: Bytes per element of the dtypes a stack names explicitly (``act`` and ``grad`` come from the precision recipe).
@@ -63,14 +68,20 @@ def sizes(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: Num, ffn:
     >>> z = sizes(1024, 4, 1600, 25, 25, 64, 6400, 50257)   # GPT-2 XL, micro-batch 4
     >>> z["h"], z["f"], z["scores"], z["logits"]
     (6553600, 26214400, 104857600, 205852672)
+    >>> import numpy as np
+    >>> sizes(1024, np.array([1, 8]), 1600, 25, 25, 64, 6400, 50257)["h"]   # micro-batches 1 and 8
+    array([ 1638400, 13107200])
     """
+    def per_gpu(x: Num) -> Num:      # x / t, an integer stays one when the layer is not split
+        return x if type(tp) is int and tp == 1 else x / tp
+
     tok = s * b
     r = 1 / tp if sequence_parallel else 1
-    q = tok * heads * head_dim / tp
-    kv = tok * kv_heads * head_dim / tp
-    return {"tok": tok, "h": tok * h * r, "q": q, "kv": kv, "qkv": q + 2 * kv, "f": tok * ffn / tp,
-            "scores": b * heads / tp * s * s, "heads": tok * heads / tp, "logits": tok * vocab / tp,
-            "table": vocab * h / tp, "params": layer_params, "param_tensors": param_tensors}
+    q = per_gpu(tok * heads * head_dim)
+    kv = per_gpu(tok * kv_heads * head_dim)
+    return {"tok": tok, "h": tok * h * r, "q": q, "kv": kv, "qkv": q + 2 * kv, "f": per_gpu(tok * ffn),
+            "scores": per_gpu(b * heads * s * s), "heads": per_gpu(tok * heads), "logits": per_gpu(tok * vocab),
+            "table": per_gpu(vocab * h), "params": layer_params, "param_tensors": param_tensors}
 
 
 def amount(passes: dict, size: dict, bytes_per_element: Num = 2, grad_bytes: Num = 2) -> Num:
@@ -85,8 +96,8 @@ def amount(passes: dict, size: dict, bytes_per_element: Num = 2, grad_bytes: Num
         bytes [bytes]
 
     >>> z = sizes(1024, 4, 1600, 25, 25, 64, 6400, 50257)
-    >>> amount({"logits": 1, "logits:fp32": 5}, z) / 2**30   # logits.float() and log_softmax: GiB
-    4.2187529802322388
+    >>> round(amount({"logits": 1, "logits:fp32": 5}, z) / 2**30, 4)   # logits.float() and log_softmax: GiB
+    4.2177
     """
     total: Num = 0
     for key, n in passes.items():
@@ -96,7 +107,7 @@ def amount(passes: dict, size: dict, bytes_per_element: Num = 2, grad_bytes: Num
     return total
 
 
-def enabled(op: Op, choices: dict) -> bool:
+def _enabled(op: Op, choices: dict) -> bool:
     """Whether an added row runs: any of its ``when`` conditions holds (no ``when``: always).
 
     A condition maps a choice (``attention``, ``recompute``, ``bias``) to a value or a list of values; all must match.
@@ -137,6 +148,13 @@ def apply_layer(table: dict, ops: dict, size: dict, choices: dict, *, bytes_per_
 
     Returns:
         kernel name -> row [dict]
+
+    >>> z = sizes(1024, 1, 1600, 25, 25, 64, 6400, 50257)
+    >>> gelu = {"forward": {"kernels": 8, "moves": {"f": 18}}, "backward": {"kernels": 11, "moves": {"f": 28}},
+    ...         "saved": {"f": 5}}
+    >>> t = apply_layer({"activation": {"kind": "elementwise", "bytes": 1, "saved": 1}}, {"activation": gelu}, z, {})
+    >>> t["activation"]["bytes"] / (2 * 1024 * 6400), t["activation"]["kernels_backward"]   # passes; kernels
+    (18.0, 11)
     """
     e, g = bytes_per_element, grad_bytes
     out: dict = {}
@@ -157,12 +175,12 @@ def apply_layer(table: dict, ops: dict, size: dict, choices: dict, *, bytes_per_
         elif name == "softmax" and "math" in ops:
             out[name] = {**_elementwise(ops["math"], size, e, g), "selective": True}
         elif name == "attn_dropout" and "math" in ops:      # the stack's own score dropout, where enabled
-            if "score_dropout" in ops and enabled(ops["score_dropout"], choices):
+            if "score_dropout" in ops and _enabled(ops["score_dropout"], choices):
                 out[name] = {**_elementwise(ops["score_dropout"], size, e, g), "selective": True}
         else:
             out[name] = row
     for name in ("dropout", "kv_copy", "bias_grads", "grad_accumulate"):
-        if name in ops and enabled(ops[name], choices):
+        if name in ops and _enabled(ops[name], choices):
             out[name] = _elementwise(ops[name], size, e, g)
     return out
 
@@ -177,6 +195,12 @@ def apply_head(table: dict, ops: dict, size: dict, *, bytes_per_element: Num = 2
 
     Returns:
         kernel name -> row [dict]
+
+    >>> z = sizes(1024, 8, 1600, 25, 25, 64, 6400, 50257)
+    >>> loss = {"saved": {"logits:fp32": 1}, "transient": {"logits:fp32": 2}}
+    >>> t = apply_head({"loss": {"kind": "elementwise", "bytes": 0, "saved": 0}}, {"loss": loss}, z)
+    >>> (t["loss"]["saved"] + t["loss"]["transient"]) / z["logits"]   # bytes per logit live at the peak
+    12.0
     """
     e = bytes_per_element
     out = dict(table)
@@ -197,6 +221,12 @@ def apply_embedding(table: dict, ops: dict, size: dict, *, bytes_per_element: Nu
 
     Returns:
         kernel name -> row [dict]
+
+    >>> z = sizes(1024, 8, 1600, 25, 25, 64, 6400, 50257)
+    >>> emb = {"forward": {"kernels": 3, "moves": {"h": 5}}, "backward": {"kernels": 4, "moves": {"h": 2, "table": 4}}}
+    >>> t = apply_embedding({"embedding": {"kind": "elementwise", "bytes": 0, "saved": 7}}, {"embedding": emb}, z)
+    >>> t["embedding"]["saved"], t["embedding"]["kernels"]   # the token ids stay as counted
+    (7, 3)
     """
     out = dict(table)
     if "embedding" in ops and "embedding" in out:
