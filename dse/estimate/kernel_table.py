@@ -68,7 +68,8 @@ def kernel_time(row: dict, hw: KernelCost, C) -> tuple:
     cls = row.get("class")
     peak: Any = hw.peak if cls is None else (hw.attention_peak if cls == "attention" else hw.head_peak)
     if kind == "gemm":
-        eff = hw.gemm if "aligned" not in row else where(row["aligned"], hw.gemm, hw.unaligned)
+        slow: Any = hw.gemm if hw.unaligned is None else hw.unaligned
+        eff = hw.gemm if "aligned" not in row else where(row["aligned"], hw.gemm, slow)
         f = C.gemm_time(row["m"], row["k"], row["n"], peak, eff, hw.overhead, row["batch"], hw.depth)
         if hw.operand_bytes is not None:   # roofline: a GEMM that moves more than it computes waits on HBM
             m, k, n = row["m"], row["k"], row["n"]

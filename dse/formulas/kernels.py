@@ -94,7 +94,8 @@ def layer_kernels(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: N
                   sequence_parallel: bool = False, recompute: str = "none", attention: str = "flash",
                   ffn_type: str = "gelu", norm: str = "layernorm", position: str = "learned", dropout: bool = True,
                   causal: bool = True, bytes_per_element: Num = 2, comm_bytes_per_element: Num | None = None,
-                  stack: dict | None = None, stack_sizes: dict | None = None, stack_choices: dict | None = None,
+                  stack: dict[str, Any] | None = None, stack_sizes: dict[str, Num] | None = None,
+                  stack_choices: dict[str, Any] | None = None,
                   grad_bytes: Num = 2) -> Table:
     """The kernels of one transformer layer on one GPU for one micro-batch (Megatron-LM's fused kernels).
 

@@ -51,6 +51,8 @@ DTYPE_BYTES = {"fp32": 4, "byte": 1, "int64": 8}
 
 Op = dict[str, Any]
 Row = dict[str, Any]
+Table = dict[str, Row]
+Sizes = dict[str, Num]
 
 
 def sizes(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: Num, ffn: Num, vocab: Num, *, tp: Num = 1,
@@ -84,7 +86,7 @@ def sizes(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: Num, ffn:
             "table": per_gpu(vocab * h), "params": layer_params, "param_tensors": param_tensors}
 
 
-def amount(passes: dict, size: dict, bytes_per_element: Num = 2, grad_bytes: Num = 2) -> Num:
+def amount(passes: dict[str, Num], size: Sizes, bytes_per_element: Num = 2, grad_bytes: Num = 2) -> Num:
     """Bytes of a stack amount: passes over tensors of the named sizes and dtypes.
 
     Formula: sum over keys of passes x elements(size) x bytes(dtype); dtype act = e, grad = the gradient dtype,
@@ -107,7 +109,7 @@ def amount(passes: dict, size: dict, bytes_per_element: Num = 2, grad_bytes: Num
     return total
 
 
-def _enabled(op: Op, choices: dict) -> bool:
+def _enabled(op: Op, choices: dict[str, Any]) -> bool:
     """Whether an added row runs: any of its ``when`` conditions holds (no ``when``: always).
 
     A condition maps a choice (``attention``, ``recompute``, ``bias``) to a value or a list of values; all must match.
@@ -121,7 +123,7 @@ def _enabled(op: Op, choices: dict) -> bool:
     return False
 
 
-def _elementwise(op: Op, size: dict, e: Num, g: Num, saved: Num | None = None) -> Row:
+def _elementwise(op: Op, size: Sizes, e: Num, g: Num, saved: Num | None = None) -> Row:
     """One element-wise row of a stack op: forward and backward bytes and kernels, saved bytes."""
     fwd, bwd = op.get("forward", {}), op.get("backward", {})
 
@@ -134,8 +136,8 @@ def _elementwise(op: Op, size: dict, e: Num, g: Num, saved: Num | None = None) -
             "saved": amount(op.get("saved", {}), size, e, g) if saved is None else saved}
 
 
-def apply_layer(table: dict, ops: dict, size: dict, choices: dict, *, bytes_per_element: Num = 2,
-                grad_bytes: Num = 2) -> dict:
+def apply_layer(table: Table, ops: dict[str, Op], size: Sizes, choices: dict[str, Any], *,
+                bytes_per_element: Num = 2, grad_bytes: Num = 2) -> Table:
     """A layer's kernel table (built without recomputation) with a stack's element-wise kernels and saved tensors.
 
     Formula: each element-wise row's bytes, kernels and saved bytes from the stack op that names it (norm1, norm2:
@@ -157,7 +159,7 @@ def apply_layer(table: dict, ops: dict, size: dict, choices: dict, *, bytes_per_
     (18.0, 11)
     """
     e, g = bytes_per_element, grad_bytes
-    out: dict = {}
+    out: Table = {}
     for name, row in table.items():
         if name in ("norm1", "norm2") and "norm" in ops:
             out[name] = _elementwise(ops["norm"], size, e, g)
@@ -185,7 +187,7 @@ def apply_layer(table: dict, ops: dict, size: dict, choices: dict, *, bytes_per_
     return out
 
 
-def apply_head(table: dict, ops: dict, size: dict, *, bytes_per_element: Num = 2) -> dict:
+def apply_head(table: Table, ops: dict[str, Op], size: Sizes, *, bytes_per_element: Num = 2) -> Table:
     """The output side's table with a stack's final norm and loss (the loss adds what is live beside it).
 
     Formula: final_norm and loss rows' bytes, kernels and saved bytes from the stack; the loss row's
@@ -213,7 +215,7 @@ def apply_head(table: dict, ops: dict, size: dict, *, bytes_per_element: Num = 2
     return out
 
 
-def apply_embedding(table: dict, ops: dict, size: dict, *, bytes_per_element: Num = 2) -> dict:
+def apply_embedding(table: Table, ops: dict[str, Op], size: Sizes, *, bytes_per_element: Num = 2) -> Table:
     """The input side's table with a stack's embedding kernels (time; the saved token ids stay as counted).
 
     Formula: the embedding row's bytes and kernels from the stack's ``embedding`` op
@@ -252,7 +254,7 @@ def aligned(n: Num, bytes_per_element: Num = 2) -> Num:
     return ((n * bytes_per_element) % 16 == 0) * 1
 
 
-def transient_bytes(table: dict) -> Num:
+def transient_bytes(table: Table) -> Num:
     """Bytes a table's kernels hold beside every saved tensor at the start of the backward pass (the loss's).
 
     Formula: sum over rows of transient

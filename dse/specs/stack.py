@@ -9,7 +9,7 @@ built is Megatron-LM's fused kernels.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache, lru_cache
 from typing import Any
 
 from dse.errors import InputError
@@ -150,7 +150,7 @@ def _freeze(rows: dict) -> dict:
     return _FrozenDict(rows)
 
 
-@lru_cache(maxsize=None)
+@cache
 def load(name: str) -> StackSpec:
     """The catalog's stack ``name`` (one of :data:`STACKS`)."""
     from dse.catalog import read_yaml, root
