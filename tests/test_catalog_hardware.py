@@ -85,9 +85,13 @@ def test_a100_calibration_is_kept_and_carried_over():
     assert {k: a100[k] for k in calibrated} == pytest.approx(calibrated, rel=1e-12)
     # The other GPUs omit the block: they get the GPUEfficiency defaults, which must equal
     # the A100 calibration for the files' comments ("A100 calibration carried over") to hold.
-    assert dataclasses.asdict(GPUEfficiency()) == a100
+    def close(a, b):
+        return a.keys() == b.keys() and all(x == y or (x is not None and y is not None and abs(x - y) <= 1e-12 * abs(y))
+                                            for x, y in ((a[k], b[k]) for k in a))
+
+    assert close(dataclasses.asdict(GPUEfficiency()), a100)
     for name in ("a100-sxm-40gb", "a100-pcie-40gb", "a100-pcie-80gb"):
-        assert dataclasses.asdict(component(name).efficiency) == a100
+        assert close(dataclasses.asdict(component(name).efficiency), a100)
     # the H100 has its own, from its micro-benchmarks (tests/test_h100_micro.py); the H200 (same die) carries them
     h100 = dataclasses.asdict(component("h100-sxm-80gb").efficiency)
     assert h100["gemm_overhead"] < 10e-6
