@@ -1,0 +1,85 @@
+"""A training step as a table of kernels: what each op of a layer computes, moves, saves and communicates.
+
+One row per kernel that one GPU runs for one micro-batch, in execution order, as Calculon's
+layer list does (Isaev et al., SC'23, ``calculon/llm``): the transformer layer (norms, QKV,
+rotary, attention core, output projection, residual adds, MLP), the embedding, and the LM
+head with its loss. The estimate's numbers are reductions over the table:
+
+- time: every row through one per-kernel cost function (``dse.estimate.layer.kernel_time``:
+  GEMM at the GEMM efficiency, flash attention at the attention efficiency, element-wise bytes
+  at the HBM efficiency, collectives on the tensor-parallel group);
+- activation memory: the sum of ``saved`` (:func:`saved_bytes`), plus ``rerun`` while a
+  layer is recomputed (:func:`rerun_bytes`);
+- FLOPs: the sum of ``flops`` (:func:`forward_flops`, :func:`recomputed_flops`);
+- tensor-parallel traffic: the collectives' ``comm`` (:func:`message_bytes`).
+
+A row is a dict; every row has ``kind`` and ``saved``, the other keys belong to its kind:
+
+- ``kind``: ``gemm`` (``m``, ``k``, ``n``, ``batch``: ``batch`` GEMMs of (m x k)(k x n) on this GPU;
+  ``split``: ``column`` or ``row`` for a Megatron tensor-parallel weight GEMM, ``""`` for the
+  attention products), ``flash`` (a fused attention kernel: ``executed``, ``executed_backward``
+  FLOPs as it runs them), ``elementwise`` (``bytes``: HBM bytes read and written in the forward
+  pass) or ``collective`` (``op``: allreduce, allgather or reduce_scatter; ``group``: tp; ``comm``:
+  message bytes, the whole tensor; ``pass``: forward or backward; ``hidden_by``: the GEMM whose weight
+  gradient can hide it);
+- ``flops``: forward FLOPs in the model convention (full s x s score matrix);
+- ``saved``: bytes kept from the forward to the backward pass under the plan's recompute;
+  ``rerun``: bytes the kernel holds while its layer is recomputed in the backward pass (full
+  recompute);
+- ``selective``: True for the kernels selective recompute runs again (the attention core);
+- ``class``: the GEMM class whose dtype (precision recipe) sets the peak: ``attention`` or ``head``
+  (absent: the layer's weight GEMMs).
+
+Backward costs twice the forward for GEMMs (data and weight gradients, same shapes) and for
+element-wise kernels; a flash kernel has its own backward FLOPs. The rows and their bytes are
+those of Megatron-LM's fused kernels (the ``megatron`` software stack), the kernels that
+:func:`dse.formulas.compute.elementwise_bytes` and :func:`dse.formulas.transformer.activation_terms`
+count in closed form; tests check that the reductions equal those closed forms.
+
+Symbols:
+    s: sequence length [count]
+    b: micro-batch size (sequences) [count]
+    h: hidden size [count]
+    heads: a, attention (query) heads [count]
+    kv_heads: kv, key/value heads [count]
+    head_dim: d, head dimension [count]
+    ffn: F, FFN inner size [count]
+    vocab: V, vocabulary size [count]
+    tp: t, tensor-parallel degree [count]
+    sequence_parallel: Megatron sequence parallelism (shards norm/dropout tensors over t) [bool]
+    recompute: none, selective or full activation recomputation [choice]
+    attention: flash (fused) or math (materialised softmax) [choice]
+    ffn_type: gelu, relu or swiglu [choice]
+    norm: layernorm or rmsnorm [choice]
+    position: learned, rotary or none (position embeddings) [choice]
+    dropout: dropout layers present [bool]
+    causal: decoder (causal) attention: a flash kernel skips the masked half [bool]
+    final_norm: a norm before the LM head [bool]
+    bytes_per_element: e, bytes per activation element (2 for bf16/fp16) [bytes]
+    comm_bytes_per_element: bytes per element of the TP collectives' messages (None: e) [bytes]
+    logits_bytes: e_l, bytes per logit the loss kernels read and write (fp32: 4) [bytes]
+    table: kernel name -> row, as :func:`layer_kernels` returns [dict]
+    stack: a software stack's ops resolved for the model (dse.specs.stack); None: Megatron's fused kernels [dict]
+    stack_sizes: element counts the stack's amounts name (dse.formulas.stacks.sizes) [dict]
+    stack_choices: the plan's attention, recompute, bias and dropout, for the stack's conditional rows [dict]
+    grad_bytes: bytes per gradient element [bytes]
+    group: the parallel group of a collective (tp: tensor parallel) [choice]
+"""
+
+from __future__ import annotations
+
+from dse.formulas.kernels.ends import embedding_kernels, head_kernels
+from dse.formulas.kernels.layer import layer_kernels
+from dse.formulas.kernels.rows import KINDS, Row, Table  # noqa: F401 (Row, Table: the types, as before the split)
+from dse.formulas.kernels.sums import (
+    executed_flops,
+    forward_flops,
+    message_bytes,
+    recomputed_flops,
+    rerun_bytes,
+    saved_bytes,
+    weight_gemms,
+)
+
+__all__ = ["KINDS", "layer_kernels", "embedding_kernels", "head_kernels", "weight_gemms", "forward_flops",
+           "recomputed_flops", "executed_flops", "saved_bytes", "rerun_bytes", "message_bytes"]

@@ -1,0 +1,141 @@
+"""The kernels of one transformer layer (Megatron-LM's fused kernels, or a software stack's).
+
+Part of :mod:`dse.formulas.kernels` (the row format and the symbols are there).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dse.formulas import compute as _compute, stacks as _stacks
+from dse.formulas._array import Num, where
+from dse.formulas.kernels.rows import Table
+
+__all__ = ["layer_kernels"]
+
+
+def _per_gpu(x: Num, tp: Num) -> Num:
+    """x / t, leaving x an integer when the layer is not split (t = 1)."""
+    return x if type(tp) is int and tp == 1 else x / tp
+
+
+def layer_kernels(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: Num, ffn: Num, *, tp: Num = 1,
+                  sequence_parallel: bool = False, recompute: str = "none", attention: str = "flash",
+                  ffn_type: str = "gelu", norm: str = "layernorm", position: str = "learned", dropout: bool = True,
+                  causal: bool = True, bytes_per_element: Num = 2, comm_bytes_per_element: Num | None = None,
+                  stack: dict[str, Any] | None = None, stack_sizes: dict[str, Num] | None = None,
+                  stack_choices: dict[str, Any] | None = None,
+                  grad_bytes: Num = 2) -> Table:
+    """The kernels of one transformer layer on one GPU for one micro-batch (Megatron-LM's fused kernels).
+
+    Formula: T = s b, r = 1/t with SP (else 1); GEMMs QKV (T, h, (a+2kv)d/t), out (T, a d/t, h), fc1 (T, h, n_g F/t),
+    fc2 (T, F/t, h); attention: flash (4 s^2 b a d/t FLOP) or score (s, d, s) and context (s, s, d) x b a/t with
+    softmax 2e and dropout (2e+1) bytes per score; element-wise bytes: norms 2e T h r each, bias-dropout-residual
+    (3e + 1_drop) T h r each, activation n_g' e T F/t, rotary 2e T (a+kv) d/t; collectives: 2 all-reduces of
+    e T h forward, 2 backward
+    Source: Megatron-LM (Shoeybi et al. 2019, arXiv 1909.08053 §3; Korthikanti et al. 2022, arXiv 2205.05198
+    Table 2) kernel by kernel; the layer list of Calculon (Isaev et al., SC'23); saved bytes as in
+    transformer.activation_terms (checked against PyTorch's saved tensors).
+
+    Each row's ``saved`` is the part of :func:`dse.formulas.transformer.activation_terms` that the kernel keeps:
+    a norm its input and fp32 statistics, a weight GEMM its input, the attention core its Q, K, V (the fused QKV
+    buffer, a Q copy, the rotated K), a flash kernel its fp32 log-sum-exp, math attention the repeated K/V,
+    the softmax output and the dropout mask and output, the activation function its input/output, a
+    bias-dropout-residual its 1-byte mask. Full recompute keeps only the layer input (on ``norm1``) and the
+    rest becomes ``rerun``. n_g = 2 for SwiGLU (gate and up in one GEMM), else 1; n_g' = 3 (SwiGLU) or 2.
+
+    Returns:
+        kernel name -> row (see the module docstring) [dict]
+
+    >>> k = layer_kernels(2048, 1, 4096, 32, 32, 128, 11008, ffn_type="swiglu", norm="rmsnorm", position="rotary",
+    ...                   dropout=False)   # Llama-2-7B layer
+    >>> list(k)
+    ['norm1', 'qkv', 'rotary', 'attention', 'out', 'attn_allreduce', 'attn_residual', 'norm2', 'fc1', 'activation', 'fc2', 'mlp_allreduce', 'mlp_residual', 'fc1_dgrad_allreduce', 'qkv_dgrad_allreduce']
+    >>> k["fc1"]["m"], k["fc1"]["k"], k["fc1"]["n"], k["fc1"]["split"]
+    (2048, 4096, 22016, 'column')
+    """
+    e = bytes_per_element
+    tok = s * b
+    r = 1 / tp if sequence_parallel else 1
+    stats = 8 if norm == "layernorm" else 4
+    drop = 1 if dropout else 0
+    full = recompute == "full"
+    selective = recompute == "selective"
+    split = not (type(tp) is int and tp == 1)     # unsplit (t = 1), shapes stay integers
+    hd_q = heads * head_dim / tp if split else heads * head_dim
+    hd_kv = kv_heads * head_dim / tp if split else kv_heads * head_dim
+    a_loc = heads / tp if split else heads
+    f_loc = ffn / tp if split else ffn
+    n_up = 2 if ffn_type == "swiglu" else 1
+    grouped = where(kv_heads < heads, 1, 0)
+    rotary = position == "rotary"
+    math = attention == "math"
+    math_kept = math and not selective
+    expanded = grouped if math_kept else 0          # K, V repeated to a heads are what QK^T and PV keep
+    msg = (e if comm_bytes_per_element is None else comm_bytes_per_element) * tok * h   # the TP collectives' message
+    x_in = e * tok * h * r                          # a layer-wide tensor as stored (sharded with SP)
+    norm_in = x_in + stats * tok * r
+
+    # what the attention core keeps of its inputs Q, K, V
+    qkv_kept = e * tok * (hd_q + 2 * hd_kv) * (1 - expanded)
+    qkv_kept = qkv_kept + e * tok * hd_q * where(grouped + (1 if rotary else 0) > 0, 1, 0)   # Q as its own tensor
+    if rotary:
+        qkv_kept = qkv_kept + e * tok * hd_kv * (1 - expanded)                             # the rotated K
+
+    t = {}
+    t["norm1"] = {"kind": "elementwise", "bytes": 2 * x_in, "saved": norm_in}
+    n_qkv = hd_q + 2 * hd_kv
+    t["qkv"] = {"kind": "gemm", "m": tok, "k": h, "n": n_qkv, "batch": 1, "split": "column", "saved": x_in,
+                "flops": 2 * tok * h * n_qkv}
+    if rotary:
+        t["rotary"] = {"kind": "elementwise", "bytes": 2 * e * tok * (hd_q + hd_kv), "saved": 0}
+    attn_flops = 4 * s * s * b * a_loc * head_dim
+    if math:
+        batch = b * a_loc
+        scores = a_loc * s * s * b
+        t["score"] = {"kind": "gemm", "m": s, "k": head_dim, "n": s, "batch": batch, "split": "", "class": "attention",
+                      "saved": qkv_kept + e * tok * hd_q * expanded, "selective": True,
+                      "flops": 2 * s * head_dim * s * batch}
+        t["softmax"] = {"kind": "elementwise", "bytes": 2 * e * scores, "saved": e * scores if math_kept else 0,
+                        "selective": True}
+        if dropout:
+            t["attn_dropout"] = {"kind": "elementwise", "bytes": (2 * e + 1) * scores,
+                                 "saved": (e + 1) * scores if math_kept else 0, "selective": True}
+        t["context"] = {"kind": "gemm", "m": s, "k": s, "n": head_dim, "batch": batch, "split": "", "class": "attention",
+                        "saved": e * tok * hd_q * expanded, "selective": True,
+                        "flops": 2 * s * s * head_dim * batch}
+    else:
+        lse = 0 if selective else 4 * tok * a_loc
+        t["attention"] = {"kind": "flash", "class": "attention", "flops": attn_flops,
+                          "executed": _compute.flash_attention_flops(s, b, a_loc, head_dim, causal),
+                          "executed_backward": _compute.flash_attention_flops(s, b, a_loc, head_dim, causal,
+                                                                              backward=True),
+                          "saved": qkv_kept + lse, "selective": True}
+    t["out"] = {"kind": "gemm", "m": tok, "k": hd_q, "n": h, "batch": 1, "split": "row", "saved": e * tok * hd_q,
+                "flops": 2 * tok * hd_q * h}
+    t["attn_allreduce"] = {"kind": "collective", "op": "allreduce", "group": "tp", "comm": msg, "pass": "forward",
+                           "saved": 0}
+    t["attn_residual"] = {"kind": "elementwise", "bytes": (3 * e + drop) * tok * h * r, "saved": drop * tok * h * r}
+    t["norm2"] = {"kind": "elementwise", "bytes": 2 * x_in, "saved": norm_in}
+    t["fc1"] = {"kind": "gemm", "m": tok, "k": h, "n": n_up * f_loc, "batch": 1, "split": "column", "saved": x_in,
+                "flops": 2 * tok * h * n_up * f_loc}
+    kept = {"swiglu": 3, "relu": 1}.get(ffn_type, 2)
+    t["activation"] = {"kind": "elementwise", "bytes": (3 if ffn_type == "swiglu" else 2) * e * tok * f_loc,
+                       "saved": kept * e * tok * f_loc}
+    t["fc2"] = {"kind": "gemm", "m": tok, "k": f_loc, "n": h, "batch": 1, "split": "row", "saved": 0,
+                "flops": 2 * tok * f_loc * h}
+    t["mlp_allreduce"] = {"kind": "collective", "op": "allreduce", "group": "tp", "comm": msg, "pass": "forward",
+                          "saved": 0}
+    t["mlp_residual"] = {"kind": "elementwise", "bytes": (3 * e + drop) * tok * h * r, "saved": drop * tok * h * r}
+    t["fc1_dgrad_allreduce"] = {"kind": "collective", "op": "allreduce", "group": "tp", "comm": msg,
+                                "pass": "backward", "hidden_by": "fc1", "saved": 0}
+    t["qkv_dgrad_allreduce"] = {"kind": "collective", "op": "allreduce", "group": "tp", "comm": msg,
+                                "pass": "backward", "hidden_by": "qkv", "saved": 0}
+    if stack:  # another software stack's element-wise kernels and saved tensors (dse.formulas.stacks)
+        t = _stacks.apply_layer(t, stack, stack_sizes or {}, stack_choices or {}, bytes_per_element=e,
+                                grad_bytes=grad_bytes)
+    if full:   # the checkpoint keeps the layer input; the rest is held only while the layer runs again
+        for row in t.values():
+            row["rerun"], row["saved"] = row["saved"], 0
+        t["norm1"]["saved"] = x_in
+    return t
