@@ -1,0 +1,72 @@
+"""Transformer training: parameters, FLOPs and the activation bytes saved for backward.
+
+Notation (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
+Transformer Models", arXiv 2205.05198, Table 1): ``s`` sequence length, ``b``
+micro-batch, ``h`` hidden, ``a`` heads, ``kv`` key/value heads, ``d`` head
+dimension, ``F`` FFN inner size, ``V`` vocabulary, ``L`` layers, ``t`` tensor
+parallel size. All functions accept numpy arrays and broadcast.
+
+FLOP convention: a multiply-add is 2 FLOP; attention scores count the full s x s
+matrix, as in Narayanan et al. 2021 (arXiv 2104.04473, Eq. 3) and Korthikanti
+et al. (Appendix A). Causal kernels that skip the masked half are modelled in
+:mod:`dse.formulas.compute`, not here.
+
+Symbols:
+    h: hidden size [count]
+    s: sequence length (tokens per sequence) [count]
+    b: micro-batch size (sequences) [count]
+    heads: a, attention (query) heads [count]
+    kv_heads: kv, key/value heads (kv < a: grouped-query attention) [count]
+    head_dim: d, head dimension [count]
+    ffn: F, FFN inner size [count]
+    vocab: V, vocabulary size [count]
+    layers: L, transformer layers [count]
+    tokens: T, tokens per iteration (global batch x s) [count]
+    tp: t, tensor-parallel degree [count]
+    sequence_parallel: Megatron sequence parallelism (shards norm/dropout tensors over t) [bool]
+    recompute: none, selective or full activation recomputation [choice]
+    attention: flash (fused) or math (materialised softmax) [choice]
+    ffn_type: gelu, relu or swiglu [choice]
+    norm: layernorm or rmsnorm [choice]
+    position: learned, rotary or none (position embeddings) [choice]
+    dropout: dropout layers present [bool]
+    bias: linear layers have biases [bool]
+    qkv_bias: the QKV projection has a bias (None: as ``bias``) [bool]
+    bytes_per_element: e, bytes per activation element (2 for bf16/fp16) [bytes]
+    options: keyword arguments of :func:`activation_terms` [dict]
+"""
+
+from __future__ import annotations
+
+from dse.formulas.transformer.activations import (
+    activation_bytes_per_layer,
+    activation_terms,
+    backward_working_bytes,
+    embedding_activation_bytes,
+    head_activation_bytes,
+    interleave_factor,
+    recompute_working_bytes,
+)
+from dse.formulas.transformer.flops import (
+    attention_flops_per_token,
+    layer_gemm_flops_per_token,
+    logits_flops_per_token,
+    model_flops,
+    recompute_flops,
+)
+from dse.formulas.transformer.parameters import (
+    GATED_FFN,
+    embedding_parameters,
+    ffn_matrices,
+    head_parameters,
+    layer_parameters,
+    layer_parameters_replicated,
+    norm_parameters,
+    parameter_count,
+)
+
+__all__ = ["GATED_FFN", "norm_parameters", "ffn_matrices", "layer_parameters", "layer_parameters_replicated",
+           "embedding_parameters", "head_parameters", "parameter_count", "layer_gemm_flops_per_token",
+           "attention_flops_per_token", "logits_flops_per_token", "model_flops", "recompute_flops",
+           "activation_terms", "activation_bytes_per_layer", "recompute_working_bytes", "backward_working_bytes",
+           "head_activation_bytes", "embedding_activation_bytes", "interleave_factor"]

@@ -1,0 +1,176 @@
+"""Parameter counts: norms, FFN matrices, a layer (and its tensor-parallel replicated part), embeddings, head, the model.
+
+Part of :mod:`dse.formulas.transformer` (the symbols are there).
+"""
+
+from __future__ import annotations
+
+from dse.formulas._array import Num
+
+__all__ = ["norm_parameters", "ffn_matrices", "layer_parameters", "layer_parameters_replicated",
+           "embedding_parameters", "head_parameters", "parameter_count", "GATED_FFN"]
+
+
+#: FFN types with a gate (three h x F matrices instead of two).
+GATED_FFN = ("swiglu",)
+
+
+def norm_parameters(h: Num, norm: str = "layernorm") -> Num:
+    """Parameters of one normalisation layer.
+
+    Formula: LayerNorm 2h (weight + bias); RMSNorm h (weight only)
+    Source: Ba et al. 2016 (LayerNorm, arXiv 1607.06450); Zhang & Sennrich 2019 (RMSNorm, arXiv 1910.07467).
+
+    Returns:
+        parameters [count]
+
+    >>> norm_parameters(4096), norm_parameters(4096, "rmsnorm")
+    (8192, 4096)
+    """
+    return 2 * h if norm == "layernorm" else h
+
+
+def ffn_matrices(ffn_type: str) -> int:
+    """Weight matrices of h x F in the MLP: 3 for gated (SwiGLU), else 2.
+
+    Formula: n_m = 3 (SwiGLU: gate, up, down) or 2 (up, down)
+    Source: Shazeer 2020 (GLU variants, arXiv 2002.05202) for the gated form; Vaswani et al. 2017 otherwise.
+
+    Returns:
+        matrices [count]
+
+    >>> ffn_matrices("swiglu"), ffn_matrices("gelu")
+    (3, 2)
+    """
+    return 3 if ffn_type in GATED_FFN else 2
+
+
+def layer_parameters(h: Num, heads: Num, kv_heads: Num, head_dim: Num, ffn: Num, ffn_type: str = "gelu",
+                     norm: str = "layernorm", bias: bool = True, qkv_bias: bool | None = None) -> Num:
+    """Parameters of one transformer layer (attention + MLP + two norms).
+
+    Formula: h(a+2kv)d + a d h + n_m h F + biases + 2 norm; n_m = 3 for SwiGLU, 2 otherwise
+    Source: Narayanan et al. 2021 (arXiv 2104.04473) Eq. 2 without the embedding term: 12h^2 + 13h for GPT
+    (kv = a, d = h/a, F = 4h, biases, LayerNorm); Megatron-LM theoretical_memory_usage.py for GQA and SwiGLU.
+
+    Returns:
+        parameters [count]
+
+    >>> layer_parameters(1600, 25, 25, 64, 6400)   # GPT-2 XL: 12h^2 + 13h
+    30740800
+    >>> layer_parameters(4096, 32, 32, 128, 11008, "swiglu", "rmsnorm", bias=False)   # Llama-2-7B
+    202383360
+    """
+    qkv_bias = bias if qkv_bias is None else qkv_bias
+    attn = h * (heads + 2 * kv_heads) * head_dim + heads * head_dim * h
+    mlp = ffn_matrices(ffn_type) * h * ffn
+    biases: Num = 0
+    if qkv_bias:
+        biases = biases + (heads + 2 * kv_heads) * head_dim
+    if bias:
+        biases = biases + h + (ffn_matrices(ffn_type) - 1) * ffn + h  # out-proj, fc1 (gate+up), fc2
+    return attn + mlp + biases + 2 * norm_parameters(h, norm)
+
+
+def layer_parameters_replicated(h: Num, ffn_type: str = "gelu", norm: str = "layernorm", bias: bool = True) -> Num:
+    """Parameters of one layer that tensor parallelism does not split.
+
+    Formula: 2 norm + (2h if biases: the row-parallel out-proj and fc2 biases)
+    Source: Megatron-LM (Shoeybi et al. 2019, arXiv 1909.08053 §3): norms and row-parallel biases are replicated.
+
+    Returns:
+        parameters [count]
+
+    >>> layer_parameters_replicated(1600)   # GPT-2 XL: 2 LayerNorms + 2 biases
+    9600
+    """
+    return 2 * norm_parameters(h, norm) + (2 * h if bias else 0)
+
+
+def embedding_parameters(h: Num, vocab: Num, position_embeddings: Num = 0, token_types: Num = 0,
+                         embedding_norm: bool = False, norm: str = "layernorm") -> Num:
+    """Input-side parameters: token table, learned positions, segments, embedding norm.
+
+    Formula: V h + P_pos h + n_types h (+ norm)
+    Source: Radford et al. 2019 (GPT-2) and Devlin et al. 2019 (BERT) model definitions.
+
+    Args:
+        position_embeddings: P_pos, learned position embeddings (0 for rotary) [count]
+        token_types: n_types, segment embeddings (BERT: 2) [count]
+        embedding_norm: a norm after the embedding (BERT) [bool]
+    Returns:
+        parameters [count]
+
+    >>> embedding_parameters(1600, 50257, position_embeddings=1024)   # GPT-2 XL
+    82049600
+    """
+    return vocab * h + position_embeddings * h + token_types * h + (norm_parameters(h, norm) if embedding_norm else 0)
+
+
+def head_parameters(h: Num, vocab: Num, tied: bool = True, final_norm: bool = True, norm: str = "layernorm",
+                    pooler: bool = False, mlm_head: bool = False, nsp_head: bool = False) -> Num:
+    """Output-side parameters: final norm, untied LM head, BERT pooler/MLM/NSP heads.
+
+    Formula: norm + (V h if untied) + (h^2 + h if pooler) + (h^2 + h + norm + V if MLM) + (2h + 2 if NSP)
+    Source: Radford et al. 2019 (GPT-2), Touvron et al. 2023 (Llama 2, untied head), Devlin et al. 2019 (BERT heads).
+
+    Args:
+        tied: the LM head shares the token embedding [bool]
+        final_norm: a norm after the last layer [bool]
+        pooler: BERT pooler [bool]
+        mlm_head: BERT masked-LM head (transform + norm + output bias) [bool]
+        nsp_head: BERT next-sentence head [bool]
+    Returns:
+        parameters [count]
+
+    >>> head_parameters(4096, 32000, tied=False, norm="rmsnorm")   # Llama-2-7B: final RMSNorm + LM head
+    131076096
+    """
+    p = norm_parameters(h, norm) if final_norm else 0
+    if not tied:
+        p = p + vocab * h
+    if pooler:
+        p = p + h * h + h
+    if mlm_head:
+        p = p + h * h + h + norm_parameters(h, norm) + vocab
+    if nsp_head:
+        p = p + 2 * h + 2
+    return p
+
+
+def parameter_count(layers: Num, h: Num, heads: Num, kv_heads: Num, head_dim: Num, ffn: Num, vocab: Num, *,
+                    ffn_type: str = "gelu", norm: str = "layernorm", bias: bool = True, qkv_bias: bool | None = None,
+                    position_embeddings: Num = 0, token_types: Num = 0, embedding_norm: bool = False,
+                    tied: bool = True, final_norm: bool = True, pooler: bool = False, mlm_head: bool = False,
+                    nsp_head: bool = False) -> Num:
+    """Total trainable parameters of the model.
+
+    Formula: P = embeddings + L * layer + head. GPT: 12Lh^2 + 13Lh + (V + s)h + 2h
+    Source: Narayanan et al. 2021 (arXiv 2104.04473) Eq. 2, plus the final LayerNorm.
+
+    Args:
+        position_embeddings: learned position embeddings (0 for rotary) [count]
+        token_types: segment embeddings (BERT: 2) [count]
+        embedding_norm: a norm after the embedding (BERT) [bool]
+        tied: the LM head shares the token embedding [bool]
+        final_norm: a norm after the last layer [bool]
+        pooler: BERT pooler [bool]
+        mlm_head: BERT masked-LM head [bool]
+        nsp_head: BERT next-sentence head [bool]
+    Returns:
+        parameters [count]
+
+    >>> parameter_count(48, 1600, 25, 25, 64, 6400, 50257, position_embeddings=1024)  # GPT-2 XL
+    1557611200
+    >>> import numpy as np
+    >>> parameter_count(np.array([32, 40, 80]), np.array([4096, 5120, 8192]), np.array([32, 40, 64]),
+    ...     np.array([32, 40, 8]), 128, np.array([11008, 13824, 28672]), 32000, ffn_type="swiglu", norm="rmsnorm",
+    ...     bias=False, tied=False) / 1e9   # Llama-2 7B, 13B, 70B
+    array([ 6.73841562, 13.01586432, 68.97664819])
+    """
+    return (embedding_parameters(h, vocab, position_embeddings, token_types, embedding_norm, norm)
+            + layers * layer_parameters(h, heads, kv_heads, head_dim, ffn, ffn_type, norm, bias, qkv_bias)
+            + head_parameters(h, vocab, tied, final_norm, norm, pooler, mlm_head, nsp_head))
+
+
+# ----------------------------------------------------------------------------- FLOPs
