@@ -6,6 +6,7 @@ Part of :mod:`dse.formulas.kernels` (the row format and the symbols are there).
 from __future__ import annotations
 
 from dse.formulas._array import Num
+from dse.formulas.kernels.layer import layer_kernels  # noqa: F401 (the examples build a layer's table)
 from dse.formulas.kernels.rows import Table
 
 __all__ = ["weight_gemms", "forward_flops", "recomputed_flops", "executed_flops", "saved_bytes", "rerun_bytes",
