@@ -107,5 +107,6 @@ def test_a_package_reexports_every_name_of_its_submodules(name):
             assert getattr(mod, n) is getattr(sub, n)
 
 
-def test_activation_offload_is_a_package_of_submodules():
-    assert len(home_modules(dse.formulas.activation_offload)) > 1
+@pytest.mark.parametrize("name", ["activation_offload", "chiplet"])
+def test_a_split_concern_is_a_package_of_submodules(name):
+    assert len(home_modules(_module(name))) > 1
