@@ -107,6 +107,6 @@ def test_a_package_reexports_every_name_of_its_submodules(name):
             assert getattr(mod, n) is getattr(sub, n)
 
 
-@pytest.mark.parametrize("name", ["activation_offload", "chiplet"])
+@pytest.mark.parametrize("name", ["activation_offload", "chiplet", "offload"])
 def test_a_split_concern_is_a_package_of_submodules(name):
     assert len(home_modules(_module(name))) > 1
