@@ -1,4 +1,4 @@
-"""The search's memory-first pruning runs for every technique (dse/search/evaluate.py, dse/estimate/technique.py).
+"""The search's memory-first pruning runs for every technique (dse/search/block.py, dse/estimate/technique.py).
 
 For a storage-offload space and an activation-offload space, the block path composes memory
 (base + each technique's memory half), drops the points that do not fit, and composes time

@@ -7,7 +7,9 @@ Modules, in the order data flows through them:
 - :mod:`~dse.search.objectives` — objectives and constraints, read from the estimate's keys;
 - :mod:`~dse.search.grid` — the discrete grid: Python-level groups x numpy blocks;
 - :mod:`~dse.search.evaluate` — one block with numpy (memory first, time only for the
-  points that fit) or one point with the scalar estimate;
+  points that fit: :mod:`~dse.search.block`) or one point with the scalar estimate
+  (:mod:`~dse.search.point`); :mod:`~dse.search.group`, :mod:`~dse.search.gather`,
+  :mod:`~dse.search.vector_check` hold what they share;
 - :mod:`~dse.search.pareto` — exact best-k and Pareto front over a stream of blocks;
 - :mod:`~dse.search.exhaustive`, :mod:`~dse.search.optuna_engine` — the engines;
   :mod:`~dse.search.storage` — optuna storages (SQLite, PostgreSQL, journal file);
