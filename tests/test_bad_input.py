@@ -131,3 +131,9 @@ def test_wrong_hardware_kind(dse, tmp_path):
                    "allowed: gpu-system, chiplet-package", "did you mean 'gpu-system'")
     p.write_text(src.replace("kind: gpu-system", "kind: chiplet-package"))   # a kind, but not this file's fields
     one_line_error(dse("estimate", "--model", "gpt2-xl", "--hw", p), "hw.yaml", "unknown field", "valid fields: name, kind, rows")
+
+
+def test_gpu_only_command_on_a_chiplet_package(dse):
+    """dse rok studies GPU memory: a chiplet package is one line naming the hardware and its kind (was a traceback)."""
+    one_line_error(dse("rok", "--hw", "chiplet-train-8x8", "--micro-batches", "1,2"), "--hw chiplet-train-8x8",
+                   "dse rok needs a GPU system", "chiplet-package")

@@ -1,7 +1,8 @@
 """Hygiene, run by the test suite as CI runs it: ruff (lint) and mypy (types), configured in pyproject.toml.
 
 - ``python -m ruff check .``: the rules of ``[tool.ruff.lint]`` over the code, tests, scripts and examples;
-- ``python -m mypy``: the packages of ``[tool.mypy] files``, strict on ``dse.formulas`` (``[[tool.mypy.overrides]]``).
+- ``python -m mypy``: the packages of ``[tool.mypy] files``, strict on ``dse.formulas`` and ``dse.estimate``
+  (``[[tool.mypy.overrides]]``; three estimate modules still wait for their annotations: :data:`NOT_YET_STRICT`).
 
 Both tools are in the ``test`` extra (``pip install -e '.[test]'``, what scripts/test.sh and CI install); a test
 is skipped, saying why, only where the tool is not installed.
@@ -39,16 +40,34 @@ def test_mypy_finds_nothing():
 
 
 @pytest.mark.slow
-def test_mypy_is_strict_on_the_formulas(tmp_path):
-    """The strict settings do apply: an unannotated function in a dse.formulas module is an error."""
+@pytest.mark.parametrize("module", ["dse/formulas/probe.py", "dse/estimate/offload.py"])
+def test_mypy_is_strict_on_the_formulas_and_the_estimate(tmp_path, module):
+    """The strict settings do apply: an unannotated function in a dse.formulas or dse.estimate module is an error."""
     if importlib.util.find_spec("mypy") is None:
         pytest.skip("mypy is not installed: pip install -e '.[test]' (CI installs it)")
-    pkg = tmp_path / "dse" / "formulas"
-    pkg.mkdir(parents=True)
+    path = tmp_path / module
+    path.parent.mkdir(parents=True)
     (tmp_path / "dse" / "__init__.py").write_text("")
-    (pkg / "__init__.py").write_text("")
-    (pkg / "probe.py").write_text("def untyped(x):\n    return x\n")
+    (path.parent / "__init__.py").write_text("")
+    path.write_text("def untyped(x):\n    return x\n")
     proc = subprocess.run([sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"),
-                           "--cache-dir", str(tmp_path / "cache"), "dse/formulas/probe.py"],
+                           "--cache-dir", str(tmp_path / "cache"), module],
                           cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 1 and "no-untyped-def" in proc.stdout, proc.stdout
+
+
+# dse.estimate modules not yet under the strict settings (being reworked; annotate them, then drop them here).
+NOT_YET_STRICT = {"dse.estimate.base", "dse.estimate.kernel_table", "dse.estimate.activation_offload"}
+
+
+def test_every_estimate_module_is_strict():
+    """A new dse.estimate module is strict from the start: pyproject.toml's strict override lists each one."""
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    strict = {m for o in config["tool"]["mypy"]["overrides"] if o.get("disallow_untyped_defs") for m in o["module"]}
+    modules = {"dse.estimate"} | {f"dse.estimate.{p.stem}" for p in (ROOT / "dse" / "estimate").glob("*.py")
+                                  if p.stem != "__init__"}
+    missing = sorted(modules - strict - NOT_YET_STRICT)
+    assert not missing, f"add to the strict [[tool.mypy.overrides]] of pyproject.toml: {missing}"
+    assert not NOT_YET_STRICT & strict, "strict now: remove it from NOT_YET_STRICT"

@@ -10,14 +10,21 @@ from __future__ import annotations
 import dataclasses
 import sys
 import types
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from dse.catalog import load_hardware, load_model
 from dse.estimate import activation_offload, economics, feasibility, offload, wear
 from dse.estimate.backends import backend
-from dse.estimate.technique import compose
+from dse.estimate.technique import Technique, compose
 from dse.specs import _schema
 from dse.specs.plan import Plan
+
+if TYPE_CHECKING:
+    from dse.estimate.aliases import Formulas, Hardware, Result
+    from dse.estimate.trace import Trace
+    from dse.specs.hardware import SystemSpec
+    from dse.specs.model import ModelSpec
 
 TIME_PARTS = {
     "compute": "GEMMs, attention and element-wise kernels",
@@ -35,17 +42,17 @@ TIME_PARTS = {
 # The techniques, in the order they apply (dse/estimate/technique.py states the protocol:
 # memory half, time half, violations, report; ``after`` says whose results each one reads).
 # A new technique is one module with a ``TECHNIQUE`` object and one entry here.
-TECHNIQUES: list = [offload.TECHNIQUE, activation_offload.TECHNIQUE, wear.TECHNIQUE, economics.TECHNIQUE]
+TECHNIQUES: list[Technique] = [offload.TECHNIQUE, activation_offload.TECHNIQUE, wear.TECHNIQUE, economics.TECHNIQUE]
 
 # Deprecated (use TECHNIQUES): the modules of the first two techniques. Setting it to other module
 # names (e.g. in a test) replaces those two by the listed modules; a module without a ``TECHNIQUE``
 # object is wrapped in a ModuleTechnique (one ``apply(c, model, system, plan, F)``, no pruning).
 TECHNIQUE_MODULES: list[str] = ["dse.estimate.offload", "dse.estimate.activation_offload"]
 _DEFAULT_MODULES = tuple(TECHNIQUE_MODULES)
-_LOADED: dict[tuple, list] = {}
+_LOADED: dict[tuple[str, ...], list[Technique]] = {}
 
 
-def techniques() -> list:
+def techniques() -> list[Technique]:
     """The technique objects in application order (:data:`TECHNIQUES`, or the modules of TECHNIQUE_MODULES)."""
     key = tuple(TECHNIQUE_MODULES)
     if key == _DEFAULT_MODULES:
@@ -61,7 +68,7 @@ def techniques() -> list:
     return listed + [t for t in TECHNIQUES if t.name in ("drive_wear", "economics")]
 
 
-def bottleneck(r: dict) -> str:
+def bottleneck(r: Result) -> str:
     """One sentence naming the largest share of the iteration time."""
     t = r["time"]
     total = t["iteration"]
@@ -73,7 +80,7 @@ def bottleneck(r: dict) -> str:
             f"next is {TIME_PARTS[k2]} ({100 * v2 / total:.0f}%).")
 
 
-def run(model, system, plan, *, trace=None) -> dict:
+def run(model: ModelSpec, system: Hardware, plan: Plan, *, trace: Trace | None = None) -> Result:
     """Estimate one scenario from resolved specs. ``trace`` (a :class:`~dse.estimate.trace.Trace`) records formulas."""
     hw = backend(system)
     r, extra = hw.numbers(model, system, plan, trace=trace)
@@ -81,13 +88,14 @@ def run(model, system, plan, *, trace=None) -> dict:
     return r
 
 
-def numbers(model, system, plan, *, trace=None) -> tuple[dict, list[str]]:
+def numbers(model: ModelSpec, system: SystemSpec, plan: Plan, *, trace: Trace | None = None
+            ) -> tuple[Result, list[str]]:
     """Every number of a GPU-system estimate (array-safe), without the verdict.
 
     Returns the result dict (all sections except ``feasible``, ``violations``,
     ``bottleneck``) and the violations the technique modules appended while composing.
     """
-    F = None
+    F: Formulas | None = None
     if trace is not None:
         from dse.estimate.trace import Tracer
         from dse.formulas import (
@@ -124,7 +132,7 @@ def numbers(model, system, plan, *, trace=None) -> tuple[dict, list[str]]:
     return r, list(c.get("extra_violations", []))
 
 
-def verdict(r: dict, system, plan, extra=()) -> tuple[bool, list[str], str]:
+def verdict(r: Result, system: SystemSpec, plan: Plan, extra: Iterable[str] = ()) -> tuple[bool, list[str], str]:
     """Feasibility, the violated constraints and the bottleneck sentence of one scalar result.
 
     The constraints are :func:`dse.estimate.feasibility.check`'s (memory per tier, GPUs, each
@@ -142,19 +150,21 @@ def verdict(r: dict, system, plan, extra=()) -> tuple[bool, list[str], str]:
     return not violations, violations, text
 
 
-def resolve(model: Any, hardware: Any, plan: Any = None, overrides: Any = (), **plan_fields: Any) -> tuple[Any, Any, Plan]:
+def resolve(model: Any, hardware: Any, plan: Any = None, overrides: Any = (), **plan_fields: Any
+            ) -> tuple[ModelSpec, Hardware, Plan]:
     """Load and check specs: names/paths/objects in, resolved (model, system, plan) out."""
     model, system, plan_data = load(model, hardware, plan, overrides, **plan_fields)
     return model, system, make_plan(model, system, plan_data)
 
 
-def load(model, hardware, plan=None, overrides=(), **plan_fields):
+def load(model: Any, hardware: Any, plan: Any = None, overrides: Any = (), **plan_fields: Any
+         ) -> tuple[ModelSpec, Hardware, dict[str, Any]]:
     """Load the model and hardware specs and merge the plan's fields (before they are validated).
 
     Returns ``(model, system, plan_data)``: resolved specs and a dict of plan fields with the
     ``plan.*`` overrides applied, ready for :func:`make_plan`.
     """
-    groups = {"model": [], "hardware": [], "plan": []}
+    groups: dict[str, list[tuple[list[str], Any]]] = {"model": [], "hardware": [], "plan": []}
     for item in overrides:
         path, value = _schema.parse_assignment(item) if isinstance(item, str) else item
         head = {"hw": "hardware", "m": "model", "p": "plan"}.get(path[0], path[0])
@@ -163,7 +173,7 @@ def load(model, hardware, plan=None, overrides=(), **plan_fields):
 
             raise InputError(f"--set {'.'.join(path)}: the path must start with model., hardware. or plan."
                              f"{suggest(path[0], groups)}")
-        groups[head].append((path[1:], value))
+        groups[head].append((list(path[1:]), value))
     model = load_model(model, groups["model"])
     system = load_hardware(hardware, groups["hardware"])
     if plan is None:
@@ -178,14 +188,15 @@ def load(model, hardware, plan=None, overrides=(), **plan_fields):
     return model, system, plan_data
 
 
-def make_plan(model, system, plan_data: dict) -> Plan:
+def make_plan(model: ModelSpec, system: Hardware, plan_data: dict[str, Any]) -> Plan:
     """Validate plan fields (a dict of scalars) against the model and system: the resolved :class:`Plan`."""
     plan = _schema.build(Plan, plan_data, "plan: ").resolved(model, system)
     backend(system).check_plan(plan, model, system)
     return plan
 
 
-def estimate(model, hardware, plan=None, *, overrides=(), trace=None, **plan_fields) -> dict:
+def estimate(model: Any, hardware: Any, plan: Any = None, *, overrides: Any = (), trace: Trace | None = None,
+             **plan_fields: Any) -> Result:
     """Estimate one training scenario.
 
     ``model`` and ``hardware`` are catalog names, spec files or spec objects;
@@ -209,7 +220,7 @@ def estimate(model, hardware, plan=None, *, overrides=(), trace=None, **plan_fie
     overrides, hw_arrays = arrays.split_overrides(overrides)
     m, s, data = load(model, hardware, plan, overrides, **plan_fields)
     if hw_arrays:
-        def load_hw(assignments):
+        def load_hw(assignments: Iterable[tuple[Sequence[str], Any]]) -> Hardware:
             return load(m, hardware, None, [*overrides, *((["hardware", *p], v) for p, v in assignments)])[1]
 
         return arrays.estimate(m, s, data, trace=trace, hw_arrays=hw_arrays, load_hw=load_hw)
@@ -221,7 +232,7 @@ def estimate(model, hardware, plan=None, *, overrides=(), trace=None, **plan_fie
 class _CallableModule(types.ModuleType):
     """``dse.estimate(...)`` calls :func:`estimate`; ``dse.estimate`` is still this package."""
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args: Any, **kwargs: Any) -> Result:
         return estimate(*args, **kwargs)
 
 

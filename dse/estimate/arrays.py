@@ -27,24 +27,37 @@ arrays; each distinct hardware value is loaded and validated like a scalar ``--s
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from dse.errors import InputError
 
+if TYPE_CHECKING:
+    import numpy as np
 
-def _is_array(value) -> bool:
+    from dse.estimate.aliases import Hardware, Result
+    from dse.estimate.trace import Trace
+    from dse.specs.model import ModelSpec
+
+Shape = tuple[int, ...]
+Assignments = list[tuple[list[str], Any]]     # --set assignments as (path, value)
+
+
+def _is_array(value: object) -> bool:
     if isinstance(value, (list, tuple)):
         return True
     return hasattr(value, "__array__") and getattr(value, "ndim", 0) > 0
 
 
-def split_overrides(overrides) -> tuple[list, dict]:
+def split_overrides(overrides: Iterable[Any]) -> tuple[Assignments, dict[str, list[Any]]]:
     """``overrides`` as (scalar overrides, {hardware path: list of values}): list values of ``hardware.`` paths.
 
     Model fields shape the code paths (heads, layers, FFN type), so they stay scalars: one call per model.
     """
     from dse.specs import _schema
 
-    scalar, arrays = [], {}
+    scalar: Assignments = []
+    arrays: dict[str, list[Any]] = {}
     for item in overrides:
         path, value = _schema.parse_assignment(item) if isinstance(item, str) else item
         path = path.split(".") if isinstance(path, str) else list(path)
@@ -61,7 +74,7 @@ def split_overrides(overrides) -> tuple[list, dict]:
     return scalar, arrays
 
 
-def has_arrays(plan_data: dict) -> bool:
+def has_arrays(plan_data: dict[str, Any]) -> bool:
     """Does any plan field hold an array (numpy array, list or tuple) rather than a scalar?"""
     return any(_is_array(v) for v in plan_data.values())
 
@@ -72,7 +85,7 @@ def _numeric_fields() -> set[str]:
     from dse.specs import _schema
     from dse.specs.plan import Plan
 
-    out = set()
+    out: set[str] = set()
     for name in _schema.field_names(Plan):
         tp = typing.get_type_hints(Plan)[name]
         tp, _ = _schema._unwrap_optional(tp)
@@ -81,12 +94,12 @@ def _numeric_fields() -> set[str]:
     return out
 
 
-def _arrays(plan_data: dict):
+def _arrays(plan_data: dict[str, Any]) -> tuple[dict[str, np.ndarray], Shape]:
     """The array-valued fields as numpy arrays, checked: numeric fields, numeric values, non-empty."""
     import numpy as np
 
     numeric = _numeric_fields()
-    out = {}
+    out: dict[str, np.ndarray] = {}
     for name, value in plan_data.items():
         if not _is_array(value):
             continue
@@ -107,12 +120,14 @@ def _arrays(plan_data: dict):
     return out, shape
 
 
-def _scenarios(arrays: dict, shape):
+def _scenarios(arrays: dict[str, np.ndarray], shape: Shape
+               ) -> tuple[list[dict[str, Any]], np.ndarray, np.ndarray]:
     """Distinct combinations of the array values: (list of {field: python scalar}, first index, inverse)."""
     import numpy as np
 
     names = list(arrays)
-    codes, uniques = [], []
+    codes: list[np.ndarray] = []
+    uniques: list[np.ndarray] = []
     for name in names:
         u, inv = np.unique(np.broadcast_to(arrays[name], shape).reshape(-1), return_inverse=True)
         uniques.append(u)
@@ -122,7 +137,7 @@ def _scenarios(arrays: dict, shape):
     return combos, first, inverse.reshape(-1)
 
 
-def _element(obj, i: int):
+def _element(obj: Any, i: int) -> Any:
     """The scalar result of scenario ``i`` (flat index) from a result whose numeric leaves have shape S."""
     if isinstance(obj, dict):
         return {k: _element(v, i) for k, v in obj.items()}
@@ -133,7 +148,7 @@ def _element(obj, i: int):
     return obj
 
 
-def _broadcast(obj, shape):
+def _broadcast(obj: Any, shape: Shape) -> Any:
     """Every numeric leaf (Python or numpy number, numpy bool array) as an array of ``shape``."""
     import numpy as np
 
@@ -150,7 +165,7 @@ def _broadcast(obj, shape):
     return obj
 
 
-def _hardware_arrays(hw_arrays: dict, shape_of_plan) -> tuple[dict, tuple]:
+def _hardware_arrays(hw_arrays: dict[str, list[Any]], shape_of_plan: Shape) -> tuple[dict[str, np.ndarray], Shape]:
     """Hardware list values as arrays of value indices (the values may be strings with units), and the
     broadcast shape with the plan arrays' shape."""
     import numpy as np
@@ -164,13 +179,13 @@ def _hardware_arrays(hw_arrays: dict, shape_of_plan) -> tuple[dict, tuple]:
     return idx, shape
 
 
-def _get_path(obj, path: list[str]):
+def _get_path(obj: Any, path: list[str]) -> Any:
     for key in path:
         obj = getattr(obj, key)
     return obj
 
 
-def _vector_system(systems: list, inverse, shape):
+def _vector_system(systems: Sequence[Any], inverse: np.ndarray, shape: Shape) -> Any:
     """One spec tree whose leaves that differ between the validated ``systems`` are arrays of ``shape``."""
     import numpy as np
 
@@ -188,7 +203,9 @@ def _vector_system(systems: list, inverse, shape):
     return dataclasses.replace(first, **changes) if changes else first  # type: ignore[type-var]
 
 
-def estimate(model, system, plan_data: dict, *, trace=None, hw_arrays=None, load_hw=None) -> dict:
+def estimate(model: ModelSpec, system: Hardware, plan_data: dict[str, Any], *, trace: Trace | None = None,
+             hw_arrays: dict[str, list[Any]] | None = None,
+             load_hw: Callable[[list[tuple[list[str], Any]]], Hardware] | None = None) -> Result:
     """The array estimate of resolved ``model`` and ``system`` for plan fields (and hardware fields) holding arrays.
 
     ``hw_arrays`` ({hardware path: values}) with ``load_hw(assignments)`` -> the validated system for one
@@ -210,7 +227,12 @@ def estimate(model, system, plan_data: dict, *, trace=None, hw_arrays=None, load
         plan_combo = {k: v for k, v in combo.items() if not k.startswith("@")}
         hw_combo = [(p[1:].split(".")[1:], hw_arrays[p[1:]][v]) for p, v in combo.items() if p.startswith("@")]
         try:
-            sys_j = load_hw(hw_combo) if hw_combo else system
+            if not hw_combo:
+                sys_j = system
+            elif load_hw is None:
+                raise TypeError("dse.estimate.arrays.estimate: hw_arrays needs load_hw")
+            else:
+                sys_j = load_hw(hw_combo)
             plans.append(make_plan(model, sys_j, {**plan_data, **plan_combo}))
             systems.append(sys_j)
         except InputError as exc:
@@ -225,8 +247,8 @@ def estimate(model, system, plan_data: dict, *, trace=None, hw_arrays=None, load
     vplan = dataclasses.replace(plans[0], **fields)
     system = _vector_system(systems, inverse, shape) if hw_arrays else system
     hw = backend(system)
-    r, extra = hw.numbers(model, system, vplan, trace=trace)
-    r = _broadcast(r, shape)
+    r0, extra = hw.numbers(model, system, vplan, trace=trace)
+    r: Result = _broadcast(r0, shape)   # the same sections, every numeric leaf an array of the shape
     feasible = np.empty(len(combos), dtype=bool)
     violations = np.empty(len(combos), dtype=object)
     details = np.empty(len(combos), dtype=object)

@@ -19,10 +19,20 @@ registered in :data:`BACKENDS`.
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from dse.specs import rules as _rules
 from dse.specs.hardware import CHIPLET_PACKAGE, GPU_SYSTEM, HARDWARE_KINDS
+
+if TYPE_CHECKING:
+    from dse.estimate.aliases import Hardware, Num, Result
+    from dse.estimate.trace import Trace
+    from dse.specs.chiplet import ChipletPackageSpec
+    from dse.specs.hardware import SystemSpec
+    from dse.specs.model import ModelSpec
+    from dse.specs.plan import Plan
+    from dse.specs.rules import Rule
 
 
 class Backend(Protocol):
@@ -30,33 +40,34 @@ class Backend(Protocol):
 
     kind: str
     techniques: bool     # the technique modules of dse.estimate (offload, activation offload, economics) apply
-    rules: tuple         # the plan-rule table of this kind (dse.specs.rules), read by check_plan and plan_rules
+    rules: tuple[Rule, ...]   # the plan-rule table of this kind (dse.specs.rules), read by check_plan and plan_rules
 
-    def numbers(self, model, system, plan, *, trace=None) -> tuple[dict, list]:
+    def numbers(self, model: ModelSpec, system: Any, plan: Plan, *, trace: Trace | None = None
+                ) -> tuple[Result, list[str]]:
         """Every number of the estimate without the verdict, and the violations found while composing."""
 
-    def verdict(self, r: dict, system, plan, extra=()) -> tuple[bool, list[str], str]:
+    def verdict(self, r: Result, system: Any, plan: Plan, extra: Iterable[str] = ()) -> tuple[bool, list[str], str]:
         """Feasibility, violated constraints and bottleneck sentence of one scalar result."""
 
-    def check_plan(self, plan, model, system) -> None:
+    def check_plan(self, plan: Plan, model: ModelSpec, system: Hardware) -> None:
         """Raise :class:`~dse.errors.InputError` for a resolved plan that cannot run on this hardware at all."""
 
-    def plan_rules(self, plan, model, system) -> dict:
+    def plan_rules(self, plan: Plan, model: ModelSpec, system: Hardware) -> dict[str, Num]:
         """:meth:`check_plan` as ``{rule: ok}``, array-safe (the search's exclusion masks)."""
 
-    def limits(self, c: dict, system) -> list[tuple[str, object]]:
+    def limits(self, c: Result, system: Any) -> list[tuple[str, Num]]:
         """Limits of the hardware besides memory, as ``(reason, exceeded)`` (a bool or bool array) for the search."""
 
 
 class _RuleTable:
     """The two faces of a backend's plan-rule table (:mod:`dse.specs.rules`)."""
 
-    rules: tuple = ()
+    rules: tuple[Rule, ...] = ()
 
-    def check_plan(self, plan, model, system) -> None:
+    def check_plan(self, plan: Plan, model: ModelSpec, system: Hardware) -> None:
         _rules.check(self.rules, plan, model, system)
 
-    def plan_rules(self, plan, model, system) -> dict:
+    def plan_rules(self, plan: Plan, model: ModelSpec, system: Hardware) -> dict[str, Num]:
         return _rules.holds(self.rules, plan, model, system)
 
 
@@ -65,20 +76,21 @@ class GPUSystem(_RuleTable):
 
     kind = GPU_SYSTEM
     techniques = True
-    rules = _rules.GPU_SYSTEM_RULES
+    rules: tuple[Rule, ...] = _rules.GPU_SYSTEM_RULES
 
-    def numbers(self, model, system, plan, *, trace=None):
+    def numbers(self, model: ModelSpec, system: SystemSpec, plan: Plan, *, trace: Trace | None = None
+                ) -> tuple[Result, list[str]]:
         from dse.estimate import numbers
 
         return numbers(model, system, plan, trace=trace)
 
-    def verdict(self, r, system, plan, extra=()):
+    def verdict(self, r: Result, system: SystemSpec, plan: Plan, extra: Iterable[str] = ()) -> tuple[bool, list[str], str]:
         from dse.estimate import verdict
 
         return verdict(r, system, plan, extra)
 
 
-    def limits(self, c, system):
+    def limits(self, c: Result, system: SystemSpec) -> list[tuple[str, Num]]:
         from dse.estimate.feasibility import gpu_count_check
 
         v = gpu_count_check(c["gpus"], c["nodes"], system)
@@ -90,20 +102,22 @@ class ChipletPackage(_RuleTable):
 
     kind = CHIPLET_PACKAGE
     techniques = False
-    rules = _rules.CHIPLET_PACKAGE_RULES
+    rules: tuple[Rule, ...] = _rules.CHIPLET_PACKAGE_RULES
 
-    def numbers(self, model, system, plan, *, trace=None):
+    def numbers(self, model: ModelSpec, system: ChipletPackageSpec, plan: Plan, *, trace: Trace | None = None
+                ) -> tuple[Result, list[str]]:
         from dse.estimate import chiplet
 
         return chiplet.numbers(model, system, plan, trace=trace), []
 
-    def verdict(self, r, system, plan, extra=()):
+    def verdict(self, r: Result, system: ChipletPackageSpec, plan: Plan, extra: Iterable[str] = ()
+                ) -> tuple[bool, list[str], str]:
         from dse.estimate import chiplet
 
         return chiplet.verdict(r, system, plan)
 
 
-    def limits(self, c, system):
+    def limits(self, c: Result, system: ChipletPackageSpec) -> list[tuple[str, Num]]:
         return []
 
 
@@ -111,6 +125,17 @@ BACKENDS: dict[str, Backend] = {b.kind: b for b in (GPUSystem(), ChipletPackage(
 assert tuple(BACKENDS) == HARDWARE_KINDS
 
 
-def backend(system) -> Backend:
+def backend(system: Hardware) -> Backend:
     """The backend of a hardware spec, by its ``kind``."""
     return BACKENDS[system.kind]
+
+
+def gpu_system(system: Hardware, what: str) -> SystemSpec:
+    """``system`` if it is a GPU system; else the one-line input error saying that ``what`` (a command) needs one."""
+    from dse.errors import InputError
+    from dse.specs.hardware import SystemSpec
+
+    if isinstance(system, SystemSpec):
+        return system
+    raise InputError(f"--hw {system.name}: {what} needs a GPU system (kind: {GPU_SYSTEM}); {system.name} is a "
+                     f"{system.kind} (see `dse list hardware`)")

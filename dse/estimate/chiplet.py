@@ -18,6 +18,9 @@ than one KV head, and data parallelism across packages.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from dse.formulas import (
     chiplet as _chiplet,
@@ -31,27 +34,41 @@ from dse.formulas import (
 from dse.formulas.precision import recipe_of
 from dse.specs.chiplet import plan_mesh
 
+if TYPE_CHECKING:
+    from dse.estimate.aliases import FormulaModule, Formulas, Num, Result
+    from dse.estimate.trace import Trace
+    from dse.specs.chiplet import ChipletPackageSpec
+    from dse.specs.model import ModelSpec
+    from dse.specs.plan import Plan
+
+Mesh = tuple[int, int]   # (rows, cols) of the dies the plan uses
+
 DEFAULT_SCHEME = "hecaton-2d"
 AUTO_SCHEDULE = {"megatron-1d": "microbatch", "summa-2d": "microbatch", "hecaton-2d": "minibatch"}
 
 
-def scheme_of(plan) -> str:
+def scheme_of(plan: Plan) -> str:
     return plan.chiplet_scheme or DEFAULT_SCHEME
 
 
-def schedule_of(plan) -> str:
+def schedule_of(plan: Plan) -> str:
     s = plan.chiplet_schedule or "auto"
     return AUTO_SCHEDULE[scheme_of(plan)] if s == "auto" else s
 
 
-def minibatch_of(plan) -> int:
+def batch_of(plan: Plan) -> tuple[Num, Num]:
+    """(global batch B, sequence length s) of a resolved plan (:meth:`~dse.specs.plan.Plan.resolved` sets both)."""
+    return plan.global_batch, plan.seq_len
+
+
+def minibatch_of(plan: Plan) -> Num:
     """Micro-batches per mini-batch under the minibatch schedule (default: all of the iteration's)."""
     k = plan.chiplet_minibatch
-    return k if k is not None else plan.global_batch // plan.micro_batch
+    return k if k is not None else batch_of(plan)[0] // plan.micro_batch
 
 
-def _modules(trace):
-    mods = {"chiplet": _chiplet, "compute": _compute, "cost": _cost, "package_cost": _package_cost,
+def _modules(trace: Trace | None) -> Formulas:
+    mods: dict[str, ModuleType] = {"chiplet": _chiplet, "compute": _compute, "cost": _cost, "package_cost": _package_cost,
             "transformer": _transformer, "kernels": _kernels}
     if trace is None:
         return mods
@@ -60,15 +77,16 @@ def _modules(trace):
     return {k: Tracer(m, trace) for k, m in mods.items()}
 
 
-def work(model, plan, e, M) -> dict:
+def work(model: ModelSpec, plan: Plan, e: Num, M: Formulas) -> dict[str, Any]:
     """One layer's kernel table (unsplit: the dies split it by the scheme), its GEMMs, parameters and FLOPs.
 
     The table is the GPU estimate's (:mod:`dse.formulas.kernels`); its weight GEMMs are what
     :func:`~dse.formulas.chiplet.layer_nop` and :func:`~dse.formulas.chiplet.sram_per_die` split.
     """
     K, T, Kn = M["chiplet"], M["transformer"], M["kernels"]
-    s, b = plan.seq_len, plan.micro_batch
-    m = plan.global_batch / b
+    B, s = batch_of(plan)
+    b = plan.micro_batch
+    m = B / b
     L, h, a, kv, hd, ffn, V = (model.layers, model.hidden, model.heads, model.kv_heads, model.head_dim,
                                model.ffn_hidden, model.vocab)
     table = Kn.layer_kernels(s, b, h, a, kv, hd, ffn, recompute=plan.recompute, attention="flash",
@@ -97,14 +115,16 @@ def work(model, plan, e, M) -> dict:
     }
 
 
-def phases(model, package, plan, w, mesh, e, g, o, step, K) -> dict:
+def phases(model: ModelSpec, package: ChipletPackageSpec, plan: Plan, w: dict[str, Any], mesh: Mesh, e: Num, g: Num,
+           o: Num, step: Num, K: FormulaModule) -> dict[str, Any]:
     """NoP, DRAM and compute of the forward and backward phases and the optimizer step; the iteration time."""
     scheme, schedule = scheme_of(plan), schedule_of(plan)
     rows, cols = mesh
     dies = rows * cols
     die, nop_spec, dram_spec = package.die, package.nop, package.dram
-    s, b, L, h = plan.seq_len, plan.micro_batch, model.layers, model.hidden
-    m, tok = plan.global_batch / b, s * b
+    B, s = batch_of(plan)
+    b, L, h = plan.micro_batch, model.layers, model.hidden
+    m, tok = B / b, s * b
     shape = (h, model.heads, model.kv_heads, model.head_dim, model.ffn_hidden, model.ffn_type)
     # per micro-batch, per layer, per die
     rate = dies * die.peak_flops * die.utilization
@@ -134,7 +154,7 @@ def phases(model, package, plan, w, mesh, e, g, o, step, K) -> dict:
     t_iter = t_f + t_b + t_opt
     time = {"iteration": t_iter, "forward": t_f, "backward": t_b, "optimizer": t_opt,
             "compute": c_f + c_b, "nop": n_f + n_b, "dram": d_f + d_b,
-            "exposed": t_f + t_b - (c_f + c_b), "per_token": t_iter / (plan.global_batch * s),
+            "exposed": t_f + t_b - (c_f + c_b), "per_token": t_iter / (B * s),
             "phase_forward": {"compute": c_f, "nop": n_f, "dram": d_f},
             "phase_backward": {"compute": c_b, "nop": n_b, "dram": d_b}}
     return {"time": time, "nop": nop, "dram": dram, "devices": devices, "dram_bw": dram_bw, "minibatch": k,
@@ -142,11 +162,13 @@ def phases(model, package, plan, w, mesh, e, g, o, step, K) -> dict:
             "ratio": 3 * w["gemm_fwd"] / dies / (nop["forward"] + nop["backward"])}   # = compute_to_communication
 
 
-def energy_section(package, plan, flops_exec, nop_total, dram_total, mesh, t_iter, e, K) -> tuple:
+def energy_section(package: ChipletPackageSpec, plan: Plan, flops_exec: Num, nop_total: Num, dram_total: Num,
+                   mesh: Mesh, t_iter: Num, e: Num, K: FormulaModule) -> tuple[dict[str, Any], Num]:
     """Energy of one iteration (compute, SRAM, NoP, DRAM, static, facility) and the mean DRAM hops."""
     die, nop_spec, dram_spec, site = package.die, package.nop, package.dram, package.site
     dies = mesh[0] * mesh[1]
-    tokens = plan.global_batch * plan.seq_len
+    B, s = batch_of(plan)
+    tokens = B * s
     hops = 0.0 if dram_spec.placement == "per-die" else K.edge_hops(*mesh)
     sram_bytes = K.sram_operand_bytes(flops_exec, die.tile, e) + 2 * (nop_total + dram_total)
     parts = K.iteration_energy(flops_exec, sram_bytes, nop_total + dram_total * hops, dram_total, die.flop_energy,
@@ -158,7 +180,8 @@ def energy_section(package, plan, flops_exec, nop_total, dram_total, mesh, t_ite
             "package_j": chip_j, "components": {**parts, "facility_j": facility}}, hops
 
 
-def cost_section(package, devices, dies, energy_j, tokens, t_iter, P, Co) -> tuple:
+def cost_section(package: ChipletPackageSpec, devices: Num, dies: Num, energy_j: Num, tokens: Num, t_iter: Num,
+                 P: FormulaModule, Co: FormulaModule) -> tuple[dict[str, Any], Num]:
     """Capital cost of the package (dies, packaging, DRAM, assembly) and the cost per token; the die area.
 
     Die area: the spec's, or Chiplet Cloud's 7 nm model from the die's peak, SRAM and its four links (both
@@ -182,7 +205,7 @@ def cost_section(package, devices, dies, energy_j, tokens, t_iter, P, Co) -> tup
             "tokens_per_s_per_kusd": tps / (capital / 1e3)}, area
 
 
-def compose(model, package, plan, M=None) -> dict:
+def compose(model: ModelSpec, package: ChipletPackageSpec, plan: Plan, M: Formulas | None = None) -> Result:
     """The numeric estimate (every number broadcasts over numpy arrays in the package's numeric fields).
 
     ``M`` maps formula-module names to modules or tracers (:func:`_modules`).
@@ -198,9 +221,10 @@ def compose(model, package, plan, M=None) -> dict:
     g = r.gradients
     o = _optimizer.state_bytes_per_param(plan.optimizer, r)
     step = _optimizer.step_bytes_per_param(plan.optimizer, r)
-    m = plan.global_batch / plan.micro_batch
-    tok = plan.seq_len * plan.micro_batch
-    tokens = plan.global_batch * plan.seq_len
+    B, s = batch_of(plan)
+    m = B / plan.micro_batch
+    tok = s * plan.micro_batch
+    tokens = B * s
     L = model.layers
 
     w = work(model, plan, e, M)
@@ -247,14 +271,14 @@ def compose(model, package, plan, M=None) -> dict:
             }
 
 
-def run(model, package, plan, *, trace=None) -> dict:
+def run(model: ModelSpec, package: ChipletPackageSpec, plan: Plan, *, trace: Trace | None = None) -> Result:
     """Estimate one iteration of ``model`` on chiplet ``package`` under ``plan`` (resolved specs, scalars)."""
     r = numbers(model, package, plan, trace=trace)
     r["feasible"], r["violations"], r["bottleneck"] = verdict(r, package, plan)
     return r
 
 
-def numbers(model, package, plan, *, trace=None) -> dict:
+def numbers(model: ModelSpec, package: ChipletPackageSpec, plan: Plan, *, trace: Trace | None = None) -> Result:
     """Every number of the estimate, without the verdict (array-safe in the plan's numeric fields)."""
     r = compose(model, package, plan, _modules(trace))
     ch = r["chiplet"]
@@ -263,13 +287,13 @@ def numbers(model, package, plan, *, trace=None) -> dict:
     return r
 
 
-def _describe(r: dict, package):
+def _describe(r: Result, package: ChipletPackageSpec) -> Callable[[str, dict[str, Any]], Callable[[], str] | None]:
     """Message functions of the chiplet memory tiers (SRAM per die, DRAM of the package) with their breakdown."""
     from dse.units import fmt
 
     scheme = r["chiplet"]["scheme"]
 
-    def describe(tier, mem):
+    def describe(tier: str, mem: dict[str, Any]) -> Callable[[], str] | None:
         if tier == "sram":
             return lambda: (f"SRAM: {scheme} needs {fmt(mem['total'], 'bytes')} per die (weights "
                             f"{fmt(mem['weights'], 'bytes')}, gradients {fmt(mem['gradients'], 'bytes')}, activations "
@@ -284,7 +308,7 @@ def _describe(r: dict, package):
     return describe
 
 
-def verdict(r: dict, package, plan) -> tuple[bool, list[str], str]:
+def verdict(r: Result, package: ChipletPackageSpec, plan: Plan) -> tuple[bool, list[str], str]:
     """Feasibility, violated constraints and bottleneck sentence of one scalar result.
 
     The constraints are :func:`dse.estimate.feasibility.check`'s (SRAM per die, package DRAM);

@@ -32,14 +32,18 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from dse.estimate.feasibility import Violation
 from dse.estimate.technique import TechniqueBase
-from dse.estimate.terms import DriveWrites, drive_use
+from dse.estimate.terms import DriveWrites, drive_use, near_storage
 from dse.estimate.wear import apply_wear, drive_endurance
 from dse.formulas import optimizer as _optimizer
 from dse.formulas._array import is_scalar, minimum, where
 from dse.formulas.precision import recipe_of
 
 if TYPE_CHECKING:
-    from dse.estimate.offload_time import Partition
+    from dse.estimate.aliases import FormulaModule, Formulas, Num, Result
+    from dse.estimate.offload_time import Bandwidths, Flows, Partition
+    from dse.specs.hardware import SystemSpec
+    from dse.specs.model import ModelSpec
+    from dse.specs.plan import Plan
 
 EXCHANGE_BYTES = {"fp32": 4, "fp16": 2}
 INF = float("inf")
@@ -47,12 +51,12 @@ __all__ = ["EXCHANGE_BYTES", "TECHNIQUE", "StorageOffload", "active", "apply", "
            "drives_used", "mode_label", "required_bandwidths"]
 
 
-def active(plan) -> bool:
+def active(plan: Plan) -> bool:
     """Does the plan offload anything (and so need this module)?"""
     return plan.offload_optimizer != "gpu" or plan.offload_params != "gpu"
 
 
-def _formulas(F=None) -> tuple[Any, Any]:
+def _formulas(F: Formulas | None = None) -> tuple[FormulaModule, FormulaModule]:
     """The offload and near-storage formula modules (their traced forms from ``F``).
 
     Imported on first use, like the time half (:mod:`dse.estimate.offload_time`): most plans offload
@@ -64,12 +68,12 @@ def _formulas(F=None) -> tuple[Any, Any]:
             else near_storage)
 
 
-def drives_used(system, plan):
+def drives_used(system: SystemSpec, plan: Plan) -> Num:
     """Drives the plan uses: ``plan.ssds`` if given, else every drive of a node (0 without drives)."""
     return drive_use(system, plan).count
 
 
-def mode_label(plan) -> Any:
+def mode_label(plan: Plan) -> Any:
     opt = plan.offload_optimizer
     if opt == "csd":
         label = "SmartUpdate" + (" (transfer handler)" if plan.transfer_overlap else " (naive)")
@@ -87,7 +91,7 @@ def mode_label(plan) -> Any:
     return "ZeRO-3 with parameters offloaded"
 
 
-def _argmax_name(busy: dict):
+def _argmax_name(busy: dict[str, Num]) -> Any:
     """Name of the busiest link (an array of names when the inputs are arrays)."""
     names = list(busy)
     values = list(busy.values())
@@ -99,14 +103,20 @@ def _argmax_name(busy: dict):
     return np.asarray(names)[np.argmax(stack, axis=0)]
 
 
-def partition(c, system, plan, F=None) -> Partition:
+def _drive_name(system: SystemSpec) -> str:
+    storage = system.node.storage
+    return storage.device.name if storage is not None else "no drive"
+
+
+def partition(c: Result, system: SystemSpec, plan: Plan, F: Formulas | None = None) -> Partition:
     """What one GPU and one node hold of the model state under the plan's ZeRO stage, and its bytes per element."""
     from dse.estimate.offload_time import Partition
 
     OPT = F["optimizer"] if F and "optimizer" in F else _optimizer
     r = recipe_of(plan)
     i = c["terms"]
-    d, zero, p_gpu = i.dp, plan.zero, i.params_per_gpu
+    zero: Num = plan.zero                                    # resolved: a stage (an array of them in a search)
+    d, p_gpu = i.dp, i.params_per_gpu
     g_node = minimum(c["gpus"], system.node.gpus_per_node)   # GPUs sharing one host and its drives
     shard_opt = p_gpu / where(zero >= 1, d, 1)                # optimizer partition of one GPU
     shard_w = p_gpu / where(zero >= 3, d, 1)                  # fp16 parameter partition of one GPU
@@ -118,7 +128,7 @@ def partition(c, system, plan, F=None) -> Partition:
                      master_grad_bytes=r.offload_master_gradients)
 
 
-def place_model_state(c, part: Partition, system, plan, O) -> None:
+def place_model_state(c: Result, part: Partition, system: SystemSpec, plan: Plan, O: FormulaModule) -> None:
     """Move the model-state bytes between GPU, host DRAM and drives; pinned swap buffers; drive capacity."""
     g16, g32 = part.grad_bytes, part.master_grad_bytes
     opt, par = plan.offload_optimizer, plan.offload_params
@@ -153,7 +163,9 @@ def place_model_state(c, part: Partition, system, plan, O) -> None:
         ms["capacity"] = part.drives * system.node.storage.device.capacity
 
 
-def _section(c, part: Partition, f, links: dict, busy: dict, bws, model, system, plan, O, NS) -> dict:
+def _section(c: Result, part: Partition, f: Flows, links: dict[str, dict[str, Any]], busy: dict[str, Num],
+             bws: Bandwidths, model: ModelSpec, system: SystemSpec, plan: Plan, O: FormulaModule, NS: FormulaModule
+             ) -> dict[str, Any]:
     """The ``offload`` section: mode, placement, links, bottleneck link, accelerator, required bandwidths."""
     opt, par, N = plan.offload_optimizer, plan.offload_params, part.drives
     storage = system.node.storage
@@ -162,9 +174,10 @@ def _section(c, part: Partition, f, links: dict, busy: dict, bws, model, system,
                "placement": O.placement(3, opt, par, plan.optimizer),   # par != gpu implies ZeRO-3 (check_offload)
                "links": links, "bottleneck_link": _argmax_name(busy)}
     if opt == "csd":
-        ns = storage.device.near_storage
+        ns = near_storage(system)
         x, cr, P_opt = part.exchange_bytes, plan.gradient_compression, part.node_opt
-        sg = minimum(plan.sub_group_size, P_opt / N)
+        sub_group: Num = plan.sub_group_size                 # resolved: set
+        sg = minimum(sub_group, P_opt / N)
         kept = where(cr < 1, NS.kept_fraction(cr, 2, 4, x) * sg, 0.0)
         need = NS.handler_buffer_bytes(sg, part.state_bytes, x, 2 if x == 2 else 0, kept, 6)
         section["accelerator"] = {"buffer_bytes": need, "dram_capacity": ns.dram_capacity,
@@ -182,16 +195,18 @@ class StorageOffload(TechniqueBase):
     memory = "exact"
     report: ClassVar[dict[str, str]] = {"offload": "dse.report.offload:render"}
 
-    def active(self, plan) -> bool:
+    def active(self, plan: Plan) -> bool:
         return active(plan)
 
-    def apply_memory(self, c, model, system, plan, F=None) -> Partition:
+    def apply_memory(self, c: Result, model: ModelSpec, system: SystemSpec, plan: Plan, F: Formulas | None = None
+                     ) -> Partition:
         O, _ = _formulas(F)
         part = partition(c, system, plan, F)
         place_model_state(c, part, system, plan, O)
         return part
 
-    def apply_time(self, c, state: Partition, model, system, plan, F=None) -> None:
+    def apply_time(self, c: Result, state: Partition, model: ModelSpec, system: SystemSpec, plan: Plan,
+                   F: Formulas | None = None) -> None:
         from dse.estimate import offload_time
 
         O, NS = _formulas(F)
@@ -204,7 +219,7 @@ class StorageOffload(TechniqueBase):
             per_drive = (f.w_grads + f.w_states + f.w_params) / state.drives
             c["terms"].drive_writes[self.name] = DriveWrites(by_source=by_source, per_drive=per_drive)
 
-    def violations(self, c, system, plan) -> list:
+    def violations(self, c: Result, system: SystemSpec, plan: Plan) -> list[Violation]:
         """The CSD accelerator's DRAM must hold the transfer handler's buffers."""
         acc = c.get("offload", {}).get("accelerator")
         if acc is None:
@@ -214,7 +229,7 @@ class StorageOffload(TechniqueBase):
             from dse.units import fmt
 
             return (f"accelerator DRAM: the transfer handler needs {fmt(acc['buffer_bytes'], 'bytes')} per CSD, "
-                    f"{system.node.storage.device.name} has {fmt(acc['dram_capacity'], 'bytes')} "
+                    f"{_drive_name(system)} has {fmt(acc['dram_capacity'], 'bytes')} "
                     "(lower plan.sub_group_size)")
         return [Violation("accelerator_dram", "csd", acc["buffer_bytes"], acc["dram_capacity"], text)]
 
@@ -222,14 +237,15 @@ class StorageOffload(TechniqueBase):
 TECHNIQUE = StorageOffload()
 
 
-def apply(c, model, system, plan, F=None) -> None:
+def apply(c: Result, model: ModelSpec, system: SystemSpec, plan: Plan, F: Formulas | None = None) -> None:
     """Storage offload on a fully composed estimate (both halves) and the drive wear of its writes."""
     TECHNIQUE.apply(c, model, system, plan, F)
     if TECHNIQUE.active(plan):
         apply_wear(c, system, F)
 
 
-def required_bandwidths(c, model, system, plan, b_host, b_read, N) -> dict:
+def required_bandwidths(c: Result, model: ModelSpec, system: SystemSpec, plan: Plan, b_host: Num, b_read: Num, N: Num
+                        ) -> dict[str, dict[str, Any]]:
     """ZeRO-Infinity's efficiency model for each tensor class: what bandwidth 50 % / 90 % efficiency needs.
 
     Peak is the GPU's achievable GEMM rate (dense peak x gemm efficiency), as
@@ -238,7 +254,7 @@ def required_bandwidths(c, model, system, plan, b_host, b_read, N) -> dict:
     """
     O, _ = _formulas()
     i = c["terms"]
-    gpu, dev = system.node.gpu, system.node.storage.device if system.node.storage else None
+    gpu = system.node.gpu
     opt = plan.offload_optimizer
     peak = i.peak_flops * gpu.efficiency.gemm
     s, b, m = i.seq_len, i.micro_batch, i.micro_batches
@@ -248,7 +264,7 @@ def required_bandwidths(c, model, system, plan, b_host, b_read, N) -> dict:
     elif opt == "nvme":
         avail_opt = b_read
     elif opt == "csd":
-        ns = dev.near_storage  # type: ignore[union-attr]  # csd: plan rules require drives with accelerators
+        ns = near_storage(system)
         avail_opt = N * minimum(ns.internal_read_bandwidth, ns.device_link)
     avail_par = {"gpu": None, "cpu": b_host, "nvme": minimum(b_host, b_read)}[plan.offload_params]
     rows = {

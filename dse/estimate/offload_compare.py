@@ -61,6 +61,7 @@ def compare(model: Any, hw: Any, baseline_hw: Any = None, *, drives: int | None 
     """
     from dse.errors import InputError
     from dse.estimate import resolve, run
+    from dse.estimate.backends import gpu_system
 
     base_fields = {**DEFAULT_PLAN, **{k: v for k, v in plan_fields.items() if v is not None}}
     variants = variant_plans(compression)
@@ -71,8 +72,10 @@ def compare(model: Any, hw: Any, baseline_hw: Any = None, *, drives: int | None 
         if k == 0 and baseline_hw is None:
             spec = (spec[0], as_plain_drives(spec[1]), spec[2])
         specs.append((label, spec))
-    m, system, _ = specs[1][1]
+    m, hw_spec, _ = specs[1][1]
+    system = gpu_system(hw_spec, "dse offload-compare")
     storage = system.node.storage
+    assert storage is not None   # the variants offload to the drives: the plan rules require them
     count = drives if drives is not None else storage.count
     results = []
     params = None

@@ -14,10 +14,19 @@ updated parameters back. Array-safe: only the tier names and booleans branch.
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING, Any
 
-from dse.estimate.terms import Num, _Mappable
+from dse.estimate.terms import Num, _Mappable, near_storage
 from dse.formulas import offload as _offload
 from dse.formulas._array import is_scalar, maximum, minimum, where
+
+if TYPE_CHECKING:
+    from dse.estimate.aliases import FormulaModule, Result
+    from dse.specs.hardware import GPUSpec, SystemSpec
+    from dse.specs.model import ModelSpec
+    from dse.specs.plan import Plan
+
+Bandwidths = tuple[Num, Num, Num, Num]   # GPU<->host, switch uplink, drive array read, drive array write [bytes/s]
 
 
 @dataclasses.dataclass
@@ -61,7 +70,7 @@ class Flows:
     optimizer: Num = 0.0
 
 
-def bandwidths(system, N, O):
+def bandwidths(system: SystemSpec, N: Num, O: FormulaModule) -> Bandwidths:
     """(GPU<->host, switch uplink, drive array read, drive array write) bandwidths [bytes/s]."""
     inf = float("inf")
     node = system.node
@@ -77,7 +86,7 @@ def bandwidths(system, N, O):
             O.array_bandwidth(N, dev.write_bandwidth, b_up))
 
 
-def param_fetch(f: Flows, part: Partition, m, plan, b_host, b_read, O) -> None:
+def param_fetch(f: Flows, part: Partition, m: Num, plan: Plan, b_host: Num, b_read: Num, O: FormulaModule) -> None:
     """ZeRO-3 parameters to the GPU every micro-batch (from host DRAM or the drives)."""
     par = plan.offload_params
     if par == "gpu":
@@ -93,7 +102,8 @@ def param_fetch(f: Flows, part: Partition, m, plan, b_host, b_read, O) -> None:
     f.h2d = f.h2d + m * O.param_fetch_bytes(part.shard_w, e, passes)
 
 
-def gradients(f: Flows, part: Partition, m, plan, gpu, b_host, b_write, O, NS) -> None:
+def gradients(f: Flows, part: Partition, m: Num, plan: Plan, gpu: GPUSpec, b_host: Num, b_write: Num, O: FormulaModule,
+              NS: FormulaModule) -> None:
     """Gradients off the GPU (every micro-batch) and to the drives; top-k compression for a CSD."""
     e = part.grad_bytes
     opt = plan.offload_optimizer
@@ -123,7 +133,8 @@ def gradients(f: Flows, part: Partition, m, plan, gpu, b_host, b_write, O, NS) -
             f.d2h = f.d2h + where(compressed, cr * x * shard_opt, 0.0)
 
 
-def update(f: Flows, part: Partition, t_opt_base, plan, system, b_read, b_write, b_up, O, NS) -> None:
+def update(f: Flows, part: Partition, t_opt_base: Num, plan: Plan, system: SystemSpec, b_read: Num, b_write: Num,
+           b_up: Num, O: FormulaModule, NS: FormulaModule) -> None:
     """The optimizer step where the states live: GPU, CPU, CPU with NVMe swaps, or each CSD's FPGA."""
     opt = plan.offload_optimizer
     P_opt, state, N, x = part.node_opt, part.state_bytes, part.drives, part.exchange_bytes
@@ -144,7 +155,7 @@ def update(f: Flows, part: Partition, t_opt_base, plan, system, b_read, b_write,
         f.t_update = O.swap_update_time(t_r, t_cpu, t_w, plan.swap_pipeline)
         f.optimizer = maximum(t_cpu - (t_r + t_w), 0.0) if plan.swap_pipeline else t_cpu
     else:  # csd: SmartUpdate on every drive's accelerator
-        ns = system.node.storage.device.near_storage
+        ns = near_storage(system)
         cr = plan.gradient_compression
         g_drive = cr * x
         k_thr = where(cr < 1, ns.decompress_throughput, ns.update_throughput)
@@ -162,11 +173,11 @@ def update(f: Flows, part: Partition, t_opt_base, plan, system, b_read, b_write,
         f.up_read = f.up_read + x * P_opt
 
 
-def params_back(f: Flows, part: Partition, plan, b_host, b_write, O) -> None:
+def params_back(f: Flows, part: Partition, plan: Plan, b_host: Num, b_write: Num, O: FormulaModule) -> None:
     """The updated fp16 parameters back where they live (GPU, host DRAM or the drives)."""
     e = part.gather_bytes
     opt, par = plan.offload_optimizer, plan.offload_params
-    t_post = 0.0
+    t_post: Num = 0.0
     if opt != "gpu" and par == "gpu":
         f.h2d = f.h2d + e * part.shard_w
         t_post = O.transfer_time(e * part.shard_w, b_host)
@@ -180,7 +191,7 @@ def params_back(f: Flows, part: Partition, plan, b_host, b_write, O) -> None:
     f.t_update = f.t_update + t_post
 
 
-def phases(c, f: Flows, compute_fw, compute_bw, gpu_part, O) -> None:
+def phases(c: Result, f: Flows, compute_fw: Num, compute_bw: Num, gpu_part: Num, O: FormulaModule) -> None:
     """The three serial segments replace the iteration; throughput rescaled; I/O added to ``io_exposed``."""
     t = c["time"]
     t_fw = O.forward_phase_time(compute_fw, f.t_fetch_fw)
@@ -198,7 +209,8 @@ def phases(c, f: Flows, compute_fw, compute_bw, gpu_part, O) -> None:
         c["throughput"][k] = c["throughput"][k] * scale
 
 
-def traffic_and_links(c, f: Flows, part: Partition, plan, system, bws) -> tuple[dict, dict]:
+def traffic_and_links(c: Result, f: Flows, part: Partition, plan: Plan, system: SystemSpec, bws: Bandwidths
+                      ) -> tuple[dict[str, dict[str, Any]], dict[str, Num]]:
     """Add the bytes per link to ``traffic``; return (links section, busy seconds per link)."""
     b_host, b_up, b_read, b_write = bws
     storage = system.node.storage
@@ -217,10 +229,10 @@ def traffic_and_links(c, f: Flows, part: Partition, plan, system, bws) -> tuple[
         if has_uplink:
             busy["host_switch"] = maximum(f.up_read, f.up_write) / b_up
         # csd: what comes up is the updated parameters from the accelerators' DRAM, at the device link
-        up_rate = dev.near_storage.device_link if opt == "csd" else dev.read_bandwidth
+        up_rate = near_storage(system).device_link if opt == "csd" else dev.read_bandwidth
         busy["drives"] = f.up_read / (N * up_rate) + f.up_write / (N * dev.write_bandwidth)
     if opt == "csd":
-        ns = storage.device.near_storage
+        ns = near_storage(system)
         busy["csd_internal"] = (f.csd_read / minimum(ns.internal_read_bandwidth, ns.device_link)
                                 + f.csd_write / minimum(ns.internal_write_bandwidth, ns.device_link)) / N
     links = {
@@ -238,7 +250,8 @@ def traffic_and_links(c, f: Flows, part: Partition, plan, system, bws) -> tuple[
     return links, busy
 
 
-def compose(c, part: Partition, model, system, plan, O, NS) -> tuple[Flows, dict, dict, tuple]:
+def compose(c: Result, part: Partition, model: ModelSpec, system: SystemSpec, plan: Plan, O: FormulaModule,
+            NS: FormulaModule) -> tuple[Flows, dict[str, dict[str, Any]], dict[str, Num], Bandwidths]:
     """The whole time half: returns (flows, links, busy seconds per link, bandwidths)."""
     i, ti = c["terms"], c["terms"].timed()
     m = i.micro_batches

@@ -42,12 +42,14 @@ def compare(model: Any, hardware: Any, micro_batches: list[int], *, overrides: A
             stages: list[int] | None = None, **plan_fields: Any) -> dict[str, Any]:
     """ROK table over ``micro_batches`` and the stage scan over ``stages`` (None: powers of two that fit)."""
     from dse.estimate import resolve, run
+    from dse.estimate.backends import gpu_system
 
     if not micro_batches:
         raise InputError("--micro-batches: give at least one micro-batch size, e.g. 4,8,16,32")
     only = {k: plan_fields.pop(k) for k in ("offload_layers", "activation_io_path", "activation_offload_mechanism")
             if plan_fields.get(k) is not None}
-    m0, s0, p0 = resolve(model, hardware, None, overrides, **plan_fields)
+    m0, hw0, p0 = resolve(model, hardware, None, overrides, **plan_fields)
+    s0 = gpu_system(hw0, "dse rok")
     hooks = only.get("activation_offload_mechanism") == "hooks"
     if target is None:   # saved-tensor hooks copy to pinned host memory only
         target = "ssd" if s0.node.storage is not None and not hooks else "host"

@@ -1,7 +1,8 @@
 """The Technique protocol: how a technique plugs into an estimate.
 
 A technique (storage offload, activation offload, drive wear, economics) changes the
-composed base estimate ``c`` (:func:`dse.estimate.base.compose`) in two halves, array-safe
+composed base estimate ``c`` (:func:`dse.estimate.base.compose`) of a GPU system (a chiplet
+package has no techniques: :mod:`dse.estimate.backends`) in two halves, array-safe
 (numeric plan and hardware fields may be numpy arrays; only strings and booleans branch):
 
 1. ``apply_memory(c, model, system, plan, F)``: the memory per tier (``c["memory"]``) from the
@@ -32,7 +33,16 @@ technique's result sections to the ``"module:function(con, result)"`` that rende
 from __future__ import annotations
 
 import abc
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from collections.abc import Iterable, Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from dse.estimate.aliases import Formulas, Result
+    from dse.estimate.feasibility import Violation
+    from dse.specs.hardware import SystemSpec
+    from dse.specs.model import ModelSpec
+    from dse.specs.plan import Plan
 
 from dse.estimate import base
 
@@ -41,22 +51,38 @@ from dse.estimate import base
 class Technique(Protocol):
     """What :data:`dse.estimate.TECHNIQUES` holds (see the module docstring)."""
 
-    name: str                       # registry name
-    sections: tuple[str, ...]       # keys it adds to the result
-    after: tuple[str, ...]          # techniques it reads the results of (run before it)
-    memory: str                     # "exact" or "floor": the memory tiers after apply_memory
-    report: dict[str, str]          # result section -> "module:function(con, result)" rendering it
+    # Read-only members (a class attribute of a technique provides each one).
+    @property
+    def name(self) -> str:
+        """Registry name."""
 
-    def active(self, plan) -> bool:
+    @property
+    def sections(self) -> tuple[str, ...]:
+        """Keys it adds to the result."""
+
+    @property
+    def after(self) -> tuple[str, ...]:
+        """Techniques it reads the results of (run before it)."""
+
+    @property
+    def memory(self) -> str:
+        """``"exact"`` or ``"floor"``: the memory tiers after ``apply_memory`` (``"unknown"``: only after time)."""
+
+    @property
+    def report(self) -> dict[str, str]:
+        """Result section -> ``"module:function(con, result)"`` rendering it."""
+
+    def active(self, plan: Plan) -> bool:
         """Whether this plan's string/bool fields make the technique change the estimate."""
 
-    def apply_memory(self, c: dict, model, system, plan, F=None) -> Any:
+    def apply_memory(self, c: Result, model: ModelSpec, system: SystemSpec, plan: Plan, F: Formulas | None = None) -> Any:
         """Memory per tier (no time); returns the state ``apply_time`` receives."""
 
-    def apply_time(self, c: dict, state: Any, model, system, plan, F=None) -> None:
+    def apply_time(self, c: Result, state: Any, model: ModelSpec, system: SystemSpec, plan: Plan,
+                   F: Formulas | None = None) -> None:
         """Time, traffic and the report section(s), after the base time."""
 
-    def violations(self, c: dict, system, plan) -> list:
+    def violations(self, c: Result, system: SystemSpec, plan: Plan) -> list[Violation]:
         """The technique's constraints (:class:`~dse.estimate.feasibility.Violation`), array-safe."""
 
 
@@ -69,20 +95,21 @@ class TechniqueBase(abc.ABC):
     memory = "exact"
     report: ClassVar[dict[str, str]] = {}
 
-    def active(self, plan) -> bool:
+    def active(self, plan: Plan) -> bool:
         return True
 
-    def apply_memory(self, c: dict, model, system, plan, F=None) -> Any:
+    def apply_memory(self, c: Result, model: ModelSpec, system: SystemSpec, plan: Plan, F: Formulas | None = None) -> Any:
         return None
 
-    def violations(self, c: dict, system, plan) -> list:
+    def violations(self, c: Result, system: SystemSpec, plan: Plan) -> list[Violation]:
         return []
 
     @abc.abstractmethod
-    def apply_time(self, c: dict, state: Any, model, system, plan, F=None) -> None:
+    def apply_time(self, c: Result, state: Any, model: ModelSpec, system: SystemSpec, plan: Plan,
+                   F: Formulas | None = None) -> None:
         """Time, traffic and the report section(s): every technique defines it (a class without it cannot be made)."""
 
-    def apply(self, c: dict, model, system, plan, F=None) -> None:
+    def apply(self, c: Result, model: ModelSpec, system: SystemSpec, plan: Plan, F: Formulas | None = None) -> None:
         """Both halves on a fully composed estimate (what ``dse estimate`` does for this technique)."""
         if self.active(plan):
             self.apply_time(c, self.apply_memory(c, model, system, plan, F), model, system, plan, F)
@@ -100,18 +127,19 @@ class ModuleTechnique(TechniqueBase):
 
     memory = "unknown"
 
-    def __init__(self, module):
+    def __init__(self, module: ModuleType) -> None:
         self.module = module
         self.name = module.__name__.rsplit(".", 1)[-1]
 
-    def active(self, plan) -> bool:
+    def active(self, plan: Plan) -> bool:
         check = getattr(self.module, "active", None)
         return True if check is None else bool(check(plan))
 
-    def apply_time(self, c: dict, state: Any, model, system, plan, F=None) -> None:
+    def apply_time(self, c: Result, state: Any, model: ModelSpec, system: SystemSpec, plan: Plan,
+                   F: Formulas | None = None) -> None:
         self.module.apply(c, model, system, plan, F)
 
-    def violations(self, c: dict, system, plan) -> list:
+    def violations(self, c: Result, system: SystemSpec, plan: Plan) -> list[Violation]:
         """The module's ``violations(r, system, plan) -> list[str]`` (scalar results only), as records."""
         from dse.estimate.feasibility import Violation
 
@@ -121,7 +149,7 @@ class ModuleTechnique(TechniqueBase):
         return [Violation(self.name, None, 1, 0, (lambda s=s: s)) for s in check(c, system, plan)]  # type: ignore[misc]
 
 
-def check_order(techniques) -> None:
+def check_order(techniques: Iterable[Technique]) -> None:
     """Raise ValueError if a technique comes before one it names in ``after``."""
     seen: set[str] = set()
     names = {t.name for t in techniques}
@@ -132,7 +160,8 @@ def check_order(techniques) -> None:
         seen.add(t.name)
 
 
-def compose(model, system, plan, techniques, F=None) -> dict:
+def compose(model: ModelSpec, system: SystemSpec, plan: Plan, techniques: Sequence[Technique],
+            F: Formulas | None = None) -> Result:
     """The base estimate with every active technique: memory halves, base time, time halves (registry order).
 
     What ``dse estimate`` computes; the search does the same in two steps with the points that do

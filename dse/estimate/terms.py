@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dse.specs.hardware import NearStorageSpec, SystemSpec
 
 Num = Any   # a float/int or a numpy array of them (broadcastable)
 
@@ -156,3 +159,15 @@ def drive_use(system: Any, plan: Any) -> DriveUse:
     return DriveUse(count=plan.ssds if plan.ssds is not None else storage.count,
                     price=dev.price + (ns.price if ns is not None else 0.0),
                     power=dev.power + (ns.power if ns is not None and plan.offload_optimizer == "csd" else 0.0))
+
+
+def near_storage(system: SystemSpec) -> NearStorageSpec:
+    """The accelerator of the node's drives, which ``offload_optimizer: csd`` runs the update on.
+
+    The plan rules (:data:`dse.specs.rules.OFFLOAD_RULES`) admit ``csd`` only on drives that have one.
+    """
+    storage = system.node.storage
+    ns = storage.device.near_storage if storage is not None else None
+    if ns is None:
+        raise ValueError(f"{system.name}: offload_optimizer csd needs drives with a near-storage accelerator")
+    return ns

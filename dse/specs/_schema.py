@@ -19,6 +19,7 @@ from dse import units
 from dse.errors import InputError, suggest
 
 _MISSING = dataclasses.MISSING
+_Spec = typing.TypeVar("_Spec")
 
 
 def spec_field(default=_MISSING, *, unit: str | None = None, choices=None, gt=None, ge=None,
@@ -60,7 +61,7 @@ def field_names(cls) -> list[str]:
 
 
 @cache
-def _unwrap_optional(tp):
+def _unwrap_optional(tp: typing.Any) -> tuple[typing.Any, bool]:
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
@@ -149,7 +150,7 @@ def _check_range(x, meta, where):
         raise InputError(f"{where}: must be at most {meta['le']}, got {shown()}")
 
 
-def build(cls, data: dict, where: str):
+def build(cls: type[_Spec], data: dict, where: str) -> _Spec:
     """Construct ``cls`` from ``data``; ``where`` prefixes every error (file or path)."""
     if not isinstance(data, dict):
         raise InputError(f"{_at(where)}: expected a mapping of fields, got {type(data).__name__}")
