@@ -112,8 +112,8 @@ def test_set_path_must_name_a_spec(dse):
 
 def test_infeasible_is_not_an_error(dse):
     """A scenario that does not fit in memory is reported, with exit status 0."""
-    r = dse("estimate", "--model", "gpt2-xl", "--hw", "a100-cluster-800g", "--set", "hardware.node.gpu.hbm_capacity=8 GiB",
-            "--json")
+    r = dse("estimate", "--model", "gpt2-xl", "--hw", "a100-cluster-800g", "--set",
+            "hardware.node.gpu.hbm_capacity=8 GiB", "--json")
     assert r.code == 0
     out = r.json()
     assert out["feasible"] is False
@@ -121,7 +121,7 @@ def test_infeasible_is_not_an_error(dse):
 
 
 def test_wrong_hardware_kind(dse, tmp_path):
-    """A hardware file whose kind: is not a hardware kind: one line naming the file, the field and the allowed values."""
+    """A hardware file whose kind: is not a hardware kind: one line naming the file, the field, the allowed values."""
     from dse import catalog
 
     src = (catalog.hw_dir("systems") / "dgx-a100-80gb.yaml").read_text()
@@ -130,7 +130,8 @@ def test_wrong_hardware_kind(dse, tmp_path):
     one_line_error(dse("estimate", "--model", "gpt2-xl", "--hw", p), "hw.yaml", "kind: 'gpu-sytem'",
                    "allowed: gpu-system, chiplet-package", "did you mean 'gpu-system'")
     p.write_text(src.replace("kind: gpu-system", "kind: chiplet-package"))   # a kind, but not this file's fields
-    one_line_error(dse("estimate", "--model", "gpt2-xl", "--hw", p), "hw.yaml", "unknown field", "valid fields: name, kind, rows")
+    one_line_error(dse("estimate", "--model", "gpt2-xl", "--hw", p), "hw.yaml", "unknown field",
+                   "valid fields: name, kind, rows")
 
 
 def test_gpu_only_command_on_a_chiplet_package(dse):

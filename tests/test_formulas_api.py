@@ -77,7 +77,8 @@ def test_every_public_function_is_documented(name):
                 problems.append(f"{where}: parameter {p.name} has no type annotation")
             doc = sec["args"].get(p.name) or symbols.get(p.name)
             if doc is None:
-                problems.append(f"{where}: parameter {p.name} is documented neither in Args: nor in the module's Symbols:")
+                problems.append(f"{where}: parameter {p.name} is documented neither in Args: "
+                                "nor in the module's Symbols:")
             elif not doc[1]:
                 problems.append(f"{where}: parameter {p.name} has no [unit]")
     assert not problems, "\n".join(problems)

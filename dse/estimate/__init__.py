@@ -74,8 +74,9 @@ def bottleneck(r: Result) -> str:
     total = t["iteration"]
     parts = sorted(((t.get(k, 0.0), k) for k in TIME_PARTS), reverse=True)
     (v1, k1), (v2, k2) = parts[0], parts[1]
-    head = {"compute": "Compute-bound", "recompute": "Recompute-bound", "bubble": "Pipeline-bubble-bound",
-            "optimizer": "Optimizer-bound", "overhead": "Host-bound", "io_exposed": "I/O-bound"}.get(k1, "Communication-bound")
+    heads = {"compute": "Compute-bound", "recompute": "Recompute-bound", "bubble": "Pipeline-bubble-bound",
+             "optimizer": "Optimizer-bound", "overhead": "Host-bound", "io_exposed": "I/O-bound"}
+    head = heads.get(k1, "Communication-bound")
     return (f"{head}: {TIME_PARTS[k1]} take {100 * v1 / total:.0f}% of the iteration; "
             f"next is {TIME_PARTS[k2]} ({100 * v2 / total:.0f}%).")
 

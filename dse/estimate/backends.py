@@ -84,7 +84,8 @@ class GPUSystem(_RuleTable):
 
         return numbers(model, system, plan, trace=trace)
 
-    def verdict(self, r: Result, system: SystemSpec, plan: Plan, extra: Iterable[str] = ()) -> tuple[bool, list[str], str]:
+    def verdict(self, r: Result, system: SystemSpec, plan: Plan, extra: Iterable[str] = ()
+                ) -> tuple[bool, list[str], str]:
         from dse.estimate import verdict
 
         return verdict(r, system, plan, extra)

@@ -68,8 +68,8 @@ def minibatch_of(plan: Plan) -> Num:
 
 
 def _modules(trace: Trace | None) -> Formulas:
-    mods: dict[str, ModuleType] = {"chiplet": _chiplet, "compute": _compute, "cost": _cost, "package_cost": _package_cost,
-            "transformer": _transformer, "kernels": _kernels}
+    mods: dict[str, ModuleType] = {"chiplet": _chiplet, "compute": _compute, "cost": _cost,
+                                   "package_cost": _package_cost, "transformer": _transformer, "kernels": _kernels}
     if trace is None:
         return mods
     from dse.estimate.trace import Tracer
@@ -326,7 +326,8 @@ def verdict(r: Result, package: ChipletPackageSpec, plan: Plan) -> tuple[bool, l
     if violations:
         bottleneck = "Infeasible: " + "; ".join(violations) + "."
     else:
-        bottleneck = (f"{top[0].upper() + top[1:]}-bound: {top} alone would take {100 * float(shares[top]) / float(t['iteration']):.0f}% "
+        share = 100 * float(shares[top]) / float(t["iteration"])
+        bottleneck = (f"{top[0].upper() + top[1:]}-bound: {top} alone would take {share:.0f}% "
                       f"of the iteration (compute {fmt(t['compute'], 's')}, NoP {fmt(t['nop'], 's')}, "
                       f"DRAM {fmt(t['dram'], 's')}, optimizer step {fmt(t['optimizer'], 's')}).")
     return not violations, violations, bottleneck

@@ -73,8 +73,8 @@ def _memory_text(tier: str, mem: dict[str, Any]) -> Callable[[], str]:
     return text
 
 
-def memory_checks(memory: dict[str, Any], describe: Callable[[str, dict[str, Any]], Callable[[], str] | None] | None = None
-                  ) -> list[Violation]:
+def memory_checks(memory: dict[str, Any],
+                  describe: Callable[[str, dict[str, Any]], Callable[[], str] | None] | None = None) -> list[Violation]:
     """One memory constraint per tier of ``memory`` that has a capacity: total <= capacity.
 
     ``describe(tier, mem)`` may return the message function of a tier (the chiplet path's

@@ -164,7 +164,8 @@ def update(f: Flows, part: Partition, t_opt_base: Num, plan: Plan, system: Syste
         b_upload = NS.upload_bandwidth(N, ns.device_link, b_up, concurrent=plan.transfer_overlap)
         f.t_update = NS.update_time(P_opt, N, state_bytes=state, grad_bytes_on_drive=g_drive, param_bytes=x,
                                     read_bandwidth=r_int, write_bandwidth=w_int, kernel_throughput=k_thr,
-                                    upload_bandwidth=b_upload, overlap=ns.write_overlap if plan.transfer_overlap else 0.0)
+                                    upload_bandwidth=b_upload,
+                                    overlap=ns.write_overlap if plan.transfer_overlap else 0.0)
         inside = NS.internal_bytes(P_opt, N, state, g_drive)
         f.csd_read, f.csd_write = inside["read"] * N, inside["write"] * N
         f.w_states = f.csd_write                              # FPGA -> NAND inside each CSD: wears the drive too

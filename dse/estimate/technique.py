@@ -75,7 +75,8 @@ class Technique(Protocol):
     def active(self, plan: Plan) -> bool:
         """Whether this plan's string/bool fields make the technique change the estimate."""
 
-    def apply_memory(self, c: Result, model: ModelSpec, system: SystemSpec, plan: Plan, F: Formulas | None = None) -> Any:
+    def apply_memory(self, c: Result, model: ModelSpec, system: SystemSpec, plan: Plan,
+                     F: Formulas | None = None) -> Any:
         """Memory per tier (no time); returns the state ``apply_time`` receives."""
 
     def apply_time(self, c: Result, state: Any, model: ModelSpec, system: SystemSpec, plan: Plan,
@@ -98,7 +99,8 @@ class TechniqueBase(abc.ABC):
     def active(self, plan: Plan) -> bool:
         return True
 
-    def apply_memory(self, c: Result, model: ModelSpec, system: SystemSpec, plan: Plan, F: Formulas | None = None) -> Any:
+    def apply_memory(self, c: Result, model: ModelSpec, system: SystemSpec, plan: Plan,
+                     F: Formulas | None = None) -> Any:
         return None
 
     def violations(self, c: Result, system: SystemSpec, plan: Plan) -> list[Violation]:

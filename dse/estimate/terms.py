@@ -114,9 +114,9 @@ class BaseTerms(_Mappable):
     first_stage_is_max: Num           # True where the first stage holds more GPU memory than the last
     activations_first_stage: Num      # activation bytes of the first stage's GPU
     activations_last_stage: Num       # activation bytes of the last stage's GPU
-    states_first_stage: dict[str, Any]          # model-state bytes of the first stage's GPU: weights/gradients/optimizer
+    states_first_stage: dict[str, Any]          # model-state bytes of the first stage's GPU (weights, gradients, ...)
     states_last_stage: dict[str, Any]           # model-state bytes of the last stage's GPU
-    kernels: dict[str, Any]                     # kernel tables of one micro-batch: layer, embedding, head (dse.formulas.kernels)
+    kernels: dict[str, Any]                     # kernel tables of one micro-batch: layer, embedding, head
     time: TimeTerms | None = None     # the time side, once compose_time ran
     drive_writes: dict[str, Any] = dataclasses.field(default_factory=dict)   # technique name -> its DriveWrites
 

@@ -79,7 +79,8 @@ def build_space(space_file, model, hw, gpus, global_batch, seq_len, objectives, 
         source = "flags"
     if objectives:
         data["objectives"] = list(objectives)
-    cons = dict(data.get("constraints") or {}) if isinstance(data.get("constraints") or {}, dict) else data["constraints"]
+    given = data.get("constraints") or {}
+    cons = dict(given) if isinstance(given, dict) else data["constraints"]
     for key, v in (("budget", budget), ("power_cap", power_cap), ("min_ssd_lifetime", min_ssd_lifetime)):
         if v is not None:
             cons[key] = v

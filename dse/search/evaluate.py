@@ -93,7 +93,8 @@ class Evaluator(PointEvaluation, BlockEvaluation, VectorCheck):
     def overrides(self, config: dict):
         """(model ref, hardware ref, [(head, path list, value)]) for a configuration."""
         sp = self.space
-        items = [(p, v) for p, v in sp.fixed] + [(p, v) for p, v in config.items() if p not in ("model", "hardware", "gpus")]
+        items = [(p, v) for p, v in sp.fixed] + [(p, v) for p, v in config.items()
+                                                 if p not in ("model", "hardware", "gpus")]
         out = []
         for path, value in items:
             head, *rest = path.split(".")

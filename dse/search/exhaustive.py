@@ -18,7 +18,7 @@ TIEBREAK = ("cost.per_million_tokens_usd", "time.iteration")
 
 
 def tiebreak_metric(space) -> str:
-    """The metric that orders configurations tied on a single objective: cost per token (time if that is the objective)."""
+    """The metric that orders configurations tied on a single objective: cost per token (or time, if that is it)."""
     return TIEBREAK[1] if space.objectives[0].metric == TIEBREAK[0] else TIEBREAK[0]
 
 
@@ -29,7 +29,8 @@ def run(space, evaluator, grid, *, top: int = 10, progress=None, sink=None) -> d
     metrics)`` receives every evaluated point when given (CSV/JSON export).
     """
     single = len(space.objectives) == 1
-    acc = TopK(top, space.objectives[0].sign, tiebreak_metric(space)) if single else Front([o.sign for o in space.objectives])
+    acc = (TopK(top, space.objectives[0].sign, tiebreak_metric(space)) if single
+           else Front([o.sign for o in space.objectives]))
     counts: Counter = Counter()
     evaluated = feasible = done = 0
     history = []

@@ -1,4 +1,6 @@
-"""What the evaluator works on: a group's specs, a block's result, spec fields replaced (part of :mod:`dse.search.evaluate`).
+"""What the search evaluator works on: a group's specs, a block's result, spec fields replaced.
+
+Part of :mod:`dse.search.evaluate`.
 
 A search space is evaluated as Python-level groups (string/bool choices, a model, a hardware
 file: :class:`Group` holds their specs) times numpy blocks of numeric values

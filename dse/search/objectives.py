@@ -90,7 +90,8 @@ def parse_objectives(raw, where: str) -> list[Objective]:
         elif isinstance(item, dict):
             bad = [k for k in item if k not in ("metric", "direction", "name")]
             if bad or "metric" not in item:
-                raise InputError(f"{where}: objectives: a custom objective is {{metric: a.b, direction: minimize|maximize}}")
+                raise InputError(f"{where}: objectives: a custom objective is "
+                                 "{metric: a.b, direction: minimize|maximize}")
             direction = item.get("direction", "minimize")
             if direction not in ("minimize", "maximize"):
                 raise InputError(f"{where}: objectives: direction {direction!r} is not one of minimize, maximize")

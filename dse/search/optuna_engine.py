@@ -185,7 +185,8 @@ def make_sampler(n_objectives: int, seed: int | None, constraints_func=None, tri
     kw = {"constraints_func": constraints_func} if constraints_func is not None else {}
     kind = cfg["single"] if n_objectives == 1 else cfg["multi"]
     if kind.startswith("ga+"):
-        ga = make_sampler(n_objectives, seed, constraints_func, trials, **{**settings, "single": "nsga2", "multi": "nsga2"})
+        ga = make_sampler(n_objectives, seed, constraints_func, trials,
+                          **{**settings, "single": "nsga2", "multi": "nsga2"})
         rest = make_sampler(n_objectives, seed, constraints_func, trials,
                             **{**settings, "single": kind[3:], "multi": kind[3:]})
         return _phased(ga, rest, max(1, round(cfg["switch"] * trials)))
@@ -249,7 +250,8 @@ def open_study(space, storage, study_name: str, seed, trials: int = 300, **setti
         study.set_user_attr("objectives", [o.metric for o in space.objectives])
     elif stored != digest:
         raise InputError(f"--study {study_name}: the study was created for a different space or objectives "
-                         f"({study.user_attrs.get('space')}, digest {stored}; this one {digest}); use another --study name")
+                         f"({study.user_attrs.get('space')}, digest {stored}; this one {digest}); "
+                         "use another --study name")
     return study
 
 

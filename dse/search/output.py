@@ -239,7 +239,8 @@ class Exporter:
             self.csv_w.writerows(rows)
         if self.json_f is not None:
             for k, i in enumerate(idx):
-                obj = {"id": i, "params": {p: c[k] for p, c in zip(self.params, pcols)}, "feasible": status[k] == "feasible",
+                obj = {"id": i, "params": {p: c[k] for p, c in zip(self.params, pcols)},
+                       "feasible": status[k] == "feasible",
                        "status": status[k], "metrics": {m: c[k] for m, c in zip(self.metrics, mcols)}}
                 self._json(obj)
 

@@ -112,7 +112,8 @@ class PointEvaluation:
         rng = random.Random(seed)
         valid = 0
         for _ in range(samples):
-            config = {p.path: rng.choice(p.values) if p.discrete else rng.uniform(p.low, p.high) for p in self.space.params}
+            config = {p.path: rng.choice(p.values) if p.discrete else rng.uniform(p.low, p.high)
+                      for p in self.space.params}
             valid += self.point(config)["valid"]
         if valid:
             self.check_metrics()

@@ -96,7 +96,7 @@ def search(space, *, engine: str = "auto", trials: int = 300, seed: int | None =
             if shares:
                 out["violation_shares"] = shares
                 n = shares.pop("_sampled")
-                out["no_feasible"] += "; every check on a sample of " + f"{n:,} valid points (a point may fail several): " \
+                out["no_feasible"] += f"; every check on a sample of {n:,} valid points (a point may fail several): " \
                     + ", ".join(f"{k} {100 * v:.0f}%" for k, v in shares.items())
     return out
 
@@ -315,7 +315,8 @@ def estimate_command(space, config: dict) -> str:
         gpus = settings.pop("gpus")
         tp, pp = settings.get("plan.tp", 1), settings.get("plan.pp", 1)
         settings["plan.dp"] = gpus // (tp * pp)
-    args = ["dse", "estimate", "--model", config.get("model", space.model), "--hw", config.get("hardware", space.hardware)]
+    args = ["dse", "estimate", "--model", config.get("model", space.model),
+            "--hw", config.get("hardware", space.hardware)]
     sets = []
     order = list(FLAGS) + ["plan.sequence_parallel"]
     for path, v in sorted(settings.items(), key=lambda kv: (order.index(kv[0]) if kv[0] in order else len(order),

@@ -129,7 +129,8 @@ def from_dict(data: dict, source: str, *, model: str | None = None, hardware: st
     for path, value in fixed_raw.items():
         path = normalise_path(str(path), f"{source}: fixed")
         if path in SPECIAL:
-            raise InputError(f"{source}: fixed: {path} belongs at the top level (model, hardware) or in parameters (gpus)")
+            raise InputError(f"{source}: fixed: {path} belongs at the top level (model, hardware) "
+                             "or in parameters (gpus)")
         tp, meta = field_info(path, f"{source}: fixed", hw_classes)
         fixed.append((path, convert_value(path, value, tp, meta, f"{source}: fixed")))
     raw = data.get("parameters")

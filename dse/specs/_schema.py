@@ -206,7 +206,8 @@ def set_path(data: dict, path: list[str], value, cls, where: str) -> None:
         if dataclasses.is_dataclass(tp):
             fields = _fields(tp)
             if key not in fields:
-                raise InputError(f"{here}: unknown field '{key}'{suggest(key, fields)}; valid fields: {', '.join(fields)}")
+                raise InputError(f"{here}: unknown field '{key}'{suggest(key, fields)}; "
+                                 f"valid fields: {', '.join(fields)}")
             sub_tp = fields[key][1]
         elif typing.get_origin(tp) is dict:
             sub_tp = typing.get_args(tp)[1]

@@ -133,7 +133,8 @@ def kv_gather_bytes(tokens: Num, kv_heads: Num, head_dim: Num, rows: Num, cols: 
 
 
 def layer_nop(scheme: str, tokens: Num, micro_batch: Num, h: Num, heads: Num, kv_heads: Num, head_dim: Num,
-              ffn: Num, ffn_type: str, rows: Num, cols: Num, bytes_per_element: Num = 2, regather: bool = True) -> dict[str, Num]:
+              ffn: Num, ffn_type: str, rows: Num, cols: Num, bytes_per_element: Num = 2,
+              regather: bool = True) -> dict[str, Num]:
     """NoP traffic of one layer and one micro-batch, per die: bytes received and busiest-link bytes.
 
     Formula: sum of the scheme's per-GEMM collectives (+ K/V gather for 2D); critical = bytes / ring factor (1D),
@@ -168,7 +169,8 @@ def layer_nop(scheme: str, tokens: Num, micro_batch: Num, h: Num, heads: Num, kv
         out = {"forward": fwd, "backward": bwd, "forward_critical": fwd / beta, "backward_critical": bwd / beta,
                "forward_steps": s_f, "backward_steps": s_b}
         return out
-    acc: dict[str, Num] = dict.fromkeys(("forward_h", "forward_v", "backward_h", "backward_v", "forward_steps_h", "forward_steps_v", "backward_steps_h", "backward_steps_v"), 0.0)
+    acc: dict[str, Num] = dict.fromkeys(("forward_h", "forward_v", "backward_h", "backward_v", "forward_steps_h",
+                                         "forward_steps_v", "backward_steps_h", "backward_steps_v"), 0.0)
     for _, k, n, kind in gemms:
         if scheme == "summa-2d":
             g = summa_2d_gemm_bytes(tokens, k, n, rows, e)
@@ -226,4 +228,5 @@ def edge_injection_time(dram_bytes: Num, rows: Num, cols: Num, link_bandwidth: N
     if placement == "per-die":
         return 0 * dram_bytes
     links = inward_links(rows, cols)
-    return where(links > 0, dram_bytes * interior_fraction(rows, cols) / (maximum(links, 1) * link_bandwidth), 0 * dram_bytes)
+    return where(links > 0, dram_bytes * interior_fraction(rows, cols) / (maximum(links, 1) * link_bandwidth),
+                 0 * dram_bytes)

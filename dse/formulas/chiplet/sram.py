@@ -47,7 +47,8 @@ def sram_per_die(scheme: str, tokens: Num, h: Num, heads: Num, kv_heads: Num, he
         if scheme == "megatron-1d":
             w = tokens * k * e + tokens * n * e / dies if kind == "column" else tokens * k * e / dies + tokens * n * e
         elif scheme == "hecaton-2d":
-            w = tokens * k * e / rows + tokens * n * e / cols if kind == "column" else tokens * k * e / cols + tokens * n * e / rows
+            w = (tokens * k * e / rows + tokens * n * e / cols if kind == "column"
+                 else tokens * k * e / cols + tokens * n * e / rows)
         else:
             w = tokens * (k + n) * e / dies
             buffers = maximum(buffers, 2 * (tokens * k + k * n) * e / dies)

@@ -50,7 +50,8 @@ def optimizer_state_bytes(optimizer: str = "adam") -> float:
     return _optimizer.state_bytes_per_param(optimizer, _MIXED)
 
 
-def placement(zero: int, offload_optimizer: str = "gpu", offload_params: str = "gpu", optimizer: str = "adam") -> dict[str, str]:
+def placement(zero: int, offload_optimizer: str = "gpu", offload_params: str = "gpu",
+              optimizer: str = "adam") -> dict[str, str]:
     """Tier of each tensor class: {class: "gpu" | "cpu" | "nvme" | "csd"}.
 
     Formula: fp16 params on ``offload_params`` (stage 3 only; else gpu); fp16 gradients on the GPU; fp32 gradients
