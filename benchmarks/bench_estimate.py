@@ -113,7 +113,8 @@ def cold_starts(trees: dict[str, Path], runs: int, cache: Path) -> dict:
 def heavy_imports(tree: Path) -> list[str]:
     """The heavy packages a `dse estimate --json` process imports (should be none)."""
     code = ("import io, contextlib, runpy, sys\nsys.argv = ['dse', 'estimate', '--json']\n"
-            "with contextlib.redirect_stdout(io.StringIO()):\n    try:\n        runpy.run_module('dse', run_name='__main__')"
+            "with contextlib.redirect_stdout(io.StringIO()):\n    try:\n"
+            "        runpy.run_module('dse', run_name='__main__')"
             "\n    except SystemExit:\n        pass\n"
             f"print(sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r}))")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=tree,
@@ -154,8 +155,10 @@ def report(out: dict, trees: list[str]) -> None:
         print(f"[{name}]")
         print(f"  one estimate in-process:        {r['in_process_us']:8.1f} us   (target <= 100 us; min of repeats)")
         print(f"    resolve specs + estimate:     {r['resolve_and_run_us']:8.1f} us")
-        print(f"    dse.estimate(name, name, ..): {r['public_estimate_us']:8.1f} us   (the public call: checks, verdict)")
-        print(f"  `dse estimate --json`, cold:    {r['cli_json_s']:8.3f} s    (target <= 0.35 s; CPU {r['cli_json_cpu_s']:.3f} s)")
+        print(f"    dse.estimate(name, name, ..): {r['public_estimate_us']:8.1f} us   "
+              "(the public call: checks, verdict)")
+        print(f"  `dse estimate --json`, cold:    {r['cli_json_s']:8.3f} s    "
+              f"(target <= 0.35 s; CPU {r['cli_json_cpu_s']:.3f} s)")
         print(f"    compiling from source:        {r['cli_json_from_source_s']:8.3f} s    "
               f"(CPU {r['cli_json_from_source_cpu_s']:.3f} s)")
         print(f"  `dse estimate` (tables), cold:  {r['cli_table_s']:8.3f} s")

@@ -93,7 +93,8 @@ def parse(value, kind: str, where: str = "value") -> float:
     unit = unit.replace(" ", "")
     if dollar:
         if kind not in ("USD",) or unit:
-            raise InputError(f"{where}: cannot parse {value!r} as {kind}; write it like {_EXAMPLE.get(kind, 'a number')}")
+            raise InputError(f"{where}: cannot parse {value!r} as {kind}; "
+                             f"write it like {_EXAMPLE.get(kind, 'a number')}")
         return number
     if not unit:
         return number

@@ -149,8 +149,8 @@ def plot(data: dict, path: Path) -> None:
                        edgecolor=colors[scheme], zorder=3)
     for (scheme, n), v in NOTE_WORKED.items():
         axes[0].plot(n, v, marker="*", markersize=13, color=colors[scheme], markeredgecolor="black", linestyle="none",
-                     label=f"research note §2d worked check, {'1D' if '1d' in scheme else '2D'} (its approximate volumes)"
-                     if n == 64 else None)
+                     label=(f"research note §2d worked check, {'1D' if '1d' in scheme else '2D'} "
+                            "(its approximate volumes)") if n == 64 else None)
     axes[0].set_ylabel("compute / communication (FLOP per NoP byte per die)")
     axes[0].set_title("(a) compute-to-communication ratio, one layer", fontsize=10)
     axes[1].set_ylabel("time per token (µs)")

@@ -107,7 +107,8 @@ def test_rok_stage_scan(dse):
     assert out["stages_micro_batch"] == 2 and out["stages_global_batch"] == 2 * 4 * 4
     fit = [stages[s]["pp"] for s in ("keep", "full")]
     assert all(p in (1, 2, 4, None) for p in fit)
-    assert stages["full"]["pp"] is not None and (stages["keep"]["pp"] is None or stages["full"]["pp"] <= stages["keep"]["pp"])
+    full, keep = stages["full"]["pp"], stages["keep"]["pp"]
+    assert full is not None and (keep is None or full <= keep)
 
 
 def test_rok_plot(dse, gpt_file, tmp_path):
@@ -152,7 +153,8 @@ def test_zero_or_negative_drive_bandwidth(dse, field, value):
 
 
 def test_zero_link_bandwidth(dse):
-    one_line_error(dse("estimate", "--model", "gpt2-xl", "--hw", "ssdtrain-a100-optane", "--offload-activations", "host",
+    one_line_error(dse("estimate", "--model", "gpt2-xl", "--hw", "ssdtrain-a100-optane",
+                       "--offload-activations", "host",
                        "--set", "hardware.node.host_link.bandwidth=0"), "host_link.bandwidth", "greater than 0")
 
 
@@ -160,7 +162,8 @@ def test_more_offloaded_layers_than_the_model_has(dse):
     one_line_error(dse("estimate", "--model", "gpt2-xl", "--hw", "ssdtrain-a100-optane", "--offload-activations", "ssd",
                        "--offload-layers", "49"), "--offload-layers 49", "48 layers")
     one_line_error(dse("estimate", "--model", "gpt2-xl", "--hw", "dgx-a100-80gb", "--pp", "2", "--dp", "1",
-                       "--offload-activations", "ssd", "--offload-layers", "30"), "--offload-layers 30", "24 layers on each")
+                       "--offload-activations", "ssd", "--offload-layers", "30"), "--offload-layers 30",
+                       "24 layers on each")
 
 
 @pytest.mark.parametrize("value", ["abc", "-1", "2.5"])
@@ -176,7 +179,7 @@ def test_offload_layers_without_offload(dse):
 
 @pytest.mark.parametrize("mode", ["none", "host"])
 def test_io_path_without_offload_to_drives(dse, mode):
-    """--activation-io-path chooses how activations reach the drives: without drive offload it is an error, not ignored."""
+    """--activation-io-path chooses how activations reach the drives: without drive offload it is an error."""
     one_line_error(dse("estimate", "--model", "gpt2-xl", "--hw", "ssdtrain-a100-optane", "--offload-activations", mode,
                        "--activation-io-path", "bounce"), "--activation-io-path bounce", "--offload-activations ssd")
 
@@ -189,7 +192,8 @@ def test_ssds_must_be_positive(dse):
 
 
 def test_bad_choices(dse):
-    one_line_error(dse("estimate", "--model", "gpt2-xl", "--hw", "ssdtrain-a100-optane", "--offload-activations", "nvme"),
+    one_line_error(dse("estimate", "--model", "gpt2-xl", "--hw", "ssdtrain-a100-optane",
+                       "--offload-activations", "nvme"),
                    "--offload-activations")
     one_line_error(dse("estimate", "--model", "gpt2-xl", "--hw", "ssdtrain-a100-optane", "--offload-activations", "ssd",
                        "--activation-io-path", "dma"), "--activation-io-path")

@@ -91,7 +91,8 @@ def test_adaptive_rule_closed_form_matches_the_walk_example():
     k = AO.adaptive_offload_layers(18.6e9, 4.43e9, 0.15, 0.5, 3)
     assert k == AO.adaptive_first_kept_scope([4.43e9] * 3, [0.15] * 3, 0.5, 18.6e9) == 2
     # the rule's bandwidth for layer index k is what separates the cases
-    assert AO.adaptive_bandwidth_required(1, 4.43e9, 0.15, 0.5) <= 18.6e9 < AO.adaptive_bandwidth_required(2, 4.43e9, 0.15, 0.5)
+    assert (AO.adaptive_bandwidth_required(1, 4.43e9, 0.15, 0.5) <= 18.6e9
+            < AO.adaptive_bandwidth_required(2, 4.43e9, 0.15, 0.5))
 
 
 @settings(max_examples=300, deadline=None)
@@ -111,7 +112,8 @@ def test_adaptive_rule_closed_form_equals_scope_walk(layers, a, t, extra, bw):
        more=st.floats(1.0, 100.0))
 def test_adaptive_rule_offloads_more_with_more_bandwidth(layers, a, t, bw, more):
     t_fwd = 1.2 * layers * t
-    assert AO.adaptive_offload_layers(bw * more, a, t, t_fwd, layers) >= AO.adaptive_offload_layers(bw, a, t, t_fwd, layers)
+    assert (AO.adaptive_offload_layers(bw * more, a, t, t_fwd, layers)
+            >= AO.adaptive_offload_layers(bw, a, t, t_fwd, layers))
 
 
 def test_adaptive_rule_limits():

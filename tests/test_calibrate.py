@@ -63,7 +63,8 @@ def _synthetic_csv(path, truth):
 def test_generic_csv_recovers_known_parameters(tmp_path):
     truth = {"memory": 0.3, "gemm_overhead": 20e-6, "gemm": 0.6}
     _synthetic_csv(tmp_path / "m.csv", truth)
-    r = fit.calibrate(measurements.read(tmp_path / "m.csv"), load_system("dgx-h100"), ("gemm", "memory", "gemm_overhead"),
+    r = fit.calibrate(measurements.read(tmp_path / "m.csv"), load_system("dgx-h100"),
+                      ("gemm", "memory", "gemm_overhead"),
                       folds=4)
     for k, v in truth.items():
         assert r["parameters"][k]["after"] == pytest.approx(v, rel=1e-3)

@@ -78,7 +78,8 @@ def test_unknown_scheme(capsys):
     bad(capsys, *EST, "--chiplet-scheme", "ring-3d")
 
 
-@pytest.mark.parametrize("flag", [["--tp", "8"], ["--pp", "2"], ["--dp", "2"], ["--zero", "1"], ["--attention", "math"]])
+@pytest.mark.parametrize("flag",
+                         [["--tp", "8"], ["--pp", "2"], ["--dp", "2"], ["--zero", "1"], ["--attention", "math"]])
 def test_gpu_flags_do_not_apply(capsys, flag):
     bad(capsys, *EST, *flag)
 
@@ -157,7 +158,8 @@ def test_estimate_does_not_import_heavy_modules():
     import subprocess
     import sys
 
-    code = ("import sys; from dse.cli import main; main(['estimate','-m','llama2-70b','--hw','chiplet-train-8x8','--json']);"
+    code = ("import sys; from dse.cli import main; "
+            "main(['estimate','-m','llama2-70b','--hw','chiplet-train-8x8','--json']);"
             "bad=[m for m in ('optuna','scipy','matplotlib') if m in sys.modules]; sys.stderr.write(repr(bad))")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert res.stderr.strip().endswith("[]")

@@ -69,7 +69,8 @@ def test_infeasible_sram_is_a_violation_not_an_error():
                    overrides=["hardware.rows=15", "hardware.cols=16"])
     assert any(v.startswith("SRAM: megatron-1d") for v in big["violations"])
     assert not any(v.startswith("SRAM") for v in estimate("llama3.1-405b", PKG, seq_len=4096,
-                                                          overrides=["hardware.rows=15", "hardware.cols=16"])["violations"])
+                                                          overrides=["hardware.rows=15",
+                                                                     "hardware.cols=16"])["violations"])
 
 
 def test_dram_capacity_violation_for_a_whole_minibatch_without_recompute():

@@ -20,7 +20,8 @@ CASES = [
     ("llama2-7b", "dgx-a100-80gb", dict(tp=8, micro_batch=1), "seq_len", [512, 1024, 2048, 4096]),
     ("llama2-7b", "dgx-a100-80gb", dict(tp=1, dp=8, micro_batch=1), "zero", [0, 1, 2, 3]),
     ("llama2-7b", "dgx-a100-80gb", dict(tp=1, dp=8), "global_batch", [8, 16, 64]),
-    ("smart-infinity-gpt2-4.0b", "smart-infinity-a5000", dict(SMART, offload_optimizer="csd", gradient_compression=0.02),
+    ("smart-infinity-gpt2-4.0b", "smart-infinity-a5000",
+     dict(SMART, offload_optimizer="csd", gradient_compression=0.02),
      "ssds", [1, 2, 6, 10]),
     ("smart-infinity-gpt2-4.0b", "smart-infinity-a5000", dict(SMART, offload_optimizer="csd", ssds=10),
      "gradient_compression", [0.01, 0.02, 0.1, 1.0]),
@@ -151,7 +152,8 @@ HW_CASES = [
 ]
 
 
-@pytest.mark.parametrize("model,hw,fields,path,values", HW_CASES, ids=[f"{c[1]}-{c[3].split('.')[-1]}" for c in HW_CASES])
+@pytest.mark.parametrize("model,hw,fields,path,values", HW_CASES,
+                         ids=[f"{c[1]}-{c[3].split('.')[-1]}" for c in HW_CASES])
 def test_array_hardware_field_equals_loop_of_scalars(model, hw, fields, path, values):
     r = dse.estimate(model, hw, **fields, overrides=[(path, values)])
     assert r["time"]["iteration"].shape == (len(values),)

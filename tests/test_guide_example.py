@@ -83,7 +83,7 @@ def test_the_technique_changes_only_what_it_should(technique, monkeypatch):
     assert {k: v for k, v in leaves(off) if k != option} == dict(leaves(base))
 
     ck = on["checkpoint"]
-    assert ck["bytes_per_checkpoint"] == pytest.approx(base["model"]["params"] * 14)   # bf16 weights + fp32 Adam: 2 + 12
+    assert ck["bytes_per_checkpoint"] == pytest.approx(base["model"]["params"] * 14)   # bf16 weights, fp32 Adam: 2+12
     assert ck["seconds_per_iteration"] == pytest.approx(ck["bytes_per_checkpoint"] / (ck["write_bandwidth"] * 100))
     t0, t1 = base["time"], on["time"]
     assert t1["iteration"] == pytest.approx(t0["iteration"] + ck["seconds_per_iteration"])

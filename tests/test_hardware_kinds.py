@@ -57,7 +57,8 @@ def test_a_file_without_kind_still_works_and_warns(tmp_path, sub, name, plan):
     path = tmp_path / "old.yaml"
     path.write_text(text.replace(f"kind: {kind}\n", ""))
     assert "kind:" not in path.read_text()
-    with pytest.warns(DeprecationWarning, match=rf"old.yaml: hardware file without a 'kind:' field.*add 'kind: {kind}'"):
+    with pytest.warns(DeprecationWarning,
+                      match=rf"old.yaml: hardware file without a 'kind:' field.*add 'kind: {kind}'"):
         old = estimate("llama2-70b", str(path), **plan)
     new = estimate("llama2-70b", name, **plan)
     assert old["time"]["iteration"] == new["time"]["iteration"] and old["violations"] == new["violations"]

@@ -40,7 +40,8 @@ def test_time_components_and_phases_explain_the_iteration(fields):
     assert t["phase_forward"] + t["phase_backward"] + t["phase_update"] == pytest.approx(t["iteration"], rel=1e-12)
     assert t["io_exposed"] >= 0 and t["optimizer"] >= 0
     for tier in r["memory"].values():
-        assert tier["total"] == pytest.approx(sum(tier[k] for k in ("weights", "gradients", "optimizer", "activations", "buffers")))
+        assert tier["total"] == pytest.approx(sum(tier[k] for k in ("weights", "gradients", "optimizer", "activations",
+                                                                    "buffers")))
     assert r["throughput"]["tokens_per_s"] == pytest.approx(4 * 1024 / t["iteration"])
 
 
@@ -49,11 +50,13 @@ def test_traffic_totals_equal_the_sum_of_their_parts():
                    dict(offload_optimizer="nvme", offload_params="nvme")):
         r = est(**fields)
         links = r["offload"]["links"]
-        assert r["traffic"]["gpu_host"] == pytest.approx(links["gpu_host"]["bytes_to_gpu"] + links["gpu_host"]["bytes_from_gpu"])
-        assert r["traffic"]["host_switch"] == pytest.approx(links["host_switch"]["bytes_down"] + links["host_switch"]["bytes_up"])
-        assert r["traffic"]["switch_drives"] == pytest.approx(links["switch_drives"]["per_drive"] * r["offload"]["drives"])
+        tr = r["traffic"]
+        assert tr["gpu_host"] == pytest.approx(links["gpu_host"]["bytes_to_gpu"] + links["gpu_host"]["bytes_from_gpu"])
+        assert tr["host_switch"] == pytest.approx(links["host_switch"]["bytes_down"] + links["host_switch"]["bytes_up"])
+        assert tr["switch_drives"] == pytest.approx(links["switch_drives"]["per_drive"] * r["offload"]["drives"])
         if "csd_internal" in links:
-            assert r["traffic"]["csd_internal"] == pytest.approx(links["csd_internal"]["bytes_read"] + links["csd_internal"]["bytes_written"])
+            csd = links["csd_internal"]
+            assert tr["csd_internal"] == pytest.approx(csd["bytes_read"] + csd["bytes_written"])
 
 
 def test_memory_moves_between_tiers():
@@ -268,7 +271,8 @@ def test_activation_offload_adds_its_writes_to_the_same_drives():
     src = en["bytes_written_per_iteration_by_source"]
     assert src["activations"] == pytest.approx(ao["bytes_offloaded_per_iteration"]) and src["activations"] > 0
     assert src["optimizer_states"] == alone["bytes_written_per_iteration_by_source"]["optimizer_states"]
-    per_drive = alone["bytes_written_per_iteration_per_drive"] + ao["bytes_offloaded_per_iteration"] / ao["drives_per_gpu"]
+    per_drive = (alone["bytes_written_per_iteration_per_drive"]
+                 + ao["bytes_offloaded_per_iteration"] / ao["drives_per_gpu"])
     assert en["bytes_written_per_iteration_per_drive"] == pytest.approx(per_drive)
     assert en["write_rate_per_drive"] == pytest.approx(per_drive / r["time"]["iteration"])   # the final iteration
     # host-memory activation offload writes no drive but lengthens the iteration: the rate follows it

@@ -17,7 +17,8 @@ def test_optimizer_state_bytes_and_the_three_quarters_rule():
     # Smart-Infinity Sec. VII-F: SGD and AdaGrad move 3/4 of Adam's offload volume (baseline, per parameter).
     adam = O.shared_link_traffic(1.0, "baseline", O.optimizer_state_bytes("adam"))["total"]
     for opt in ("sgd-momentum", "adagrad"):
-        assert O.shared_link_traffic(1.0, "baseline", O.optimizer_state_bytes(opt))["total"] == pytest.approx(0.75 * adam)
+        assert O.shared_link_traffic(1.0, "baseline",
+                                     O.optimizer_state_bytes(opt))["total"] == pytest.approx(0.75 * adam)
 
 
 def test_placement_per_tier_and_optimizer():
@@ -65,10 +66,12 @@ def test_zero_infinity_efficiency_checks_of_the_note():
     assert O.required_bandwidth(0.5, ait, 70e12) == pytest.approx(68.36e9, rel=1e-3)
     assert O.offload_efficiency(ait, 70e9, 70e12) > 0.5
     # optimizer states, 90 % at 2048 tokens: 1.23 TB/s (paper: "nearly 1.5 TB/s")
-    assert O.required_bandwidth(0.9, O.arithmetic_intensity("optimizer", 2048, 1), 70e12) == pytest.approx(1.23e12, rel=1e-2)
+    ait = O.arithmetic_intensity("optimizer", 2048, 1)
+    assert O.required_bandwidth(0.9, ait, 70e12) == pytest.approx(1.23e12, rel=1e-2)
     # activation checkpoints at hd = 2048: 1.42 GB/s for 50 %; hd = 8192: 0.36 GB/s
-    assert O.required_bandwidth(0.5, O.arithmetic_intensity("activations", 1, 1, 2048), 70e12) == pytest.approx(1.42e9, rel=1e-2)
-    assert O.required_bandwidth(0.5, O.arithmetic_intensity("activations", 1, 1, 8192), 70e12) == pytest.approx(0.356e9, rel=1e-2)
+    for hidden, need in ((2048, 1.42e9), (8192, 0.356e9)):
+        ait = O.arithmetic_intensity("activations", 1, 1, hidden)
+        assert O.required_bandwidth(0.5, ait, 70e12) == pytest.approx(need, rel=1e-2)
     # inverse of each other
     assert O.offload_efficiency(ait, O.required_bandwidth(0.8, ait, 70e12), 70e12) == pytest.approx(0.8)
     with pytest.raises(ValueError):

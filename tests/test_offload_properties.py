@@ -68,7 +68,8 @@ def test_traffic_totals_equal_the_sum_of_their_parts(nl, n, where, params, c, op
     t = r["time"]
     assert t["phase_forward"] + t["phase_backward"] + t["phase_update"] == pytest.approx(t["iteration"])
     for tier in r["memory"].values():
-        assert tier["total"] == pytest.approx(sum(tier[k] for k in ("weights", "gradients", "optimizer", "activations", "buffers")))
+        assert tier["total"] == pytest.approx(sum(tier[k] for k in ("weights", "gradients", "optimizer", "activations",
+                                                                    "buffers")))
 
 
 @settings(max_examples=200, deadline=None)

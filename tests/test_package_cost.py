@@ -16,7 +16,8 @@ def test_every_public_formula_states_its_equation():
             assert "Formula:" in (fn.__doc__ or ""), name
 
 
-@pytest.mark.parametrize("area, y, n, raw, kgd", [(100, 0.9143, 571.7, 16.35, 17.88), (400, 0.7021, 130.0, 71.90, 102.41),
+@pytest.mark.parametrize("area, y, n, raw, kgd",
+                         [(100, 0.9143, 571.7, 16.35, 17.88), (400, 0.7021, 130.0, 71.90, 102.41),
                                                   (800, 0.4989, 58.8, 158.96, 318.60)])
 def test_die_rows_7nm(area, y, n, raw, kgd):
     assert P.die_yield(area, C7["defect_density"]) == pytest.approx(y, abs=5e-5)
@@ -42,7 +43,8 @@ def test_soc_breakdown_organic():
     assert c["total"] == pytest.approx(342.0, abs=0.05)
 
 
-@pytest.mark.parametrize("tech, refs", [("organic", (281.0, 231.0, 215.6, 221.5)), ("fanout", (331.8, 283.6, 277.0, 306.8)),
+@pytest.mark.parametrize("tech, refs",
+                         [("organic", (281.0, 231.0, 215.6, 221.5)), ("fanout", (331.8, 283.6, 277.0, 306.8)),
                                         ("interposer", (378.5, 348.2, 386.3, 547.6))])
 def test_split_into_chiplets(tech, refs):
     for n, ref in zip((2, 4, 8, 16), refs):

@@ -150,7 +150,8 @@ def test_min_ssd_lifetime_constraint_without_ssds_is_a_clear_error(cli):
 
 
 def test_constraint_units():
-    s = space(parameters={"plan.tp": [1]}, constraints={"budget": "$5M", "power_cap": "500 kW", "min_ssd_lifetime": "3 years",
+    s = space(parameters={"plan.tp": [1]},
+              constraints={"budget": "$5M", "power_cap": "500 kW", "min_ssd_lifetime": "3 years",
                                                        "throughput.mfu": {"min": 0.4}})
     c = {c.name: c for c in s.constraints}
     assert c["budget"].bound == 5e6 and c["power_cap"].bound == 5e5

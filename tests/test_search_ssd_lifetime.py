@@ -38,8 +38,8 @@ def test_min_ssd_lifetime_on_the_storage_offload_space(cli, tmp_path):
     assert rc == 0, err
     points = json.loads(out.read_text())["trials"]
     feasible = [p for p in points if p["feasible"]]
-    assert feasible and all(p["metrics"]["endurance.lifetime_years"] is None or p["metrics"]["endurance.lifetime_years"] >= 3
-                            for p in feasible)
+    years = [p["metrics"]["endurance.lifetime_years"] for p in feasible]
+    assert feasible and all(y is None or y >= 3 for y in years)
     assert all(p["metrics"]["endurance.lifetime_years"] is None for p in feasible if not _writes(p["params"]))
     # optimizer states on drives wear them out within months; fp16 parameters alone may leave years
     cut = [p for p in points if p["status"] == "minimum SSD lifetime (years)"]

@@ -51,7 +51,8 @@ def test_installed_wheel_ships_the_catalog(tmp_path):
     wheel = build_wheel(tmp_path / "dist")
     names = zipfile.ZipFile(wheel).namelist()
     for shipped in ("dse/_catalog/models/llama2-7b.yaml", "dse/_catalog/hwspecs/systems/dgx-a100-80gb.yaml",
-                    "dse/_catalog/hwspecs/gpus/a100-sxm-80gb.yaml", "dse/_catalog/data/megatron_a100_multinode_times.csv"):
+                    "dse/_catalog/hwspecs/gpus/a100-sxm-80gb.yaml",
+                    "dse/_catalog/data/megatron_a100_multinode_times.csv"):
         assert shipped in names
     # the research notes the docstrings cite ship with the code (docs/reference/ -> dse/_catalog/docs/reference/)
     cited = cited_notes()
@@ -91,7 +92,8 @@ def test_installed_wheel_ships_the_catalog(tmp_path):
     assert result["time"]["iteration"] > 0
     # formula concerns split into packages (dse/formulas/activation_offload/) ship with their submodules
     assert "dse/formulas/activation_offload/tensors.py" in names
-    offloaded = json.loads(sh(dse, "estimate", "-m", "llama2-7b", "--hw", "ssdtrain-a100-optane", "--tp", "2", "-b", "2",
+    offloaded = json.loads(sh(dse, "estimate", "-m", "llama2-7b", "--hw", "ssdtrain-a100-optane", "--tp", "2",
+                              "-b", "2",
                               "--offload-activations", "ssd", "--json", cwd=work, env=env).stdout)
     assert offloaded["activation_offload"]["bytes_offloaded_per_iteration"] > 0
 
@@ -99,7 +101,8 @@ def test_installed_wheel_ships_the_catalog(tmp_path):
     assert json.loads(validated)["nodes"] == 32
 
     # a citation in an installed docstring resolves against the installed package's catalog root
-    note = sh(python, "-c", "import dse.catalog as c; print((c.root() / 'docs/reference/chiplet.md').read_text()[:200])",
+    note = sh(python, "-c",
+              "import dse.catalog as c; print((c.root() / 'docs/reference/chiplet.md').read_text()[:200])",
               cwd=work, env=env).stdout
     assert note.startswith("#")
 

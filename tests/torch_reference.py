@@ -315,7 +315,8 @@ class ReferenceLayer(torch.nn.Module):
     def __init__(self, spec: LayerSpec, dtype=torch.bfloat16):
         super().__init__()
         sp, t, d = spec, spec.tp, spec.head_dim
-        if sp.heads % t or sp.kv_heads % t or sp.ffn % t or sp.heads % sp.kv_heads or (sp.sequence_parallel and sp.s % t):
+        if (sp.heads % t or sp.kv_heads % t or sp.ffn % t or sp.heads % sp.kv_heads
+                or (sp.sequence_parallel and sp.s % t)):
             raise ValueError(f"tp={t} does not divide heads/kv_heads/ffn/s of {spec}")
         self.spec, self.a, self.kv, self.d = spec, sp.heads // t, sp.kv_heads // t, d
         self.f = sp.ffn // t
@@ -481,7 +482,8 @@ class ReferenceEmbedding(torch.nn.Module):
         g = torch.Generator().manual_seed(3)
         self.v_local = vocab // tp
         self.word = torch.nn.Parameter((torch.randn(self.v_local, h, generator=g) * 0.02).to(dtype))
-        self.pos = torch.nn.Parameter((torch.randn(s, h, generator=g) * 0.02).to(dtype)) if position == "learned" else None
+        learned = position == "learned"
+        self.pos = torch.nn.Parameter((torch.randn(s, h, generator=g) * 0.02).to(dtype)) if learned else None
         self.ids = torch.randint(0, vocab, (b, s), generator=g)
         self.position_ids = torch.arange(s).repeat(b, 1)      # [b, s] per-sample ids as a data loader yields
 

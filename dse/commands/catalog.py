@@ -11,20 +11,23 @@ import typer
 from dse.commands.options import _console, _print_json
 
 
-def list_(what: Literal["models", "hardware", "components"] = typer.Argument("models", help="models | hardware | components"),
+def list_(what: Literal["models", "hardware", "components"] = typer.Argument("models",
+                                                                             help="models | hardware | components"),
           json_out: bool = typer.Option(False, "--json")):
     """List the shipped catalog."""
     from dse import catalog
     from dse.report.console import render_list
 
     if what == "models":
-        items = [(n, catalog.read_yaml(catalog.models_dir() / f"{n}.yaml")) for n in catalog.names(catalog.models_dir())]
+        items = [(n, catalog.read_yaml(catalog.models_dir() / f"{n}.yaml"))
+                 for n in catalog.names(catalog.models_dir())]
     elif what == "hardware":
         items = [(n, catalog.read_yaml(catalog.hw_dir(sub) / f"{n}.yaml"))
                  for sub in ("systems", "chiplets") for n in catalog.names(catalog.hw_dir(sub))]
     else:
         items = [(f"{sub}/{n}", catalog.read_yaml(catalog.hw_dir(sub) / f"{n}.yaml"))
-                 for sub in sorted(set(catalog.COMPONENT_DIRS.values()) - {"systems"}) for n in catalog.names(catalog.hw_dir(sub))]
+                 for sub in sorted(set(catalog.COMPONENT_DIRS.values()) - {"systems"})
+                 for n in catalog.names(catalog.hw_dir(sub))]
     if json_out:
         _print_json([{"name": n, **{k: v for k, v in d.items() if k != "name"}} for n, d in items])
         return

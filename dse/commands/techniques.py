@@ -30,7 +30,8 @@ from dse.commands.options import (
 def rok(
     model: str = typer.Option("llama2-7b", "--model", "-m", help="catalog name, YAML file, or HF config.json"),
     hw: str = typer.Option("dgx-a100-80gb", "--hw", help="hardware system: catalog name or YAML file"),
-    micro_batches: str = typer.Option("1,2,4,8", "--micro-batches", help="micro-batch sizes to compare, e.g. 4,8,16,32"),
+    micro_batches: str = typer.Option("1,2,4,8", "--micro-batches",
+                                      help="micro-batch sizes to compare, e.g. 4,8,16,32"),
     tp: Optional[int] = typer.Option(None, "--tp", min=1, help="tensor-parallel degree"),
     pp: Optional[int] = typer.Option(None, "--pp", min=1, help="pipeline stages"),
     dp: Optional[int] = typer.Option(None, "--dp", min=1, help="data-parallel replicas"),
@@ -78,21 +79,26 @@ def rok(
 
 def offload_compare(
     model: str = typer.Option(..., "--model", "-m", help="catalog name, YAML file, or HF config.json"),
-    hw: str = typer.Option("smart-infinity-a5000", "--hw", help="system with computational storage (SmartUpdate runs here)"),
+    hw: str = typer.Option("smart-infinity-a5000", "--hw",
+                           help="system with computational storage (SmartUpdate runs here)"),
     baseline_hw: Optional[str] = typer.Option(None, "--baseline-hw",
-                                              help="system for the ZeRO-Infinity baseline, e.g. the same box with plain "
-                                                   "drives (default: --hw, its drives used and priced as plain NVMe)"),
+                                              help="system for the ZeRO-Infinity baseline, e.g. the same box with "
+                                                   "plain drives (default: --hw, its drives used and priced as plain "
+                                                   "NVMe)"),
     ssds: Optional[int] = typer.Option(None, "--ssds", help="drives for the side-by-side table (default: all)"),
     compression: float = typer.Option(0.02, "--compression", help="top-k ratio of the third variant, in (0, 1]"),
-    scaling: Optional[str] = typer.Option(None, "--scaling", help="drive counts to scale over, e.g. 1,2,4,8 (default: 1..all)"),
+    scaling: Optional[str] = typer.Option(None, "--scaling",
+                                          help="drive counts to scale over, e.g. 1,2,4,8 (default: 1..all)"),
     micro_batch: Optional[int] = typer.Option(None, "--micro-batch", "-b", min=1, help="sequences per micro-batch"),
     global_batch: Optional[int] = typer.Option(None, "--global-batch", "-B", min=1, help="sequences per iteration"),
     seq_len: Optional[int] = typer.Option(None, "--seq-len", "-s", min=1, help="tokens per sequence"),
     recompute: Optional[Recompute] = typer.Option(None, "--recompute", help="none | selective | full (default full)"),
     precision: Optional[Precision] = typer.Option(None, "--precision", help="bf16 | fp16 | bf16-pure"),
-    offload_params: Optional[OffloadParams] = typer.Option(None, "--offload-params", help="gpu | cpu | nvme (default cpu)"),
+    offload_params: Optional[OffloadParams] = typer.Option(None, "--offload-params",
+                                                           help="gpu | cpu | nvme (default cpu)"),
     optimizer: Optional[Optimizer] = typer.Option(None, "--optimizer", help="adam | sgd-momentum | adagrad"),
-    exchange_dtype: Optional[ExchangeDtype] = typer.Option(None, "--exchange-dtype", help="fp32 (paper) | fp16 (released code)"),
+    exchange_dtype: Optional[ExchangeDtype] = typer.Option(None, "--exchange-dtype",
+                                                           help="fp32 (paper) | fp16 (released code)"),
     set_: List[str] = typer.Option([], "--set", help="override any field: model.X=, hardware.X=, plan.X= (repeatable)"),
     plot: Optional[str] = typer.Option(None, "--plot", help="write a PNG of the drive scaling (needs the plot extra)"),
     json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
@@ -125,7 +131,8 @@ def offload_compare(
 
 
 def chiplet_scaling(
-    hw: str = typer.Option("chiplet-train-8x8", "--hw", help="chiplet package of the first point (catalog name or YAML)"),
+    hw: str = typer.Option("chiplet-train-8x8", "--hw",
+                           help="chiplet package of the first point (catalog name or YAML)"),
     model: str = typer.Option("llama2-70b", "--model", "-m", help="model of the first point"),
     to: str = typer.Option("llama3.1-405b", "--to", help="model of the last point"),
     steps: int = typer.Option(2, "--steps", min=0, max=20, help="interpolated models between the two"),
@@ -136,12 +143,14 @@ def chiplet_scaling(
     global_batch: int = typer.Option(16, "--global-batch", "-B", min=1, help="sequences per iteration on one package"),
     recompute: Recompute = typer.Option("full", "--recompute", help="none | selective | full (full: the minibatch "
                                         "schedule's stored activations fit the catalog package's DRAM)"),
-    square: bool = typer.Option(False, "--square/--no-square", help="lay later points out as q x q meshes (SUMMA needs them)"),
+    square: bool = typer.Option(False, "--square/--no-square",
+                                help="lay later points out as q x q meshes (SUMMA needs them)"),
     set_: List[str] = typer.Option([], "--set", help="override fields: model.X= (both models), hardware.X=, plan.X="),
     json_out: bool = typer.Option(False, "--json", help="print the rows as JSON"),
-    plot: Optional[str] = typer.Option(None, "--plot", help="also write a PNG of ratio and time per token (needs matplotlib)"),
+    plot: Optional[str] = typer.Option(None, "--plot",
+                                       help="also write a PNG of ratio and time per token (needs matplotlib)"),
 ):
-    """Weak scaling on a chiplet package: model and die count grow together; FLOP per NoP byte and time per token per scheme."""
+    """Weak scaling on a chiplet package: model and die count grow together; FLOP per NoP byte, time per token."""
     from dse import catalog
     from dse.errors import InputError
     from dse.estimate.chiplet_scaling import weak_scaling
@@ -161,7 +170,8 @@ def chiplet_scaling(
 
     for sch in scheme:
         if sch not in CHIPLET_SCHEMES:
-            raise InputError(f"--scheme {sch!r} is not one of {', '.join(CHIPLET_SCHEMES)}{suggest(sch, CHIPLET_SCHEMES)}")
+            raise InputError(f"--scheme {sch!r} is not one of {', '.join(CHIPLET_SCHEMES)}"
+                             f"{suggest(sch, CHIPLET_SCHEMES)}")
     package = catalog.load_hardware(hw, groups["hardware"])
     if package.kind != CHIPLET_PACKAGE:
         raise InputError(f"--hw {hw}: not a chiplet package but a {package.kind} (see `dse list hardware`: "

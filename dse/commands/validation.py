@@ -28,11 +28,12 @@ def validate(suites: List[str] = typer.Argument(None, help="suites to run (defau
         V.load(n)  # unknown names fail before any work
     results = [V.run_suite(n) for n in names]
     if json_out:
-        _print_json([{"suite": r.name, "passed": r.passed, "accepted": r.accepted, "stats": r.stats, "targets": r.targets,
-                      "expected_target_misses": r.target_misses,
+        _print_json([{"suite": r.name, "passed": r.passed, "accepted": r.accepted, "stats": r.stats,
+                      "targets": r.targets, "expected_target_misses": r.target_misses,
                       "cases": [{"name": c.name, "reference": c.reference, "model": c.value, "error": c.error,
                                  "tolerance": c.tolerance, "passed": c.passed, "expected_miss": c.expected_miss,
-                                 "source": c.source, "quantity": c.quantity, "note": c.note} for c in r.cases]} for r in results])
+                                 "source": c.source, "quantity": c.quantity, "note": c.note} for c in r.cases]}
+                     for r in results])
     else:
         from dse.report.console import render_validation
 
@@ -41,7 +42,8 @@ def validate(suites: List[str] = typer.Argument(None, help="suites to run (defau
         raise typer.Exit(1)
 
 
-def calibrate(data: str = typer.Option(..., "--data", help="measured scenarios: dse measure / H100 JSONL, or generic CSV/JSONL"),
+def calibrate(data: str = typer.Option(..., "--data",
+                                       help="measured scenarios: dse measure / H100 JSONL, or generic CSV/JSONL"),
               hw: str = typer.Option(..., "--hw", help="hardware system whose GPU efficiency is fitted"),
               params: Optional[str] = typer.Option(None, "--params", help="fitted fields, comma-separated (default "
                                                    "gemm,attention,memory,gemm_overhead)"),
@@ -54,7 +56,8 @@ def calibrate(data: str = typer.Option(..., "--data", help="measured scenarios: 
     return run(data, hw, params, folds, out, json_out)
 
 
-def measure(out: str = typer.Option("measured.jsonl", "--out", help="JSONL file to write (the format dse calibrate reads)"),
+def measure(out: str = typer.Option("measured.jsonl", "--out",
+                                    help="JSONL file to write (the format dse calibrate reads)"),
             device: str = typer.Option("cuda", "--device", help="cuda | cpu (cpu only with --smoke)"),
             smoke: bool = typer.Option(False, "--smoke", help="tiny shapes, a few seconds: checks the harness runs"),
             models: str = typer.Option("gpt2-medium,gpt2-xl", "--models", help="GPT-2-style catalog models to time"),

@@ -74,7 +74,8 @@ def parse(doc: str) -> dict[str, Any]:
         if m:
             key, text = m.group(1).lower(), m.group(2).strip()
             i += 1
-            while i < len(lines) and (_formula_continues(lines[i]) if key == "formula" else _source_continues(lines[i])):
+            continues = _formula_continues if key == "formula" else _source_continues
+            while i < len(lines) and continues(lines[i]):
                 text += " " + lines[i].strip()
                 i += 1
             out[key] = text

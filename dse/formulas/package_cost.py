@@ -38,7 +38,7 @@ PROCESS_NODES = {
     "10": {"defect_density": 0.08, "wafer_cost": 5992.0},
     "12": {"defect_density": 0.08, "wafer_cost": 5992.0},   # Gemini's C++ port adds 12 nm with the 10 nm values
     "14": {"defect_density": 0.08, "wafer_cost": 3984.0},
-    "16": {"defect_density": 0.08, "wafer_cost": 3984.0},   # assumption: 16 nm as the 14 nm row (same FinFET generation)
+    "16": {"defect_density": 0.08, "wafer_cost": 3984.0},   # assumption: 16 nm as the 14 nm row (same FinFET)
     "20": {"defect_density": 0.07, "wafer_cost": 3677.0},
     "28": {"defect_density": 0.07, "wafer_cost": 2891.0},
     "40": {"defect_density": 0.07, "wafer_cost": 2274.0},
@@ -102,7 +102,8 @@ def dies_per_wafer(area_mm2: Num, wafer_diameter: Num = WAFER_DIAMETER, edge_los
     571.7
     """
     a_s = area_mm2 + 2 * scribe_lane * area_mm2 ** 0.5 + scribe_lane ** 2
-    return math.pi * (wafer_diameter / 2 - edge_loss) ** 2 / a_s - math.pi * (wafer_diameter - 2 * edge_loss) / (2 * a_s) ** 0.5
+    return (math.pi * (wafer_diameter / 2 - edge_loss) ** 2 / a_s
+            - math.pi * (wafer_diameter - 2 * edge_loss) / (2 * a_s) ** 0.5)
 
 
 def raw_die_cost(area_mm2: Num, wafer_cost: Num) -> Num:

@@ -34,7 +34,8 @@ def time_table(r: dict) -> Table:
         ph = t[key]
         tab.add_row(name, fmt(ph["compute"], "s"), fmt(ph["nop"], "s"), fmt(ph["dram"], "s"), fmt(t[name], "s"),
                     _pct(t[name], total))
-    tab.add_row("optimizer step", "-", "-", fmt(t["optimizer"], "s"), fmt(t["optimizer"], "s"), _pct(t["optimizer"], total))
+    tab.add_row("optimizer step", "-", "-", fmt(t["optimizer"], "s"), fmt(t["optimizer"], "s"),
+                _pct(t["optimizer"], total))
     tab.add_row(Text("iteration", style="bold"), fmt(t["compute"], "s"), fmt(t["nop"], "s"), fmt(t["dram"], "s"),
                 Text(fmt(total, "s"), style="bold"), "100.0%")
     return tab

@@ -8,7 +8,8 @@ from rich.table import Table
 from dse.units import fmt
 
 LINK_NAMES = {"gpu_host": "GPU <-> host (PCIe, per GPU)", "host_switch": "host <-> switch (shared uplink)",
-              "switch_drives": "switch <-> drives (all drives)", "csd_internal": "inside the CSDs (drive <-> FPGA; bytes of all, busy per CSD)"}
+              "switch_drives": "switch <-> drives (all drives)",
+              "csd_internal": "inside the CSDs (drive <-> FPGA; bytes of all, busy per CSD)"}
 CLASS_NAMES = {"params_grads": "params + gradients", "optimizer_states": "optimizer states",
                "activation_checkpoints": "activation checkpoints"}
 
@@ -21,7 +22,8 @@ def render(con, r: dict) -> None:
     """The ``offload`` section of ``dse estimate``."""
     o = r["offload"]
     total = r["time"]["iteration"]
-    extra = f" (the hardware has {o['drives_in_hardware']}: a what-if)" if o["drives"] != o["drives_in_hardware"] else ""
+    what_if = o["drives"] != o["drives_in_hardware"]
+    extra = f" (the hardware has {o['drives_in_hardware']}: a what-if)" if what_if else ""
     con.print(f"[bold]Offload[/]: {o['mode']}; optimizer states on {o['optimizer_tier']}, fp16 params on "
               f"{o['params_tier']}, {int(o['drives'])} drive(s){extra}")
     tab = Table(title="Links per iteration", box=box.SIMPLE_HEAVY, title_justify="left")
@@ -32,7 +34,8 @@ def render(con, r: dict) -> None:
         down = link.get("bytes_down", link.get("bytes_from_gpu", link.get("bytes_written")))
         up = link.get("bytes_up", link.get("bytes_to_gpu", link.get("bytes_read")))
         bw = link.get("bandwidth", link.get("bandwidth_write"))
-        style = "bold red" if name == o["bottleneck_link"] or (name == "switch_drives" and o["bottleneck_link"] == "drives") else None
+        busiest = name == o["bottleneck_link"] or (name == "switch_drives" and o["bottleneck_link"] == "drives")
+        style = "bold red" if busiest else None
         tab.add_row(LINK_NAMES.get(name, name), fmt(down, "bytes"), fmt(up, "bytes"), _bw(bw), fmt(link["busy_s"], "s"),
                     f"{100 * link['busy_s'] / total:.0f}%", style=style)
     con.print(tab)

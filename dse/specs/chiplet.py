@@ -36,11 +36,16 @@ def _nodes():
 class ChipletDieSpec:
     peak_flops: float = spec_field(unit="flop/s", gt=0, help="dense bf16 peak of one die")
     sram: float = spec_field(unit="bytes", gt=0, help="on-die SRAM")
-    area: float | None = spec_field(None, unit="mm2", gt=0, help="die area including its D2D PHYs (sets yield and cost); "
-                                    "auto (or omitted): Chiplet Cloud's 7 nm area model from peak, SRAM and NoP links")
-    node: str = spec_field("7", help="process node in nm, a row of the cost model (3, 5, 7, 10, 12, 14, 16, 20, 28, 40, 55)")
+    area: float | None = spec_field(None, unit="mm2", gt=0,
+                                    help="die area including its D2D PHYs (sets yield and cost); "
+                                         "auto (or omitted): Chiplet Cloud's 7 nm area model from peak, SRAM and NoP "
+                                         "links")
+    node: str = spec_field("7", help="process node in nm, a row of the cost model "
+                                     "(3, 5, 7, 10, 12, 14, 16, 20, 28, 40, 55)")
     utilization: float = spec_field(0.8, unit="fraction", gt=0, le=1, help="fraction of peak the GEMMs reach")
-    tile: int = spec_field(128, gt=0, help="edge of the MAC array's output tile, elements (SRAM operand traffic, smallest working set)")
+    tile: int = spec_field(128, gt=0,
+                           help="edge of the MAC array's output tile, elements (SRAM operand traffic, smallest "
+                                "working set)")
     flop_energy: float = spec_field(unit="J/flop", ge=0, help="energy per FLOP of the MAC array")
     sram_energy: float = spec_field(unit="J/B", ge=0, help="energy per SRAM byte read or written")
     static_power: float = spec_field(0.0, unit="W", ge=0, help="power drawn regardless of activity (leakage, clocks)")
@@ -57,8 +62,9 @@ class ChipletDieSpec:
                              f"of a {self.node} nm die, e.g. area: 200 mm2")
         need = min_tile_sram(self.tile, TRAINING_BYTES)
         if self.sram < need:
-            raise InputError(f"{where}.sram: {fmt(self.sram, 'bytes')} is too small for any tile: a {self.tile}x{self.tile} "
-                             f"MAC tile needs {fmt(need, 'bytes')} (double-buffered input, weight and output tiles, bf16)")
+            raise InputError(f"{where}.sram: {fmt(self.sram, 'bytes')} is too small for any tile: a "
+                             f"{self.tile}x{self.tile} MAC tile needs {fmt(need, 'bytes')} (double-buffered input, "
+                             "weight and output tiles, bf16)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,7 +79,8 @@ class NoPSpec:
 class ChipletDRAMSpec:
     placement: str = spec_field("edge", choices=DRAM_PLACEMENTS, help="edge: per perimeter die-side; per-die: on every "
                                 "die; io-dies: a fixed set of IO dies at the package edge")
-    per_attach: int = spec_field(1, gt=0, help="DRAM devices per attach point (perimeter die-side or die); io-dies: in total")
+    per_attach: int = spec_field(1, gt=0,
+                                 help="DRAM devices per attach point (perimeter die-side or die); io-dies: in total")
     bandwidth: float = spec_field(unit="bytes/s", gt=0, help="per DRAM device")
     capacity: float = spec_field(unit="bytes", gt=0, help="per DRAM device")
     energy: float = spec_field(unit="J/B", ge=0, help="energy per byte read or written")
@@ -91,8 +98,10 @@ class ChipletPackageSpec:
     die: ChipletDieSpec
     nop: NoPSpec
     dram: ChipletDRAMSpec
-    packaging: str = spec_field("organic", choices=PACKAGINGS, help="organic substrate, fan-out RDL, or silicon interposer")
-    assembly_price: float = spec_field(0.0, unit="USD", ge=0, help="per-package cost beyond dies, packaging and DRAM (IO dies, test)")
+    packaging: str = spec_field("organic", choices=PACKAGINGS,
+                                help="organic substrate, fan-out RDL, or silicon interposer")
+    assembly_price: float = spec_field(0.0, unit="USD", ge=0,
+                                       help="per-package cost beyond dies, packaging and DRAM (IO dies, test)")
     site: SiteSpec = spec_field(factory=SiteSpec)
     description: str = ""
     source: str = ""

@@ -68,7 +68,8 @@ def from_hf_config(cfg: dict, where: str, default_name: str = "hf-model") -> dic
     if mt == "opt":
         h = g("hidden_size", req=True)
         if g("word_embed_proj_dim", h) != h:
-            raise InputError(f"{where}: OPT with word_embed_proj_dim != hidden_size (projected embeddings) is not supported")
+            raise InputError(f"{where}: OPT with word_embed_proj_dim != hidden_size (projected embeddings) "
+                             "is not supported")
         if not g("do_layer_norm_before", True):
             raise InputError(f"{where}: post-LN OPT (do_layer_norm_before=false) is not supported")
         act = str(g("activation_function", "relu"))
@@ -86,7 +87,8 @@ def from_hf_config(cfg: dict, where: str, default_name: str = "hf-model") -> dic
     h = g("hidden_size", req=True)
     archs = g("architectures", ["BertForPreTraining"]) or ["BertForPreTraining"]
     arch = archs[0]
-    pooler = arch in ("BertForPreTraining", "BertModel", "BertForNextSentencePrediction", "BertForSequenceClassification")
+    pooler = arch in ("BertForPreTraining", "BertModel", "BertForNextSentencePrediction",
+                      "BertForSequenceClassification")
     mlm = arch in ("BertForPreTraining", "BertForMaskedLM")
     return dict(
         name=name, layers=g("num_hidden_layers", req=True), hidden=h, heads=g("num_attention_heads", req=True),

@@ -40,7 +40,8 @@ class ModelSpec:
     bias: bool = spec_field(True, help="biases on the linear layers")
     qkv_bias: bool | None = spec_field(None, help="biases on Q/K/V only (Qwen-style); default = bias")
     position: str = spec_field("learned", choices=POSITIONS, help="learned absolute or rotary positions")
-    position_embeddings: int | None = spec_field(None, gt=0, help="rows of the learned position table; default max_seq_len")
+    position_embeddings: int | None = spec_field(None, gt=0,
+                                                 help="rows of the learned position table; default max_seq_len")
     tied_embeddings: bool = spec_field(True, help="LM head shares the input embedding")
     dropout: float = spec_field(0.0, unit="fraction", ge=0.0, lt=1.0, help="dropout probability (0 = no masks)")
     seq_len: int | None = spec_field(None, gt=0, help="default training sequence length; default max_seq_len")
@@ -61,8 +62,9 @@ class ModelSpec:
             raise InputError(f"{where}: hidden ({self.hidden}) is not divisible by heads ({self.heads}); set head_dim")
         if self.ffn_type == "swiglu" and self.ffn_hidden is None:
             raise InputError(f"{where}: ffn_hidden is required when ffn_type is swiglu")
-        if self.seq_len is not None and self.position == "learned" and self.seq_len > (self.position_embeddings or self.max_seq_len):
-            raise InputError(f"{where}: seq_len {self.seq_len} exceeds the learned position table ({self.position_embeddings or self.max_seq_len})")
+        table = self.position_embeddings or self.max_seq_len
+        if self.seq_len is not None and self.position == "learned" and self.seq_len > table:
+            raise InputError(f"{where}: seq_len {self.seq_len} exceeds the learned position table ({table})")
 
     @property
     def activation_kind(self) -> str:

@@ -34,9 +34,9 @@ Behaviour taken from the code (research note docs/reference/activation_offload.m
   while its writes still grow can run its writes at the drives' own write:read ratio times the
   read rate (:func:`paced_write_bandwidth`), as a smaller array would; the estimate takes whichever
   of that and full-rate writes exposes less I/O with every layer of the stage offloaded (one choice per
-  stage, so more offloaded layers never hold more GPU memory). Faster writes free (evict) more tensors that a slower array
-  would still hold and forward, and with the read side capped those come back no faster, so without
-  this a bigger array could be slower at a fixed k.
+  stage, so more offloaded layers never hold more GPU memory). Faster writes free (evict) more tensors
+  that a slower array would still hold and forward, and with the read side capped those come back no
+  faster, so without this a bigger array could be slower at a fixed k.
 
 The equations live in one submodule per question; every name is importable from this package:
 
