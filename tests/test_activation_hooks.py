@@ -219,7 +219,8 @@ def test_cli_json_and_table(dse):
     for needle in ("saved-tensor hooks", "save_on_cpu", "24 / 0 (auto: every layer)", "168 MiB", "80.1 ms / 80.1 ms",
                    "pinned host DRAM"):
         assert needle in r.out, needle
-    r = dse(*CLI, "--set", "plan.offload_activations=host", "--set", "plan.activation_offload_mechanism=hooks", "--json")
+    r = dse(*CLI, "--set", "plan.offload_activations=host", "--set", "plan.activation_offload_mechanism=hooks",
+            "--json")
     assert r.code == 0 and r.json()["activation_offload"]["mechanism"] == "hooks"
 
 

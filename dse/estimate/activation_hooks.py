@@ -44,7 +44,7 @@ def layers_and_io(c, model, before, tm, bw, plan, A, choose) -> tuple[dict, dict
     i = c["terms"]
     layers = i.layers_per_stage
     bw_w, bw_r = bw
-    ks = choose(c, before, tm, bw_w, bw_r, plan, A)       # SSDTrain's rule and the fewest layers that fit, for the section
+    ks = choose(c, before, tm, bw_w, bw_r, plan, A)       # SSDTrain's rule and the fewest layers that fit (section)
     if plan.offload_layers is None:
         k, rule = layers + 0 * ks["k_fit"], "all"
     else:

@@ -90,7 +90,7 @@ def hooks_saved_terms(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_di
 
 def hooks_bytes_per_layer(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: Num, ffn: Num,
                           **options: Any) -> Num:
-    """Bytes ``save_on_cpu`` copies to the host (and back) for one layer per micro-batch: the sum of :func:`hooks_saved_terms`.
+    """Bytes ``save_on_cpu`` copies to the host (and back) per layer and micro-batch: sum of :func:`hooks_saved_terms`.
 
     Formula: A_hooks = sum_i bytes_i of every tensor the layer's ops save, parameters included
     Source: PyTorch 2.13 torch/autograd/graph.py ``save_on_cpu``; tests/test_activation_hooks_torch.py.
