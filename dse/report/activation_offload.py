@@ -101,8 +101,8 @@ def render_rok(con, res: dict) -> None:
     cap = fmt(res["rows"][0]["gpu_capacity"], "bytes") if res["rows"] else "-"
     tab = Table(title=f"Recompute-offload-keep: {res['model']} on {res['hardware']} (per GPU, {cap} each, red: "
                       f"does not fit; offload to {res['target']}"
-                      f"{' through saved-tensor hooks' if res.get('mechanism') == 'hooks' else ''})", box=box.SIMPLE_HEAVY, title_justify="left",
-                pad_edge=False)
+                      f"{' through saved-tensor hooks' if res.get('mechanism') == 'hooks' else ''})",
+                box=box.SIMPLE_HEAVY, title_justify="left", pad_edge=False)
     for col, j in (("b", "right"), ("strategy", "left"), ("activations", "right"), ("total", "right"),
                    ("iteration", "right"), ("tok/s", "right"), ("I/O wait", "right"), ("offl", "right")):
         tab.add_column(col, justify=j, no_wrap=True)
