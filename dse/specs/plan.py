@@ -84,7 +84,7 @@ class Plan:
                                                "(weights fetched once per mini-batch; default: the whole global batch)")
     chiplet_overlap: float = spec_field(1.0, unit="fraction", ge=0, le=1, help="how completely a chiplet package "
                                         "overlaps compute, NoP and DRAM (1: max of the three, 0: their sum)")
-    # Storage offload (ZeRO-Infinity) and near-storage update (Smart-Infinity); see dse/formulas/offload.py.
+    # Storage offload (ZeRO-Infinity) and near-storage update (Smart-Infinity); see dse/formulas/offload/.
     offload_optimizer: str = spec_field("gpu", choices=OFFLOAD_OPTIMIZER,
                                         help="optimizer states + fp32 gradients on gpu, host DRAM (cpu), NVMe drives, "
                                              "or computational storage that runs the update (csd)")
