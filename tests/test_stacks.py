@@ -126,8 +126,9 @@ def _traced_layer(run: dict) -> tuple[float, float, float]:
 def test_the_pytorch_stack_reproduces_the_traced_bytes_and_saved_tensors_of_a_layer(key):
     attn, rc = key.split("-")
     d = _TRACE["dims"]
-    m, _, p = resolve("gpt2-small", "dgx-h100", None, [f"model.hidden={d['h']}", f"model.heads={d['heads']}", "model.dropout=0"],
-                      micro_batch=d["b"], seq_len=d["s"], stack="pytorch", attention={"sdpa": "flash", "eager": "math"}[attn],
+    sets = [f"model.hidden={d['h']}", f"model.heads={d['heads']}", "model.dropout=0"]
+    m, _, p = resolve("gpt2-small", "dgx-h100", None, sets, micro_batch=d["b"], seq_len=d["s"], stack="pytorch",
+                      attention={"sdpa": "flash", "eager": "math"}[attn],
                       recompute=rc, precision="bf16-pure", dp=1)
     t = KT.kernel_tables(m, p, recipe_of(p))["layer"]
     ew = [r for r in t.values() if r["kind"] == "elementwise"]

@@ -14,11 +14,22 @@ kernel kinds and the plan's string/boolean choices branch.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from dse.formulas import compute as _compute, kernels as _kernels, parallelism as _parallelism, stacks as _stacks
 from dse.formulas._array import Num, maximum, where
-from dse.formulas.precision import peak_flops, recipe_of
+from dse.formulas.precision import Recipe, peak_flops, recipe_of
+
+if TYPE_CHECKING:
+    from dse.specs.hardware import GPUSpec, SystemSpec
+    from dse.specs.model import ModelSpec
+    from dse.specs.plan import Plan
+    from dse.specs.stack import StackSpec
+
+#: A kernel-table row and a table (dse.formulas.kernels), and a formulas module or its tracer (--explain).
+Row = dict[str, Any]
+Table = dict[str, Row]
+Module = Any
 
 
 class KernelCost(NamedTuple):
@@ -47,15 +58,16 @@ class Link(NamedTuple):
     inside: Num = True   # the group's ranks share a node (bool, or an array of them)
 
 
-def cost_of(gpu, peak, attention_peak=None, head_peak=None) -> KernelCost:
+def cost_of(gpu: GPUSpec, peak: Num, attention_peak: Num | None = None, head_peak: Num | None = None) -> KernelCost:
     """The :class:`KernelCost` of a GPU spec with its dense peaks for the plan's precision (per GEMM class)."""
     eff = gpu.efficiency
     return KernelCost(peak, eff.gemm, eff.attention, eff.gemm_overhead, gpu.hbm_bandwidth, eff.memory,
                       peak if attention_peak is None else attention_peak, peak if head_peak is None else head_peak,
-                      eff.gemm if eff.gemm_unaligned is None else eff.gemm_unaligned, None, eff.kernel_overhead, eff.gemm_depth)
+                      eff.gemm if eff.gemm_unaligned is None else eff.gemm_unaligned, None, eff.kernel_overhead,
+                      eff.gemm_depth)
 
 
-def kernel_time(row: dict, hw: KernelCost, C) -> tuple:
+def kernel_time(row: Row, hw: KernelCost, C: Module) -> tuple[Num, Num]:
     """(forward, backward) time of one compute kernel; ``C`` is :mod:`dse.formulas.compute` (or its tracer).
 
     GEMM: 2 m k n batch / (peak eta_gemm) + t0 forward, twice that backward (data and weight gradients of the
@@ -86,7 +98,7 @@ def kernel_time(row: dict, hw: KernelCost, C) -> tuple:
     return f, 2 * f
 
 
-def kernel_count(row: dict) -> tuple:
+def kernel_count(row: Row) -> tuple[Num, Num]:
     """(forward, backward) kernels one row launches: a GEMM 1 and 2, flash 1 and 2, element-wise as stated (1, 1)."""
     kind = row["kind"]
     if kind in ("gemm", "flash"):
@@ -96,20 +108,24 @@ def kernel_count(row: dict) -> tuple:
     return row.get("kernels", 1), row.get("kernels_backward", 1)
 
 
-def collective_time(row: dict, link: Link, P) -> Num:
+def collective_time(row: Row, link: Link, P: Module) -> Num:
     """Time of one collective of a table on its group's link: a ring all-reduce, all-gather or reduce-scatter."""
+    t: Num
     if row["op"] == "allreduce":
-        return P.allreduce_time(row["comm"], link.ranks, link.bandwidth, link.latency)
-    return P.allgather_time(row["comm"], link.ranks, link.bandwidth, link.latency)   # all-gather, reduce-scatter
+        t = P.allreduce_time(row["comm"], link.ranks, link.bandwidth, link.latency)
+    else:   # all-gather, reduce-scatter
+        t = P.allgather_time(row["comm"], link.ranks, link.bandwidth, link.latency)
+    return t
 
 
-def table_time(table: dict, hw: KernelCost, link: Link, C, P, *, recompute: str = "none",
-               async_tp: bool = False, count: bool = False) -> dict:
+def table_time(table: Table, hw: KernelCost, link: Link, C: Module, P: Module, *, recompute: str = "none",
+               async_tp: bool = False, count: bool = False) -> dict[str, Num]:
     """Forward, backward and recompute time of the kernels of ``table`` on one GPU (``P``: parallelism module).
 
     Returns ``forward``, ``backward``, ``recompute`` (GPU time, collectives included) and ``tp_forward``,
     ``tp_backward`` (the collectives' share); with ``count``, also ``kernels_forward`` and ``kernels_backward``
-    (:func:`kernel_count`, for the host's launch floor). Collectives run on ``link`` (:func:`collective_time`); with ``async_tp``
+    (:func:`kernel_count`, for the host's launch floor). Collectives run on ``link`` (:func:`collective_time`);
+    with ``async_tp``
     a backward one hides behind the weight-gradient GEMM it names (``hidden_by``), which takes as long as
     that GEMM's forward. Full recompute runs the whole forward again, collectives included; selective runs
     the kernels flagged ``selective`` (the attention core).
@@ -146,7 +162,8 @@ def table_time(table: dict, hw: KernelCost, link: Link, C, P, *, recompute: str 
     rec = fwd if recompute == "full" else (sel if recompute == "selective" else 0.0)
     out = {"forward": fwd, "backward": bwd, "recompute": rec, "tp_forward": tp_f, "tp_backward": tp_b}
     if count:
-        kf = kb = 0
+        kf: Num = 0
+        kb: Num = 0
         for row in table.values():
             f, b = kernel_count(row)
             kf, kb = kf + f, kb + b
@@ -154,14 +171,15 @@ def table_time(table: dict, hw: KernelCost, link: Link, C, P, *, recompute: str 
     return out
 
 
-_TABLES: dict = {}   # memo of kernel_tables for scalar plans: (model id, plan fields, e, formulas) -> result
+# memo of kernel_tables for scalar plans: (model id, plan fields, e, formulas) -> (model, result)
+_TABLES: dict[tuple[Any, ...], tuple[Any, dict[str, Any]]] = {}
 # the formulas kernel_tables and table_sums call: part of the memo's key, so that a replaced one (a test, the
 # reference page's perturbation) is never served a stale table
 _FORMULAS = ("layer_kernels", "embedding_kernels", "head_kernels", "saved_bytes", "rerun_bytes", "forward_flops",
              "recomputed_flops", "message_bytes")
 
 
-def kernel_tables(model, plan, r, K=_kernels) -> dict:
+def kernel_tables(model: ModelSpec, plan: Plan, r: Recipe, K: Module = _kernels) -> dict[str, Any]:
     """The kernel tables of one micro-batch on one GPU (``layer``, ``embedding``, ``head``) and their ``sums``.
 
     ``r`` is the plan's precision recipe (:func:`dse.formulas.precision.recipe_of`): bytes per element of the
@@ -212,13 +230,13 @@ def kernel_tables(model, plan, r, K=_kernels) -> dict:
     return out
 
 
-def _stack_spec(name: str):
+def _stack_spec(name: str) -> StackSpec:
     from dse.specs.stack import load
 
     return load(name)
 
 
-def _stack_inputs(model, plan, stack: str) -> tuple:
+def _stack_inputs(model: ModelSpec, plan: Plan, stack: str) -> tuple[Any, Any, Any]:
     """The resolved ops of a non-Megatron stack, the tensor sizes its amounts name, and the plan's choices."""
     if stack == "megatron":
         return None, None, None
@@ -227,18 +245,22 @@ def _stack_inputs(model, plan, stack: str) -> tuple:
     spec = _stack_spec(stack)
     ops = spec.ops(model.norm, model.activation_kind)
     t = plan.tp
-    p_layer = T.layer_parameters(model.hidden, model.heads, model.kv_heads, model.head_dim, model.ffn_hidden,
-                                 model.ffn_type, model.norm, model.bias, model.qkv_bias)
+    kv: Any = model.kv_heads          # resolved specs: set (Optional only before resolution)
+    d: Any = model.head_dim
+    ffn: Any = model.ffn_hidden
+    s: Any = plan.seq_len
+    p_layer = T.layer_parameters(model.hidden, model.heads, kv, d, ffn, model.ffn_type, model.norm, model.bias,
+                                 model.qkv_bias)
     p_rep = T.layer_parameters_replicated(model.hidden, model.ffn_type, model.norm, model.bias)
-    size = _stacks.sizes(plan.seq_len, plan.micro_batch, model.hidden, model.heads, model.kv_heads, model.head_dim,
-                         model.ffn_hidden, model.vocab, tp=t, sequence_parallel=plan.sequence_parallel,
+    size = _stacks.sizes(s, plan.micro_batch, model.hidden, model.heads, kv, d, ffn, model.vocab, tp=t,
+                         sequence_parallel=plan.sequence_parallel,
                          layer_params=(p_layer - p_rep) / t + p_rep, param_tensors=model.layer_param_tensors)
     choices = {"attention": plan.attention, "recompute": plan.recompute, "bias": bool(model.bias),
                "dropout": model.dropout > 0}
     return ops, size, choices
 
 
-def table_sums(tables, recompute, K=_kernels) -> dict:
+def table_sums(tables: dict[str, Table], recompute: str, K: Module = _kernels) -> dict[str, Num]:
     """What the estimate reads off the kernel tables besides time: activation bytes, FLOPs, TP message bytes.
 
     Per micro-batch on one GPU: bytes each table saves for backward (and the layer holds while recomputed),
@@ -254,7 +276,8 @@ def table_sums(tables, recompute, K=_kernels) -> dict:
             "tp_messages": K.message_bytes(layer, "tp", recompute)}
 
 
-def kernel_times(tables, system, plan, peak, lk, C=_compute, P=_parallelism) -> dict:
+def kernel_times(tables: dict[str, Any], system: SystemSpec, plan: Plan, peak: Num, lk: dict[str, Link],
+                 C: Module = _compute, P: Module = _parallelism) -> dict[str, Num]:
     """Time of one layer (forward, backward, recompute, with the host's launch floor), the head and embedding.
 
     GEMMs run at the peak of their class's dtype (the precision recipe: attention and LM head may differ).
@@ -300,11 +323,13 @@ def kernel_times(tables, system, plan, peak, lk, C=_compute, P=_parallelism) -> 
     return out
 
 
-_TIMES: dict = {}   # memo of kernel_times for scalar hardware and plans: see _times_key
+# memo of kernel_times for scalar hardware and plans: see _times_key
+_TIMES: dict[tuple[Any, ...], tuple[Any, dict[str, Num]]] = {}
 _SCALARS = (int, float, bool)
 
 
-def _times_key(tables, hw: KernelCost, link: Link, recompute: str, async_tp: bool, host: Num, C, P) -> tuple | None:
+def _times_key(tables: dict[str, Any], hw: KernelCost, link: Link, recompute: str, async_tp: bool, host: Num,
+               C: Module, P: Module) -> tuple[Any, ...] | None:
     """The memo key of :func:`kernel_times`, or None when it is not memoised (arrays, traced or replaced formulas).
 
     Every input of the times is in it: the tables (by identity: they come from the :func:`kernel_tables` memo), the

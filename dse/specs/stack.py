@@ -22,7 +22,8 @@ SIZES = ("tok", "h", "q", "kv", "qkv", "f", "scores", "heads", "logits", "table"
 #: Entries a stack file may hold, with the variants an entry may be split into (None: not split).
 ENTRIES: dict[str, tuple[str, ...] | None] = {
     "norm": ("layernorm", "rmsnorm"), "residual": None, "activation": ("gelu", "gelu_new", "relu", "silu_glu"),
-    "rotary": None, "flash": None, "math": None, "dropout": None, "score_dropout": None, "kv_copy": None, "bias_grads": None, "grad_accumulate": None,
+    "rotary": None, "flash": None, "math": None, "dropout": None, "score_dropout": None, "kv_copy": None,
+    "bias_grads": None, "grad_accumulate": None,
     "embedding": None, "final_norm": None, "loss": None}
 _OP_KEYS = ("forward", "backward", "saved", "transient", "when")
 _CHOICES = {"attention": ("flash", "math"), "recompute": ("none", "selective", "full"), "bias": (True, False),

@@ -1,4 +1,6 @@
-"""Activation bytes: what a layer, the head and the embedding save for backward, the recompute and backward working sets, the interleaved schedule's in-flight factor.
+"""Activation bytes: what a layer, the head and the embedding save for backward, the working sets, the in-flight factor.
+
+The recompute and backward working sets; the interleaved schedule's in-flight factor.
 
 Part of :mod:`dse.formulas.transformer` (the symbols are there).
 """

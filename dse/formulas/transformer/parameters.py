@@ -1,4 +1,4 @@
-"""Parameter counts: norms, FFN matrices, a layer (and its tensor-parallel replicated part), embeddings, head, the model.
+"""Parameter counts: norms, FFN matrices, a layer (and its replicated part), embeddings, head, the model.
 
 Part of :mod:`dse.formulas.transformer` (the symbols are there).
 """
