@@ -1,8 +1,9 @@
-"""Record what eager PyTorch (Hugging Face Transformers) runs and saves for one GPT-2 layer: the provenance of
-stacks/pytorch.yaml and the fixture tests/fixtures/pytorch_stack_trace.json.
+"""Record what eager PyTorch (Hugging Face Transformers) runs and saves for one GPT-2 or Llama layer: the provenance
+of stacks/pytorch.yaml and the fixtures tests/fixtures/pytorch_stack_trace.json and pytorch_stack_trace_llama.json.
 
-Builds Transformers' GPT2LMHeadModel from a config (no download; bf16 weights, dropout 0, training mode) with
-one or two layers, runs one forward (with labels: the loss) and backward pass on the CPU, and records
+Builds Transformers' GPT2LMHeadModel or LlamaForCausalLM (dimensions: DIMS) from a config (no download; bf16
+weights, dropout 0, training mode) with one or two layers, runs one forward (with labels: the loss) and backward
+pass on the CPU, and records
 
 - every non-view aten op of each pass (TorchDispatchMode) with the bytes of its tensor inputs and outputs, and
 - every tensor saved for backward (torch.autograd.graph.saved_tensors_hooks), deduplicated by storage,
@@ -14,6 +15,7 @@ LayerNorm-backward kernel, cuDNN attention's own buffers) are not in the trace a
 
 Usage (needs torch and transformers, which dse itself does not):
     python scripts/trace_stack.py > tests/fixtures/pytorch_stack_trace.json
+    python scripts/trace_stack.py llama > tests/fixtures/pytorch_stack_trace_llama.json
 """
 
 from __future__ import annotations
@@ -21,19 +23,42 @@ from __future__ import annotations
 import json
 import sys
 
+DIMS = {
+    "gpt2": {"h": 320, "heads": 5, "b": 3, "s": 96, "vocab": 50257},
+    # grouped-query attention (2 K/V heads for 4 query heads), SwiGLU, RMSNorm, rotary positions, untied head
+    "llama": {"h": 256, "heads": 4, "kv_heads": 2, "ffn": 704, "b": 3, "s": 96, "vocab": 32000},
+}
 
-def run(layers: int, attn: str, checkpoint: bool, h: int = 320, heads: int = 5, b: int = 3, s: int = 96,
-        vocab: int = 50257) -> dict:
+
+def build(arch: str, layers: int, attn: str, dims: dict):
+    """Transformers' GPT2LMHeadModel or LlamaForCausalLM from a config: bf16, dropout 0, training mode."""
+    import torch
+
+    torch.manual_seed(0)
+    if arch == "gpt2":
+        from transformers import GPT2Config, GPT2LMHeadModel
+        cfg = GPT2Config(n_layer=layers, n_embd=dims["h"], n_head=dims["heads"], vocab_size=dims["vocab"],
+                         n_positions=1024, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+        cls = GPT2LMHeadModel
+    else:
+        from transformers import LlamaConfig, LlamaForCausalLM
+        cfg = LlamaConfig(num_hidden_layers=layers, hidden_size=dims["h"], num_attention_heads=dims["heads"],
+                          num_key_value_heads=dims["kv_heads"], intermediate_size=dims["ffn"],
+                          vocab_size=dims["vocab"], max_position_embeddings=1024, attention_dropout=0.0,
+                          tie_word_embeddings=False)
+        cls = LlamaForCausalLM
+    cfg._attn_implementation = attn
+    return cls(cfg).to(torch.bfloat16).train()
+
+
+def run(layers: int, attn: str, checkpoint: bool, arch: str = "gpt2") -> dict:
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_leaves
-    from transformers import GPT2Config, GPT2LMHeadModel
 
-    torch.manual_seed(0)
-    cfg = GPT2Config(n_layer=layers, n_embd=h, n_head=heads, vocab_size=vocab, n_positions=1024, resid_pdrop=0.0,
-                     embd_pdrop=0.0, attn_pdrop=0.0)
-    cfg._attn_implementation = attn
-    model = GPT2LMHeadModel(cfg).to(torch.bfloat16).train()
+    dims = DIMS[arch]
+    b, s, vocab = dims["b"], dims["s"], dims["vocab"]
+    model = build(arch, layers, attn, dims)
     if checkpoint:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     ids = torch.randint(0, vocab, (b, s))
@@ -74,12 +99,15 @@ def main() -> None:
     import torch
     import transformers
 
-    dims = {"h": 320, "heads": 5, "b": 3, "s": 96, "vocab": 50257}
-    out = {"torch": torch.__version__, "transformers": transformers.__version__, "dims": dims, "runs": {}}
+    arch = sys.argv[1] if len(sys.argv) > 1 else "gpt2"
+    if arch not in DIMS:
+        sys.exit(f"trace_stack.py: unknown architecture {arch!r}; expected one of {', '.join(DIMS)}")
+    dims = DIMS[arch]
+    out = {"arch": arch, "torch": torch.__version__, "transformers": transformers.__version__, "dims": dims, "runs": {}}
     for attn in ("sdpa", "eager"):
         for ckpt in (False, True):
             key = f"{attn}-{'full' if ckpt else 'none'}"
-            out["runs"][key] = {str(n): run(n, attn, ckpt) for n in (1, 2)}
+            out["runs"][key] = {str(n): run(n, attn, ckpt, arch) for n in (1, 2)}
     json.dump(out, sys.stdout, indent=None, separators=(",", ":"))
     sys.stdout.write("\n")
 

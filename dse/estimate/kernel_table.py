@@ -243,7 +243,7 @@ def _stack_inputs(model: ModelSpec, plan: Plan, stack: str) -> tuple[Any, Any, A
     from dse.formulas import transformer as T
 
     spec = _stack_spec(stack)
-    ops = spec.ops(model.norm, model.activation_kind)
+    ops = spec.ops(model.norm, model.activation_kind, model.qkv_projection, model.softmax_dtype)
     t = plan.tp
     kv: Any = model.kv_heads          # resolved specs: set (Optional only before resolution)
     d: Any = model.head_dim
@@ -256,7 +256,7 @@ def _stack_inputs(model: ModelSpec, plan: Plan, stack: str) -> tuple[Any, Any, A
                          sequence_parallel=plan.sequence_parallel,
                          layer_params=(p_layer - p_rep) / t + p_rep, param_tensors=model.layer_param_tensors)
     choices = {"attention": plan.attention, "recompute": plan.recompute, "bias": bool(model.bias),
-               "dropout": model.dropout > 0}
+               "dropout": model.dropout > 0, "qkv": model.qkv_projection, "grouped": kv < model.heads}
     return ops, size, choices
 
 

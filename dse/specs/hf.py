@@ -3,7 +3,10 @@
 No network and no ``transformers`` package: the field names of each supported
 ``model_type`` are mapped by hand, following the configuration classes'
 documented defaults (GPT2Config, LlamaConfig, MistralConfig, Qwen2Config,
-OPTConfig, BertConfig).
+OPTConfig, BertConfig). How each family's modules are written where it changes an eager stack's kernels
+(``qkv_projection``, ``softmax_dtype``) follows the modeling files of Transformers 5.24: GPT-2's fused
+``c_attn``, the separate ``q_proj``/``k_proj``/``v_proj`` (``query``/``key``/``value``) of the others, and the
+``softmax(..., dtype=torch.float32)`` of the Llama, Mistral, Qwen2 and OPT eager attention.
 """
 
 from __future__ import annotations
@@ -63,6 +66,7 @@ def from_hf_config(cfg: dict, where: str, default_name: str = "hf-model") -> dic
             qkv_bias=True if mt == "qwen2" else bool(g("attention_bias", False)),
             vocab=g("vocab_size", req=True), max_seq_len=g("max_position_embeddings", 4096), seq_len=native,
             position="rotary", tied_embeddings=bool(g("tie_word_embeddings", False)),
+            qkv_projection="separate", softmax_dtype="fp32",
             dropout=float(g("attention_dropout", 0.0)), source=f"Hugging Face config {where}",
         )
     if mt == "opt":
@@ -80,7 +84,7 @@ def from_hf_config(cfg: dict, where: str, default_name: str = "hf-model") -> dic
             bias=bool(g("enable_bias", True)), vocab=g("vocab_size", req=True), max_seq_len=maxpos,
             position="learned", position_embeddings=maxpos + 2,  # OPTLearnedPositionalEmbedding offsets by 2
             tied_embeddings=bool(g("tie_word_embeddings", True)),
-            final_norm=not bool(g("_remove_final_layer_norm", False)),
+            final_norm=not bool(g("_remove_final_layer_norm", False)), qkv_projection="separate", softmax_dtype="fp32",
             dropout=float(g("dropout", 0.1)), source=f"Hugging Face config {where}",
         )
     # bert
@@ -96,5 +100,6 @@ def from_hf_config(cfg: dict, where: str, default_name: str = "hf-model") -> dic
         vocab=g("vocab_size", req=True), max_seq_len=g("max_position_embeddings", 512), position="learned",
         tied_embeddings=True, dropout=float(g("hidden_dropout_prob", 0.1)), architecture="encoder",
         token_types=g("type_vocab_size", 2), embedding_norm=True, final_norm=False, pooler=pooler,
-        mlm_head=mlm, nsp_head=arch == "BertForPreTraining", source=f"Hugging Face config {where}",
+        mlm_head=mlm, nsp_head=arch == "BertForPreTraining", qkv_projection="separate",
+        source=f"Hugging Face config {where}",
     )

@@ -20,6 +20,8 @@ NORMS = ("layernorm", "rmsnorm")
 POSITIONS = ("learned", "rotary", "none")
 ARCHITECTURES = ("decoder", "encoder")
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_tanh", "relu", "silu")
+QKV_PROJECTIONS = ("fused", "separate")
+SOFTMAX_DTYPES = ("activation", "fp32")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,6 +41,12 @@ class ModelSpec:
     norm: str = spec_field("layernorm", choices=NORMS, help="LayerNorm (weight+bias) or RMSNorm (weight)")
     bias: bool = spec_field(True, help="biases on the linear layers")
     qkv_bias: bool | None = spec_field(None, help="biases on Q/K/V only (Qwen-style); default = bias")
+    qkv_projection: str = spec_field("fused", choices=QKV_PROJECTIONS,
+                                     help="Q, K and V as one fused projection (GPT-2, Megatron) or three (Hugging "
+                                          "Face Llama, Mistral, Qwen2, OPT, BERT): an eager stack's copies and sums")
+    softmax_dtype: str = spec_field("activation", choices=SOFTMAX_DTYPES,
+                                    help="dtype of the unfused (eager) attention softmax: the activation dtype "
+                                         "(GPT-2, BERT) or fp32 (Hugging Face Llama, Mistral, Qwen2, OPT)")
     position: str = spec_field("learned", choices=POSITIONS, help="learned absolute or rotary positions")
     position_embeddings: int | None = spec_field(None, gt=0,
                                                  help="rows of the learned position table; default max_seq_len")

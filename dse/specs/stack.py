@@ -22,12 +22,14 @@ SIZES = ("tok", "h", "q", "kv", "qkv", "f", "scores", "heads", "logits", "table"
 #: Entries a stack file may hold, with the variants an entry may be split into (None: not split).
 ENTRIES: dict[str, tuple[str, ...] | None] = {
     "norm": ("layernorm", "rmsnorm"), "residual": None, "activation": ("gelu", "gelu_new", "relu", "silu_glu"),
-    "rotary": None, "flash": None, "math": None, "dropout": None, "score_dropout": None, "kv_copy": None,
-    "bias_grads": None, "grad_accumulate": None,
-    "embedding": None, "final_norm": None, "loss": None}
+    "rotary": None, "flash": ("fused", "separate"), "math": ("activation", "fp32"), "dropout": None,
+    "score_dropout": None, "kv_copy": ("fused", "separate"), "kv_repeat": None, "qkv_grads": None, "bias_grads": None,
+    "grad_accumulate": None, "embedding": None, "final_norm": None, "loss": None}
+#: Which model property picks an entry's variant (an entry without variants applies as written).
+VARIANT_OF = {"norm": "norm", "activation": "activation", "flash": "qkv", "kv_copy": "qkv", "math": "softmax"}
 _OP_KEYS = ("forward", "backward", "saved", "transient", "when")
 _CHOICES = {"attention": ("flash", "math"), "recompute": ("none", "selective", "full"), "bias": (True, False),
-            "dropout": (True, False)}
+            "dropout": (True, False), "qkv": ("fused", "separate"), "grouped": (True, False)}
 
 
 @dataclass(frozen=True)
@@ -41,23 +43,23 @@ class StackSpec:
     pads_vocab: bool = True        # the LM head's vocabulary is padded to an aligned size (Megatron: 128 t)
     rows: dict = field(default_factory=dict)
 
-    def ops(self, norm: str, activation: str) -> dict:
-        """The stack's ops for a model: each split entry resolved to the model's norm / activation variant."""
-        return _resolve(self, norm, activation)
+    def ops(self, norm: str, activation: str, qkv: str = "fused", softmax: str = "activation") -> dict:
+        """The stack's ops for a model: each split entry resolved to the model's variant (norm, activation, how
+        Q/K/V are projected, the eager softmax's dtype)."""
+        return _resolve(self, norm, activation, qkv, softmax)
 
 
 @lru_cache(maxsize=64)
-def _resolve(stack: StackSpec, norm: str, activation: str) -> dict:
-    pick = {"norm": norm, "activation": activation}
+def _resolve(stack: StackSpec, norm: str, activation: str, qkv: str, softmax: str) -> dict:
+    pick = {"norm": norm, "activation": activation, "qkv": qkv, "softmax": softmax}
     out: dict = {}
     for name, op in stack.rows.items():
+        entry = name
         if isinstance(op, str):           # an alias: final_norm: norm
-            op = stack.rows[op]
-            variants = ENTRIES.get("norm")
-        else:
-            variants = ENTRIES[name]
-        if variants is not None and isinstance(op, dict) and set(op) <= set(variants):
-            key = pick["norm" if variants == ENTRIES["norm"] else "activation"]
+            entry, op = op, stack.rows[op]
+        variants = ENTRIES[entry]
+        if variants is not None and isinstance(op, dict) and op and set(op) <= set(variants):
+            key = pick[VARIANT_OF[entry]]
             if key not in op:
                 continue                  # the stack says nothing for this variant: the fused row stays
             op = op[key]
