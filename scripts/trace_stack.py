@@ -27,11 +27,13 @@ DIMS = {
     "gpt2": {"h": 320, "heads": 5, "b": 3, "s": 96, "vocab": 50257},
     # grouped-query attention (2 K/V heads for 4 query heads), SwiGLU, RMSNorm, rotary positions, untied head
     "llama": {"h": 256, "heads": 4, "kv_heads": 2, "ffn": 704, "b": 3, "s": 96, "vocab": 32000},
+    # pre-LN OPT: LayerNorm, ReLU MLP, separate q/k/v projections (q scaled before the attention), learned positions
+    "opt": {"h": 320, "heads": 5, "ffn": 1280, "b": 3, "s": 96, "vocab": 50272},
 }
 
 
 def build(arch: str, layers: int, attn: str, dims: dict):
-    """Transformers' GPT2LMHeadModel or LlamaForCausalLM from a config: bf16, dropout 0, training mode."""
+    """Transformers' GPT2LMHeadModel, OPTForCausalLM or LlamaForCausalLM from a config: bf16, dropout 0, training."""
     import torch
 
     torch.manual_seed(0)
@@ -40,6 +42,13 @@ def build(arch: str, layers: int, attn: str, dims: dict):
         cfg = GPT2Config(n_layer=layers, n_embd=dims["h"], n_head=dims["heads"], vocab_size=dims["vocab"],
                          n_positions=1024, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
         cls = GPT2LMHeadModel
+    elif arch == "opt":
+        from transformers import OPTConfig, OPTForCausalLM
+        cfg = OPTConfig(num_hidden_layers=layers, hidden_size=dims["h"], num_attention_heads=dims["heads"],
+                        ffn_dim=dims["ffn"], vocab_size=dims["vocab"], max_position_embeddings=1024,
+                        word_embed_proj_dim=dims["h"], dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
+                        layerdrop=0.0)
+        cls = OPTForCausalLM
     else:
         from transformers import LlamaConfig, LlamaForCausalLM
         cfg = LlamaConfig(num_hidden_layers=layers, hidden_size=dims["h"], num_attention_heads=dims["heads"],

@@ -70,8 +70,8 @@ def test_a_stack_keeps_the_gemms_and_flops_and_changes_only_elementwise_rows(att
             assert {k: eager["layer"][name][k] for k in ("m", "k", "n", "batch")} == \
                    {k: row[k] for k in ("m", "k", "n", "batch")}
     added = set(eager["layer"]) - set(meg["layer"])
-    assert added <= {"attention_copies", "dropout", "kv_copy", "kv_repeat", "qkv_grads", "bias_grads",
-                     "grad_accumulate"}
+    assert added <= {"attention_copies", "dropout", "kv_copy", "kv_repeat", "qkv_grads", "rotary_grads",
+                     "query_scale", "bias_grads", "grad_accumulate"}
     assert all(eager["layer"][n]["kind"] == "elementwise" for n in added)
 
 
@@ -99,10 +99,11 @@ def test_amounts_are_passes_times_elements_times_dtype_bytes():
 
 
 # --- the pytorch stack against a real PyTorch run -----------------------------------------------------------------
-# tests/fixtures/pytorch_stack_trace.json (GPT-2: h 320, 5 heads) and pytorch_stack_trace_llama.json (Llama: h 256,
-# 4 query and 2 K/V heads, SwiGLU 704, RMSNorm, rotary, untied head): every aten op and every saved tensor of one
-# training step of Transformers' GPT2LMHeadModel / LlamaForCausalLM with 1 and 2 layers (b 3, s 96, bf16, CPU),
-# recorded by scripts/trace_stack.py. A layer = 2-layer run - 1-layer run. What the CPU trace cannot show is
+# tests/fixtures/pytorch_stack_trace.json (GPT-2: h 320, 5 heads), pytorch_stack_trace_llama.json (Llama: h 256,
+# 4 query and 2 K/V heads, SwiGLU 704, RMSNorm, rotary, untied head) and pytorch_stack_trace_opt.json (OPT: h 320, 5
+# heads, ReLU 1280, separate q/k/v with the query pre-scaled): every aten op and every saved tensor of one training
+# step of Transformers' GPT2LMHeadModel / LlamaForCausalLM / OPTForCausalLM with 1 and 2 layers (b 3, s 96, bf16,
+# CPU), recorded by scripts/trace_stack.py. A layer = 2-layer run - 1-layer run. What the CPU trace cannot show is
 # subtracted explicitly, each with its reason:
 #   - the output-layout copy of the attention output and of its gradient (cuDNN returns (b, a, s, d); the CPU
 #     flash kernel already returns the (b, s, a, d) layout, so `.transpose(1, 2).contiguous()` copies nothing);
@@ -120,7 +121,8 @@ from pathlib import Path as _Path  # noqa: E402
 
 _FIXTURES = _Path(__file__).parent / "fixtures"
 _TRACES = {"gpt2": _json.loads((_FIXTURES / "pytorch_stack_trace.json").read_text()),
-           "llama": _json.loads((_FIXTURES / "pytorch_stack_trace_llama.json").read_text())}
+           "llama": _json.loads((_FIXTURES / "pytorch_stack_trace_llama.json").read_text()),
+           "opt": _json.loads((_FIXTURES / "pytorch_stack_trace_opt.json").read_text())}
 _GEMM_OPS = {"addmm", "mm", "bmm"}
 
 
@@ -135,6 +137,9 @@ def _traced_layer(run: dict) -> tuple[float, float, float]:
 def _traced_model(arch: str, d: dict) -> tuple[str, list[str]]:
     if arch == "gpt2":
         return "gpt2-small", [f"model.hidden={d['h']}", f"model.heads={d['heads']}", "model.dropout=0"]
+    if arch == "opt":
+        return "opt-13b", [f"model.hidden={d['h']}", f"model.heads={d['heads']}", f"model.ffn_hidden={d['ffn']}",
+                           f"model.vocab={d['vocab']}", "model.dropout=0"]
     return "llama2-7b", [f"model.hidden={d['h']}", f"model.heads={d['heads']}", f"model.kv_heads={d['kv_heads']}",
                          f"model.ffn_hidden={d['ffn']}", f"model.vocab={d['vocab']}"]
 
@@ -171,12 +176,14 @@ def test_the_pytorch_stack_reproduces_the_traced_bytes_and_saved_tensors_of_a_la
     f_tr, b_tr, s_tr = _traced_layer(trace["runs"][key])
     if rc == "full":                                      # the checkpoint keeps the layer input; backward re-runs
         assert s_tr == pytest.approx(K.saved_bytes(t), rel=1e-6)
-        b_tr -= f_tr                                      # the traced backward includes the re-run forward
+        # the traced backward includes the re-run forward, which stops once the last tensor the layer saves exists
+        # (torch.utils.checkpoint's early stop, on by default): the layer's final residual add is not re-run
+        b_tr -= f_tr - 3 * h
         assert fwd == pytest.approx(f_tr, rel=0.01)
-        assert bwd == pytest.approx(b_tr, rel=0.03)
+        assert bwd == pytest.approx(b_tr, rel=0.005)
     else:
         assert saved == pytest.approx(s_tr, rel=0.005)
-        assert fwd == pytest.approx(f_tr, rel=0.01 if arch == "llama" and attn == "eager" else 0.005)
+        assert fwd == pytest.approx(f_tr, rel=0.01 if arch != "gpt2" and attn == "eager" else 0.005)
         assert bwd == pytest.approx(b_tr, rel=0.005)
 
 

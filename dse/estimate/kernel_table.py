@@ -256,7 +256,8 @@ def _stack_inputs(model: ModelSpec, plan: Plan, stack: str) -> tuple[Any, Any, A
                          sequence_parallel=plan.sequence_parallel,
                          layer_params=(p_layer - p_rep) / t + p_rep, param_tensors=model.layer_param_tensors)
     choices = {"attention": plan.attention, "recompute": plan.recompute, "bias": bool(model.bias),
-               "dropout": model.dropout > 0, "qkv": model.qkv_projection, "grouped": kv < model.heads}
+               "dropout": model.dropout > 0, "qkv": model.qkv_projection, "grouped": kv < model.heads,
+               "scale_query": model.scale_query, "rotary": model.position == "rotary"}
     return ops, size, choices
 
 

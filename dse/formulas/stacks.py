@@ -143,7 +143,8 @@ def apply_layer(table: Table, ops: dict[str, Op], size: Sizes, choices: dict[str
     Formula: each element-wise row's bytes, kernels and saved bytes from the stack op that names it (norm1, norm2:
     ``norm``; the residual adds: ``residual``; ``activation``; ``rotary``); the attention core's saved bytes and its
     copies from ``flash`` or ``math`` (eager attention's dropout: ``score_dropout``); added rows (``dropout``,
-    ``kv_copy``, ``kv_repeat``, ``qkv_grads``, ``bias_grads``, ``grad_accumulate``) where enabled
+    ``kv_copy``, ``kv_repeat``, ``qkv_grads``, ``rotary_grads``, ``query_scale``, ``bias_grads``,
+    ``grad_accumulate``) where enabled
     Source: the framework's op trace, as recorded in the stack file (stacks/*.yaml).
 
     GEMM rows keep their shapes and what they save (their inputs); fc2's input is counted by ``activation``.
@@ -181,7 +182,8 @@ def apply_layer(table: Table, ops: dict[str, Op], size: Sizes, choices: dict[str
                 out[name] = {**_elementwise(ops["score_dropout"], size, e, g), "selective": True}
         else:
             out[name] = row
-    for name in ("dropout", "kv_copy", "kv_repeat", "qkv_grads", "bias_grads", "grad_accumulate"):
+    for name in ("dropout", "kv_copy", "kv_repeat", "qkv_grads", "rotary_grads", "query_scale",
+                 "bias_grads", "grad_accumulate"):
         if name in ops and _enabled(ops[name], choices):
             out[name] = _elementwise(ops[name], size, e, g)
     return out

@@ -85,6 +85,7 @@ def from_hf_config(cfg: dict, where: str, default_name: str = "hf-model") -> dic
             position="learned", position_embeddings=maxpos + 2,  # OPTLearnedPositionalEmbedding offsets by 2
             tied_embeddings=bool(g("tie_word_embeddings", True)),
             final_norm=not bool(g("_remove_final_layer_norm", False)), qkv_projection="separate", softmax_dtype="fp32",
+            scale_query=True,
             dropout=float(g("dropout", 0.1)), source=f"Hugging Face config {where}",
         )
     # bert

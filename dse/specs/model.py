@@ -47,6 +47,8 @@ class ModelSpec:
     softmax_dtype: str = spec_field("activation", choices=SOFTMAX_DTYPES,
                                     help="dtype of the unfused (eager) attention softmax: the activation dtype "
                                          "(GPT-2, BERT) or fp32 (Hugging Face Llama, Mistral, Qwen2, OPT)")
+    scale_query: bool = spec_field(False, help="the query is multiplied by 1/sqrt(d) by a kernel of its own before "
+                                               "the attention (Hugging Face OPT); an eager stack's extra pass")
     position: str = spec_field("learned", choices=POSITIONS, help="learned absolute or rotary positions")
     position_embeddings: int | None = spec_field(None, gt=0,
                                                  help="rows of the learned position table; default max_seq_len")

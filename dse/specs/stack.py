@@ -23,13 +23,15 @@ SIZES = ("tok", "h", "q", "kv", "qkv", "f", "scores", "heads", "logits", "table"
 ENTRIES: dict[str, tuple[str, ...] | None] = {
     "norm": ("layernorm", "rmsnorm"), "residual": None, "activation": ("gelu", "gelu_new", "relu", "silu_glu"),
     "rotary": None, "flash": ("fused", "separate"), "math": ("activation", "fp32"), "dropout": None,
-    "score_dropout": None, "kv_copy": ("fused", "separate"), "kv_repeat": None, "qkv_grads": None, "bias_grads": None,
-    "grad_accumulate": None, "embedding": None, "final_norm": None, "loss": None}
+    "score_dropout": None, "kv_copy": ("fused", "separate"), "kv_repeat": None, "qkv_grads": None,
+    "rotary_grads": None, "query_scale": None, "bias_grads": None, "grad_accumulate": None, "embedding": None,
+    "final_norm": None, "loss": None}
 #: Which model property picks an entry's variant (an entry without variants applies as written).
 VARIANT_OF = {"norm": "norm", "activation": "activation", "flash": "qkv", "kv_copy": "qkv", "math": "softmax"}
 _OP_KEYS = ("forward", "backward", "saved", "transient", "when")
 _CHOICES = {"attention": ("flash", "math"), "recompute": ("none", "selective", "full"), "bias": (True, False),
-            "dropout": (True, False), "qkv": ("fused", "separate"), "grouped": (True, False)}
+            "dropout": (True, False), "qkv": ("fused", "separate"), "grouped": (True, False),
+            "scale_query": (True, False), "rotary": (True, False)}
 
 
 @dataclass(frozen=True)
