@@ -1,15 +1,17 @@
 """Property tests (Hypothesis) of the base model: transformer training on GPUs, no offload.
 
-Over random models (catalog shapes with the layer count changed), plans (TP, PP, DP, micro-batch,
-sequence length, recompute, attention, sequence parallelism, ZeRO stage, precision) and the two
-GPU systems, the estimate keeps the invariants a user relies on when reading it:
+Over random models (catalog shapes of GPT-2, Llama 2/3 and OPT with the layer count changed), plans (TP, PP,
+DP, micro-batch, sequence length, recompute, attention, sequence parallelism, ZeRO stage, precision,
+software stack) and the two GPU systems, the estimate keeps the invariants a user relies on when reading it:
 
 - its parts add up: time components to the iteration, communication parts to the communication,
   memory classes to each tier's total;
 - MFU <= HFU <= 1, and no NaN, infinity or negative number anywhere in the JSON;
 - more data parallelism never raises the per-GPU model-state memory (weights, gradients, optimizer);
 - recomputation never lowers the time (none <= selective <= full), and on one pipeline stage of two or
-  more layers never raises the activation memory (none >= selective >= full).
+  more layers never raises the activation memory (none >= selective >= full);
+- eager PyTorch (``--stack pytorch``) is never faster, nor holds fewer activations, than Megatron's fused
+  kernels or torch.compile's fusion of the same plan.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from hypothesis import assume, given, settings, strategies as st
 from dse.errors import InputError
 from dse.estimate import resolve, run
 
-MODELS = ("gpt2-xl", "llama2-7b", "llama2-13b")
+MODELS = ("gpt2-xl", "llama2-7b", "llama2-13b", "llama3-8b", "opt-13b")
 SYSTEMS = ("a100-cluster-800g", "dgx-h100")
 TIME_PARTS = ("compute", "recompute", "communication", "bubble", "optimizer", "overhead", "io_exposed")
 COMM_PARTS = ("tp_communication", "pp_communication", "dp_communication", "embedding_sync")
@@ -41,6 +43,7 @@ plans = st.fixed_dictionaries({
     "sequence_parallel": st.booleans(),
     "zero": st.integers(0, 3),
     "precision": st.sampled_from(["bf16", "fp16"]),
+    "stack": st.sampled_from(["megatron", "pytorch", "compiled"]),
 })
 scenarios = st.tuples(st.sampled_from(MODELS), st.sampled_from(SYSTEMS), st.integers(4, 48), plans)   # >= 4 layers
 
@@ -144,3 +147,16 @@ def test_full_recompute_of_a_one_layer_stage_holds_the_checkpoint_and_the_larger
     assert extra == pytest.approx(checkpoint + max(head, work) - (work + head))
     assert extra < 0                                              # less than keeping, by the smaller of the two
 
+
+
+@settings(max_examples=60, deadline=None)
+@given(scenarios)
+def test_eager_pytorch_is_never_faster_or_smaller_than_fused_kernels(sc):
+    """Eager modules launch every op as its own kernel and save every op's inputs: neither Megatron's fused kernels
+    nor torch.compile's fusion can take longer or hold more activations for the same plan."""
+    model, system, layers, plan = sc
+    runs = {st_: estimate(model, system, layers, plan, stack=st_) for st_ in ("megatron", "compiled", "pytorch")}
+    time = {k: r["time"]["compute"] + r["time"]["recompute"] for k, r in runs.items()}
+    acts = {k: r["memory"]["gpu"]["activations"] for k, r in runs.items()}
+    assert time["megatron"] <= time["pytorch"] * (1 + REL) and time["compiled"] <= time["pytorch"] * (1 + REL), time
+    assert acts["megatron"] <= acts["pytorch"] * (1 + REL) and acts["compiled"] <= acts["pytorch"] * (1 + REL), acts
