@@ -148,6 +148,10 @@ _LOADED: dict[tuple[str, str], object] = {}
 
 
 def _cached(kind: str, ref, overrides, load):
+    if not overrides and type(ref) is str:   # a catalog name loaded before (file paths are never kept)
+        hit = _LOADED.get((kind, ref))
+        if hit is not None:
+            return hit
     if overrides or not isinstance(ref, str) or _looks_like_path(ref):
         return load()
     key = (kind, ref)

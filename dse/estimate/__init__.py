@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from dse.catalog import load_hardware, load_model
-from dse.estimate import activation_offload, economics, feasibility, offload, wear
+from dse.estimate import activation_offload, arrays, economics, feasibility, offload, wear
 from dse.estimate.backends import backend
 from dse.estimate.technique import Technique, compose
 from dse.specs import _schema
@@ -68,15 +68,23 @@ def techniques() -> list[Technique]:
     return listed + [t for t in TECHNIQUES if t.name in ("drive_wear", "economics")]
 
 
+_HEADS = {"compute": "Compute-bound", "recompute": "Recompute-bound", "bubble": "Pipeline-bubble-bound",
+          "optimizer": "Optimizer-bound", "overhead": "Host-bound", "io_exposed": "I/O-bound"}
+
+
 def bottleneck(r: Result) -> str:
     """One sentence naming the largest share of the iteration time."""
     t = r["time"]
     total = t["iteration"]
-    parts = sorted(((t.get(k, 0.0), k) for k in TIME_PARTS), reverse=True)
-    (v1, k1), (v2, k2) = parts[0], parts[1]
-    heads = {"compute": "Compute-bound", "recompute": "Recompute-bound", "bubble": "Pipeline-bubble-bound",
-             "optimizer": "Optimizer-bound", "overhead": "Host-bound", "io_exposed": "I/O-bound"}
-    head = heads.get(k1, "Communication-bound")
+    first = second = (-1.0, "")   # the two largest (time, part), in one pass (as sorting them would rank them)
+    for k in TIME_PARTS:
+        x = (t.get(k, 0.0), k)
+        if x > first:
+            first, second = x, first
+        elif x > second:
+            second = x
+    (v1, k1), (v2, k2) = first, second
+    head = _HEADS.get(k1, "Communication-bound")
     return (f"{head}: {TIME_PARTS[k1]} take {100 * v1 / total:.0f}% of the iteration; "
             f"next is {TIME_PARTS[k2]} ({100 * v2 / total:.0f}%).")
 
@@ -87,6 +95,11 @@ def run(model: ModelSpec, system: Hardware, plan: Plan, *, trace: Trace | None =
     r, extra = hw.numbers(model, system, plan, trace=trace)
     r["feasible"], r["violations"], r["bottleneck"] = hw.verdict(r, system, plan, extra)
     return r
+
+
+# keys of the composed dict that are not result sections (terms, and numbers the result holds elsewhere)
+_NOT_SECTIONS = frozenset(("terms", "params", "gpus", "nodes", "micro_batches", "layers_per_stage", "params_per_gpu",
+                           "peak_flops", "extra_violations"))
 
 
 def numbers(model: ModelSpec, system: SystemSpec, plan: Plan, *, trace: Trace | None = None
@@ -124,12 +137,11 @@ def numbers(model: ModelSpec, system: SystemSpec, plan: Plan, *, trace: Trace | 
     for k in ("flops", "activation_bytes_per_layer", "memory", "traffic", "time", "throughput"):
         r[k] = c[k]
     for k, v in c.items():  # sections added by techniques (cost, energy, activation_offload, ...)
-        if k not in r and k not in ("terms", "params", "gpus", "nodes", "micro_batches", "layers_per_stage",
-                                    "params_per_gpu", "peak_flops", "extra_violations"):
+        if k not in r and k not in _NOT_SECTIONS:
             r[k] = v
     r["hardware"] = {"name": system.name, "gpu": system.node.gpu.name, "gpus_per_node": system.node.gpus_per_node,
                      "nodes": system.nodes}
-    r["plan"] = dict(vars(plan))   # plan fields are scalars: a shallow copy is the whole plan
+    r["plan"] = vars(plan).copy()   # plan fields are scalars: a shallow copy is the whole plan
     return r, list(c.get("extra_violations", []))
 
 
@@ -189,10 +201,30 @@ def load(model: Any, hardware: Any, plan: Any = None, overrides: Any = (), **pla
     return model, system, plan_data
 
 
+# memo of make_plan: (model id, system id, (field, type, value)...) -> (model, system, resolved plan)
+_PLANS: dict[tuple[Any, ...], tuple[ModelSpec, Hardware, Plan]] = {}
+
+
 def make_plan(model: ModelSpec, system: Hardware, plan_data: dict[str, Any]) -> Plan:
-    """Validate plan fields (a dict of scalars) against the model and system: the resolved :class:`Plan`."""
-    plan = _schema.build(Plan, plan_data, "plan: ").resolved(model, system)
+    """Validate plan fields (a dict of scalars) against the model and system: the resolved :class:`Plan`.
+
+    The same fields on the same model and system objects (catalog specs are loaded once) are validated
+    once: the resolved plan is frozen, so a repeated call returns it. The key holds each value's type
+    (``True``, ``1`` and ``1.0`` are equal in Python, not as plan fields); invalid fields raise every time.
+    """
+    key = (id(model), id(system), *((k, type(v), v) for k, v in plan_data.items()))
+    try:
+        hit, memo = _PLANS.get(key), True
+    except TypeError:            # an unhashable value (a list, a dict): checked afresh (and rejected)
+        hit, memo = None, False
+    if hit is not None and hit[0] is model and hit[1] is system:
+        return hit[2]
+    plan = Plan.resolved_from(_schema.arguments(Plan, plan_data, "plan: "), model, system)
     backend(system).check_plan(plan, model, system)
+    if memo:
+        if len(_PLANS) >= 512:   # bounded
+            _PLANS.clear()
+        _PLANS[key] = (model, system, plan)
     return plan
 
 
@@ -216,8 +248,6 @@ def estimate(model: Any, hardware: Any, plan: Any = None, *, overrides: Any = ()
     >>> r["memory"]["gpu"]["activations"].shape, bool(np.all(np.diff(r["memory"]["gpu"]["activations"]) > 0))
     ((3,), True)
     """
-    from dse.estimate import arrays
-
     overrides, hw_arrays = arrays.split_overrides(overrides)
     m, s, data = load(model, hardware, plan, overrides, **plan_fields)
     if hw_arrays:

@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from dse.errors import InputError
+from dse.specs import _schema
 
 if TYPE_CHECKING:
     import numpy as np
@@ -39,11 +40,14 @@ if TYPE_CHECKING:
     from dse.estimate.trace import Trace
     from dse.specs.model import ModelSpec
 
+_PLAIN = (int, float, str, bool, type(None))   # scalars: never arrays (checked first, without hasattr)
 Shape = tuple[int, ...]
 Assignments = list[tuple[list[str], Any]]     # --set assignments as (path, value)
 
 
 def _is_array(value: object) -> bool:
+    if type(value) in _PLAIN:
+        return False
     if isinstance(value, (list, tuple)):
         return True
     return hasattr(value, "__array__") and getattr(value, "ndim", 0) > 0
@@ -54,8 +58,6 @@ def split_overrides(overrides: Iterable[Any]) -> tuple[Assignments, dict[str, li
 
     Model fields shape the code paths (heads, layers, FFN type), so they stay scalars: one call per model.
     """
-    from dse.specs import _schema
-
     scalar: Assignments = []
     arrays: dict[str, list[Any]] = {}
     for item in overrides:

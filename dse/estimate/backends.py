@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
+import dse.estimate as _gpu  # the GPU estimate (numbers, verdict): a package that imports this module
 from dse.specs import rules as _rules
 from dse.specs.hardware import CHIPLET_PACKAGE, GPU_SYSTEM, HARDWARE_KINDS
 
@@ -80,15 +81,11 @@ class GPUSystem(_RuleTable):
 
     def numbers(self, model: ModelSpec, system: SystemSpec, plan: Plan, *, trace: Trace | None = None
                 ) -> tuple[Result, list[str]]:
-        from dse.estimate import numbers
-
-        return numbers(model, system, plan, trace=trace)
+        return _gpu.numbers(model, system, plan, trace=trace)
 
     def verdict(self, r: Result, system: SystemSpec, plan: Plan, extra: Iterable[str] = ()
                 ) -> tuple[bool, list[str], str]:
-        from dse.estimate import verdict
-
-        return verdict(r, system, plan, extra)
+        return _gpu.verdict(r, system, plan, extra)
 
 
     def limits(self, c: Result, system: SystemSpec) -> list[tuple[str, Num]]:

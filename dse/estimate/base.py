@@ -53,9 +53,39 @@ def compose(model, system, plan, F=None) -> dict:
 # ------------------------------------------------------------------------------------------ memory side
 
 
+# memo of the parts of a scalar estimate that depend on one spec and a few plan integers only (parameter counts,
+# link bandwidths): the search and the validation suites meet the same model, system and degrees again and again.
+# key (part, spec id, integers, every formula called, so that a replaced one is never served a stale value: a test,
+# the reference page's perturbation) -> (spec, value); numpy values and traced formulas are not kept
+_PARTS: dict[tuple, tuple] = {}
+
+
+def _ints(*xs) -> bool:
+    """Are these plan fields Python ints (not arrays, not numpy scalars whose results keep their type)?"""
+    return all(type(x) is int for x in xs)
+
+
+def _remembered(key: tuple, spec, make) -> dict:
+    """A copy of the dict ``make()`` returns, kept under ``key`` for ``spec`` (:data:`_PARTS`)."""
+    hit = _PARTS.get(key)
+    if hit is None or hit[0] is not spec:
+        if len(_PARTS) >= 512:   # bounded
+            _PARTS.clear()
+        hit = _PARTS[key] = (spec, make())
+    return dict(hit[1])
+
+
 def parameters(model, plan, T=_transformer) -> dict:
     """Parameters of the model, of one layer (per GPU) and of the first and last pipeline stage's GPU."""
     t, p, v = plan.tp, plan.pp, plan.virtual_stages
+    if T is _transformer and _ints(t, p, v):
+        key = ("parameters", id(model), t, p, v, T.layer_parameters, T.layer_parameters_replicated,
+               T.embedding_parameters, T.head_parameters, T.norm_parameters, T.ffn_matrices)
+        return _remembered(key, model, lambda: _parameters(model, t, p, v, T))
+    return _parameters(model, t, p, v, T)
+
+
+def _parameters(model, t, p, v, T) -> dict:
     L, h, V = model.layers, model.hidden, model.vocab
     p_layer = T.layer_parameters(h, model.heads, model.kv_heads, model.head_dim, model.ffn_hidden, model.ffn_type,
                                  model.norm, model.bias, model.qkv_bias)
@@ -192,9 +222,15 @@ def links(system, plan, P=_parallelism) -> dict:
 
     A group runs at the intra-node link's rate while its ranks fit in one node, at the network's otherwise.
     """
+    t, d = plan.tp, plan.dp
+    if P is _parallelism and _ints(t, d):
+        return _remembered(("links", id(system), t, d, P.group_bandwidth), system, lambda: _links(system, t, d, P))
+    return _links(system, t, d, P)
+
+
+def _links(system, t, d, P) -> dict:
     node = system.node
     G = node.gpus_per_node
-    t, d = plan.tp, plan.dp
     intra = node.gpu_link.bandwidth * node.gpu_link.efficiency if node.gpu_link else float("inf")
     intra_lat = node.gpu_link.latency if node.gpu_link else 0.0
     inter = node.network.bandwidth * node.network.efficiency if node.network else intra / 1e3

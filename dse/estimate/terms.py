@@ -35,6 +35,8 @@ def _map_value(fn: Callable[[Any], Any], value: Any) -> Any:
 class _Mappable:
     """``map`` and ``as_dict`` for a dataclass of numbers/arrays (nested dicts and dataclasses included)."""
 
+    __slots__ = ()   # a subclass declared with slots=True has no __dict__ (the base terms: built on every estimate)
+
     def map(self, fn: Callable[[Any], Any]) -> Any:
         """A copy with ``fn`` applied to every numeric leaf (dict values and nested terms included)."""
         changes = {f.name: _map_value(fn, getattr(self, f.name)) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
@@ -50,7 +52,7 @@ class _Mappable:
         return out
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)
 class TimeTerms(_Mappable):
     """Time-side terms of the base estimate (:func:`dse.estimate.base.compose_time`), seconds unless stated."""
 
@@ -77,7 +79,7 @@ class TimeTerms(_Mappable):
     pp_bandwidth: Num           # bytes/s between neighbouring pipeline stages
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)
 class BaseTerms(_Mappable):
     """Memory-side terms of the base estimate (:func:`dse.estimate.base.compose_memory`).
 

@@ -152,6 +152,18 @@ def _check_range(x, meta, where):
 
 def build(cls: type[_Spec], data: dict, where: str) -> _Spec:
     """Construct ``cls`` from ``data``; ``where`` prefixes every error (file or path)."""
+    obj = cls(**arguments(cls, data, where))
+    check = getattr(obj, "_check", None)
+    if check is not None:
+        check(_at(where))
+    return obj
+
+
+def arguments(cls: type, data: dict, where: str) -> dict[str, typing.Any]:
+    """The checked keyword arguments :func:`build` constructs ``cls`` with: the fields ``data`` sets, converted.
+
+    Raises the same one-line :class:`~dse.errors.InputError` as :func:`build` for an unknown, missing or bad field.
+    """
     if not isinstance(data, dict):
         raise InputError(f"{_at(where)}: expected a mapping of fields, got {type(data).__name__}")
     fields = _fields(cls)
@@ -167,11 +179,7 @@ def build(cls: type[_Spec], data: dict, where: str) -> _Spec:
             raise InputError(f"{_at(where)}: missing required field '{name}'")
         f, tp = fields[name]
         kwargs[name] = _convert(data[name], tp, f.metadata, _join(where, name))
-    obj = cls(**kwargs)
-    check = getattr(obj, "_check", None)
-    if check is not None:
-        check(_at(where))
-    return obj
+    return kwargs
 
 
 def to_dict(obj) -> dict:

@@ -131,24 +131,39 @@ class Plan:
 
     def resolved(self, model, system=None) -> Plan:
         """Fill the defaults that depend on the model (and, for dp, on the system)."""
-        dp = self.dp
-        if dp is None:   # array-safe throughout: the vectorised search resolves plans whose fields are arrays
-            per_node = system.node.gpus_per_node if system is not None and system.kind == GPU_SYSTEM else 1
-            tp_pp = self.tp * self.pp
-            dp = maximum(where(per_node % tp_pp == 0, per_node // tp_pp, 1), 1)
-        gb = self.global_batch
-        if gb is None:
-            gb = self.micro_batch * dp * where(self.pp == 1, 1, 4 * self.pp)
-        zero = self.zero
-        if zero is None:
-            zero = 1 if system is None or system.kind == GPU_SYSTEM else 0
-        sg = self.sub_group_size
-        if sg is None:
-            sg = 4e7 if self.offload_optimizer == "csd" else 1e9
-        seq = self.seq_len if self.seq_len is not None else (model.seq_len or model.max_seq_len)
-        grad = self.grad_dtype or DEFAULT_GRAD_DTYPE[self.precision]
-        return dataclasses.replace(self, dp=dp, global_batch=gb, zero=zero, seq_len=seq, sub_group_size=sg,
-                                   grad_dtype=grad)
+        fields = vars(self)   # every field (a frozen dataclass has no other attributes)
+        return type(self)(**{**fields, **_derived(fields, model, system)})
+
+    @classmethod
+    def resolved_from(cls, arguments: dict, model, system=None) -> Plan:
+        """``Plan(**arguments).resolved(model, system)``, constructed once (the estimate's scalar path)."""
+        fields = {**_DEFAULTS, **arguments}
+        return cls(**{**fields, **_derived(fields, model, system)})
+
+
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Plan)}
+
+
+def _derived(f: dict, model, system) -> dict:
+    """The fields of :meth:`Plan.resolved` (``f``: a plan's fields) that default to the model's or the system's."""
+    dp = f["dp"]
+    tp, pp = f["tp"], f["pp"]
+    if dp is None:   # array-safe throughout: the vectorised search resolves plans whose fields are arrays
+        per_node = system.node.gpus_per_node if system is not None and system.kind == GPU_SYSTEM else 1
+        tp_pp = tp * pp
+        dp = maximum(where(per_node % tp_pp == 0, per_node // tp_pp, 1), 1)
+    gb = f["global_batch"]
+    if gb is None:
+        gb = f["micro_batch"] * dp * where(pp == 1, 1, 4 * pp)
+    zero = f["zero"]
+    if zero is None:
+        zero = 1 if system is None or system.kind == GPU_SYSTEM else 0
+    sg = f["sub_group_size"]
+    if sg is None:
+        sg = 4e7 if f["offload_optimizer"] == "csd" else 1e9
+    seq = f["seq_len"] if f["seq_len"] is not None else (model.seq_len or model.max_seq_len)
+    grad = f["grad_dtype"] or DEFAULT_GRAD_DTYPE[f["precision"]]
+    return {"dp": dp, "global_batch": gb, "zero": zero, "seq_len": seq, "sub_group_size": sg, "grad_dtype": grad}
 
 
 # ----------------------------------------------------------------------------- validity: the rule table's two faces
