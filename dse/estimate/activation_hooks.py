@@ -26,11 +26,22 @@ hides; ``layers_by_ssdtrain_rule`` is what SSDTrain's rule would offload on the 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from dse.formulas._array import minimum
 
+if TYPE_CHECKING:
+    from dse.estimate.activation_offload import Before, Layers, MicrobatchIO, Times
+    from dse.estimate.aliases import FormulaModule, Num, Result
+    from dse.specs.model import ModelSpec
+    from dse.specs.plan import Plan
 
-def copied_bytes_per_layer(c, model, A):
+    # offloaded_layers of dse.estimate.activation_offload: (c, before, times, write bw, read bw, plan, formulas)
+    ChooseLayers = Callable[[Result, Before, Times, Num, Num, Plan, FormulaModule], Layers]
+
+
+def copied_bytes_per_layer(c: Result, model: ModelSpec, A: FormulaModule) -> Num:
     """Bytes the hooks copy per layer and micro-batch on one GPU (saved tensors, once per save, and weights)."""
     i = c["terms"]
     return A.hooks_bytes_per_layer(i.seq_len, i.micro_batch, model.hidden, model.heads, model.kv_heads,
@@ -39,27 +50,29 @@ def copied_bytes_per_layer(c, model, A):
                                    **i.activation_options)
 
 
-def layers_and_io(c, model, before, tm, bw, plan, A, choose) -> tuple[dict, dict]:
+def layers_and_io(c: Result, model: ModelSpec, before: Before, tm: Times, bw: tuple[Num, Num], plan: Plan,
+                  A: FormulaModule, choose: ChooseLayers) -> tuple[Layers, MicrobatchIO]:
     """The layers under the hooks (``ks``) and one micro-batch's copies (``io``, the forwarding keys + hooks')."""
     i = c["terms"]
     layers = i.layers_per_stage
     bw_w, bw_r = bw
-    ks = choose(c, before, tm, bw_w, bw_r, plan, A)       # SSDTrain's rule and the fewest layers that fit (section)
+    chosen = choose(c, before, tm, bw_w, bw_r, plan, A)   # SSDTrain's rule and the fewest layers that fit (section)
     if plan.offload_layers is None:
-        k, rule = layers + 0 * ks["k_fit"], "all"
+        k, rule = layers + 0 * chosen["k_fit"], "all"
     else:
         k, rule = minimum(plan.offload_layers, layers), "fixed"
-    ks = {**ks, "k": k, "rule": rule, "k_hide": 0 * ks["k_hide"]}
+    ks: Layers = {**chosen, "k": k, "rule": rule, "k_hide": 0 * chosen["k_hide"]}
     a_hooks = copied_bytes_per_layer(c, model, A)
     copied = k * a_hooks
     out_s = A.hooks_copy_time(k, a_hooks, bw_w, float("inf"))
     in_s = A.hooks_copy_time(k, a_hooks, float("inf"), bw_r)
-    io = {"bw_used": bw_w, "backlog": 0 * copied, "forwarded": 0 * copied, "written": copied, "read": copied,
-          "exposed": A.hooks_copy_time(k, a_hooks, bw_w, bw_r), "a_hooks": a_hooks, "out_s": out_s, "in_s": in_s}
+    io: MicrobatchIO = {"bw_used": bw_w, "backlog": 0 * copied, "forwarded": 0 * copied, "written": copied,
+                        "read": copied, "exposed": A.hooks_copy_time(k, a_hooks, bw_w, bw_r), "a_hooks": a_hooks,
+                        "out_s": out_s, "in_s": in_s}
     return ks, io
 
 
-def section_extras(section: dict, io: dict) -> dict:
+def section_extras(section: dict[str, Any], io: MicrobatchIO) -> dict[str, Any]:
     """The hooks' keys in the ``activation_offload`` section (and its bandwidth needs over the copied bytes)."""
     section["copied_bytes_per_layer"] = io["a_hooks"]
     section["copy_out_s_per_microbatch"] = io["out_s"]
@@ -67,6 +80,6 @@ def section_extras(section: dict, io: dict) -> dict:
     return section
 
 
-def section_before(before, io: dict):
+def section_before(before: Before, io: MicrobatchIO) -> Before:
     """``before`` with the copied bytes per layer as the offloaded ones (what the section's bandwidths are over)."""
     return dataclasses.replace(before, offloaded_per_layer=io["a_hooks"])

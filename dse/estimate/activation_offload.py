@@ -42,21 +42,28 @@ may be numpy arrays; only the offload target and I/O path branch in Python.
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, NotRequired, TypedDict
 
 from dse.estimate import activation_hooks as _hooks
 from dse.estimate.technique import TechniqueBase
-from dse.estimate.terms import DriveWrites, Num, _Mappable, drive_use
+from dse.estimate.terms import DriveWrites, Num, _Mappable, drive_use, drives
 from dse.estimate.wear import apply_wear
 from dse.formulas._array import ceil, maximum, minimum, where
 
+if TYPE_CHECKING:
+    from dse.estimate.aliases import FormulaModule, Formulas, Result
+    from dse.estimate.terms import BaseTerms
+    from dse.specs.hardware import SystemSpec
+    from dse.specs.model import ModelSpec
+    from dse.specs.plan import Plan
 
-def active(plan) -> bool:
+
+def active(plan: Plan) -> bool:
     """Does the plan offload activations (and so need this module)? Depends on a string field only."""
     return plan.offload_activations != "none"
 
 
-def _formulas(F=None):
+def _formulas(F: Formulas | None = None) -> FormulaModule:
     """:mod:`dse.formulas.activation_offload` (its traced form from ``F``), imported on first use: most plans
     offload no activations, and ``dse estimate`` starts faster without it."""
     if F and "activation_offload" in F:
@@ -66,7 +73,7 @@ def _formulas(F=None):
     return activation_offload
 
 
-def drives_used(system, plan):
+def drives_used(system: SystemSpec, plan: Plan) -> Num:
     """Drives of one node used for offload: ``plan.ssds`` when given, else every drive of the node."""
     return drive_use(system, plan).count
 
@@ -93,12 +100,37 @@ class Times:
     backward_start: Num   # when backward reaches the stage's last layer
 
 
-def _other(i, layers, a):
+class Layers(TypedDict):
+    """Which layers of the stage offload (:func:`offloaded_layers`): ``k`` and the rules it came from."""
+
+    k: Num          # layers offloaded
+    rule: str       # "adaptive" (auto), "fixed" (offload_layers), "all" (the hooks' auto)
+    k_rule: Num     # SSDTrain's rule: the layers whose writes the forward can absorb
+    k_hide: Num     # the layers whose I/O hides behind compute
+    k_fit: Num      # the fewest layers that make the GPU fit (0 when it fits)
+
+
+class MicrobatchIO(TypedDict):
+    """One micro-batch's offload I/O on the most loaded stage (:func:`microbatch_io`), bytes and seconds."""
+
+    bw_used: Num        # write bandwidth used (full rate or paced to the drives' write:read ratio)
+    backlog: Num        # bytes still unwritten when forward ends (they stay on the GPU)
+    forwarded: Num      # bytes backward uses before they are written (never read back)
+    written: Num
+    read: Num
+    exposed: Num        # I/O time compute does not hide
+    exposed_s: NotRequired[Num]   # over the iteration (add_time_and_traffic)
+    a_hooks: NotRequired[Num]     # the hooks mechanism (dse/estimate/activation_hooks.py): bytes copied per layer
+    out_s: NotRequired[Num]       # ... and the copy-out and copy-in time of one micro-batch
+    in_s: NotRequired[Num]
+
+
+def _other(i: BaseTerms, layers: Num, a: Num) -> tuple[Num, Num]:
     """Activation bytes never offloaded (embedding, head, recompute working set), first and last stage."""
     return (i.activations_first_stage - i.microbatches_in_flight * layers * a, i.activations_last_stage - layers * a)
 
 
-def memory_floor(c, before: Before, plan, A) -> Num:
+def memory_floor(c: Result, before: Before, plan: Plan, A: FormulaModule) -> Num:
     """GPU activation bytes offloading cannot go below: k = every layer (auto) or ``offload_layers``, no backlog."""
     i = c["terms"]
     layers, a = i.layers_per_stage, i.layer_activation_bytes
@@ -114,7 +146,7 @@ def memory_floor(c, before: Before, plan, A) -> Num:
     return where(i.first_stage_is_max, first, last)
 
 
-def stage_times(c) -> Times:
+def stage_times(c: Result) -> Times:
     i, ti = c["terms"], c["terms"].timed()
     layers = i.layers_per_stage
     t_mb = ti.stage_max
@@ -124,7 +156,8 @@ def stage_times(c) -> Times:
                  non_layer=non_layer, forward=t_fwd, backward_start=t_fwd + 2 * non_layer / 3)
 
 
-def io_bandwidths(c, system, plan, gpus_node, A):
+def io_bandwidths(c: Result, system: SystemSpec, plan: Plan, gpus_node: Num, A: FormulaModule
+                  ) -> tuple[Num, Num, str, Num | None]:
     """(write, read) bandwidth per GPU for activations, the I/O path, and the drives per GPU (ssd; else None)."""
     node = system.node
     mode = plan.offload_activations
@@ -133,7 +166,7 @@ def io_bandwidths(c, system, plan, gpus_node, A):
     link_left = A.link_bandwidth_left(link_bw, c["traffic"].get("gpu_host", 0.0), c["time"]["iteration"])
     per_gpu = None
     if mode == "ssd":
-        storage = node.storage
+        storage = drives(system)
         device = storage.device
         per_gpu = A.drives_per_gpu(drives_used(system, plan), gpus_node)
         array_w = per_gpu * device.write_bandwidth
@@ -155,7 +188,8 @@ def io_bandwidths(c, system, plan, gpus_node, A):
     return bw_w, bw_r, path, per_gpu
 
 
-def offloaded_layers(c, before: Before, tm: Times, bw_w, bw_r, plan, A) -> dict:
+def offloaded_layers(c: Result, before: Before, tm: Times, bw_w: Num, bw_r: Num, plan: Plan, A: FormulaModule
+                     ) -> Layers:
     """Which layers: SSDTrain's rule, the layers whose I/O hides, the fewest that make the GPU fit; ``k``."""
     i = c["terms"]
     layers, a_off = i.layers_per_stage, before.offloaded_per_layer
@@ -180,7 +214,8 @@ def offloaded_layers(c, before: Before, tm: Times, bw_w, bw_r, plan, A) -> dict:
     return {"k": k, "rule": rule, "k_rule": k_rule, "k_hide": k_hide, "k_fit": k_fit}
 
 
-def microbatch_io(layers, k, a_off, tm: Times, bw_w, bw_r, ratio, A) -> dict:
+def microbatch_io(layers: Num, k: Num, a_off: Num, tm: Times, bw_w: Num, bw_r: Num, ratio: Num, A: FormulaModule
+                  ) -> MicrobatchIO:
     """One micro-batch: write rate used, backlog, bytes forwarded / written / read, exposed I/O time."""
     a_div = maximum(a_off, 1e-300)
     offloaded = k * a_off
@@ -191,7 +226,7 @@ def microbatch_io(layers, k, a_off, tm: Times, bw_w, bw_r, ratio, A) -> dict:
     paced_w = A.paced_write_bandwidth(bw_w, bw_r, ratio)
     all_off = layers * a_off
 
-    def exposed_all(w):   # writes at w: what is unwritten when backward needs it is forwarded, the rest read back
+    def exposed_all(w: Num) -> Num:   # writes at w: what is unwritten when backward needs it is forwarded, the rest read back
         wr = all_off - A.forwarded_bytes(all_off, w, tm.backward_start)
         return A.exposed_io_time(wr, wr, wr / a_div, a_off, w, bw_r, tm.layer_bwd, tm.microbatch)
 
@@ -205,7 +240,8 @@ def microbatch_io(layers, k, a_off, tm: Times, bw_w, bw_r, ratio, A) -> dict:
             "exposed": exposed}
 
 
-def add_time_and_traffic(c, io: dict, m, p, v, gpus_node, path, plan, system) -> None:
+def add_time_and_traffic(c: Result, io: MicrobatchIO, m: Num, p: Num, v: Num, gpus_node: Num, path: str, plan: Plan,
+                         system: SystemSpec) -> None:
     """Exposed I/O into the iteration (throughput rescaled); bytes per link added to ``traffic``."""
     t = c["time"]
     exposed = (m + (p - 1) / v) * io["exposed"]                 # every pipeline slot waits, the bubble's too
@@ -223,15 +259,15 @@ def add_time_and_traffic(c, io: dict, m, p, v, gpus_node, path, plan, system) ->
         tr["storage_write"] = tr.get("storage_write", 0.0) + m * written
         tr["storage_read"] = tr.get("storage_read", 0.0) + m * read
         tr["switch_drives"] = tr.get("switch_drives", 0.0) + gpus_node * moved      # per node, all drives
-        if system.node.storage.uplink is not None:
+        if drives(system).uplink is not None:
             tr["host_switch"] = tr.get("host_switch", 0.0) + gpus_node * moved
     if path in ("bounce", "host"):
         tr["host_dram"] = tr.get("host_dram", 0.0) + (2 if path == "bounce" else 1) * moved
     io["exposed_s"] = exposed
 
 
-def _section(c, before: Before, ks: dict, tm: Times, io: dict, bw: tuple, after, per_gpu_bytes, node_bytes,
-             path, plan, A) -> dict:
+def _section(c: Result, before: Before, ks: Layers, tm: Times, io: MicrobatchIO, bw: tuple[Num, Num], after: Num,
+             per_gpu_bytes: Num, node_bytes: Num, path: str, plan: Plan, A: FormulaModule) -> dict[str, Any]:
     """The ``activation_offload`` section."""
     i = c["terms"]
     m, layers, a, a_off = i.micro_batches, i.layers_per_stage, i.layer_activation_bytes, before.offloaded_per_layer
@@ -289,10 +325,11 @@ class ActivationOffload(TechniqueBase):
     memory = "floor"
     report: ClassVar[dict[str, str]] = {"activation_offload": "dse.report.activation_offload:render"}
 
-    def active(self, plan) -> bool:
+    def active(self, plan: Plan) -> bool:
         return active(plan)
 
-    def apply_memory(self, c, model, system, plan, F=None) -> Before:
+    def apply_memory(self, c: Result, model: ModelSpec, system: SystemSpec, plan: Plan, F: Formulas | None = None
+                     ) -> Before:
         A = _formulas(F)
         i = c["terms"]
         if plan.activation_offload_mechanism == "hooks":   # every saved buffer leaves the GPU (dse/estimate/activation_hooks.py)
@@ -307,10 +344,11 @@ class ActivationOffload(TechniqueBase):
         gpu["activations"] = floor
         gpu["total"] = before.fixed + floor
         if plan.offload_activations == "ssd" and plan.ssds is not None:
-            c["memory"]["storage"]["capacity"] = drives_used(system, plan) * system.node.storage.device.capacity
+            c["memory"]["storage"]["capacity"] = drives_used(system, plan) * drives(system).device.capacity
         return before
 
-    def apply_time(self, c, state: Before, model, system, plan, F=None) -> None:
+    def apply_time(self, c: Result, state: Before, model: ModelSpec, system: SystemSpec, plan: Plan,
+                   F: Formulas | None = None) -> None:
         A = _formulas(F)
         i = c["terms"]
         mode = plan.offload_activations
@@ -323,7 +361,7 @@ class ActivationOffload(TechniqueBase):
             ks, io = _hooks.layers_and_io(c, model, state, tm, (bw_w, bw_r), plan, A, offloaded_layers)
         else:
             ks = offloaded_layers(c, state, tm, bw_w, bw_r, plan, A)
-            device = system.node.storage.device if mode == "ssd" else None
+            device = drives(system).device if mode == "ssd" else None
             ratio = device.write_bandwidth / device.read_bandwidth if device is not None else 1.0
             io = microbatch_io(layers, ks["k"], a_off, tm, bw_w, bw_r, ratio, A)
 
@@ -361,7 +399,7 @@ class ActivationOffload(TechniqueBase):
 TECHNIQUE = ActivationOffload()
 
 
-def apply(c, model, system, plan, F=None) -> None:
+def apply(c: Result, model: ModelSpec, system: SystemSpec, plan: Plan, F: Formulas | None = None) -> None:
     """Activation offload on a fully composed estimate (both halves) and the drive wear of every write so far."""
     TECHNIQUE.apply(c, model, system, plan, F)
     if TECHNIQUE.active(plan):

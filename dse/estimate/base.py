@@ -13,6 +13,9 @@ the breakdown, FLOPs, throughput and traffic.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
 from dse.estimate.kernel_table import Link, kernel_tables, kernel_times
 from dse.estimate.terms import BaseTerms, TimeTerms
 from dse.formulas import (
@@ -26,20 +29,30 @@ from dse.formulas import (
 from dse.formulas._array import ceil, maximum, minimum, where
 from dse.formulas.precision import peak_flops, recipe_of
 
+if TYPE_CHECKING:
+    from dse.estimate.aliases import FormulaModule, Formulas, Num, Result
+    from dse.formulas.precision import Recipe
+    from dse.specs.hardware import SystemSpec
+    from dse.specs.model import ModelSpec
+    from dse.specs.plan import Plan
 
-def shapes(model, plan):
+Section = dict[str, Any]    # one group of named numbers (or arrays) of the composition
+
+
+def shapes(model: ModelSpec, plan: Plan) -> dict[str, Any]:
     """Keyword arguments shared by the per-layer formulas."""
     return dict(h=model.hidden, heads=model.heads, kv_heads=model.kv_heads, head_dim=model.head_dim,
                 ffn=model.ffn_hidden)
 
 
-def _modules(F):
+def _modules(F: Formulas | None
+             ) -> tuple[FormulaModule, FormulaModule, FormulaModule, FormulaModule, FormulaModule]:
     if F:
         return F["transformer"], F["memory"], F["parallelism"], F["compute"], F["kernels"]
     return _transformer, _memory, _parallelism, _compute, _kernels
 
 
-def compose(model, system, plan, F=None) -> dict:
+def compose(model: ModelSpec, system: SystemSpec, plan: Plan, F: Formulas | None = None) -> Result:
     """The base estimate as nested dicts of numbers (or arrays). ``F`` swaps in traced formula modules.
 
     Equals :func:`compose_time` applied to :func:`compose_memory`; the vectorised search
@@ -57,15 +70,15 @@ def compose(model, system, plan, F=None) -> dict:
 # link bandwidths): the search and the validation suites meet the same model, system and degrees again and again.
 # key (part, spec id, integers, every formula called, so that a replaced one is never served a stale value: a test,
 # the reference page's perturbation) -> (spec, value); numpy values and traced formulas are not kept
-_PARTS: dict[tuple, tuple] = {}
+_PARTS: dict[tuple[Any, ...], tuple[object, Section]] = {}
 
 
-def _ints(*xs) -> bool:
+def _ints(*xs: object) -> bool:
     """Are these plan fields Python ints (not arrays, not numpy scalars whose results keep their type)?"""
     return all(type(x) is int for x in xs)
 
 
-def _remembered(key: tuple, spec, make) -> dict:
+def _remembered(key: tuple[Any, ...], spec: object, make: Callable[[], Section]) -> Section:
     """A copy of the dict ``make()`` returns, kept under ``key`` for ``spec`` (:data:`_PARTS`)."""
     hit = _PARTS.get(key)
     if hit is None or hit[0] is not spec:
@@ -75,7 +88,7 @@ def _remembered(key: tuple, spec, make) -> dict:
     return dict(hit[1])
 
 
-def parameters(model, plan, T=_transformer) -> dict:
+def parameters(model: ModelSpec, plan: Plan, T: FormulaModule = _transformer) -> Section:
     """Parameters of the model, of one layer (per GPU) and of the first and last pipeline stage's GPU."""
     t, p, v = plan.tp, plan.pp, plan.virtual_stages
     if T is _transformer and _ints(t, p, v):
@@ -85,7 +98,7 @@ def parameters(model, plan, T=_transformer) -> dict:
     return _parameters(model, t, p, v, T)
 
 
-def _parameters(model, t, p, v, T) -> dict:
+def _parameters(model: ModelSpec, t: Num, p: Num, v: Num, T: FormulaModule) -> Section:
     L, h, V = model.layers, model.hidden, model.vocab
     p_layer = T.layer_parameters(h, model.heads, model.kv_heads, model.head_dim, model.ffn_hidden, model.ffn_type,
                                  model.norm, model.bias, model.qkv_bias)
@@ -105,7 +118,7 @@ def _parameters(model, t, p, v, T) -> dict:
             "p_gpu": maximum(p_first, p_last)}
 
 
-def activations(sums, plan, m, l_stage, T=_transformer) -> dict:
+def activations(sums: Section, plan: Plan, m: Num, l_stage: Num, T: FormulaModule = _transformer) -> Section:
     """Activation bytes per layer, head and embedding, and on the first and last stage's GPU."""
     p, v = plan.pp, plan.virtual_stages
     single = p == 1
@@ -121,22 +134,29 @@ def activations(sums, plan, m, l_stage, T=_transformer) -> dict:
             "act_last": l_stage * a_layer + maximum(a_head, a_work) + where(single, a_emb, 0)}
 
 
-def memory_tiers(model, system, plan, prm, act, r, state_bytes, T=_transformer, M=_memory) -> tuple:
+def memory_tiers(model: ModelSpec, system: SystemSpec, plan: Plan, prm: Section, act: Section, r: Recipe,
+                 state_bytes: Section, T: FormulaModule = _transformer, M: FormulaModule = _memory
+                 ) -> tuple[dict[str, Section], Section]:
     """Memory per tier (GPU, host, storage) of the fullest stage, and the model states of both end stages.
 
     ``r`` is the precision recipe, ``state_bytes`` the bytes per parameter of weights, gradients and optimizer.
     """
     node = system.node
     gpu = node.gpu
-    d, t = plan.dp, plan.tp
+    d: Num = plan.dp            # a resolved plan (Plan.resolved): dp, zero, seq_len and global_batch are set
+    zero: Num = plan.zero
+    t = plan.tp
     w_bytes, g_bytes, opt_bytes = state_bytes["weights"], state_bytes["gradients"], state_bytes["optimizer"]
-    states_first = M.model_state_bytes(prm["p_first"], d, plan.zero, w_bytes, g_bytes, opt_bytes)
-    states_last = M.model_state_bytes(prm["p_last"], d, plan.zero, w_bytes, g_bytes, opt_bytes)
-    zero3_buf = where(plan.zero >= 3, M.zero3_gather_bytes(prm["p_layer_gpu"], r.weight_gathers), 0)
+    states_first = M.model_state_bytes(prm["p_first"], d, zero, w_bytes, g_bytes, opt_bytes)
+    states_last = M.model_state_bytes(prm["p_last"], d, zero, w_bytes, g_bytes, opt_bytes)
+    zero3_buf = where(zero >= 3, M.zero3_gather_bytes(prm["p_layer_gpu"], r.weight_gathers), 0)
     total_first = states_first["weights"] + states_first["gradients"] + states_first["optimizer"] + act["act_first"]
     total_last = states_last["weights"] + states_last["gradients"] + states_last["optimizer"] + act["act_last"]
     first_is_max = total_first >= total_last
-    pick = lambda x, y: where(first_is_max, x, y)  # noqa: E731
+
+    def pick(x: Num, y: Num) -> Num:
+        return where(first_is_max, x, y)
+
     bwd_work = T.backward_working_bytes(plan.seq_len, plan.micro_batch, model.hidden, model.ffn_hidden, tp=t,
                                         sequence_parallel=plan.sequence_parallel, ffn_type=model.ffn_type,
                                         bytes_per_element=r.activations)
@@ -160,7 +180,7 @@ def memory_tiers(model, system, plan, prm, act, r, state_bytes, T=_transformer, 
     return memory, {"first_is_max": first_is_max, "states_first": states_first, "states_last": states_last}
 
 
-def compose_memory(model, system, plan, F=None) -> dict:
+def compose_memory(model: ModelSpec, system: SystemSpec, plan: Plan, F: Formulas | None = None) -> Result:
     """First half of :func:`compose`: parameters and memory per tier (no time).
 
     Returns the composed dict with ``terms`` (the memory-side terms, a
@@ -175,8 +195,10 @@ def compose_memory(model, system, plan, F=None) -> dict:
     e = r.activations
     state_bytes = _optimizer.model_state_bytes_per_param(plan.optimizer, r)
     g_bytes, opt_bytes = state_bytes["gradients"], state_bytes["optimizer"]
-    s, b, t, p, d = plan.seq_len, plan.micro_batch, plan.tp, plan.pp, plan.dp
-    B = plan.global_batch
+    s: Num = plan.seq_len       # a resolved plan (Plan.resolved): seq_len, dp and global_batch are set
+    d: Num = plan.dp
+    B: Num = plan.global_batch
+    b, t, p = plan.micro_batch, plan.tp, plan.pp
     m = B / (d * b)                       # micro-batches per replica per iteration
     gpus = t * p * d
 
@@ -217,7 +239,7 @@ def compose_memory(model, system, plan, F=None) -> dict:
 # ------------------------------------------------------------------------------------------ time side
 
 
-def links(system, plan, P=_parallelism) -> dict:
+def links(system: SystemSpec, plan: Plan, P: FormulaModule = _parallelism) -> dict[str, Link]:
     """Bandwidth and latency of the TP, DP and PP groups (Megatron rank order: tp fastest, then dp, then pp).
 
     A group runs at the intra-node link's rate while its ranks fit in one node, at the network's otherwise.
@@ -228,7 +250,7 @@ def links(system, plan, P=_parallelism) -> dict:
     return _links(system, t, d, P)
 
 
-def _links(system, t, d, P) -> dict:
+def _links(system: SystemSpec, t: Num, d: Num, P: FormulaModule) -> dict[str, Link]:
     node = system.node
     G = node.gpus_per_node
     intra = node.gpu_link.bandwidth * node.gpu_link.efficiency if node.gpu_link else float("inf")
@@ -241,7 +263,8 @@ def _links(system, t, d, P) -> dict:
             "pp": Link(2, P.group_bandwidth(2, t * d, G, intra, inter), where(pp_in, intra_lat, inter_lat), pp_in)}
 
 
-def pipeline(model, system, plan, i, r, kt, lk, P=_parallelism) -> dict:
+def pipeline(model: ModelSpec, system: SystemSpec, plan: Plan, i: BaseTerms, r: Recipe, kt: Section,
+             lk: dict[str, Link], P: FormulaModule = _parallelism) -> Section:
     """One micro-batch on the slowest and the mean stage, and the pipeline schedule of the iteration."""
     p, v, m, l_stage = plan.pp, plan.virtual_stages, i.micro_batches, i.layers_per_stage
     single = p == 1
@@ -259,7 +282,8 @@ def pipeline(model, system, plan, i, r, kt, lk, P=_parallelism) -> dict:
             "stage_mean": stage_mean, "t_pipe": t_pipe, "bubble": t_pipe - m * stage_max}
 
 
-def data_parallel(model, plan, i, r, kt, lk, P=_parallelism) -> dict:
+def data_parallel(model: ModelSpec, plan: Plan, i: BaseTerms, r: Recipe, kt: Section, lk: dict[str, Link],
+                  P: FormulaModule = _parallelism) -> Section:
     """Data-parallel gradient reduction (exposed part) and the tied-embedding gradient sync.
 
     ZeRO-0: all-reduce the gradients. ZeRO-1/2: reduce-scatter them, all-gather the updated weights after the
@@ -272,7 +296,9 @@ def data_parallel(model, plan, i, r, kt, lk, P=_parallelism) -> dict:
     is overlapped. ZeRO-3 therefore never beats ZeRO-1/2 on time for the same plan: it moves more, as often or
     more often, under the same overlap rule.
     """
-    zero, d, m, l_stage = plan.zero, plan.dp, i.micro_batches, i.layers_per_stage
+    zero: Num = plan.zero       # a resolved plan: zero and dp are set
+    d: Num = plan.dp
+    m, l_stage = i.micro_batches, i.layers_per_stage
     bw_dp, lat_dp = lk["dp"].bandwidth, lk["dp"].latency
     grad_b = i.params_per_gpu * r.dp_gradients
     gather_b = i.params_per_gpu * r.weight_gathers
@@ -299,15 +325,18 @@ def data_parallel(model, plan, i, r, kt, lk, P=_parallelism) -> dict:
             "emb_sync": emb_sync}
 
 
-def optimizer_step(system, plan, i, r, C=_compute, O=_optimizer) -> dict:
+def optimizer_step(system: SystemSpec, plan: Plan, i: BaseTerms, r: Recipe, C: FormulaModule = _compute,
+                   O: FormulaModule = _optimizer) -> Section:
     """The optimizer step on the GPU: its ZeRO partition of the parameters, HBM-bound (the plan's optimizer)."""
     gpu = system.node.gpu
-    opt_params = i.params_per_gpu / where(plan.zero >= 1, plan.dp, 1)
+    zero: Num = plan.zero       # a resolved plan: zero and dp are set
+    d: Num = plan.dp
+    opt_params = i.params_per_gpu / where(zero >= 1, d, 1)
     t_opt = C.memory_time(O.step_bytes(opt_params, plan.optimizer, r), gpu.hbm_bandwidth, gpu.efficiency.memory)
     return {"opt_params": opt_params, "t_opt": t_opt}
 
 
-def breakdown(plan, i, kt, pp, dp, t_opt) -> dict:
+def breakdown(plan: Plan, i: BaseTerms, kt: Section, pp: Section, dp: Section, t_opt: Num) -> Section:
     """The iteration time and its parts (what each share of the critical path is spent on)."""
     m, l_stage = i.micro_batches, i.layers_per_stage
     full = plan.recompute == "full"
@@ -338,20 +367,23 @@ def breakdown(plan, i, kt, pp, dp, t_opt) -> dict:
     }
 
 
-def flops(model, plan, sums) -> dict:
+def flops(model: ModelSpec, plan: Plan, sums: Section) -> Section:
     """Model and hardware FLOPs of one iteration: the tables' FLOPs over every micro-batch and TP rank.
 
     Model FLOPs count forward and backward (3x the forward); hardware FLOPs add what recomputation runs again.
     """
-    ranks = plan.global_batch / plan.micro_batch * plan.tp     # micro-batches of the iteration x TP ranks each
+    B: Num = plan.global_batch  # a resolved plan: set
+    ranks = B / plan.micro_batch * plan.tp     # micro-batches of the iteration x TP ranks each
     f_model = 3 * ranks * (model.layers * sums["flops_layer"] + sums["flops_head"])
     f_hw = f_model + ranks * model.layers * sums["flops_recompute"]
     return {"model_per_iteration": f_model, "hardware_per_iteration": f_hw}
 
 
-def traffic(model, plan, i, lk, pp, dp) -> dict:
+def traffic(model: ModelSpec, plan: Plan, i: BaseTerms, lk: dict[str, Link], pp: Section, dp: Section) -> Section:
     """Bytes per iteration per GPU on each parallel group and on the intra- and inter-node links."""
-    t, d, m, zero = plan.tp, plan.dp, i.micro_batches, plan.zero
+    zero: Num = plan.zero       # a resolved plan: zero and dp are set
+    d: Num = plan.dp
+    t, m = plan.tp, i.micro_batches
     ring = where(t > 1, 2 * (t - 1) / t, 0.0)      # an all-reduce moves 2 (t-1)/t of its message through each rank
     tp_bytes = m * i.layers_per_stage * ring * i.kernels["sums"]["tp_messages"]
     grad_b, gather_b = dp["grad_b"], dp["gather_b"]
@@ -369,7 +401,7 @@ def traffic(model, plan, i, lk, pp, dp) -> dict:
     }
 
 
-def compose_time(c, model, system, plan, F=None) -> dict:
+def compose_time(c: Result, model: ModelSpec, system: SystemSpec, plan: Plan, F: Formulas | None = None) -> Result:
     """Second half of :func:`compose`: adds ``time``, ``flops``, ``throughput`` and ``traffic`` to ``c``.
 
     ``c`` is the dict :func:`compose_memory` returned (possibly with arrays subset to the

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from dse.specs.hardware import NearStorageSpec, SystemSpec
+    from dse.specs.hardware import NearStorageSpec, StorageArraySpec, SystemSpec
 
 Num = Any   # a float/int or a numpy array of them (broadcastable)
 
@@ -161,6 +161,18 @@ def drive_use(system: Any, plan: Any) -> DriveUse:
     return DriveUse(count=plan.ssds if plan.ssds is not None else storage.count,
                     price=dev.price + (ns.price if ns is not None else 0.0),
                     power=dev.power + (ns.power if ns is not None and plan.offload_optimizer == "csd" else 0.0))
+
+
+def drives(system: SystemSpec) -> StorageArraySpec:
+    """The node's drives, which ``offload_activations: ssd`` (and storage offload to drives) write to.
+
+    The plan rules (:data:`dse.specs.rules.OFFLOAD_RULES`, :data:`~dse.specs.rules.ACTIVATION_OFFLOAD_RULES`)
+    admit offload to drives only on hardware that has them.
+    """
+    storage = system.node.storage
+    if storage is None:
+        raise ValueError(f"{system.name}: offload to drives needs a node with storage drives")
+    return storage
 
 
 def near_storage(system: SystemSpec) -> NearStorageSpec:
