@@ -126,14 +126,8 @@ def technique_spaces(secs: float) -> None:
         def sweep(space=space, group=group, vector=vector, counts=counts):
             ev = Evaluator(space)
             grid = Grid(group, vector, chunk=DEFAULT_CHUNK)
-            valid = feasible = 0
             with np.errstate(all="ignore"):
-                for gi in range(grid.n_groups):
-                    g = ev.group(grid.group_values(gi))
-                    for _, shape, cols in grid.blocks():
-                        res = ev.block(g, shape, cols)
-                        valid += res.n_valid
-                        feasible += res.feasible.size
+                valid, feasible = ev.sweep(grid)
             counts.update(n=grid.n_groups * grid.n_vector, valid=valid, feasible=feasible,
                           timed=getattr(ev, "timed_points", None))
         t = timed(sweep, secs)

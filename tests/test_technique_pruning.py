@@ -37,18 +37,6 @@ def _count_points(monkeypatch, target, name, seen: list):
     monkeypatch.setattr(target, name, wrapped)
 
 
-def _sweep(ev, grid) -> tuple[int, int]:
-    """Every block of the grid through the search's block path: (valid points, points that fit)."""
-    valid = feasible = 0
-    for gi in range(grid.n_groups):
-        g = ev.group(grid.group_values(gi))
-        for _, shape, cols in grid.blocks():
-            res = ev.block(g, shape, cols)
-            valid += res.n_valid
-            feasible += res.feasible.size
-    return valid, feasible
-
-
 @pytest.mark.parametrize("data, technique", [(STORAGE, offload.TECHNIQUE), (ACTIVATIONS, activation_offload.TECHNIQUE)],
                          ids=["storage-offload", "activation-offload"])
 def test_time_is_composed_only_for_points_that_fit(monkeypatch, data, technique):
@@ -68,7 +56,7 @@ def test_time_is_composed_only_for_points_that_fit(monkeypatch, data, technique)
     timed, applied = [], []
     _count_points(monkeypatch, base, "compose_time", timed)
     _count_points(monkeypatch, technique, "apply_time", applied)
-    valid, feasible = _sweep(ev, grid)
+    valid, feasible = ev.sweep(grid)
     assert technique.memory in ("exact", "floor")
     assert sum(timed) == ev.timed_points
     assert sum(applied) == sum(timed)               # the technique's time half saw exactly the points that fit
@@ -95,7 +83,7 @@ def test_a_technique_without_a_memory_half_is_not_pruned(monkeypatch):
     ev = Evaluator(space)
     group, vector = split_params(space)
     grid = Grid(group, vector, chunk=1 << 16)
-    valid, feasible = _sweep(ev, grid)
+    valid, feasible = ev.sweep(grid)
     assert ev.timed_points == valid > feasible
 
 

@@ -161,3 +161,19 @@ class Evaluator(PointEvaluation, BlockEvaluation, VectorCheck):
         """The techniques that change this plan's estimate (``active(plan)``: its string/bool fields)."""
         return [t for t in self.techniques if t.active(plan)]
 
+    def sweep(self, grid) -> tuple[int, int]:
+        """Every block of ``grid`` (a :class:`~dse.search.grid.Grid` of this space) through the block path.
+
+        Returns (points that pass the plan rules, feasible points). The search keeps each block's results
+        (:mod:`dse.search.exhaustive`); this only counts them: what the benchmark and the tests of the
+        block path run.
+        """
+        valid = feasible = 0
+        for gi in range(grid.n_groups):
+            g = self.group(grid.group_values(gi))
+            for _, shape, cols in grid.blocks():
+                res = self.block(g, shape, cols)
+                valid += res.n_valid
+                feasible += res.feasible.size
+        return valid, feasible
+

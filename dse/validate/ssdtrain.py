@@ -156,18 +156,14 @@ def cases():
 
     suff = [c for c in configs(("gpt", "bert", "llama")) if bandwidth_suffices(*c)]
     short = [c for c in configs(("gpt", "bert", "llama")) if c not in suff]
-    tbw, tbw_src = published("endurance", "p5800x_rated_bytes")
-    y3, y3_src = published("endurance", "years_at_3GBps")
-    y1, y1_src = published("endurance", "years_at_1GBps")
-    y5, y5_src = published("endurance", "years_at_5GBps")
-    layer, layer_src = published("v12_layer", "bytes_per_layer")
-    layers3, layers3_src = published("v12_layer", "bytes_all_layers")
-    bw100, bw100_src = published("v12_layer", "write_bandwidth_100tflops")
-    bw150, bw150_src = published("v12_layer", "write_bandwidth_150tflops")
-    arxiv, arxiv_src = published("claims", "peak_reduction_arxiv")
-    dac, dac_src = published("claims", "peak_reduction_dac")
-    loss, loss_src = published("claims", "throughput_loss")
-    full, full_src = published("claims", "full_recompute_overhead")
+    # (reference value, source) of each published number, table by table (data/published/ssdtrain.yaml)
+    (tbw, tbw_src), (y3, y3_src), (y1, y1_src), (y5, y5_src) = (published("endurance", k) for k in (
+        "p5800x_rated_bytes", "years_at_3GBps", "years_at_1GBps", "years_at_5GBps"))
+    (layer, layer_src), (layers3, layers3_src), (bw100, bw100_src), (bw150, bw150_src) = (
+        published("v12_layer", k) for k in ("bytes_per_layer", "bytes_all_layers", "write_bandwidth_100tflops",
+                                            "write_bandwidth_150tflops"))
+    (arxiv, arxiv_src), (dac, dac_src), (loss, loss_src), (full, full_src) = (published("claims", k) for k in (
+        "peak_reduction_arxiv", "peak_reduction_dac", "throughput_loss", "full_recompute_overhead"))
     return [
         # --- endurance (note §1.6, V16)
         Case("P5800X 1.6 TB rated endurance: 1.6 TB x 100 DWPD x 365 x 5 y", tbw, lambda: p5800x_tbw, 1e-3, tbw_src,
