@@ -24,35 +24,36 @@ from dse.commands.options import (
     _console,
     _print_json,
     activation_offload_fields,
+    flag,
     offload_fields,
     plan_fields,
 )
 
 
 def estimate(
-    model: str = typer.Option("llama2-7b", "--model", "-m", help="catalog name, YAML file, or HF config.json"),
-    hw: str = typer.Option("dgx-a100-80gb", "--hw", help="hardware system: catalog name or YAML file"),
-    tp: Optional[int] = typer.Option(None, "--tp", min=1, help="tensor-parallel degree"),
-    pp: Optional[int] = typer.Option(None, "--pp", min=1, help="pipeline stages"),
-    dp: Optional[int] = typer.Option(None, "--dp", min=1, help="data-parallel replicas"),
-    micro_batch: Optional[int] = typer.Option(None, "--micro-batch", "-b", min=1, help="sequences per micro-batch"),
-    global_batch: Optional[int] = typer.Option(None, "--global-batch", "-B", min=1, help="sequences per iteration"),
-    seq_len: Optional[int] = typer.Option(None, "--seq-len", "-s", min=1, help="tokens per sequence"),
+    model: str = flag.model(),
+    hw: str = flag.hw(),
+    tp: Optional[int] = flag.tp(),
+    pp: Optional[int] = flag.pp(),
+    dp: Optional[int] = flag.dp(),
+    micro_batch: Optional[int] = flag.micro_batch(),
+    global_batch: Optional[int] = flag.global_batch(),
+    seq_len: Optional[int] = flag.seq_len(),
     recompute: Optional[Recompute] = typer.Option(None, "--recompute", help="none | selective | full"),
-    attention: Optional[Attention] = typer.Option(None, "--attention", help="flash | math"),
+    attention: Optional[Attention] = flag.attention(),
     stack: Optional[Stack] = typer.Option(None, "--stack", help="software stack: megatron (fused kernels) | pytorch "
                                           "(eager, as Hugging Face Transformers) | compiled (torch.compile)"),
     sequence_parallel: Optional[bool] = typer.Option(None, "--sequence-parallel/--no-sequence-parallel",
                                                      help="Megatron sequence parallelism"),
-    zero: Optional[int] = typer.Option(None, "--zero", min=0, max=3, help="ZeRO stage 0-3"),
-    precision: Optional[Precision] = typer.Option(None, "--precision", help="bf16 | fp16 | bf16-pure"),
+    zero: Optional[int] = flag.zero(),
+    precision: Optional[Precision] = flag.precision(),
     offload_optimizer: Optional[OffloadOptimizer] = typer.Option(
         None, "--offload-optimizer", help="optimizer states: gpu | cpu | nvme (ZeRO-Infinity) | csd (update on the drives)"),
     offload_params: Optional[OffloadParams] = typer.Option(None, "--offload-params", help="fp16 parameters: gpu | cpu | nvme"),
     gradient_compression: Optional[float] = typer.Option(
         None, "--gradient-compression", help="gradient bytes sent / dense, in (0, 1] (csd only; 0.02 = top-1% with indices)"),
     ssds: Optional[int] = typer.Option(None, "--ssds", min=1, help="drives used for offload (default: all of the hardware's)"),
-    optimizer: Optional[Optimizer] = typer.Option(None, "--optimizer", help="adam | sgd-momentum | adagrad"),
+    optimizer: Optional[Optimizer] = flag.optimizer(),
     exchange_dtype: Optional[ExchangeDtype] = typer.Option(
         None, "--exchange-dtype", help="gradients/params exchanged with the drives' accelerators: fp32 (paper) | fp16 (released code)"),
     offload_activations: Optional[OffloadActivations] = typer.Option(
@@ -66,8 +67,8 @@ def estimate(
         None, "--activation-offload-mechanism", help="forwarding (SSDTrain's tensor cache, default) | hooks (PyTorch "
                                                      "save_on_cpu: every saved tensor copied on the compute stream; "
                                                      "needs --offload-activations host)"),
-    set_: List[str] = typer.Option([], "--set", help="override any field: model.X=, hardware.X=, plan.X= (repeatable)"),
-    json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
+    set_: List[str] = flag.set(),
+    json_out: bool = flag.json(),
     explain: bool = typer.Option(False, "--explain", help="print every term with its formula, inputs and value"),
     chiplet_scheme: Optional[ChipletScheme] = typer.Option(None, "--chiplet-scheme",
                                                            help="chiplet packages: megatron-1d | summa-2d | hecaton-2d"),

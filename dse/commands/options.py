@@ -5,7 +5,11 @@
 from __future__ import annotations
 
 import sys
-from typing import Literal
+from collections.abc import Callable
+from types import SimpleNamespace
+from typing import Any, Literal
+
+import typer
 
 Recompute = Literal["none", "selective", "full"]
 Attention = Literal["flash", "math"]
@@ -19,6 +23,36 @@ ExchangeDtype = Literal["fp32", "fp16"]
 OffloadActivations = Literal["none", "ssd", "host"]
 ActivationIOPath = Literal["gds", "bounce"]
 ActivationOffloadMechanism = Literal["forwarding", "hooks"]
+
+
+# ----------------------------------------------------------------------------- flags several commands declare
+# Each is declared once, with its default and help; a command's parameter calls it (``tp: Optional[int] =
+# flag.tp()``),
+# so that every command that has the flag shows it alike. Flags whose default or help differs per command stay
+# in that command.
+
+
+def _flag(default: Any, *names: str, **kwargs: Any) -> Callable[[], Any]:
+    """A typer option made afresh for each command that declares it (a list default is never shared)."""
+    return lambda: typer.Option([] if default == [] else default, *names, **kwargs)
+
+
+flag = SimpleNamespace(
+    model=_flag("llama2-7b", "--model", "-m", help="catalog name, YAML file, or HF config.json"),
+    hw=_flag("dgx-a100-80gb", "--hw", help="hardware system: catalog name or YAML file"),
+    tp=_flag(None, "--tp", min=1, help="tensor-parallel degree"),
+    pp=_flag(None, "--pp", min=1, help="pipeline stages"),
+    dp=_flag(None, "--dp", min=1, help="data-parallel replicas"),
+    micro_batch=_flag(None, "--micro-batch", "-b", min=1, help="sequences per micro-batch"),
+    global_batch=_flag(None, "--global-batch", "-B", min=1, help="sequences per iteration"),
+    seq_len=_flag(None, "--seq-len", "-s", min=1, help="tokens per sequence"),
+    attention=_flag(None, "--attention", help="flash | math"),
+    zero=_flag(None, "--zero", min=0, max=3, help="ZeRO stage 0-3"),
+    precision=_flag(None, "--precision", help="bf16 | fp16 | bf16-pure"),
+    optimizer=_flag(None, "--optimizer", help="adam | sgd-momentum | adagrad"),
+    set=_flag([], "--set", help="override any field: model.X=, hardware.X=, plan.X= (repeatable)"),
+    json=_flag(False, "--json", help="print one JSON object"),
+)
 
 
 def _console():
@@ -66,6 +100,24 @@ def offload_fields(offload_optimizer, offload_params, gradient_compression, ssds
     fields = dict(offload_optimizer=offload_optimizer, offload_params=offload_params,
                   gradient_compression=gradient_compression, ssds=ssds, optimizer=optimizer, exchange_dtype=exchange_dtype)
     return {k: v for k, v in fields.items() if v is not None}
+
+
+def show(result: dict, json_out: bool, render: str, plot: str | None = None, plotter: str = "") -> None:
+    """A technique command's output: with ``plot``, the figure first (``plotter`` "module:function" writes it;
+    its path goes in ``result["plot"]``); then ``result`` as JSON, or as the tables ``render`` ("module:function")
+    prints. The report and plot modules are imported only here (``dse estimate`` starts without them)."""
+    import importlib
+
+    def named(ref: str) -> Any:
+        module, function = ref.split(":")
+        return getattr(importlib.import_module(module), function)
+
+    if plot:
+        result["plot"] = named(plotter)(result, plot)
+    if json_out:
+        _print_json(result)
+        return
+    named(render)(_console(), result)
 
 
 def _check_plot(path: str | None) -> None:

@@ -8,6 +8,8 @@ from typing import List, Optional
 
 import typer
 
+from dse.commands.options import flag
+
 
 def search(
     space: Optional[str] = typer.Option(None, "--space", help="search space file (YAML; see examples/spaces/)"),
@@ -18,7 +20,7 @@ def search(
     global_batch: Optional[int] = typer.Option(None, "--global-batch", "-B", min=1,
                                                help="sequences per iteration (flag space default: >= 512, a "
                                                     "multiple of --gpus)"),
-    seq_len: Optional[int] = typer.Option(None, "--seq-len", "-s", min=1, help="tokens per sequence"),
+    seq_len: Optional[int] = flag.seq_len(),
     objective: List[str] = typer.Option([], "--objective", "-o", help="time | throughput | cost | cost_per_token | "
                                         "energy | ssd_lifetime (repeat for a Pareto front)"),
     budget: Optional[str] = typer.Option(None, "--budget", help="maximum capital cost, e.g. '$5M' or 5000000"),

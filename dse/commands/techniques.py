@@ -23,24 +23,26 @@ from dse.commands.options import (
     _int_list,
     _print_json,
     activation_offload_fields,
+    flag,
     plan_fields,
+    show,
 )
 
 
 def rok(
-    model: str = typer.Option("llama2-7b", "--model", "-m", help="catalog name, YAML file, or HF config.json"),
-    hw: str = typer.Option("dgx-a100-80gb", "--hw", help="hardware system: catalog name or YAML file"),
+    model: str = flag.model(),
+    hw: str = flag.hw(),
     micro_batches: str = typer.Option("1,2,4,8", "--micro-batches",
                                       help="micro-batch sizes to compare, e.g. 4,8,16,32"),
-    tp: Optional[int] = typer.Option(None, "--tp", min=1, help="tensor-parallel degree"),
-    pp: Optional[int] = typer.Option(None, "--pp", min=1, help="pipeline stages"),
-    dp: Optional[int] = typer.Option(None, "--dp", min=1, help="data-parallel replicas"),
-    global_batch: Optional[int] = typer.Option(None, "--global-batch", "-B", min=1, help="sequences per iteration"),
-    seq_len: Optional[int] = typer.Option(None, "--seq-len", "-s", min=1, help="tokens per sequence"),
-    attention: Optional[Attention] = typer.Option(None, "--attention", help="flash | math"),
+    tp: Optional[int] = flag.tp(),
+    pp: Optional[int] = flag.pp(),
+    dp: Optional[int] = flag.dp(),
+    global_batch: Optional[int] = flag.global_batch(),
+    seq_len: Optional[int] = flag.seq_len(),
+    attention: Optional[Attention] = flag.attention(),
     sequence_parallel: Optional[bool] = typer.Option(None, "--sequence-parallel/--no-sequence-parallel"),
-    zero: Optional[int] = typer.Option(None, "--zero", min=0, max=3, help="ZeRO stage 0-3"),
-    precision: Optional[Precision] = typer.Option(None, "--precision", help="bf16 | fp16 | bf16-pure"),
+    zero: Optional[int] = flag.zero(),
+    precision: Optional[Precision] = flag.precision(),
     target: Optional[Literal["ssd", "host"]] = typer.Option(
         None, "--target", help="where offload writes: ssd | host (default: ssd when the hardware has drives)"),
     offload_layers: Optional[str] = typer.Option(None, "--offload-layers", help="N | auto (default auto)"),
@@ -51,9 +53,9 @@ def rok(
                                                      "the offload rows go to host memory)"),
     stages: Optional[str] = typer.Option(None, "--stages", help="pipeline stage counts to scan, e.g. 1,2,4 "
                                          "(default: powers of two the system can hold)"),
-    set_: List[str] = typer.Option([], "--set", help="override any field: model.X=, hardware.X=, plan.X= (repeatable)"),
+    set_: List[str] = flag.set(),
     plot: Optional[str] = typer.Option(None, "--plot", help="write the ROK curve as a PNG (needs the plot extra)"),
-    json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
+    json_out: bool = flag.json(),
 ):
     """Recompute-offload-keep: activation memory and throughput of keep / selective / full recompute / offload
     across micro-batch sizes, and what the freed memory buys (largest micro-batch, fewest pipeline stages)."""
@@ -65,16 +67,7 @@ def rok(
     _check_plot(plot)
     result = compare(model, hw, _int_list(micro_batches, "--micro-batches"), overrides=set_, target=target,
                      stages=_int_list(stages, "--stages") if stages else None, **fields)
-    if plot:
-        from dse.report.plots import rok_curve
-
-        result["plot"] = rok_curve(result, plot)
-    if json_out:
-        _print_json(result)
-        return
-    from dse.report.activation_offload import render_rok
-
-    render_rok(_console(), result)
+    show(result, json_out, "dse.report.activation_offload:render_rok", plot, "dse.report.plots:rok_curve")
 
 
 def offload_compare(
@@ -89,19 +82,19 @@ def offload_compare(
     compression: float = typer.Option(0.02, "--compression", help="top-k ratio of the third variant, in (0, 1]"),
     scaling: Optional[str] = typer.Option(None, "--scaling",
                                           help="drive counts to scale over, e.g. 1,2,4,8 (default: 1..all)"),
-    micro_batch: Optional[int] = typer.Option(None, "--micro-batch", "-b", min=1, help="sequences per micro-batch"),
-    global_batch: Optional[int] = typer.Option(None, "--global-batch", "-B", min=1, help="sequences per iteration"),
-    seq_len: Optional[int] = typer.Option(None, "--seq-len", "-s", min=1, help="tokens per sequence"),
+    micro_batch: Optional[int] = flag.micro_batch(),
+    global_batch: Optional[int] = flag.global_batch(),
+    seq_len: Optional[int] = flag.seq_len(),
     recompute: Optional[Recompute] = typer.Option(None, "--recompute", help="none | selective | full (default full)"),
-    precision: Optional[Precision] = typer.Option(None, "--precision", help="bf16 | fp16 | bf16-pure"),
+    precision: Optional[Precision] = flag.precision(),
     offload_params: Optional[OffloadParams] = typer.Option(None, "--offload-params",
                                                            help="gpu | cpu | nvme (default cpu)"),
-    optimizer: Optional[Optimizer] = typer.Option(None, "--optimizer", help="adam | sgd-momentum | adagrad"),
+    optimizer: Optional[Optimizer] = flag.optimizer(),
     exchange_dtype: Optional[ExchangeDtype] = typer.Option(None, "--exchange-dtype",
                                                            help="fp32 (paper) | fp16 (released code)"),
-    set_: List[str] = typer.Option([], "--set", help="override any field: model.X=, hardware.X=, plan.X= (repeatable)"),
+    set_: List[str] = flag.set(),
     plot: Optional[str] = typer.Option(None, "--plot", help="write a PNG of the drive scaling (needs the plot extra)"),
-    json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
+    json_out: bool = flag.json(),
 ):
     """Compare ZeRO-Infinity, SmartUpdate and SmartUpdate + compression side by side, and over drive counts."""
     from dse.errors import InputError
@@ -118,16 +111,7 @@ def offload_compare(
                      micro_batch=micro_batch, global_batch=global_batch, seq_len=seq_len,
                      recompute=recompute, precision=precision, offload_params=offload_params, optimizer=optimizer,
                      exchange_dtype=exchange_dtype)
-    if plot:
-        from dse.report.plots import offload_scaling
-
-        result["plot"] = offload_scaling(result, plot)
-    if json_out:
-        _print_json(result)
-        return
-    from dse.report.offload import render_compare
-
-    render_compare(_console(), result)
+    show(result, json_out, "dse.report.offload:render_compare", plot, "dse.report.plots:offload_scaling")
 
 
 def chiplet_scaling(
