@@ -116,8 +116,10 @@ def model_data(ref: str) -> tuple[dict, str]:
             except FileNotFoundError:
                 raise InputError(f"{path}: no such file") from None
             except json.JSONDecodeError as exc:
-                raise InputError(f"{path}: JSON syntax error at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
-            return from_hf_config(cfg, str(path), default_name=path.parent.name if path.stem == "config" else path.stem), str(path)
+                raise InputError(f"{path}: JSON syntax error at line {exc.lineno}, column {exc.colno}: "
+                                 f"{exc.msg}") from None
+            name = path.parent.name if path.stem == "config" else path.stem
+            return from_hf_config(cfg, str(path), default_name=name), str(path)
         data = read_yaml(path, "model")
         data.setdefault("name", path.stem)
         return data, str(path)
@@ -247,7 +249,8 @@ def hardware_data(ref: str) -> tuple[dict, str, str]:
             known = [n for sub in KIND_DIRS.values() for n in names(hw_dir(sub))]
             hint = suggest(ref, known)
             listing = "" if hint else f"; known: {', '.join(known[:20])}" + (" ..." if len(known) > 20 else "")
-            raise InputError(f"unknown hardware system or chiplet package '{ref}'{hint}{listing} (see `dse list hardware`)")
+            raise InputError(f"unknown hardware system or chiplet package '{ref}'{hint}{listing} "
+                             "(see `dse list hardware`)")
         data = read_yaml(path, "hardware")
         data.setdefault("name", ref)
         where = f"hwspecs/{sub}/{ref}.yaml"
@@ -322,7 +325,8 @@ def find_hardware(name: str):
         if path.is_file():
             data = read_yaml(path, sub)
             data.setdefault("name", name)
-            return sub.rstrip("s"), _schema.build(cls, _resolve_refs(cls, data, str(path)), f"hwspecs/{sub}/{name}.yaml: ")
+            spec = _schema.build(cls, _resolve_refs(cls, data, str(path)), f"hwspecs/{sub}/{name}.yaml: ")
+            return sub.rstrip("s"), spec
     everything = [n for sub in (*COMPONENT_DIRS.values(), "chiplets") for n in names(hw_dir(sub))]
     raise InputError(f"unknown hardware '{name}'{suggest(name, everything)} (see `dse list hardware`)")
 
@@ -336,5 +340,6 @@ def is_chiplet_package(ref) -> bool:
 
 
 def load_chiplet_package(ref, overrides: list[tuple[list[str], object]] = ()):
-    """A validated :class:`~dse.specs.chiplet.ChipletPackageSpec` (:func:`load_hardware` of kind ``chiplet-package``)."""
+    """A validated :class:`~dse.specs.chiplet.ChipletPackageSpec` (:func:`load_hardware` of kind
+    ``chiplet-package``)."""
     return load_hardware(ref, overrides, kind=CHIPLET_PACKAGE)

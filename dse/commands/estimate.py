@@ -48,14 +48,19 @@ def estimate(
     zero: Optional[int] = flag.zero(),
     precision: Optional[Precision] = flag.precision(),
     offload_optimizer: Optional[OffloadOptimizer] = typer.Option(
-        None, "--offload-optimizer", help="optimizer states: gpu | cpu | nvme (ZeRO-Infinity) | csd (update on the drives)"),
-    offload_params: Optional[OffloadParams] = typer.Option(None, "--offload-params", help="fp16 parameters: gpu | cpu | nvme"),
+        None, "--offload-optimizer",
+        help="optimizer states: gpu | cpu | nvme (ZeRO-Infinity) | csd (update on the drives)"),
+    offload_params: Optional[OffloadParams] = typer.Option(None, "--offload-params",
+                                                           help="fp16 parameters: gpu | cpu | nvme"),
     gradient_compression: Optional[float] = typer.Option(
-        None, "--gradient-compression", help="gradient bytes sent / dense, in (0, 1] (csd only; 0.02 = top-1% with indices)"),
-    ssds: Optional[int] = typer.Option(None, "--ssds", min=1, help="drives used for offload (default: all of the hardware's)"),
+        None, "--gradient-compression",
+        help="gradient bytes sent / dense, in (0, 1] (csd only; 0.02 = top-1% with indices)"),
+    ssds: Optional[int] = typer.Option(None, "--ssds", min=1,
+                                       help="drives used for offload (default: all of the hardware's)"),
     optimizer: Optional[Optimizer] = flag.optimizer(),
     exchange_dtype: Optional[ExchangeDtype] = typer.Option(
-        None, "--exchange-dtype", help="gradients/params exchanged with the drives' accelerators: fp32 (paper) | fp16 (released code)"),
+        None, "--exchange-dtype",
+        help="gradients/params exchanged with the drives' accelerators: fp32 (paper) | fp16 (released code)"),
     offload_activations: Optional[OffloadActivations] = typer.Option(
         None, "--offload-activations", help="none | ssd (SSDTrain: to the drives) | host (pinned host memory)"),
     offload_layers: Optional[str] = typer.Option(
@@ -70,9 +75,10 @@ def estimate(
     set_: List[str] = flag.set(),
     json_out: bool = flag.json(),
     explain: bool = typer.Option(False, "--explain", help="print every term with its formula, inputs and value"),
-    chiplet_scheme: Optional[ChipletScheme] = typer.Option(None, "--chiplet-scheme",
-                                                           help="chiplet packages: megatron-1d | summa-2d | hecaton-2d"),
-    mesh: Optional[str] = typer.Option(None, "--mesh", help="chiplet packages: RxC layout of the dies, e.g. 4x16 (same die count)"),
+    chiplet_scheme: Optional[ChipletScheme] = typer.Option(
+        None, "--chiplet-scheme", help="chiplet packages: megatron-1d | summa-2d | hecaton-2d"),
+    mesh: Optional[str] = typer.Option(None, "--mesh",
+                                       help="chiplet packages: RxC layout of the dies, e.g. 4x16 (same die count)"),
 ):
     """Estimate one training scenario: time, memory per tier, traffic, bottleneck."""
     from dse.estimate import resolve, run
@@ -81,7 +87,8 @@ def estimate(
                          zero, precision)
     fields.update({k: v for k, v in (("chiplet_scheme", chiplet_scheme), ("chiplet_mesh", mesh), ("stack", stack))
                    if v is not None})
-    fields.update(offload_fields(offload_optimizer, offload_params, gradient_compression, ssds, optimizer, exchange_dtype))
+    fields.update(offload_fields(offload_optimizer, offload_params, gradient_compression, ssds, optimizer,
+                                 exchange_dtype))
     fields.update(activation_offload_fields(offload_activations, offload_layers, None, activation_io_path,
                                             activation_offload_mechanism))
     m, s, p = resolve(model, hw, None, set_, **fields)

@@ -98,7 +98,8 @@ def activation_offload_fields(offload_activations, offload_layers, ssds, activat
 def offload_fields(offload_optimizer, offload_params, gradient_compression, ssds, optimizer, exchange_dtype) -> dict:
     """Storage-offload plan fields given on the command line (see dse/specs/plan.py)."""
     fields = dict(offload_optimizer=offload_optimizer, offload_params=offload_params,
-                  gradient_compression=gradient_compression, ssds=ssds, optimizer=optimizer, exchange_dtype=exchange_dtype)
+                  gradient_compression=gradient_compression, ssds=ssds, optimizer=optimizer,
+                  exchange_dtype=exchange_dtype)
     return {k: v for k, v in fields.items() if v is not None}
 
 

@@ -226,7 +226,8 @@ def microbatch_io(layers: Num, k: Num, a_off: Num, tm: Times, bw_w: Num, bw_r: N
     paced_w = A.paced_write_bandwidth(bw_w, bw_r, ratio)
     all_off = layers * a_off
 
-    def exposed_all(w: Num) -> Num:   # writes at w: what is unwritten when backward needs it is forwarded, the rest read back
+    def exposed_all(w: Num) -> Num:
+        # writes at w: what is unwritten when backward needs it is forwarded, the rest read back
         wr = all_off - A.forwarded_bytes(all_off, w, tm.backward_start)
         return A.exposed_io_time(wr, wr, wr / a_div, a_off, w, bw_r, tm.layer_bwd, tm.microbatch)
 
@@ -311,7 +312,8 @@ def _section(c: Result, before: Before, ks: Layers, tm: Times, io: MicrobatchIO,
         "activation_peak_reduction": saved / before.activations,
         "capacity_needed_per_gpu": per_gpu_bytes,
         "capacity_needed_per_node": node_bytes,
-        "max_micro_batch_without_offload": A.largest_micro_batch(budget, before.fixed, before.activations / i.micro_batch),
+        "max_micro_batch_without_offload": A.largest_micro_batch(budget, before.fixed,
+                                                                 before.activations / i.micro_batch),
         "max_micro_batch": A.largest_micro_batch(budget, before.fixed, after / i.micro_batch),
     }
 
@@ -332,7 +334,8 @@ class ActivationOffload(TechniqueBase):
                      ) -> Before:
         A = _formulas(F)
         i = c["terms"]
-        if plan.activation_offload_mechanism == "hooks":   # every saved buffer leaves the GPU (dse/estimate/activation_hooks.py)
+        if plan.activation_offload_mechanism == "hooks":
+            # every saved buffer leaves the GPU (dse/estimate/activation_hooks.py)
             a_off = i.layer_activation_bytes
         else:
             a_off = A.offloaded_bytes_per_layer(i.seq_len, i.micro_batch, model.hidden, model.heads, model.kv_heads,

@@ -321,7 +321,8 @@ def data_parallel(model: ModelSpec, plan: Plan, i: BaseTerms, r: Recipe, kt: Sec
         emb_sync = where(plan.pp == 1, 0.0, P.allreduce_time(emb_bytes, 2, lk["pp"].bandwidth, lk["pp"].latency))
     else:
         emb_bytes, emb_sync = 0.0, 0.0
-    return {"grad_b": grad_b, "gather_b": gather_b, "dp_time": dp_time, "dp_exposed": dp_exposed, "emb_bytes": emb_bytes,
+    return {"grad_b": grad_b, "gather_b": gather_b, "dp_time": dp_time, "dp_exposed": dp_exposed,
+            "emb_bytes": emb_bytes,
             "emb_sync": emb_sync}
 
 
@@ -392,8 +393,10 @@ def traffic(model: ModelSpec, plan: Plan, i: BaseTerms, lk: dict[str, Link], pp:
     pp_bytes = where(plan.pp == 1, 0.0, 2 * m * pp["pp_msg"] + dp["emb_bytes"])   # activations both ways + embedding
     ins = {k: lk[k].inside for k in lk}
     return {
-        "intra_node": where(ins["tp"], tp_bytes, 0.0) + where(ins["dp"], dp_bytes, 0.0) + where(ins["pp"], pp_bytes, 0.0),
-        "inter_node": where(ins["tp"], 0.0, tp_bytes) + where(ins["dp"], 0.0, dp_bytes) + where(ins["pp"], 0.0, pp_bytes),
+        "intra_node": (where(ins["tp"], tp_bytes, 0.0) + where(ins["dp"], dp_bytes, 0.0)
+                       + where(ins["pp"], pp_bytes, 0.0)),
+        "inter_node": (where(ins["tp"], 0.0, tp_bytes) + where(ins["dp"], 0.0, dp_bytes)
+                       + where(ins["pp"], 0.0, pp_bytes)),
         "gpu_host": 0.0,
         "tp": tp_bytes,
         "dp": dp_bytes,
