@@ -43,17 +43,19 @@ class Plan:
     pp: int = spec_field(1, gt=0, help="pipeline-parallel stages")
     dp: int | None = spec_field(None, gt=0, help="data-parallel replicas; default: fill one node of the system")
     micro_batch: int = spec_field(1, gt=0, help="sequences per micro-batch b")
-    global_batch: int | None = spec_field(None, gt=0, help="sequences per iteration B; default b*dp (pp=1) or b*dp*4*pp")
+    global_batch: int | None = spec_field(None, gt=0,
+                                          help="sequences per iteration B; default b*dp (pp=1) or b*dp*4*pp")
     seq_len: int | None = spec_field(None, gt=0, help="tokens per sequence s; default the model's seq_len")
     recompute: str = spec_field("none", choices=RECOMPUTE, help="activation recomputation")
     attention: str = spec_field("flash", choices=ATTENTION, help="fused (flash) attention or materialised softmax")
     stack: str = spec_field("megatron", choices=STACKS, help="software stack: megatron (fused kernels), pytorch "
                             "(eager modules as in Hugging Face Transformers) or compiled (torch.compile); "
                             "its kernels are catalog data, stacks/*.yaml")
-    sequence_parallel: bool = spec_field(False, help="Megatron sequence parallelism (shards norm/dropout activations over tp)")
-    zero: int | None = spec_field(None, ge=0, le=3, help="ZeRO stage: 1 shards optimizer states (Megatron's distributed "
-                           "optimizer, the default on GPU systems), 2 also gradients, 3 also parameters; 0 replicates "
-                           "them")
+    sequence_parallel: bool = spec_field(False, help="Megatron sequence parallelism (shards norm/dropout activations "
+                                         "over tp)")
+    zero: int | None = spec_field(None, ge=0, le=3, help="ZeRO stage: 1 shards optimizer states (Megatron's "
+                                  "distributed optimizer, the default on GPU systems), 2 also gradients, 3 also "
+                                  "parameters; 0 replicates them")
     precision: str = spec_field("bf16", choices=PRECISION, help="precision recipe: bf16 or fp16 mixed precision "
                                 "(16-bit weights and activations, fp32 master weights and optimizer states), or "
                                 "bf16-pure (weights, gradients and optimizer states in bf16, no master copy); bytes "
@@ -71,24 +73,26 @@ class Plan:
     # chiplet packages only (dse/estimate/chiplet.py); None = not set
     chiplet_scheme: str | None = spec_field(None, choices=CHIPLET_SCHEMES, help="how a layer is split over the dies "
                                             "of a chiplet package (default hecaton-2d)")
-    chiplet_mesh: str | None = spec_field(None, help="RxC layout of the package's dies, e.g. 4x16 (default: the package's). "
-                                          "A hardware choice made at plan time: the collectives run on this mesh and "
-                                          "edge DRAM attaches along its perimeter, so a long thin layout has more DRAM "
-                                          "stacks (more bandwidth and capacity, more cost); the estimate's "
-                                          "hardware.rows/cols report it")
-    chiplet_schedule: str | None = spec_field(None, choices=CHIPLET_SCHEDULES, help="minibatch: layer-major over the "
-                                              "global batch (weights fetched once per pass); microbatch: micro-batch-major "
-                                              "(Megatron gradient accumulation); auto: microbatch for megatron-1d and summa-2d, "
-                                              "minibatch for hecaton-2d")
-    chiplet_minibatch: int | None = spec_field(None, gt=0, help="micro-batches per mini-batch of the minibatch schedule "
-                                               "(weights fetched once per mini-batch; default: the whole global batch)")
+    chiplet_mesh: str | None = spec_field(None, help="RxC layout of the package's dies, e.g. 4x16 (default: the "
+                                          "package's). A hardware choice made at plan time: the collectives run on "
+                                          "this mesh and edge DRAM attaches along its perimeter, so a long thin "
+                                          "layout has more DRAM stacks (more bandwidth and capacity, more cost); the "
+                                          "estimate's hardware.rows/cols report it")
+    chiplet_schedule: str | None = spec_field(None, choices=CHIPLET_SCHEDULES, help="minibatch: layer-major over "
+                                              "the global batch (weights fetched once per pass); microbatch: "
+                                              "micro-batch-major (Megatron gradient accumulation); auto: microbatch "
+                                              "for megatron-1d and summa-2d, minibatch for hecaton-2d")
+    chiplet_minibatch: int | None = spec_field(None, gt=0, help="micro-batches per mini-batch of the minibatch "
+                                               "schedule (weights fetched once per mini-batch; default: the whole "
+                                               "global batch)")
     chiplet_overlap: float = spec_field(1.0, unit="fraction", ge=0, le=1, help="how completely a chiplet package "
                                         "overlaps compute, NoP and DRAM (1: max of the three, 0: their sum)")
     # Storage offload (ZeRO-Infinity) and near-storage update (Smart-Infinity); see dse/formulas/offload/.
     offload_optimizer: str = spec_field("gpu", choices=OFFLOAD_OPTIMIZER,
                                         help="optimizer states + fp32 gradients on gpu, host DRAM (cpu), NVMe drives, "
                                              "or computational storage that runs the update (csd)")
-    offload_params: str = spec_field("gpu", choices=OFFLOAD_PARAMS, help="fp16 parameters between uses: gpu, host DRAM (cpu) or NVMe")
+    offload_params: str = spec_field("gpu", choices=OFFLOAD_PARAMS,
+                                     help="fp16 parameters between uses: gpu, host DRAM (cpu) or NVMe")
     ssds: int | None = spec_field(None, gt=0, help="drives used for offload; default: all drives of the hardware")
     gradient_compression: float = spec_field(1.0, unit="fraction", gt=0, le=1,
                                              help="gradient bytes sent / dense bytes (Smart-Infinity SmartComp ratio; "
@@ -103,9 +107,12 @@ class Plan:
     sub_group_size: float | None = spec_field(None, unit="count", gt=0,
                                               help="optimizer sub-group (elements); default DeepSpeed's 1e9, or "
                                                    "Smart-Infinity's 4e7 when the update runs on the drives (csd)")
-    optimizer_buffer_count: int = spec_field(4, gt=0, help="pinned host swap buffers for optimizer state (DeepSpeed default 4)")
-    param_buffer_count: int = spec_field(5, gt=0, help="pinned host swap buffers for NVMe-offloaded params (DeepSpeed default 5)")
-    param_buffer_size: float = spec_field(1e8, unit="count", gt=0, help="elements per param swap buffer (DeepSpeed default 1e8)")
+    optimizer_buffer_count: int = spec_field(4, gt=0, help="pinned host swap buffers for optimizer state "
+                                             "(DeepSpeed default 4)")
+    param_buffer_count: int = spec_field(5, gt=0, help="pinned host swap buffers for NVMe-offloaded params "
+                                         "(DeepSpeed default 5)")
+    param_buffer_size: float = spec_field(1e8, unit="count", gt=0,
+                                          help="elements per param swap buffer (DeepSpeed default 1e8)")
     # Activation offload (SSDTrain); see dse/formulas/activation_offload/. Uses ssds above.
     offload_activations: str = spec_field("none", choices=OFFLOAD_ACTIVATIONS,
                                           help="write saved activations to the drives (ssd, SSDTrain) or to pinned "

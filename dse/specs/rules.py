@@ -89,18 +89,20 @@ OFFLOAD_RULES = (
          when=lambda p, m, s: p.offload_optimizer != "csd", ok=lambda p, m, s: p.gradient_compression >= 1,
          message=lambda p, m, s: f"--gradient-compression {p.gradient_compression:g} needs --offload-optimizer csd "
                                  "(the compressed gradients are decompressed by the drives' accelerators)"),
-    Rule("offload to drives on hardware without drives", ("offload_optimizer", "offload_params", "hardware.node.storage"),
+    Rule("offload to drives on hardware without drives",
+         ("offload_optimizer", "offload_params", "hardware.node.storage"),
          when=lambda p, m, s: s is not None and (p.offload_optimizer in _DRIVES or p.offload_params == "nvme"),
          ok=lambda p, m, s: _storage(s) is not None,
          message=lambda p, m, s: (f"--offload-optimizer {p.offload_optimizer}" if p.offload_optimizer in _DRIVES
                                   else f"--offload-params {p.offload_params}")
-                                 + f": hardware '{s.name}' has no storage drives; use gpu or cpu, or a system with drives"),
+                                 + f": hardware '{s.name}' has no storage drives; use gpu or cpu, or a system "
+                                   "with drives"),
     Rule("drives without near-storage compute", ("offload_optimizer", "hardware.node.storage.device.near_storage"),
          when=lambda p, m, s: s is not None and p.offload_optimizer == "csd",
          ok=lambda p, m, s: _storage(s) is not None and _storage(s).device.near_storage is not None,
-         message=lambda p, m, s: f"--offload-optimizer csd: the drives of '{s.name}' ({_storage(s).device.name}) have no "
-                                 "near-storage compute; use --offload-optimizer nvme, or a system with computational "
-                                 "storage (e.g. smart-infinity-a5000)"),
+         message=lambda p, m, s: f"--offload-optimizer csd: the drives of '{s.name}' ({_storage(s).device.name}) "
+                                 "have no near-storage compute; use --offload-optimizer nvme, or a system with "
+                                 "computational storage (e.g. smart-infinity-a5000)"),
 )
 
 
@@ -142,7 +144,8 @@ MODEL_RULES = (
     Rule("seq_len exceeds the learned positions", ("seq_len", "model.position_embeddings"),
          when=lambda p, m, s: m.position == "learned" and p.seq_len is not None,
          ok=lambda p, m, s: p.seq_len <= m.position_embeddings,
-         message=lambda p, m, s: f"--seq-len {p.seq_len} exceeds the model's {m.position_embeddings} learned positions"),
+         message=lambda p, m, s: f"--seq-len {p.seq_len} exceeds the model's {m.position_embeddings} learned "
+                                 "positions"),
 )
 
 
@@ -185,7 +188,8 @@ ACTIVATION_OFFLOAD_RULES = (
     Rule("activation offload on a chiplet package", ("offload_activations", "hardware.kind"),
          when=lambda p, m, s: p.offload_activations != "none", ok=lambda p, m, s: _gpu(s),
          message=lambda p, m, s: f"--offload-activations {p.offload_activations} applies to GPU systems; "
-                                 f"{getattr(s, 'name', 'the hardware')} is a chiplet package (see `dse list hardware`)"),
+                                 f"{getattr(s, 'name', 'the hardware')} is a chiplet package "
+                                 "(see `dse list hardware`)"),
     Rule("activation offload to drives on hardware without drives", ("offload_activations", "hardware.node.storage"),
          when=lambda p, m, s: p.offload_activations == "ssd" and _gpu(s), ok=lambda p, m, s: _storage(s) is not None,
          message=lambda p, m, s: f"--offload-activations ssd: hardware '{s.name}' has no storage drives "
@@ -195,7 +199,8 @@ ACTIVATION_OFFLOAD_RULES = (
          when=lambda p, m, s: _offloads(p, s) and p.offload_layers is not None,
          ok=lambda p, m, s: p.offload_layers <= m.layers,
          message=lambda p, m, s: f"--offload-layers {p.offload_layers} is more than the model's {m.layers} layers"),
-    Rule("offload_layers exceeds the layers of a pipeline stage", ("offload_layers", "pp", "virtual_stages", "model.layers"),
+    Rule("offload_layers exceeds the layers of a pipeline stage",
+         ("offload_layers", "pp", "virtual_stages", "model.layers"),
          when=lambda p, m, s: _offloads(p, s) and p.offload_layers is not None,
          ok=lambda p, m, s: p.offload_layers <= _per_stage(p, m),
          message=lambda p, m, s: f"--offload-layers {p.offload_layers} is more than the {_per_stage(p, m)} layers on "
@@ -240,8 +245,10 @@ CHIPLET_RULES = (
                                    "--mesh (one package, tp = pp = dp = 1)"),
     Rule("ZeRO does not apply to a chiplet package", ("zero",),
          ok=lambda p, m, s: p.zero == 0,
-         message=lambda p, m, s: f"--zero {p.zero} does not apply to a chiplet package (one package holds every state)"),
-    Rule("storage offload on a chiplet package", ("offload_optimizer", "offload_params", "gradient_compression", "ssds"),
+         message=lambda p, m, s: f"--zero {p.zero} does not apply to a chiplet package (one package holds every "
+                                 "state)"),
+    Rule("storage offload on a chiplet package",
+         ("offload_optimizer", "offload_params", "gradient_compression", "ssds"),
          ok=lambda p, m, s: (p.offload_optimizer == "gpu" and p.offload_params == "gpu" and p.ssds is None)
                             & (p.gradient_compression == 1.0),
          message=lambda p, m, s: _first(_storage_flags(p)) + " does not apply to a chiplet package (it has no host or "
