@@ -40,10 +40,16 @@ class GPUEfficiency:
     kernel_overhead: float = spec_field(0.0, unit="s", ge=0, help="fixed GPU time per element-wise kernel a software "
                                         "stack counts (launch, ramp and drain; stacks/*.yaml); 0: folded into the "
                                         "fitted efficiencies")
-    attention: float = spec_field(0.6, unit="fraction", gt=0, le=1, help="fraction of peak reached by fused (flash) attention")
-    memory: float = spec_field(0.694, unit="fraction", gt=0, le=1, help="fraction of HBM bandwidth reached by element-wise kernels")
-    layer_overhead: float = spec_field(0.0, unit="s", ge=0, help="host-side (launch/framework) time per layer per forward pass; backward counts twice")
-    microbatch_overhead: float = spec_field(0.0, unit="s", ge=0, help="fixed time per micro-batch per pipeline stage (data broadcast, schedule, synchronisation)")
+    attention: float = spec_field(0.6, unit="fraction", gt=0, le=1,
+                                  help="fraction of peak reached by fused (flash) attention")
+    memory: float = spec_field(0.694, unit="fraction", gt=0, le=1,
+                               help="fraction of HBM bandwidth reached by element-wise kernels")
+    layer_overhead: float = spec_field(0.0, unit="s", ge=0,
+                                       help="host-side (launch/framework) time per layer per forward pass; backward "
+                                            "counts twice")
+    microbatch_overhead: float = spec_field(0.0, unit="s", ge=0,
+                                            help="fixed time per micro-batch per pipeline stage (data broadcast, "
+                                                 "schedule, synchronisation)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,7 +58,8 @@ class GPUSpec:
     peak_flops: dict[str, float] = spec_field(unit="flop/s", gt=0, factory=dict, help="dense peak per dtype")
     hbm_capacity: float = spec_field(unit="bytes", gt=0, help="device memory")
     hbm_bandwidth: float = spec_field(unit="bytes/s", gt=0, help="device memory bandwidth")
-    reserved: float = spec_field(2 * 2**30, unit="bytes", ge=0, help="memory the runtime keeps (CUDA context, NCCL, allocator)")
+    reserved: float = spec_field(2 * 2**30, unit="bytes", ge=0,
+                                 help="memory the runtime keeps (CUDA context, NCCL, allocator)")
     power: float = spec_field(400.0, unit="W", gt=0, help="board power (TDP)")
     price: float = spec_field(0.0, unit="USD", ge=0, help="street price per GPU")
     efficiency: GPUEfficiency = spec_field(factory=GPUEfficiency)
@@ -69,7 +76,8 @@ class LinkSpec:
     name: str
     bandwidth: float = spec_field(unit="bytes/s", gt=0, help="per direction")
     latency: float = spec_field(5e-6, unit="s", ge=0, help="per message / per collective step")
-    efficiency: float = spec_field(0.8, unit="fraction", gt=0, le=1, help="achievable fraction of bandwidth for large transfers")
+    efficiency: float = spec_field(0.8, unit="fraction", gt=0, le=1,
+                                   help="achievable fraction of bandwidth for large transfers")
     source: str = ""
 
 
@@ -100,17 +108,24 @@ class NearStorageSpec:
     """
 
     accelerator: str = ""
-    update_throughput: float = spec_field(unit="bytes/s", gt=0, help="optimizer-update kernel, bytes of state + gradient read per second")
-    decompress_throughput: float = spec_field(unit="bytes/s", gt=0, help="decompress (top-k scatter) + update kernel, bytes read per second")
-    dram_capacity: float = spec_field(unit="bytes", gt=0, help="accelerator DRAM that holds the transfer handler's buffers")
-    device_link: float = spec_field(unit="bytes/s", gt=0, help="PCIe link of the device, per direction: drive<->accelerator "
-                                    "through its internal switch, and device<->host")
-    internal_read_bandwidth: float = spec_field(unit="bytes/s", gt=0, help="drive -> accelerator (peer-to-peer) read, measured")
-    internal_write_bandwidth: float = spec_field(unit="bytes/s", gt=0, help="accelerator -> drive (peer-to-peer) write, measured")
+    update_throughput: float = spec_field(unit="bytes/s", gt=0,
+                                          help="optimizer-update kernel, bytes of state + gradient read per second")
+    decompress_throughput: float = spec_field(unit="bytes/s", gt=0,
+                                              help="decompress (top-k scatter) + update kernel, bytes read per second")
+    dram_capacity: float = spec_field(unit="bytes", gt=0,
+                                      help="accelerator DRAM that holds the transfer handler's buffers")
+    device_link: float = spec_field(unit="bytes/s", gt=0,
+                                    help="PCIe link of the device, per direction: drive<->accelerator "
+                                         "through its internal switch, and device<->host")
+    internal_read_bandwidth: float = spec_field(unit="bytes/s", gt=0,
+                                                help="drive -> accelerator (peer-to-peer) read, measured")
+    internal_write_bandwidth: float = spec_field(unit="bytes/s", gt=0,
+                                                 help="accelerator -> drive (peer-to-peer) write, measured")
     write_overlap: float = spec_field(0.0, unit="fraction", ge=0, le=1,
                                       help="share of the ideal overlap of drive writes with the next sub-group's loads "
                                            "that the transfer handler reaches (0 = serial, 1 = fully pipelined)")
-    price: float = spec_field(0.0, unit="USD", ge=0, help="price of the compute part above a plain drive of the same capacity")
+    price: float = spec_field(0.0, unit="USD", ge=0,
+                              help="price of the compute part above a plain drive of the same capacity")
     power: float = spec_field(0.0, unit="W", ge=0, help="extra power of the accelerator while it is used")
 
 
@@ -124,7 +139,9 @@ class StorageSpec:
     warranty_years: float = spec_field(5.0, gt=0, help="warranty period the DWPD rating covers")
     power: float = spec_field(15.0, unit="W", ge=0)
     price: float = spec_field(0.0, unit="USD", ge=0)
-    near_storage: NearStorageSpec | None = spec_field(None, help="compute beside the drive (computational storage); None for a plain drive")
+    near_storage: NearStorageSpec | None = spec_field(None,
+                                                      help="compute beside the drive (computational storage); None "
+                                                           "for a plain drive")
     source: str = ""
 
 
@@ -132,7 +149,9 @@ class StorageSpec:
 class StorageArraySpec:
     device: StorageSpec
     count: int = spec_field(1, gt=0, help="drives in the array")
-    uplink: LinkSpec | None = spec_field(None, help="shared link between the drives' switch and the host (None: each drive on its own lanes)")
+    uplink: LinkSpec | None = spec_field(None,
+                                         help="shared link between the drives' switch and the host (None: each drive "
+                                              "on its own lanes)")
 
 
 @dataclass(frozen=True, kw_only=True)
