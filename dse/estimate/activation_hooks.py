@@ -32,8 +32,9 @@ from typing import TYPE_CHECKING, Any
 from dse.formulas._array import minimum
 
 if TYPE_CHECKING:
-    from dse.estimate.activation_offload import Before, Layers, MicrobatchIO, Times
+    from dse.estimate.activation_offload import Before, Times
     from dse.estimate.aliases import FormulaModule, Num, Result
+    from dse.estimate.terms import Layers, MicrobatchIO
     from dse.specs.model import ModelSpec
     from dse.specs.plan import Plan
 

@@ -42,11 +42,11 @@ may be numpy arrays; only the offload target and I/O path branch in Python.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, ClassVar, NotRequired, TypedDict
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from dse.estimate import activation_hooks as _hooks
 from dse.estimate.technique import TechniqueBase
-from dse.estimate.terms import DriveWrites, Num, _Mappable, drive_use, drives
+from dse.estimate.terms import DriveWrites, Layers, MicrobatchIO, Num, _Mappable, drive_use, drives
 from dse.estimate.wear import apply_wear
 from dse.formulas._array import ceil, maximum, minimum, where
 
@@ -98,31 +98,6 @@ class Times:
     non_layer: Num        # head, embedding, p2p, fixed: 1/3 forward, 2/3 backward
     forward: Num          # the stage's forward
     backward_start: Num   # when backward reaches the stage's last layer
-
-
-class Layers(TypedDict):
-    """Which layers of the stage offload (:func:`offloaded_layers`): ``k`` and the rules it came from."""
-
-    k: Num          # layers offloaded
-    rule: str       # "adaptive" (auto), "fixed" (offload_layers), "all" (the hooks' auto)
-    k_rule: Num     # SSDTrain's rule: the layers whose writes the forward can absorb
-    k_hide: Num     # the layers whose I/O hides behind compute
-    k_fit: Num      # the fewest layers that make the GPU fit (0 when it fits)
-
-
-class MicrobatchIO(TypedDict):
-    """One micro-batch's offload I/O on the most loaded stage (:func:`microbatch_io`), bytes and seconds."""
-
-    bw_used: Num        # write bandwidth used (full rate or paced to the drives' write:read ratio)
-    backlog: Num        # bytes still unwritten when forward ends (they stay on the GPU)
-    forwarded: Num      # bytes backward uses before they are written (never read back)
-    written: Num
-    read: Num
-    exposed: Num        # I/O time compute does not hide
-    exposed_s: NotRequired[Num]   # over the iteration (add_time_and_traffic)
-    a_hooks: NotRequired[Num]     # the hooks mechanism (dse/estimate/activation_hooks.py): bytes copied per layer
-    out_s: NotRequired[Num]       # ... and the copy-out and copy-in time of one micro-batch
-    in_s: NotRequired[Num]
 
 
 def _other(i: BaseTerms, layers: Num, a: Num) -> tuple[Num, Num]:

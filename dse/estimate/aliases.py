@@ -8,7 +8,9 @@
   where the estimate takes the modules themselves;
 - :data:`Hardware`: a hardware spec of either kind, a GPU system or a chiplet package
   (:mod:`dse.estimate.backends`);
-- :data:`Num`: a number or a numpy array of them (numeric plan and hardware fields may be arrays).
+- :data:`Num`: a number or a numpy array of them (numeric plan and hardware fields may be arrays);
+- :data:`Section`: one group of named numbers (or arrays) of the composition (``c["time"]``, the memory of
+  a tier, the terms of one step).
 
 The spec classes are imported for the type checker only: importing this module costs nothing.
 """
@@ -26,6 +28,7 @@ if TYPE_CHECKING:
 
 Num: TypeAlias = Any
 Result: TypeAlias = dict[str, Any]
+Section: TypeAlias = dict[str, Any]
 FormulaModule: TypeAlias = "ModuleType | Tracer"
 Formulas: TypeAlias = "Mapping[str, ModuleType | Tracer]"
 Hardware: TypeAlias = "SystemSpec | ChipletPackageSpec"

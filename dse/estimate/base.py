@@ -8,16 +8,18 @@ The pieces, in order: the kernel tables of a layer, the embedding and the head
 (:mod:`dse.formulas.kernels`, built once); parameter placement per stage; memory per
 tier (checked first: a search can stop there); the time of each table
 (:mod:`dse.estimate.kernel_table`); the pipeline; data-parallel reduction and optimizer step;
-the breakdown, FLOPs, throughput and traffic.
+the breakdown, FLOPs, throughput and traffic (:mod:`dse.estimate.totals`). Parameter counts and link
+bandwidths of scalar plans are kept per spec (:mod:`dse.estimate.memo`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from dse.estimate.kernel_table import Link, kernel_tables, kernel_times
+from dse.estimate.memo import ints, remembered
 from dse.estimate.terms import BaseTerms, TimeTerms
+from dse.estimate.totals import breakdown, flops, traffic
 from dse.formulas import (
     compute as _compute,
     kernels as _kernels,
@@ -30,13 +32,11 @@ from dse.formulas._array import ceil, maximum, minimum, where
 from dse.formulas.precision import peak_flops, recipe_of
 
 if TYPE_CHECKING:
-    from dse.estimate.aliases import FormulaModule, Formulas, Num, Result
+    from dse.estimate.aliases import FormulaModule, Formulas, Num, Result, Section
     from dse.formulas.precision import Recipe
     from dse.specs.hardware import SystemSpec
     from dse.specs.model import ModelSpec
     from dse.specs.plan import Plan
-
-Section = dict[str, Any]    # one group of named numbers (or arrays) of the composition
 
 
 def shapes(model: ModelSpec, plan: Plan) -> dict[str, Any]:
@@ -66,35 +66,13 @@ def compose(model: ModelSpec, system: SystemSpec, plan: Plan, F: Formulas | None
 # ------------------------------------------------------------------------------------------ memory side
 
 
-# memo of the parts of a scalar estimate that depend on one spec and a few plan integers only (parameter counts,
-# link bandwidths): the search and the validation suites meet the same model, system and degrees again and again.
-# key (part, spec id, integers, every formula called, so that a replaced one is never served a stale value: a test,
-# the reference page's perturbation) -> (spec, value); numpy values and traced formulas are not kept
-_PARTS: dict[tuple[Any, ...], tuple[object, Section]] = {}
-
-
-def _ints(*xs: object) -> bool:
-    """Are these plan fields Python ints (not arrays, not numpy scalars whose results keep their type)?"""
-    return all(type(x) is int for x in xs)
-
-
-def _remembered(key: tuple[Any, ...], spec: object, make: Callable[[], Section]) -> Section:
-    """A copy of the dict ``make()`` returns, kept under ``key`` for ``spec`` (:data:`_PARTS`)."""
-    hit = _PARTS.get(key)
-    if hit is None or hit[0] is not spec:
-        if len(_PARTS) >= 512:   # bounded
-            _PARTS.clear()
-        hit = _PARTS[key] = (spec, make())
-    return dict(hit[1])
-
-
 def parameters(model: ModelSpec, plan: Plan, T: FormulaModule = _transformer) -> Section:
     """Parameters of the model, of one layer (per GPU) and of the first and last pipeline stage's GPU."""
     t, p, v = plan.tp, plan.pp, plan.virtual_stages
-    if T is _transformer and _ints(t, p, v):
+    if T is _transformer and ints(t, p, v):
         key = ("parameters", id(model), t, p, v, T.layer_parameters, T.layer_parameters_replicated,
                T.embedding_parameters, T.head_parameters, T.norm_parameters, T.ffn_matrices)
-        return _remembered(key, model, lambda: _parameters(model, t, p, v, T))
+        return remembered(key, model, lambda: _parameters(model, t, p, v, T))
     return _parameters(model, t, p, v, T)
 
 
@@ -245,8 +223,8 @@ def links(system: SystemSpec, plan: Plan, P: FormulaModule = _parallelism) -> di
     A group runs at the intra-node link's rate while its ranks fit in one node, at the network's otherwise.
     """
     t, d = plan.tp, plan.dp
-    if P is _parallelism and _ints(t, d):
-        return _remembered(("links", id(system), t, d, P.group_bandwidth), system, lambda: _links(system, t, d, P))
+    if P is _parallelism and ints(t, d):
+        return remembered(("links", id(system), t, d, P.group_bandwidth), system, lambda: _links(system, t, d, P))
     return _links(system, t, d, P)
 
 
@@ -335,73 +313,6 @@ def optimizer_step(system: SystemSpec, plan: Plan, i: BaseTerms, r: Recipe, C: F
     opt_params = i.params_per_gpu / where(zero >= 1, d, 1)
     t_opt = C.memory_time(O.step_bytes(opt_params, plan.optimizer, r), gpu.hbm_bandwidth, gpu.efficiency.memory)
     return {"opt_params": opt_params, "t_opt": t_opt}
-
-
-def breakdown(plan: Plan, i: BaseTerms, kt: Section, pp: Section, dp: Section, t_opt: Num) -> Section:
-    """The iteration time and its parts (what each share of the critical path is spent on)."""
-    m, l_stage = i.micro_batches, i.layers_per_stage
-    full = plan.recompute == "full"
-    single = plan.pp == 1
-    t_iter = pp["t_pipe"] + dp["dp_exposed"] + dp["emb_sync"] + t_opt
-    t_embed, t_head = kt["t_embed"], kt["t_head"]
-    compute_mb = (l_stage * (kt["gpu_fwd"] - kt["tp_fwd"] + kt["gpu_bwd"] - kt["tp_bwd"])
-                  + where(single, t_embed + t_head, maximum(t_embed, t_head)))
-    recompute_mb = l_stage * where(full, kt["gpu_rec"] - kt["tp_fwd"], kt["gpu_rec"])
-    tp_mb = l_stage * (kt["tp_fwd"] + kt["tp_bwd"] + where(full, kt["tp_fwd"], 0.0))
-    overhead_mb = l_stage * kt["layer_host_excess"] + pp["t_mb_fixed"]
-    return {
-        "iteration": t_iter,
-        "compute": m * compute_mb,
-        "recompute": m * recompute_mb,
-        "communication": m * (tp_mb + pp["t_p2p"]) + dp["dp_exposed"] + dp["emb_sync"],
-        "bubble": pp["bubble"],
-        "optimizer": t_opt,
-        "overhead": m * overhead_mb,
-        "io_exposed": 0.0,
-        "tp_communication": m * tp_mb,
-        "pp_communication": m * pp["t_p2p"],
-        "dp_communication": dp["dp_exposed"],
-        "embedding_sync": dp["emb_sync"],
-        "per_microbatch": pp["stage_max"],
-        "layer_forward": kt["layer_fwd"],
-        "layer_backward": kt["layer_bwd"],
-    }
-
-
-def flops(model: ModelSpec, plan: Plan, sums: Section) -> Section:
-    """Model and hardware FLOPs of one iteration: the tables' FLOPs over every micro-batch and TP rank.
-
-    Model FLOPs count forward and backward (3x the forward); hardware FLOPs add what recomputation runs again.
-    """
-    B: Num = plan.global_batch  # a resolved plan: set
-    ranks = B / plan.micro_batch * plan.tp     # micro-batches of the iteration x TP ranks each
-    f_model = 3 * ranks * (model.layers * sums["flops_layer"] + sums["flops_head"])
-    f_hw = f_model + ranks * model.layers * sums["flops_recompute"]
-    return {"model_per_iteration": f_model, "hardware_per_iteration": f_hw}
-
-
-def traffic(model: ModelSpec, plan: Plan, i: BaseTerms, lk: dict[str, Link], pp: Section, dp: Section) -> Section:
-    """Bytes per iteration per GPU on each parallel group and on the intra- and inter-node links."""
-    zero: Num = plan.zero       # a resolved plan: zero and dp are set
-    d: Num = plan.dp
-    t, m = plan.tp, i.micro_batches
-    ring = where(t > 1, 2 * (t - 1) / t, 0.0)      # an all-reduce moves 2 (t-1)/t of its message through each rank
-    tp_bytes = m * i.layers_per_stage * ring * i.kernels["sums"]["tp_messages"]
-    grad_b, gather_b = dp["grad_b"], dp["gather_b"]
-    dp_bytes = where(d > 1, (d - 1) / d, 0.0) * where(zero == 0, 2 * grad_b, where(zero < 3, grad_b + gather_b,
-                                                                                   m * (grad_b + 2 * gather_b)))
-    pp_bytes = where(plan.pp == 1, 0.0, 2 * m * pp["pp_msg"] + dp["emb_bytes"])   # activations both ways + embedding
-    ins = {k: lk[k].inside for k in lk}
-    return {
-        "intra_node": (where(ins["tp"], tp_bytes, 0.0) + where(ins["dp"], dp_bytes, 0.0)
-                       + where(ins["pp"], pp_bytes, 0.0)),
-        "inter_node": (where(ins["tp"], 0.0, tp_bytes) + where(ins["dp"], 0.0, dp_bytes)
-                       + where(ins["pp"], 0.0, pp_bytes)),
-        "gpu_host": 0.0,
-        "tp": tp_bytes,
-        "dp": dp_bytes,
-        "pp": pp_bytes,
-    }
 
 
 def compose_time(c: Result, model: ModelSpec, system: SystemSpec, plan: Plan, F: Formulas | None = None) -> Result:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 if TYPE_CHECKING:
     from dse.specs.hardware import NearStorageSpec, StorageArraySpec, SystemSpec
@@ -185,3 +185,34 @@ def near_storage(system: SystemSpec) -> NearStorageSpec:
     if ns is None:
         raise ValueError(f"{system.name}: offload_optimizer csd needs drives with a near-storage accelerator")
     return ns
+
+
+class Layers(TypedDict):
+    """Which layers of the stage offload activations: ``k`` and the rules it came from.
+
+    (:func:`dse.estimate.activation_offload.offloaded_layers`)
+    """
+
+    k: Num          # layers offloaded
+    rule: str       # "adaptive" (auto), "fixed" (offload_layers), "all" (the hooks' auto)
+    k_rule: Num     # SSDTrain's rule: the layers whose writes the forward can absorb
+    k_hide: Num     # the layers whose I/O hides behind compute
+    k_fit: Num      # the fewest layers that make the GPU fit (0 when it fits)
+
+
+class MicrobatchIO(TypedDict):
+    """One micro-batch's activation-offload I/O on the most loaded stage, bytes and seconds.
+
+    (:func:`dse.estimate.activation_offload.microbatch_io`)
+    """
+
+    bw_used: Num        # write bandwidth used (full rate or paced to the drives' write:read ratio)
+    backlog: Num        # bytes still unwritten when forward ends (they stay on the GPU)
+    forwarded: Num      # bytes backward uses before they are written (never read back)
+    written: Num
+    read: Num
+    exposed: Num        # I/O time compute does not hide
+    exposed_s: NotRequired[Num]   # over the iteration (activation_offload.add_time_and_traffic)
+    a_hooks: NotRequired[Num]     # the hooks mechanism (dse/estimate/activation_hooks.py): bytes copied per layer
+    out_s: NotRequired[Num]       # ... and the copy-out and copy-in time of one micro-batch
+    in_s: NotRequired[Num]

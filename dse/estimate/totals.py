@@ -1,0 +1,85 @@
+"""The totals of the base estimate: the iteration time's parts, FLOPs and bytes per link.
+
+Reductions of the terms :func:`dse.estimate.base.compose_time` computed (kernel times, pipeline,
+data-parallel reduction, optimizer step); array-safe like the rest of the base estimate.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from dse.formulas._array import maximum, where
+
+if TYPE_CHECKING:
+    from dse.estimate.aliases import Num, Section
+    from dse.estimate.kernel_table import Link
+    from dse.estimate.terms import BaseTerms
+    from dse.specs.model import ModelSpec
+    from dse.specs.plan import Plan
+
+
+def breakdown(plan: Plan, i: BaseTerms, kt: Section, pp: Section, dp: Section, t_opt: Num) -> Section:
+    """The iteration time and its parts (what each share of the critical path is spent on)."""
+    m, l_stage = i.micro_batches, i.layers_per_stage
+    full = plan.recompute == "full"
+    single = plan.pp == 1
+    t_iter = pp["t_pipe"] + dp["dp_exposed"] + dp["emb_sync"] + t_opt
+    t_embed, t_head = kt["t_embed"], kt["t_head"]
+    compute_mb = (l_stage * (kt["gpu_fwd"] - kt["tp_fwd"] + kt["gpu_bwd"] - kt["tp_bwd"])
+                  + where(single, t_embed + t_head, maximum(t_embed, t_head)))
+    recompute_mb = l_stage * where(full, kt["gpu_rec"] - kt["tp_fwd"], kt["gpu_rec"])
+    tp_mb = l_stage * (kt["tp_fwd"] + kt["tp_bwd"] + where(full, kt["tp_fwd"], 0.0))
+    overhead_mb = l_stage * kt["layer_host_excess"] + pp["t_mb_fixed"]
+    return {
+        "iteration": t_iter,
+        "compute": m * compute_mb,
+        "recompute": m * recompute_mb,
+        "communication": m * (tp_mb + pp["t_p2p"]) + dp["dp_exposed"] + dp["emb_sync"],
+        "bubble": pp["bubble"],
+        "optimizer": t_opt,
+        "overhead": m * overhead_mb,
+        "io_exposed": 0.0,
+        "tp_communication": m * tp_mb,
+        "pp_communication": m * pp["t_p2p"],
+        "dp_communication": dp["dp_exposed"],
+        "embedding_sync": dp["emb_sync"],
+        "per_microbatch": pp["stage_max"],
+        "layer_forward": kt["layer_fwd"],
+        "layer_backward": kt["layer_bwd"],
+    }
+
+
+def flops(model: ModelSpec, plan: Plan, sums: Section) -> Section:
+    """Model and hardware FLOPs of one iteration: the tables' FLOPs over every micro-batch and TP rank.
+
+    Model FLOPs count forward and backward (3x the forward); hardware FLOPs add what recomputation runs again.
+    """
+    B: Num = plan.global_batch  # a resolved plan: set
+    ranks = B / plan.micro_batch * plan.tp     # micro-batches of the iteration x TP ranks each
+    f_model = 3 * ranks * (model.layers * sums["flops_layer"] + sums["flops_head"])
+    f_hw = f_model + ranks * model.layers * sums["flops_recompute"]
+    return {"model_per_iteration": f_model, "hardware_per_iteration": f_hw}
+
+
+def traffic(model: ModelSpec, plan: Plan, i: BaseTerms, lk: dict[str, Link], pp: Section, dp: Section) -> Section:
+    """Bytes per iteration per GPU on each parallel group and on the intra- and inter-node links."""
+    zero: Num = plan.zero       # a resolved plan: zero and dp are set
+    d: Num = plan.dp
+    t, m = plan.tp, i.micro_batches
+    ring = where(t > 1, 2 * (t - 1) / t, 0.0)      # an all-reduce moves 2 (t-1)/t of its message through each rank
+    tp_bytes = m * i.layers_per_stage * ring * i.kernels["sums"]["tp_messages"]
+    grad_b, gather_b = dp["grad_b"], dp["gather_b"]
+    dp_bytes = where(d > 1, (d - 1) / d, 0.0) * where(zero == 0, 2 * grad_b, where(zero < 3, grad_b + gather_b,
+                                                                                   m * (grad_b + 2 * gather_b)))
+    pp_bytes = where(plan.pp == 1, 0.0, 2 * m * pp["pp_msg"] + dp["emb_bytes"])   # activations both ways + embedding
+    ins = {k: lk[k].inside for k in lk}
+    return {
+        "intra_node": (where(ins["tp"], tp_bytes, 0.0) + where(ins["dp"], dp_bytes, 0.0)
+                       + where(ins["pp"], pp_bytes, 0.0)),
+        "inter_node": (where(ins["tp"], 0.0, tp_bytes) + where(ins["dp"], 0.0, dp_bytes)
+                       + where(ins["pp"], 0.0, pp_bytes)),
+        "gpu_host": 0.0,
+        "tp": tp_bytes,
+        "dp": dp_bytes,
+        "pp": pp_bytes,
+    }
