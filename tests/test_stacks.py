@@ -194,3 +194,25 @@ def test_dropout_adds_its_masks_to_what_a_pytorch_layer_saves():
     extra = K.saved_bytes(t1["layer"]) - K.saved_bytes(t0["layer"])
     # two branch-dropout masks (1 byte per element), the score dropout's output (bf16) and mask
     assert extra == 2 * tok * h + 3 * scores
+
+
+# --- the compiled stack's saved tensors against torch.compile ---------------------------------------------------
+# tests/fixtures/compiled_saved_trace.json: per layer, the bytes AOTAutograd's min-cut partitioner hands from the
+# forward to the backward graph when torch.compile (Inductor) compiles the traced GPT-2 and Llama models (2- and
+# 3-layer runs, CPU), recorded by scripts/trace_compiled.py. The partitioner works on the joint graph, before code
+# generation, so the CPU run shows what a CUDA run saves -- except the attention output's layout copy (as above).
+_COMPILED = _json.loads((_FIXTURES / "compiled_saved_trace.json").read_text())
+
+
+@pytest.mark.parametrize("key", sorted(_COMPILED["saved_per_layer"]))
+def test_the_compiled_stack_saves_what_torch_compile_saves(key):
+    arch, attn = key.split("-")
+    d = _COMPILED["dims"][arch]
+    name, sets = _traced_model(arch, d)
+    m, _, p = resolve(name, "dgx-h100", None, sets, micro_batch=d["b"], seq_len=d["s"], stack="compiled",
+                      attention={"sdpa": "flash", "eager": "math"}[attn], recompute="none", precision="bf16-pure",
+                      dp=1)
+    t = KT.kernel_tables(m, p, recipe_of(p))["layer"]
+    q = d["b"] * d["s"] * d["heads"] * 64 * 2
+    layout_copy = q if attn == "sdpa" else 0          # the out-projection's input is a copy on CUDA, a view on the CPU
+    assert K.saved_bytes(t) - layout_copy == pytest.approx(_COMPILED["saved_per_layer"][key], rel=0.005)
