@@ -83,12 +83,12 @@ def test_cli_writes_a_yaml_that_hw_accepts(dse, tmp_path):
     eff = load_system(str(out)).node.gpu.efficiency
     for k, p in res["parameters"].items():
         assert getattr(eff, k) == pytest.approx(p["after"], rel=1e-5)
-    assert (eff.gemm, eff.gemm_depth, eff.gemm_unaligned) == (0.807, 87, 0.1225)   # not fitted: the source spec's
+    assert (eff.gemm, eff.gemm_depth, eff.gemm_unaligned) == (0.807, 97, 0.1225)   # not fitted: the source spec's
     e = dse("estimate", "-m", "gpt2-medium", "--hw", out, "--dp", "1", "-b", "4", "-s", "1024", "--json")
     assert e.code == 0, e.err
     assert json.loads(e.out)["hardware"]["name"] == "h100-cal"
     text = dse("calibrate", "--data", H100, "--hw", "dgx-h100", "--params", "memory", "--folds", "0")
-    assert text.code == 0 and "time MAPE: 13.8 % uncalibrated" in text.out
+    assert text.code == 0 and "time MAPE: 14.1 % uncalibrated" in text.out
 
 
 def _one_line_exit_2(r, *words):

@@ -1,9 +1,7 @@
 """A GPU's efficiency parameters from its measured micro-benchmarks (``kind: micro`` rows, as ``dse measure`` writes).
 
 GEMMs: the measured TFLOP/s of dense GEMMs at several (m x n x k) shapes are fitted with the kernel
-table's GEMM model, ``t = 2 m k n / (peak eta w) (1 + k0 / k) + t0`` (:func:`dse.formulas.compute.gemm_time`,
-with ``w`` the tile and wave efficiency of the shape on the GPU's SMs,
-:func:`dse.formulas.compute.gemm_wave_efficiency`),
+table's GEMM model, ``t = 2 m k n / (peak eta) (1 + k0 / k) + t0`` (:func:`dse.formulas.compute.gemm_time`),
 by ``scipy.optimize.least_squares`` on the relative time error; ``k0`` is dropped (set to 0) when the
 shapes do not vary ``k``. HBM: the measured copy rate (read + write bytes per second) over the
 nominal bandwidth. These are the H100's numbers in ``hwspecs/gpus/h100-sxm-80gb.yaml``
@@ -29,11 +27,8 @@ def gemm_shapes(gemm_tflops: dict) -> list[tuple[int, int, int, float]]:
     return out
 
 
-def fit_gemm(gemm_tflops: dict, peak: float, sms: int = 0, scheduler: str = "waves") -> dict:
+def fit_gemm(gemm_tflops: dict, peak: float) -> dict:
     """Fit eta (``gemm``), k0 (``gemm_depth``) and t0 (``gemm_overhead``, seconds) to measured GEMM rates.
-
-    ``sms``, ``scheduler``: the GPU's SM count and tile scheduler, for the tile and wave efficiency of each shape
-    (sms 0: not modelled).
 
     Returns the three parameters and ``errors``: predicted / measured time - 1 per shape, in the input's order.
     Refuses fewer shapes than parameters + 1.
@@ -41,7 +36,6 @@ def fit_gemm(gemm_tflops: dict, peak: float, sms: int = 0, scheduler: str = "wav
     import numpy as np
 
     from dse._optional import require
-    from dse.formulas.compute import gemm_wave_efficiency
 
     optimize = require("scipy.optimize", "calibrate")
     shapes = gemm_shapes(gemm_tflops)
@@ -53,12 +47,11 @@ def fit_gemm(gemm_tflops: dict, peak: float, sms: int = 0, scheduler: str = "wav
     m, n, k, rate = (np.array(c, dtype=float) for c in zip(*shapes))
     flops = 2 * m * n * k
     measured = flops / rate
-    waves = gemm_wave_efficiency(m, n, sms, 1, scheduler)
 
     def model(p):
         eta, t0_us = p[0], p[-1]
         k0 = p[1] if deep else 0.0
-        return flops / (peak * eta * waves) * (1 + k0 / k) + t0_us * 1e-6
+        return flops / (peak * eta) * (1 + k0 / k) + t0_us * 1e-6
 
     x0 = [0.8, 50.0, 2.0] if deep else [0.8, 2.0]
     lo = [1e-3, 0.0, 0.0] if deep else [1e-3, 0.0]

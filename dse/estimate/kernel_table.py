@@ -47,8 +47,6 @@ class KernelCost(NamedTuple):
     operand_bytes: Num | None = None    # bytes per GEMM operand element for the roofline (None: compute-bound only)
     kernel_overhead: Num = 0.0          # fixed time per element-wise kernel of a row that counts its kernels [s]
     depth: Num = 0.0                    # k0 of a GEMM tile's prologue and epilogue (compute.gemm_time) [count]
-    sms: Num = 0                        # SMs the GEMM tiles run on in waves (compute.gemm_wave_efficiency; 0: none)
-    scheduler: str = "waves"            # how the tiles are spread over the SMs: waves or stream-k
 
 
 class Link(NamedTuple):
@@ -66,19 +64,17 @@ def cost_of(gpu: GPUSpec, peak: Num, attention_peak: Num | None = None, head_pea
     return KernelCost(peak, eff.gemm, eff.attention, eff.gemm_overhead, gpu.hbm_bandwidth, eff.memory,
                       peak if attention_peak is None else attention_peak, peak if head_peak is None else head_peak,
                       eff.gemm if eff.gemm_unaligned is None else eff.gemm_unaligned, None, eff.kernel_overhead,
-                      eff.gemm_depth, gpu.sms or 0, eff.gemm_scheduler)
+                      eff.gemm_depth)
 
 
 def kernel_time(row: Row, hw: KernelCost, C: Module) -> tuple[Num, Num]:
     """(forward, backward) time of one compute kernel; ``C`` is :mod:`dse.formulas.compute` (or its tracer).
 
-    GEMM: 2 m k n batch / (peak eta_gemm w) + t0 forward, twice that backward (data and weight gradients of the
-    same shapes, at the forward shape's tile and wave efficiency w,
-    :func:`dse.formulas.compute.gemm_wave_efficiency`); a GEMM whose dimensions are not multiples of 16 bytes
-    (``aligned`` false: an unpadded vocabulary) runs at ``eta_unaligned`` instead. Flash attention: executed
-    FLOPs / (peak eta_attn) + t0 forward, backward FLOPs + 2 t0 backward (FlashAttention-2's backward is two
-    kernels). Element-wise: bytes / (B_hbm eta_mem), twice the bytes backward unless the row states its backward
-    bytes (a software stack's).
+    GEMM: 2 m k n batch / (peak eta_gemm) + t0 forward, twice that backward (data and weight gradients of the
+    same shapes); a GEMM whose dimensions are not multiples of 16 bytes (``aligned`` false: an unpadded
+    vocabulary) runs at ``eta_unaligned`` instead. Flash attention: executed FLOPs / (peak eta_attn) + t0 forward,
+    backward FLOPs + 2 t0 backward (FlashAttention-2's backward is two kernels). Element-wise: bytes /
+    (B_hbm eta_mem), twice the bytes backward unless the row states its backward bytes (a software stack's).
     """
     kind = row["kind"]
     cls = row.get("class")
@@ -86,8 +82,6 @@ def kernel_time(row: Row, hw: KernelCost, C: Module) -> tuple[Num, Num]:
     if kind == "gemm":
         slow: Any = hw.gemm if hw.unaligned is None else hw.unaligned
         eff = hw.gemm if "aligned" not in row else where(row["aligned"], hw.gemm, slow)
-        if not (type(hw.sms) is int and hw.sms == 0):   # tiles in waves over the SMs
-            eff = eff * C.gemm_wave_efficiency(row["m"], row["n"], hw.sms, row["batch"], hw.scheduler)
         f = C.gemm_time(row["m"], row["k"], row["n"], peak, eff, hw.overhead, row["batch"], hw.depth)
         if hw.operand_bytes is not None:   # roofline: a GEMM that moves more than it computes waits on HBM
             m, k, n = row["m"], row["k"], row["n"]
@@ -115,22 +109,13 @@ def kernel_count(row: Row) -> tuple[Num, Num]:
 
 
 def collective_time(row: Row, link: Link, P: Module) -> Num:
-    """Time of one collective of a table on its group's link: a ring all-reduce, all-gather or reduce-scatter.
-
-    Inside a node, NCCL's ring on the protocol its cost model picks (LL, LL128 or Simple:
-    :func:`dse.formulas.parallelism.nccl_ring_time`); a group that spans nodes: the alpha-beta ring with the
-    link's per-step latency.
-    """
+    """Time of one collective of a table on its group's link: a ring all-reduce, all-gather or reduce-scatter."""
     t: Num
     if row["op"] == "allreduce":
         t = P.allreduce_time(row["comm"], link.ranks, link.bandwidth, link.latency)
-        passes = 2
     else:   # all-gather, reduce-scatter
         t = P.allgather_time(row["comm"], link.ranks, link.bandwidth, link.latency)
-        passes = 1
-    if type(link.inside) is bool and not link.inside:
-        return t
-    return where(link.inside, P.nccl_ring_time(row["comm"], link.ranks, link.bandwidth, passes), t)
+    return t
 
 
 def table_time(table: Table, hw: KernelCost, link: Link, C: Module, P: Module, *, recompute: str = "none",
@@ -356,7 +341,7 @@ def _times_key(tables: dict[str, Any], hw: KernelCost, link: Link, recompute: st
     if C is not _compute or P is not _parallelism or type(host) not in _SCALARS:
         return None
     for x in (*hw, *link):
-        if type(x) not in _SCALARS and type(x) is not str:
+        if type(x) not in _SCALARS:
             return None
-    return (id(tables), hw, link, recompute, async_tp, host, C.gemm_time, C.gemm_wave_efficiency, C.memory_time,
-            P.allreduce_time, P.allgather_time, P.nccl_ring_time)
+    return (id(tables), hw, link, recompute, async_tp, host, C.gemm_time, C.memory_time, P.allreduce_time,
+            P.allgather_time)

@@ -33,15 +33,9 @@ from __future__ import annotations
 import dataclasses
 
 from dse.formulas import optimizer as _optimizer, precision as _precision
-from dse.formulas._array import Num, ceil, maximum, minimum, where
+from dse.formulas._array import Num
 
-__all__ = ["gemm_time", "gemm_wave_efficiency", "memory_time", "flash_attention_flops", "elementwise_bytes",
-           "adam_step_bytes"]
-
-#: The output tiles a GEMM may run in (rows x columns of C per thread block), largest first: the shapes NVIDIA's
-#: "Matrix Multiplication Background User's Guide" (Deep Learning Performance docs, "GPU Implementation") lists
-#: for cuBLAS's tensor-core kernels, "256x128 and 128x256 (most efficient) ... 64x64 (least efficient)".
-GEMM_TILES = ((256, 128), (128, 256), (128, 128), (128, 64), (64, 128), (64, 64))
+__all__ = ["gemm_time", "memory_time", "flash_attention_flops", "elementwise_bytes", "adam_step_bytes"]
 
 
 def gemm_time(m: Num, k: Num, n: Num, peak_flops: Num, efficiency: Num, overhead: Num = 0.0, batch: Num = 1,
@@ -78,62 +72,6 @@ def gemm_time(m: Num, k: Num, n: Num, peak_flops: Num, efficiency: Num, overhead
     if not (type(depth) in (int, float) and depth == 0):
         t = t * (1 + depth / k)
     return t + overhead
-
-
-def gemm_wave_efficiency(m: Num, n: Num, sms: Num, batch: Num = 1, scheduler: str = "waves") -> Num:
-    """Share of the flat GEMM rate left after tile and wave quantization, with the fastest tile.
-
-    Formula: w = max over tiles T = Tm x Tn of r_T m n batch / (W_T SMs Tm Tn);
-      W_T = ceil(ceil(m/Tm) ceil(n/Tn) batch / SMs) (stream-k: without the outer ceil),
-      r_T = (Tm Tn/(Tm+Tn)) / (256 x 128/384)
-    Source: NVIDIA Deep Learning Performance Guide, "Matrix Multiplication Background" (tile quantization: a
-    dimension that is not a multiple of the tile computes the whole tile; wave quantization: tiles run in waves of
-    one per SM, and a partial last wave costs a whole wave; larger tiles reuse more data and are more efficient);
-    stream-k: Osama et al. 2023 (PPoPP'23, arXiv 2301.03598), the persistent tile scheduler of CUTLASS 3's Hopper
-    kernels, which splits the work of a partial last wave along k over all SMs.
-
-    Assumptions: the library picks, among :data:`GEMM_TILES`, the tile that minimises time (cuBLAS's heuristics
-    pick smaller tiles for small problems). A tile's main loop is bound by its operand reads, Tm + Tn elements per
-    step for 2 Tm Tn FLOP, so it runs at r_T, its arithmetic intensity Tm Tn/(Tm + Tn) relative to the largest
-    tile's (256x128: 1, 128x128: 3/4, 128x64: 1/2, 64x64: 3/8); the GPU's GEMM efficiency is the largest tile's.
-    One tile per SM at a time. No split-k: its fp32 partial sums cost a reduction pass of (4 s + 2) m n bytes,
-    which at an A100's balance (~170 FLOP per byte at the fitted efficiencies) costs more than it saves unless
-    k >> 10^3, and a layer's forward GEMMs have k = h or h/t. ``sms`` 0 means not modelled (w = 1). With
-    ``scheduler`` "stream-k" (Hopper: the measured H100 GEMMs show tile but no wave quantization,
-    dse.calibrate.micro) the waves are fractional; the fix-up of the split tiles is not counted.
-
-    Args:
-        m: rows of the output (tokens) [count]
-        n: columns of the output [count]
-        sms: streaming multiprocessors of the GPU (0: not modelled) [count]
-        batch: GEMMs of this shape run together [count]
-        scheduler: waves or stream-k [choice]
-    Returns:
-        w, time at the flat rate / time of the tiled GEMM [fraction]
-
-    >>> round(gemm_wave_efficiency(27648, 128, 108), 3)      # 108 tiles of 256x128: exactly one wave
-    1.0
-    >>> round(gemm_wave_efficiency(27648, 136, 108), 3)      # 136 columns fill 2 tiles of 128: tile quantization
-    0.531
-    >>> round(gemm_wave_efficiency(2048, 384, 108), 3)       # 96 tiles of 128x64 on 108 SMs, at half the rate
-    0.444
-    >>> import numpy as np
-    >>> np.round(gemm_wave_efficiency(np.array([2048, 16384]), 1024, 108), 3)   # 64 tiles: 59 % of one wave
-    array([0.593, 0.948])
-    >>> round(gemm_wave_efficiency(2048, 1024, 108, scheduler="stream-k"), 3)   # no partial wave: the full rate
-    1.0
-    """
-    if type(sms) in (int, float) and sms == 0:
-        return 1.0
-    slots = maximum(sms, 1)
-    best: Num = 0.0
-    for tm, tn in GEMM_TILES:
-        rate = (tm * tn / (tm + tn)) / (256 * 128 / 384)
-        waves = ceil(m / tm) * ceil(n / tn) * batch / slots
-        if scheduler != "stream-k":
-            waves = ceil(waves)
-        best = maximum(best, rate * m * n * batch / (waves * slots * tm * tn))
-    return where(sms > 0, minimum(best, 1.0), 1.0)
 
 
 def memory_time(nbytes: Num, bandwidth: Num, efficiency: Num = 1.0) -> Num:

@@ -21,15 +21,8 @@ from __future__ import annotations
 
 from dse.formulas._array import Num, clip, floor, maximum, minimum, where
 
-__all__ = ["allreduce_time", "allgather_time", "nccl_ring_time", "p2p_time", "group_bandwidth",
-           "pipeline_bubble_fraction", "pipeline_time"]
-
-#: NCCL's own cost model of a ring inside a node over NVLink, per protocol (LL, LL128, Simple): the base latency of
-#: one collective [s], the latency of each ring step [s] and the share of the bus bandwidth the protocol carries
-#: (LL: 8-byte stores of 4 data + 4 flag bytes; LL128: 120 of every 128 bytes; Simple: all). NVIDIA/nccl
-#: src/graph/tuning.cc (commit 5067397, 2026-06): baseLatencies (Ring), hwLatencies[NVLINK] (Ring) and the
-#: "model refinements" busBw x .5 (LL) and x .92 (LL128).
-NCCL_RING_NVLINK = ((6.6e-6, 0.6e-6, 0.5), (14.0e-6, 1.9e-6, 0.92), (8.4e-6, 3.4e-6, 1.0))
+__all__ = ["allreduce_time", "allgather_time", "p2p_time", "group_bandwidth", "pipeline_bubble_fraction",
+           "pipeline_time"]
 
 
 def allreduce_time(nbytes: Num, n: Num, bandwidth: Num, latency: Num = 0.0) -> Num:
@@ -63,38 +56,6 @@ def allgather_time(nbytes: Num, n: Num, bandwidth: Num, latency: Num = 0.0) -> N
     5.833
     """
     return where(n > 1, (n - 1) / maximum(n, 1) * nbytes / bandwidth + (n - 1) * latency, 0 * nbytes)
-
-
-def nccl_ring_time(nbytes: Num, n: Num, bandwidth: Num, passes: Num = 2) -> Num:
-    """A ring collective inside a node as NCCL prices it, on the protocol it picks (the fastest by its model).
-
-    Formula: t = min over protocols p of L_p + P (n-1) l_p + P (n-1)/n S / (f_p B); 0 when n = 1
-    Source: NVIDIA/nccl src/graph/tuning.cc (ncclTopoTuneModel: a collective's time is its latency plus bytes over
-    its bus bandwidth, per algorithm and protocol; the enqueue picks the minimum), constants in
-    :data:`NCCL_RING_NVLINK`; P = 2 passes for an all-reduce (2 (n-1) steps), 1 for an all-gather or
-    reduce-scatter.
-
-    The ring algorithm only (NCCL's tree and NVLink SHARP are not modelled); B is the per-rank bus bandwidth
-    NCCL reaches with the Simple protocol on large messages (the link's bandwidth x efficiency). NCCL's caps of
-    the LL and LL128 bandwidths per channel are not applied (they bind above ~175 GB/s per rank for LL).
-
-    Args:
-        passes: P, ring passes: 2 all-reduce, 1 all-gather or reduce-scatter [count]
-    Returns:
-        time [s]
-
-    >>> round(nccl_ring_time(8, 8, 150e9) * 1e6, 1)       # 8 bytes on 8 GPUs: LL, 6.6 + 14 x 0.6 us
-    15.0
-    >>> round(nccl_ring_time(4 * 2**20, 8, 150e9) * 1e6, 1)   # 4 MiB: LL128, 40.6 us + 1.75 x 4 MiB at 138 GB/s
-    93.8
-    >>> round(nccl_ring_time(1e9, 8, 150e9) * 1e3, 3)     # 1 GB: Simple at the full bandwidth (+ 56 us)
-    11.723
-    """
-    best: Num = float("inf")
-    steps = passes * (n - 1)
-    for base, step, share in NCCL_RING_NVLINK:
-        best = minimum(best, base + steps * step + steps / maximum(n, 1) * nbytes / (share * bandwidth))
-    return where(n > 1, best, 0 * nbytes)
 
 
 def p2p_time(nbytes: Num, bandwidth: Num, latency: Num = 0.0) -> Num:

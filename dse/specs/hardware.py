@@ -30,23 +30,19 @@ class GPUEfficiency:
     are an assumption, stated in the catalog file.
     """
 
-    gemm: float = spec_field(0.775, unit="fraction", gt=0, le=1, help="fraction of dense peak a large GEMM reaches")
-    gemm_overhead: float = spec_field(16.4e-6, unit="s", ge=0,
-                                      help="fixed time per GEMM kernel (launch, prologue, epilogue)")
+    gemm: float = spec_field(0.763, unit="fraction", gt=0, le=1, help="fraction of dense peak a large GEMM reaches")
+    gemm_overhead: float = spec_field(43e-6, unit="s", ge=0, help="fixed time per GEMM kernel (launch, tail)")
     gemm_depth: float = spec_field(0.0, unit="count", ge=0, help="k0: main-loop steps over k that a GEMM tile's "
                                    "prologue and epilogue cost (t x (1 + k0/k)); 0: folded into gemm")
     gemm_unaligned: float | None = spec_field(None, unit="fraction", gt=0, le=1, help="fraction of dense peak a GEMM "
                                               "with a dimension not a multiple of 16 bytes reaches (align1 kernels; "
                                               "an unpadded vocabulary); default: gemm")
-    gemm_scheduler: str = spec_field("waves", choices=("waves", "stream-k"), help="how GEMM tiles are spread over "
-                                     "the SMs: waves (a partial last wave costs a whole one) or stream-k (persistent "
-                                     "kernels split the last wave's work along k; only tile quantization remains)")
     kernel_overhead: float = spec_field(0.0, unit="s", ge=0, help="fixed GPU time per element-wise kernel a software "
                                         "stack counts (launch, ramp and drain; stacks/*.yaml); 0: folded into the "
                                         "fitted efficiencies")
     attention: float = spec_field(0.6, unit="fraction", gt=0, le=1,
                                   help="fraction of peak reached by fused (flash) attention")
-    memory: float = spec_field(0.708, unit="fraction", gt=0, le=1,
+    memory: float = spec_field(0.694, unit="fraction", gt=0, le=1,
                                help="fraction of HBM bandwidth reached by element-wise kernels")
     layer_overhead: float = spec_field(0.0, unit="s", ge=0,
                                        help="host-side (launch/framework) time per layer per forward pass; backward "
@@ -66,8 +62,6 @@ class GPUSpec:
                                  help="memory the runtime keeps (CUDA context, NCCL, allocator)")
     power: float = spec_field(400.0, unit="W", gt=0, help="board power (TDP)")
     price: float = spec_field(0.0, unit="USD", ge=0, help="street price per GPU")
-    sms: int | None = spec_field(None, gt=0, help="streaming multiprocessors: GEMM tiles run in waves of one per SM "
-                                 "(dse.formulas.compute.gemm_wave_efficiency); absent: no wave quantization")
     efficiency: GPUEfficiency = spec_field(factory=GPUEfficiency)
     source: str = ""
 
