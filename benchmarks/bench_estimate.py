@@ -50,6 +50,9 @@ out["in_process_us"], out["in_process_median_us"] = per_call(lambda: run(m, s, p
 out["resolve_and_run_us"], _ = per_call(lambda: run(*resolve("gpt2-xl", "a100-cluster-800g", dp=8)))
 out["public_estimate_us"], out["public_estimate_median_us"] = per_call(
     lambda: dse.estimate("gpt2-xl", "a100-cluster-800g", dp=8))
+batches = iter(range(8, 10**9, 8))      # a plan never seen before on every call: nothing memoised
+out["public_estimate_new_plan_us"], _ = per_call(
+    lambda: dse.estimate("gpt2-xl", "a100-cluster-800g", dp=8, global_batch=next(batches)))
 print(json.dumps(out))
 """
 
@@ -157,6 +160,9 @@ def report(out: dict, trees: list[str]) -> None:
         print(f"    resolve specs + estimate:     {r['resolve_and_run_us']:8.1f} us")
         print(f"    dse.estimate(name, name, ..): {r['public_estimate_us']:8.1f} us   "
               "(the public call: checks, verdict)")
+        if "public_estimate_new_plan_us" in r:
+            print(f"      a new plan every call:      {r['public_estimate_new_plan_us']:8.1f} us   "
+                  "(plan validation not memoised)")
         print(f"  `dse estimate --json`, cold:    {r['cli_json_s']:8.3f} s    "
               f"(target <= 0.35 s; CPU {r['cli_json_cpu_s']:.3f} s)")
         print(f"    compiling from source:        {r['cli_json_from_source_s']:8.3f} s    "
