@@ -7,7 +7,9 @@ pass on the CPU, and records
 
 - every non-view aten op of each pass (TorchDispatchMode) with the bytes of its tensor inputs and outputs, and
 - every tensor saved for backward (torch.autograd.graph.saved_tensors_hooks), deduplicated by storage,
-  parameters excluded.
+  parameters excluded (``saved_bytes``: what stays alive on the device), and
+- every pack call of those hooks at the packed tensor's own size, without deduplication (``packed_bytes``, and
+  ``packed_param_bytes`` for the parameters): what ``torch.autograd.graph.save_on_cpu`` copies to the host.
 
 A layer's numbers are the difference between the two-layer and the one-layer model (the embedding and the head
 cancel). The CPU runs the same modules and autograd formulas as CUDA; kernels that only CUDA launches (a second
@@ -89,10 +91,12 @@ def run(layers: int, attn: str, checkpoint: bool, arch: str = "gpt2") -> dict:
             return out
 
     saved: dict = {}
+    packed: list = []      # every pack call: (bytes at the tensor's own size, storage)
 
     def pack(t):
         st = t.untyped_storage()
         saved[st.data_ptr()] = st.nbytes()
+        packed.append((t.numel() * t.element_size(), st.data_ptr()))
         return t
 
     mode = Record()
@@ -101,7 +105,10 @@ def run(layers: int, attn: str, checkpoint: bool, arch: str = "gpt2") -> dict:
         mode.phase = "backward"
         loss.backward()
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    return {"ops": ops, "saved_bytes": sum(v for k, v in saved.items() if k not in params)}
+    # what save_on_cpu copies: every packed tensor at its own size (no deduplication), parameters apart
+    return {"ops": ops, "saved_bytes": sum(v for k, v in saved.items() if k not in params),
+            "packed_bytes": sum(n for n, ptr in packed if ptr not in params),
+            "packed_param_bytes": sum(n for n, ptr in packed if ptr in params)}
 
 
 def main() -> None:

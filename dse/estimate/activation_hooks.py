@@ -42,9 +42,18 @@ if TYPE_CHECKING:
     ChooseLayers = Callable[[Result, Before, Times, Num, Num, Plan, FormulaModule], Layers]
 
 
-def copied_bytes_per_layer(c: Result, model: ModelSpec, A: FormulaModule) -> Num:
-    """Bytes the hooks copy per layer and micro-batch on one GPU (saved tensors, once per save, and weights)."""
+def copied_bytes_per_layer(c: Result, model: ModelSpec, plan: Plan, A: FormulaModule) -> Num:
+    """Bytes the hooks copy per layer and micro-batch on one GPU (saved tensors, once per save, and weights).
+
+    Megatron's fused kernels: :func:`~dse.formulas.activation_offload.hooks_bytes_per_layer`. Another software
+    stack: what its kernel table's rows pack (:func:`~dse.formulas.kernels.packed_bytes`, the stack file's
+    ``packed``), plus the layer's weights, which every GEMM and norm saves (not under full recompute: the
+    checkpoint packs only the layer's input).
+    """
     i = c["terms"]
+    if plan.stack != "megatron":
+        weights = 0 if plan.recompute == "full" else i.layer_params_per_gpu * i.bytes_per_element
+        return i.kernels["sums"]["a_packed"] + weights
     return A.hooks_bytes_per_layer(i.seq_len, i.micro_batch, model.hidden, model.heads, model.kv_heads,
                                    model.head_dim, model.ffn_hidden,
                                    layer_weight_bytes=i.layer_params_per_gpu * i.bytes_per_element,
@@ -63,7 +72,7 @@ def layers_and_io(c: Result, model: ModelSpec, before: Before, tm: Times, bw: tu
     else:
         k, rule = minimum(plan.offload_layers, layers), "fixed"
     ks: Layers = {**chosen, "k": k, "rule": rule, "k_hide": 0 * chosen["k_hide"]}
-    a_hooks = copied_bytes_per_layer(c, model, A)
+    a_hooks = copied_bytes_per_layer(c, model, plan, A)
     copied = k * a_hooks
     out_s = A.hooks_copy_time(k, a_hooks, bw_w, float("inf"))
     in_s = A.hooks_copy_time(k, a_hooks, float("inf"), bw_r)

@@ -175,8 +175,8 @@ def table_time(table: Table, hw: KernelCost, link: Link, C: Module, P: Module, *
 _TABLES: dict[tuple[Any, ...], tuple[Any, dict[str, Any]]] = {}
 # the formulas kernel_tables and table_sums call: part of the memo's key, so that a replaced one (a test, the
 # reference page's perturbation) is never served a stale table
-_FORMULAS = ("layer_kernels", "embedding_kernels", "head_kernels", "saved_bytes", "rerun_bytes", "forward_flops",
-             "recomputed_flops", "message_bytes")
+_FORMULAS = ("layer_kernels", "embedding_kernels", "head_kernels", "saved_bytes", "packed_bytes", "rerun_bytes",
+             "forward_flops", "recomputed_flops", "message_bytes")
 
 
 def kernel_tables(model: ModelSpec, plan: Plan, r: Recipe, K: Module = _kernels) -> dict[str, Any]:
@@ -264,12 +264,13 @@ def _stack_inputs(model: ModelSpec, plan: Plan, stack: str) -> tuple[Any, Any, A
 def table_sums(tables: dict[str, Table], recompute: str, K: Module = _kernels) -> dict[str, Num]:
     """What the estimate reads off the kernel tables besides time: activation bytes, FLOPs, TP message bytes.
 
-    Per micro-batch on one GPU: bytes each table saves for backward (and the layer holds while recomputed),
-    forward FLOPs of a layer and of the head (the embedding does none), the FLOPs recomputation repeats, and the
-    tensor-parallel message bytes of a layer.
+    Per micro-batch on one GPU: bytes each table saves for backward (and the layer holds while recomputed; and
+    what saved-tensor hooks pack of a layer, ``a_packed``), forward FLOPs of a layer and of the head (the
+    embedding does none), the FLOPs recomputation repeats, and the tensor-parallel message bytes of a layer.
     """
     layer = tables["layer"]
-    return {"a_layer": K.saved_bytes(layer), "a_work": K.rerun_bytes(layer) if recompute == "full" else 0,
+    return {"a_layer": K.saved_bytes(layer), "a_packed": K.packed_bytes(layer),
+            "a_work": K.rerun_bytes(layer) if recompute == "full" else 0,
             "a_head": K.saved_bytes(tables["head"]) + _stacks.transient_bytes(tables["head"]),
             "a_emb": K.saved_bytes(tables["embedding"]),
             "flops_layer": K.forward_flops(layer), "flops_head": K.forward_flops(tables["head"]),

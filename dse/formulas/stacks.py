@@ -8,7 +8,7 @@ does not (copies, bias-gradient reductions, gradient accumulation). An amount is
 size (:func:`sizes`) and dtype; :func:`amount` turns it into bytes.
 
 A stack op (one entry of the file, already resolved to the model's variant) is a dict:
-``forward``/``backward``: ``{"kernels": n, "moves": {key: passes}}``; ``saved`` and ``transient``:
+``forward``/``backward``: ``{"kernels": n, "moves": {key: passes}}``; ``saved``, ``packed`` and ``transient``:
 ``{key: tensors}``; ``when``: a list of conditions, any of which enables an added row. A key is
 ``size`` (the activation dtype) or ``size:dtype`` (``fp32`` 4 bytes, ``byte`` 1, ``grad`` the
 gradient dtype).
@@ -60,7 +60,8 @@ def sizes(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: Num, ffn:
     """Element counts of the tensors a stack's amounts are keyed by, on one GPU for one micro-batch.
 
     Formula: tok = s b; h = s b h r (r = 1/t with SP, else 1); q = s b a d / t; kv = s b kv d / t; qkv = q + 2 kv;
-    f = s b F / t; scores = b (a/t) s^2; heads = s b a / t; logits = s b V / t; table = V h / t
+    f = s b F / t; scores = b (a/t) s^2; heads = s b a / t; logits = s b V / t; table = V h / t; rope = s d (one
+    rotary cos or sin table: positions x head dimension, shared by the micro-batch's sequences)
     Source: the shapes of a transformer layer's tensors under Megatron-LM tensor parallelism (Shoeybi et al. 2019,
     arXiv 1909.08053 §3).
 
@@ -83,7 +84,8 @@ def sizes(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: Num, ffn:
     kv = per_gpu(tok * kv_heads * head_dim)
     return {"tok": tok, "h": tok * h * r, "q": q, "kv": kv, "qkv": q + 2 * kv, "f": per_gpu(tok * ffn),
             "scores": per_gpu(b * heads * s * s), "heads": per_gpu(tok * heads), "logits": per_gpu(tok * vocab),
-            "table": per_gpu(vocab * h), "params": layer_params, "param_tensors": param_tensors}
+            "table": per_gpu(vocab * h), "rope": s * head_dim + 0 * tok, "params": layer_params,
+            "param_tensors": param_tensors}
 
 
 def amount(passes: dict[str, Num], size: Sizes, bytes_per_element: Num = 2, grad_bytes: Num = 2) -> Num:
@@ -123,8 +125,8 @@ def _enabled(op: Op, choices: dict[str, Any]) -> bool:
     return False
 
 
-def _elementwise(op: Op, size: Sizes, e: Num, g: Num, saved: Num | None = None) -> Row:
-    """One element-wise row of a stack op: forward and backward bytes and kernels, saved bytes."""
+def _elementwise(op: Op, size: Sizes, e: Num, g: Num, saved: Num | None = None, pack: bool = True) -> Row:
+    """One element-wise row of a stack op: forward and backward bytes and kernels, saved and packed bytes."""
     fwd, bwd = op.get("forward", {}), op.get("backward", {})
 
     def count(x: Any) -> Any:
@@ -133,7 +135,17 @@ def _elementwise(op: Op, size: Sizes, e: Num, g: Num, saved: Num | None = None) 
     return {"kind": "elementwise", "bytes": amount(fwd.get("moves", {}), size, e, g),
             "bytes_backward": amount(bwd.get("moves", {}), size, e, g),
             "kernels": count(fwd.get("kernels", 0)), "kernels_backward": count(bwd.get("kernels", 0)),
-            "saved": amount(op.get("saved", {}), size, e, g) if saved is None else saved}
+            "saved": amount(op.get("saved", {}), size, e, g) if saved is None else saved,
+            **(_packed(op, size, e, g) if pack else {})}
+
+
+def _packed(op: Op, size: Sizes, e: Num, g: Num) -> Row:
+    """``{"packed": bytes}`` where the op packs other than what it keeps (its ``packed`` amount), else nothing.
+
+    What saved-tensor hooks see (``torch.autograd.graph.save_on_cpu``): every tensor each autograd node saves,
+    once per node and at the tensor's own size -- where ``saved`` counts each buffer alive once.
+    """
+    return {"packed": amount(op["packed"], size, e, g)} if "packed" in op else {}
 
 
 def apply_layer(table: Table, ops: dict[str, Op], size: Sizes, choices: dict[str, Any], *,
@@ -143,7 +155,7 @@ def apply_layer(table: Table, ops: dict[str, Op], size: Sizes, choices: dict[str
     Formula: each element-wise row's bytes, kernels and saved bytes from the stack op that names it (norm1, norm2:
     ``norm``; the residual adds: ``residual``; ``activation``; ``rotary``); the attention core's saved bytes and its
     copies from ``flash`` or ``math`` (eager attention's dropout: ``score_dropout``); added rows (``dropout``,
-    ``kv_copy``, ``kv_repeat``, ``qkv_grads``, ``rotary_grads``, ``query_scale``, ``bias_grads``,
+    ``kv_copy``, ``kv_repeat``, ``qkv_inputs``, ``qkv_grads``, ``rotary_grads``, ``query_scale``, ``bias_grads``,
     ``grad_accumulate``) where enabled
     Source: the framework's op trace, as recorded in the stack file (stacks/*.yaml).
 
@@ -171,8 +183,9 @@ def apply_layer(table: Table, ops: dict[str, Op], size: Sizes, choices: dict[str
         elif name == "fc2" and "activation" in ops:
             out[name] = {**row, "saved": 0}
         elif name == "attention" and "flash" in ops:       # a fused kernel: its saved tensors, then its copies
-            out[name] = {**row, "saved": amount(ops["flash"].get("saved", {}), size, e, g)}
-            out["attention_copies"] = _elementwise(ops["flash"], size, e, g, saved=0)
+            out[name] = {**row, "saved": amount(ops["flash"].get("saved", {}), size, e, g),
+                         **_packed(ops["flash"], size, e, g)}
+            out["attention_copies"] = _elementwise(ops["flash"], size, e, g, saved=0, pack=False)
         elif name in ("score", "context") and "math" in ops:
             out[name] = {**row, "saved": 0}
         elif name == "softmax" and "math" in ops:
@@ -182,7 +195,7 @@ def apply_layer(table: Table, ops: dict[str, Op], size: Sizes, choices: dict[str
                 out[name] = {**_elementwise(ops["score_dropout"], size, e, g), "selective": True}
         else:
             out[name] = row
-    for name in ("dropout", "kv_copy", "kv_repeat", "qkv_grads", "rotary_grads", "query_scale",
+    for name in ("dropout", "kv_copy", "kv_repeat", "qkv_inputs", "qkv_grads", "rotary_grads", "query_scale",
                  "bias_grads", "grad_accumulate"):
         if name in ops and _enabled(ops[name], choices):
             out[name] = _elementwise(ops[name], size, e, g)

@@ -18,17 +18,17 @@ from dse.formulas.stacks import DTYPE_BYTES
 #: The stacks a plan may name (files of the catalog's stacks/ directory).
 STACKS = ("megatron", "pytorch", "compiled")
 #: Size names an amount may use (dse.formulas.stacks.sizes).
-SIZES = ("tok", "h", "q", "kv", "qkv", "f", "scores", "heads", "logits", "table", "params", "param_tensors")
+SIZES = ("tok", "h", "q", "kv", "qkv", "f", "scores", "heads", "logits", "table", "rope", "params", "param_tensors")
 #: Entries a stack file may hold, with the variants an entry may be split into (None: not split).
 ENTRIES: dict[str, tuple[str, ...] | None] = {
     "norm": ("layernorm", "rmsnorm"), "residual": None, "activation": ("gelu", "gelu_new", "relu", "silu_glu"),
     "rotary": None, "flash": ("fused", "separate"), "math": ("activation", "fp32"), "dropout": None,
-    "score_dropout": None, "kv_copy": ("fused", "separate"), "kv_repeat": None, "qkv_grads": None,
+    "score_dropout": None, "kv_copy": ("fused", "separate"), "kv_repeat": None, "qkv_inputs": None, "qkv_grads": None,
     "rotary_grads": None, "query_scale": None, "bias_grads": None, "grad_accumulate": None, "embedding": None,
     "final_norm": None, "loss": None}
 #: Which model property picks an entry's variant (an entry without variants applies as written).
 VARIANT_OF = {"norm": "norm", "activation": "activation", "flash": "qkv", "kv_copy": "qkv", "math": "softmax"}
-_OP_KEYS = ("forward", "backward", "saved", "transient", "when")
+_OP_KEYS = ("forward", "backward", "saved", "packed", "transient", "when")
 _CHOICES = {"attention": ("flash", "math"), "recompute": ("none", "selective", "full"), "bias": (True, False),
             "dropout": (True, False), "qkv": ("fused", "separate"), "grouped": (True, False),
             "scale_query": (True, False), "rotary": (True, False)}
@@ -95,7 +95,7 @@ def _check_op(op: Any, where: str) -> None:
             if not (isinstance(k, int) and k >= 0) and k not in SIZES:
                 raise InputError(f"{where}.{key}.kernels: expected a count >= 0 or a size name, got {k!r}")
             _check_passes(val.get("moves", {}), f"{where}.{key}.moves")
-        elif key in ("saved", "transient"):
+        elif key in ("saved", "packed", "transient"):
             _check_passes(val, f"{where}.{key}")
         else:
             if not isinstance(val, list) or not all(isinstance(c, dict) for c in val):

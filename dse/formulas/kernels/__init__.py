@@ -9,7 +9,7 @@ head with its loss. The estimate's numbers are reductions over the table:
   GEMM at the GEMM efficiency, flash attention at the attention efficiency, element-wise bytes
   at the HBM efficiency, collectives on the tensor-parallel group);
 - activation memory: the sum of ``saved`` (:func:`saved_bytes`), plus ``rerun`` while a
-  layer is recomputed (:func:`rerun_bytes`);
+  layer is recomputed (:func:`rerun_bytes`); what saved-tensor hooks copy: ``packed`` (:func:`packed_bytes`);
 - FLOPs: the sum of ``flops`` (:func:`forward_flops`, :func:`recomputed_flops`);
 - tensor-parallel traffic: the collectives' ``comm`` (:func:`message_bytes`).
 
@@ -25,7 +25,8 @@ A row is a dict; every row has ``kind`` and ``saved``, the other keys belong to 
 - ``flops``: forward FLOPs in the model convention (full s x s score matrix);
 - ``saved``: bytes kept from the forward to the backward pass under the plan's recompute;
   ``rerun``: bytes the kernel holds while its layer is recomputed in the backward pass (full
-  recompute);
+  recompute); ``packed``: bytes saved-tensor hooks pack, where not ``saved`` (a stack's rows: a tensor saved by
+  two autograd nodes is packed twice, a view at its own size);
 - ``selective``: True for the kernels selective recompute runs again (the attention core);
 - ``class``: the GEMM class whose dtype (precision recipe) sets the peak: ``attention`` or ``head``
   (absent: the layer's weight GEMMs).
@@ -75,6 +76,7 @@ from dse.formulas.kernels.sums import (
     executed_flops,
     forward_flops,
     message_bytes,
+    packed_bytes,
     recomputed_flops,
     rerun_bytes,
     saved_bytes,
@@ -82,4 +84,5 @@ from dse.formulas.kernels.sums import (
 )
 
 __all__ = ["KINDS", "layer_kernels", "embedding_kernels", "head_kernels", "weight_gemms", "forward_flops",
-           "recomputed_flops", "executed_flops", "saved_bytes", "rerun_bytes", "message_bytes"]
+           "recomputed_flops", "executed_flops", "saved_bytes", "packed_bytes", "rerun_bytes",
+           "message_bytes"]

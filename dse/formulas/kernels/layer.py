@@ -137,5 +137,6 @@ def layer_kernels(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: N
     if full:   # the checkpoint keeps the layer input; the rest is held only while the layer runs again
         for row in t.values():
             row["rerun"], row["saved"] = row["saved"], 0
+            row.pop("packed", None)
         t["norm1"]["saved"] = x_in
     return t
