@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 import typer
 
@@ -31,6 +31,7 @@ from dse.commands.options import (
 
 
 def estimate(
+    ctx: typer.Context,
     model: str = flag.model(),
     hw: str = flag.hw(),
     tp: Optional[int] = flag.tp(),
@@ -79,6 +80,10 @@ def estimate(
         None, "--chiplet-scheme", help="chiplet packages: megatron-1d | summa-2d | hecaton-2d"),
     mesh: Optional[str] = typer.Option(None, "--mesh",
                                        help="chiplet packages: RxC layout of the dies, e.g. 4x16 (same die count)"),
+    from_: Optional[Tuple[str, str]] = typer.Option(
+        (None, None), "--from", metavar="FRAMEWORK SOURCE",
+        help="read a framework config onto the plan: megatron \"ARGS\" (or a launch script) | deepspeed "
+             "ds_config.json | torchtitan job.toml; explicit flags win (docs/frameworks.md)"),
 ):
     """Estimate one training scenario: time, memory per tier, traffic, bottleneck."""
     from dse.estimate import resolve, run
@@ -91,7 +96,16 @@ def estimate(
                                  exchange_dtype))
     fields.update(activation_offload_fields(offload_activations, offload_layers, None, activation_io_path,
                                             activation_offload_mechanism))
-    m, s, p = resolve(model, hw, None, set_, **fields)
+    imported = None
+    if from_ and from_[0] is not None:
+        from dse.frameworks.apply import apply, read
+
+        source = ctx.get_parameter_source("model")      # typer may vendor click: compare the enum by name
+        given = getattr(source, "name", "DEFAULT") not in ("DEFAULT", "DEFAULT_MAP")
+        m, s, p, imported = apply(read(*from_), model=model, model_given=given, hw=hw, overrides=set_,
+                                  explicit=fields)
+    else:
+        m, s, p = resolve(model, hw, None, set_, **fields)
     trace = None
     if explain:
         from dse.estimate.trace import Trace
@@ -105,11 +119,17 @@ def estimate(
     if json_out:
         if trace is not None:
             result["explain"] = trace.rows
+        if imported is not None:
+            result["imported"] = imported
         _print_json(result)
         return
     from dse.report.console import render_estimate, render_explain
 
     con = _console()
+    if imported is not None:
+        from dse.frameworks.apply import render
+
+        render(con, imported)
     render_estimate(con, result)
     if trace is not None:
         render_explain(con, trace.rows)

@@ -1,0 +1,255 @@
+"""Megatron-LM's ``pretrain_gpt.py`` arguments <-> a dse plan (and the model they define).
+
+The option names are Megatron-LM's (NVIDIA/Megatron-LM ``megatron/training/arguments.py`` at 67f3515c8a, the
+last version that declares every option by hand; since #2896 the same names are generated from
+``TransformerConfig`` and ``megatron/training/config/training_config.py``), and torchrun's launcher options
+(``--nnodes``, ``--nproc_per_node``/``--nproc-per-node``) for the world size. Megatron's own defaults are
+applied where dse's differ: dropout 0.1 (``--attention-dropout``/``--hidden-dropout``), the FFN size
+(4h, or ``int(4h * 2/3 / 64) * 64`` with ``--swiglu``), the global batch (micro-batch x data-parallel size),
+and the vocabulary padded to a multiple of ``--make-vocab-size-divisible-by`` (128) x tp
+(``_vocab_size_with_padding``). The vocabulary: ``--padded-vocab-size``, else ``--vocab-size`` (plus the
+end-of-document token with ``NullTokenizer``), else the tokenizer's size where it is fixed (GPT2BPETokenizer
+50,257, Llama2Tokenizer 32,000, BertWordPieceLowerCase 30,522, BertWordPieceCase 28,996); a Hugging Face or
+SentencePiece tokenizer's size is not known offline: the ``--model``'s vocabulary is used, or give
+``--vocab-size``.
+
+:func:`read` takes the arguments as one string, or a launch script (:mod:`dse.frameworks.arguments`;
+``--name=value`` and ``--name value`` both parse). :func:`emit` writes the torchrun command line of a plan.
+"""
+
+from __future__ import annotations
+
+import difflib
+
+from dse.frameworks.arguments import parse, tokens
+from dse.frameworks.common import Imported, as_choice, as_float, as_int, bad
+
+# option -> kind: "flag" (store_true), "int", "float", "str", "list" (nargs='+'/'*'), or an int: that many values
+OPTIONS = {
+    "--tensor-model-parallel-size": "int", "--pipeline-model-parallel-size": "int", "--micro-batch-size": "int",
+    "--global-batch-size": "int", "--seq-length": "int", "--num-layers-per-virtual-pipeline-stage": "int",
+    "--num-virtual-stages-per-pipeline-rank": "int", "--context-parallel-size": "int",
+    "--sequence-parallel": "flag", "--use-distributed-optimizer": "flag", "--use-torch-fsdp2": "flag",
+    "--use-megatron-fsdp": "flag", "--data-parallel-sharding-strategy": "str", "--overlap-grad-reduce": "flag",
+    "--overlap-param-gather": "flag", "--recompute-granularity": "str", "--recompute-activations": "flag",
+    "--recompute-method": "str", "--recompute-num-layers": "int", "--bf16": "flag", "--fp16": "flag",
+    "--grad-reduce-in-bf16": "flag", "--optimizer": "str", "--optimizer-cpu-offload": "flag",
+    "--optimizer-offload-fraction": "float", "--use-flash-attn": "flag", "--attention-backend": "str",
+    "--transformer-impl": "str", "--num-layers": "int", "--hidden-size": "int", "--num-attention-heads": "int",
+    "--ffn-hidden-size": "int", "--kv-channels": "int", "--group-query-attention": "flag",
+    "--num-query-groups": "int", "--swiglu": "flag", "--squared-relu": "flag", "--normalization": "str",
+    "--position-embedding-type": "str", "--use-rotary-position-embeddings": "flag",
+    "--no-position-embedding": "flag", "--untie-embeddings-and-output-weights": "flag",
+    "--max-position-embeddings": "int", "--disable-bias-linear": "flag", "--add-qkv-bias": "flag",
+    "--attention-dropout": "float", "--hidden-dropout": "float", "--vocab-size": "int",
+    "--padded-vocab-size": "int", "--make-vocab-size-divisible-by": "int", "--tokenizer-type": "str",
+    "--vocab-file": "str", "--merge-file": "str", "--rampup-batch-size": 3, "--num-experts": "int",
+    # torchrun (the launcher in front of pretrain_gpt.py) and a plain world size
+    "--nnodes": "int", "--nproc_per_node": "int", "--nproc-per-node": "int", "--world-size": "int",
+}
+SOURCE = "megatron arguments"
+TOKENIZER_VOCAB = {"GPT2BPETokenizer": 50257, "Llama2Tokenizer": 32000, "BertWordPieceLowerCase": 30522,
+                   "BertWordPieceCase": 28996}
+ATTENTION_BACKENDS = ("flash", "fused", "unfused", "local", "auto")
+SHARDING = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
+POSITIONS = {"learned_absolute": "learned", "rope": "rotary", "none": "none", "yarn": "rotary",
+             "mrope": "rotary", "relative": "none"}
+MODEL_OPTIONS = ("--num-layers", "--hidden-size", "--num-attention-heads")
+
+
+def read(text: str) -> Imported:
+    """Megatron-LM arguments (a string, or a launch script's path) as an :class:`Imported` config."""
+    toks, source = tokens(text, SOURCE)
+    values, unknown = parse(toks, source, OPTIONS)
+    imp = Imported("megatron", source)
+    get = _getter(values, source)
+    _parallelism(imp, get)
+    _precision_recompute(imp, get)
+    _model(imp, get, values)
+    imp.plan["stack"] = "megatron"
+    imp.keys["stack"] = "pretrain_gpt.py"
+    for name in unknown:
+        close = difflib.get_close_matches(name, OPTIONS, n=1, cutoff=0.9)
+        imp.ignore(name, f"unknown: did you mean {close[0]}?" if close else "")
+    return imp
+
+
+def _getter(values: dict, source: str):
+    def get(name: str, default=None):
+        if name not in values:
+            return default
+        v, kind = values[name], OPTIONS[name]
+        if kind == "int":
+            return as_int(source, name, v)
+        if kind == "float":
+            return as_float(source, name, v, 0.0, 1.0)
+        return v
+    return get
+
+
+def _parallelism(imp: Imported, get) -> None:
+    for opt, name in (("--tensor-model-parallel-size", "tp"), ("--pipeline-model-parallel-size", "pp"),
+                      ("--micro-batch-size", "micro_batch"), ("--global-batch-size", "global_batch"),
+                      ("--seq-length", "seq_len")):
+        if get(opt) is not None:
+            imp.set(name, get(opt), opt)
+    if get("--global-batch-size") is None:
+        imp.accumulation = 1         # Megatron: global batch = micro-batch x data-parallel size
+    if get("--rampup-batch-size") is not None:
+        imp.ignore("--rampup-batch-size", "estimated at the final global batch")
+    nodes, per_node = get("--nnodes"), get("--nproc_per_node") or get("--nproc-per-node")
+    if get("--world-size") is not None:
+        imp.world_size, imp.world_key = get("--world-size"), "--world-size"
+    elif per_node is not None:
+        imp.world_size, imp.world_key = (nodes or 1) * per_node, "--nnodes x --nproc_per_node"
+    cp = get("--context-parallel-size", 1)
+    if cp > 1:
+        imp.context_parallel = cp
+        imp.ignore("--context-parallel-size", f"context parallelism over {cp} GPUs is not modelled: the "
+                                              "estimate runs each replica's full sequence on tp x pp GPUs")
+    vpp, per_chunk = get("--num-virtual-stages-per-pipeline-rank"), get("--num-layers-per-virtual-pipeline-stage")
+    if per_chunk is not None:
+        imp.layers_per_virtual_stage = per_chunk
+        imp.set("schedule", "interleaved", "--num-layers-per-virtual-pipeline-stage")
+        imp.keys["virtual_stages"] = "--num-layers-per-virtual-pipeline-stage"
+    elif vpp is not None and vpp > 1:
+        imp.set("schedule", "interleaved", "--num-virtual-stages-per-pipeline-rank")
+        imp.set("virtual_stages", vpp, "--num-virtual-stages-per-pipeline-rank")
+    if get("--sequence-parallel"):
+        imp.set("sequence_parallel", True, "--sequence-parallel")
+    zero = 1 if get("--use-distributed-optimizer") else 0
+    key = "--use-distributed-optimizer"
+    if get("--use-torch-fsdp2"):
+        zero, key = 3, "--use-torch-fsdp2"
+    if get("--use-megatron-fsdp"):
+        strategy = as_choice(imp.source, "--data-parallel-sharding-strategy",
+                             get("--data-parallel-sharding-strategy", "no_shard"), SHARDING)
+        zero, key = SHARDING[strategy], "--use-megatron-fsdp --data-parallel-sharding-strategy"
+    imp.set("zero", zero, key)
+    if get("--overlap-grad-reduce") or get("--overlap-param-gather"):
+        imp.set("overlap_grad_reduce", True, "--overlap-grad-reduce")
+    if get("--optimizer-cpu-offload"):
+        imp.set("offload_optimizer", "cpu", "--optimizer-cpu-offload")
+        fraction = get("--optimizer-offload-fraction", 1.0)
+        if fraction < 1:
+            imp.ignore("--optimizer-offload-fraction", f"{fraction:g} of the optimizer on the CPU: estimated "
+                                                       "with all of it there")
+    optimizer = as_choice(imp.source, "--optimizer", get("--optimizer", "adam"), ("adam", "sgd", "muon", "dist_muon"))
+    imp.set("optimizer", {"adam": "adam", "sgd": "sgd-momentum"}.get(optimizer, "sgd-momentum"), "--optimizer")
+    if optimizer in ("muon", "dist_muon"):
+        imp.ignore("--optimizer", f"{optimizer}: its Newton-Schulz step is not modelled; estimated as one "
+                                  "momentum state per parameter (sgd-momentum)")
+
+
+def _precision_recompute(imp: Imported, get) -> None:
+    if get("--bf16"):
+        imp.set("precision", "bf16", "--bf16")
+    elif get("--fp16"):
+        imp.set("precision", "fp16", "--fp16")
+    else:
+        imp.ignore("precision fp32", "neither --bf16 nor --fp16: fp32 training is not modelled; estimated as bf16")
+    if get("--grad-reduce-in-bf16"):
+        imp.set("grad_dtype", "half", "--grad-reduce-in-bf16")
+    granularity = get("--recompute-granularity")
+    if granularity is None and get("--recompute-activations"):
+        granularity = "selective"
+    if granularity is not None:
+        imp.set("recompute", as_choice(imp.source, "--recompute-granularity", granularity, ("full", "selective")),
+                "--recompute-granularity")
+    method, count = get("--recompute-method"), get("--recompute-num-layers")
+    if method is not None:
+        as_choice(imp.source, "--recompute-method", method, ("uniform", "block"))
+    if granularity == "full" and (method == "block" or (count or 1) > 1):
+        imp.ignore("--recompute-method/--recompute-num-layers",
+                   f"{method} {count}: dse recomputes every layer, each its own checkpoint")
+    backend = as_choice(imp.source, "--attention-backend", get("--attention-backend", "auto"), ATTENTION_BACKENDS)
+    impl = as_choice(imp.source, "--transformer-impl", get("--transformer-impl", "transformer_engine"),
+                     ("local", "transformer_engine", "inference_optimized"))
+    math = backend in ("unfused", "local") or (impl == "local" and not get("--use-flash-attn") and backend == "auto")
+    imp.set("attention", "math" if math else "flash", "--attention-backend")
+
+
+def _model(imp: Imported, get, values: dict) -> None:
+    given = [o for o in MODEL_OPTIONS if o in values]
+    if not given:
+        for o in [o for o in values if o in _MODEL_ONLY]:
+            imp.ignore(o, "no --num-layers/--hidden-size/--num-attention-heads: the --model is estimated")
+        return
+    for o in MODEL_OPTIONS:
+        if o not in values:
+            raise bad(imp.source, o, f"missing: the model needs {', '.join(MODEL_OPTIONS)} together")
+    layers, hidden, heads = get("--num-layers"), get("--hidden-size"), get("--num-attention-heads")
+    swiglu = bool(get("--swiglu"))
+    ffn = get("--ffn-hidden-size") or (int(4 * hidden * 2 / 3 / 64) * 64 if swiglu else 4 * hidden)
+    seq = get("--seq-length")
+    max_pos = get("--max-position-embeddings")
+    if max_pos is None:
+        if seq is None:
+            raise bad(imp.source, "--max-position-embeddings", "missing (and no --seq-length)")
+        max_pos = seq
+        imp.notes.append(f"no --max-position-embeddings: {seq} (--seq-length) assumed")
+    position = POSITIONS[as_choice(imp.source, "--position-embedding-type",
+                                   get("--position-embedding-type", "learned_absolute"), POSITIONS)]
+    if get("--use-rotary-position-embeddings"):
+        position = "rotary"
+    if get("--no-position-embedding"):
+        position = "none"
+    if get("--position-embedding-type") in ("yarn", "mrope", "relative"):
+        imp.ignore("--position-embedding-type", f"{get('--position-embedding-type')}: estimated as {position}")
+    norm = as_choice(imp.source, "--normalization", get("--normalization", "LayerNorm"), ("LayerNorm", "RMSNorm"))
+    attn_drop, hidden_drop = get("--attention-dropout", 0.1), get("--hidden-dropout", 0.1)
+    if attn_drop != hidden_drop:
+        imp.ignore("--attention-dropout", f"{attn_drop:g}: dse has one dropout probability, "
+                                          f"--hidden-dropout's {hidden_drop:g}")
+    if get("--squared-relu"):
+        imp.ignore("--squared-relu", "estimated as a ReLU MLP")
+    if get("--num-experts") is not None:
+        imp.ignore("--num-experts", "Mixture-of-Experts is not modelled: estimated as the dense model")
+    data = dict(name=f"megatron-{layers}x{hidden}", layers=layers, hidden=hidden, heads=heads,
+                vocab=_vocab(imp, get), max_seq_len=max_pos, ffn_hidden=ffn,
+                ffn_type="swiglu" if swiglu else ("relu" if get("--squared-relu") else "gelu"),
+                norm=norm.lower(), bias=not get("--disable-bias-linear"), position=position,
+                tied_embeddings=not get("--untie-embeddings-and-output-weights"), dropout=hidden_drop,
+                source="Megatron-LM arguments")
+    if get("--group-query-attention"):
+        data["kv_heads"] = get("--num-query-groups", 1)
+    if get("--kv-channels") is not None:
+        data["head_dim"] = get("--kv-channels")
+    if get("--add-qkv-bias"):
+        data["qkv_bias"] = True
+    if seq is not None:
+        data["seq_len"] = seq
+    imp.model = data                 # a ModelSpec's fields; built (and checked) by dse.frameworks.apply
+    imp.model_keys = [o for o in values if o in _MODEL_ONLY or o in MODEL_OPTIONS]
+
+
+_MODEL_ONLY = ("--ffn-hidden-size", "--kv-channels", "--group-query-attention", "--num-query-groups", "--swiglu",
+               "--squared-relu", "--normalization", "--position-embedding-type", "--use-rotary-position-embeddings",
+               "--no-position-embedding", "--untie-embeddings-and-output-weights", "--max-position-embeddings",
+               "--disable-bias-linear", "--add-qkv-bias", "--attention-dropout", "--hidden-dropout", "--vocab-size",
+               "--padded-vocab-size", "--make-vocab-size-divisible-by", "--tokenizer-type", "--vocab-file",
+               "--merge-file", "--num-experts")
+
+
+def _vocab(imp: Imported, get) -> int | None:
+    """The embedding rows Megatron allocates (see the module docstring); None: take the --model's."""
+    if get("--padded-vocab-size") is not None:
+        return get("--padded-vocab-size")
+    tokenizer = get("--tokenizer-type")
+    if tokenizer is None and get("--vocab-file") and get("--merge-file"):
+        tokenizer = "GPT2BPETokenizer"
+        imp.notes.append("--vocab-file and --merge-file without --tokenizer-type: GPT2BPETokenizer (50,257 tokens)")
+    raw = get("--vocab-size")
+    if raw is not None and tokenizer == "NullTokenizer":
+        raw += 1                      # _NullTokenizer.vocab_size: the end-of-document token
+    if raw is None:
+        raw = TOKENIZER_VOCAB.get(tokenizer or "")
+    if raw is None:
+        imp.notes.append(f"vocabulary of --tokenizer-type {tokenizer or '(none)'} not known offline: the "
+                         "--model's is used (give --vocab-size to set it)")
+        return None
+    multiple = get("--make-vocab-size-divisible-by", 128) * get("--tensor-model-parallel-size", 1)
+    padded = -(-raw // multiple) * multiple
+    if padded != raw:
+        imp.notes.append(f"vocabulary {raw} padded to {padded} (a multiple of --make-vocab-size-divisible-by x tp)")
+    return padded

@@ -1,0 +1,161 @@
+"""torchtitan's job TOML <-> a dse plan.
+
+Keys as torchtitan's ``JobConfig`` declares them (pytorch/torchtitan ``torchtitan/config/job_config.py`` at
+238fa9953e, the last release with TOML train configs; ``torchtitan/models/llama3/train_configs/llama3_8b.toml``
+is the shape of a file). What maps:
+
+- ``[model] name``/``flavor`` -> the catalog model of the same architecture
+  (:data:`~dse.frameworks.common.TORCHTITAN_MODELS`: llama3 8B/70B/405B, llama2 7B/13B/70B);
+- ``[parallelism]``: ``tensor_parallel_degree`` -> tp (torchtitan's tensor parallelism always shards norms
+  and dropout over the sequence: sequence parallelism), ``pipeline_parallel_degree`` -> pp (with
+  ``pipeline_parallel_microbatch_size`` the micro-batch, ``pipeline_parallel_schedule`` 1F1B/GPipe/
+  Interleaved1F1B), ``data_parallel_replicate_degree`` x ``data_parallel_shard_degree`` -> dp (-1: the
+  GPUs left over; the TOML does not hold the world size, so: all of the hardware's), FSDP sharding ->
+  ZeRO-3 (``fsdp_reshard_after_forward = "never"`` keeps the gathered weights from forward to backward:
+  ZeRO-2's memory and traffic), replication only (DDP) -> ZeRO-0;
+- ``[training]``: ``local_batch_size`` (``batch_size`` before 2025) per data-parallel rank and step,
+  ``global_batch_size`` (-1: local x dp; more: gradient accumulation), ``seq_len``,
+  ``mixed_precision_param`` bfloat16 -> bf16 (float32: not modelled), ``enable_cpu_offload`` -> FSDP's
+  CPU offload of parameters, gradients and optimizer states; ``compile`` (``[compile] enable`` since 2025)
+  -> the compiled stack, else eager PyTorch;
+- ``[activation_checkpoint] mode`` none|selective|full (selective by layer, ``selective_ac_option`` N > 1,
+  is estimated as full: dse recomputes every layer or none);
+- ``[optimizer] name`` -> the optimizer's state count.
+"""
+
+from __future__ import annotations
+
+import tomllib
+
+from dse.frameworks.common import TORCHTITAN_MODELS, Imported, Tree, as_bool, as_choice, as_int, bad, read_tree
+
+SCHEDULES = {"1F1B": "1f1b", "GPipe": "gpipe", "Interleaved1F1B": "interleaved"}
+OPTIMIZERS = {"adamw": "adam", "adam": "adam", "sgd": "sgd-momentum", "adagrad": "adagrad"}
+
+
+def load(path: str) -> Tree:
+    """The parsed job TOML (one-line errors for an unreadable file or bad TOML)."""
+    return read_tree(path, "torchtitan config", "TOML", lambda raw: tomllib.loads(raw.decode("utf-8")))
+
+
+def read(path: str) -> Imported:
+    """A torchtitan job TOML as an :class:`Imported` config (see the module docstring)."""
+    t = load(path)
+    imp = Imported("torchtitan", path)
+    _model(imp, t)
+    _parallelism(imp, t)
+    _training(imp, t)
+    mode = t.get("activation_checkpoint.mode")
+    if mode is not None:
+        mode = as_choice(path, "activation_checkpoint.mode", mode, ("none", "selective", "full", "memory_budget"))
+        option = str(t.get("activation_checkpoint.selective_ac_option", "2"))
+        if mode == "memory_budget":
+            imp.ignore("activation_checkpoint.mode", "memory_budget (compiler-chosen recompute): estimated as "
+                                                     "selective")
+            mode = "selective"
+        elif mode == "selective" and option != "op":
+            every = as_int(path, "activation_checkpoint.selective_ac_option", option)
+            mode = "full"
+            if every > 1:
+                imp.ignore("activation_checkpoint.selective_ac_option",
+                           f"every {every}th layer checkpointed: estimated as full (every layer)")
+        imp.set("recompute", mode, "activation_checkpoint.mode")
+    name = t.get("optimizer.name")
+    if name is not None:
+        if str(name).lower() in OPTIMIZERS:
+            imp.set("optimizer", OPTIMIZERS[str(name).lower()], "optimizer.name")
+        else:
+            imp.ignore("optimizer.name", f"{name!r} is not modelled: estimated as Adam")
+    imp.set("attention", "flash", "torchtitan (scaled_dot_product_attention)")
+    for p in t.unread():
+        imp.ignore(p)
+    return imp
+
+
+def _model(imp: Imported, t: Tree) -> None:
+    name, flavor = t.get("model.name"), t.get("model.flavor")
+    if name is None and flavor is None:
+        return
+    ref = TORCHTITAN_MODELS.get((str(name or "llama3"), str(flavor)))
+    if ref is None:
+        known = ", ".join(f"{n} {f}" for n, f in TORCHTITAN_MODELS)
+        imp.notes.append(f"model {name} {flavor}: no catalog model of that architecture ({known}): the --model "
+                         "is estimated")
+        imp.ignore("model.flavor", "not in the catalog")
+        return
+    imp.model, imp.model_keys = ref, ["model.name", "model.flavor"]
+    if t.get("model.converters"):
+        imp.ignore("model.converters", f"{t.get('model.converters')}: float8/MX training is not modelled")
+
+
+def _parallelism(imp: Imported, t: Tree) -> None:
+    src, p = imp.source, "parallelism"
+    tp = as_int(src, f"{p}.tensor_parallel_degree", t.get(f"{p}.tensor_parallel_degree", 1))
+    pp = as_int(src, f"{p}.pipeline_parallel_degree", t.get(f"{p}.pipeline_parallel_degree", 1))
+    imp.set("tp", tp, f"{p}.tensor_parallel_degree")
+    imp.set("pp", pp, f"{p}.pipeline_parallel_degree")
+    imp.set("sequence_parallel", tp > 1, f"{p}.tensor_parallel_degree")
+    replicate = as_int(src, f"{p}.data_parallel_replicate_degree", t.get(f"{p}.data_parallel_replicate_degree", 1))
+    shard = t.get(f"{p}.data_parallel_shard_degree", -1)
+    shard = -1 if shard == -1 else as_int(src, f"{p}.data_parallel_shard_degree", shard)
+    cp = as_int(src, f"{p}.context_parallel_degree", t.get(f"{p}.context_parallel_degree", 1))
+    if cp > 1:
+        imp.context_parallel = cp
+        imp.ignore(f"{p}.context_parallel_degree", f"context parallelism over {cp} GPUs is not modelled")
+    reshard = t.get(f"{p}.fsdp_reshard_after_forward", "default")
+    reshard = as_choice(src, f"{p}.fsdp_reshard_after_forward", reshard, ("default", "always", "never"))
+    if shard == 1:
+        imp.set("zero", 0, f"{p}.data_parallel_shard_degree")
+    else:
+        imp.set("zero", 2 if reshard == "never" else 3, f"{p}.data_parallel_shard_degree")
+    if shard != -1:
+        imp.set("dp", replicate * shard, f"{p}.data_parallel_replicate_degree x data_parallel_shard_degree")
+    if replicate > 1 and shard != 1:
+        imp.ignore(f"{p}.data_parallel_replicate_degree", "HSDP: sharded within groups, replicated across them; "
+                                                          "estimated as sharded over all of dp")
+    if pp > 1:
+        sched = str(t.get(f"{p}.pipeline_parallel_schedule", "1F1B"))
+        if sched not in SCHEDULES:
+            imp.ignore(f"{p}.pipeline_parallel_schedule", f"{sched}: estimated as 1F1B")
+        imp.set("schedule", SCHEDULES.get(sched, "1f1b"), f"{p}.pipeline_parallel_schedule")
+        per_stage = t.get(f"{p}.pipeline_parallel_layers_per_stage")
+        if SCHEDULES.get(sched) == "interleaved":
+            if per_stage is None:
+                raise bad(src, f"{p}.pipeline_parallel_layers_per_stage", "needed with Interleaved1F1B (the "
+                                                                          "stages per rank follow from it)")
+            imp.layers_per_virtual_stage = as_int(src, f"{p}.pipeline_parallel_layers_per_stage", per_stage)
+            imp.keys["virtual_stages"] = f"{p}.pipeline_parallel_layers_per_stage"
+
+
+def _training(imp: Imported, t: Tree) -> None:
+    src, tr = imp.source, "training"
+    key = f"{tr}.local_batch_size" if t.get(f"{tr}.local_batch_size") is not None else f"{tr}.batch_size"
+    local = as_int(src, key, t.get(key, 8))
+    micro = local
+    if imp.plan["pp"] > 1:
+        mkey = "parallelism.pipeline_parallel_microbatch_size"
+        micro = as_int(src, mkey, t.get(mkey, 1))
+        if local % micro:
+            raise bad(src, mkey, f"{micro} does not divide {key} ({local})")
+        key = mkey
+    imp.set("micro_batch", micro, key)
+    total = t.get(f"{tr}.global_batch_size", -1)
+    if total == -1:
+        imp.accumulation = local // micro
+    else:
+        imp.set("global_batch", as_int(src, f"{tr}.global_batch_size", total), f"{tr}.global_batch_size")
+    if t.get(f"{tr}.seq_len") is not None:
+        imp.set("seq_len", as_int(src, f"{tr}.seq_len", t.get(f"{tr}.seq_len")), f"{tr}.seq_len")
+    dtype = as_choice(src, f"{tr}.mixed_precision_param", t.get(f"{tr}.mixed_precision_param", "bfloat16"),
+                      ("bfloat16", "float32"))
+    imp.set("precision", "bf16", f"{tr}.mixed_precision_param")
+    if dtype == "float32":
+        imp.ignore(f"{tr}.mixed_precision_param", "float32 training is not modelled; estimated as bf16")
+    if t.get(f"{tr}.mixed_precision_reduce") is not None:
+        as_choice(src, f"{tr}.mixed_precision_reduce", t.get(f"{tr}.mixed_precision_reduce"), ("float32",))
+        imp.set("grad_dtype", "fp32", f"{tr}.mixed_precision_reduce")
+    if as_bool(src, f"{tr}.enable_cpu_offload", t.get(f"{tr}.enable_cpu_offload", False)):
+        imp.set("offload_optimizer", "cpu", f"{tr}.enable_cpu_offload")
+        imp.set("offload_params", "cpu", f"{tr}.enable_cpu_offload")
+    key = "compile.enable" if t.get("compile.enable") is not None else f"{tr}.compile"
+    imp.set("stack", "compiled" if as_bool(src, key, t.get(key, False)) else "pytorch", key)
