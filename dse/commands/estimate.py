@@ -84,6 +84,9 @@ def estimate(
         (None, None), "--from", metavar="FRAMEWORK SOURCE",
         help="read a framework config onto the plan: megatron \"ARGS\" (or a launch script) | deepspeed "
              "ds_config.json | torchtitan job.toml; explicit flags win (docs/frameworks.md)"),
+    emit: Optional[str] = typer.Option(
+        None, "--emit", help="print the plan as megatron launch arguments | deepspeed ds_config.json | torchtitan "
+                             "TOML instead of the tables (with --json: under 'emit')"),
 ):
     """Estimate one training scenario: time, memory per tier, traffic, bottleneck."""
     from dse.estimate import resolve, run
@@ -106,6 +109,14 @@ def estimate(
                                   explicit=fields)
     else:
         m, s, p = resolve(model, hw, None, set_, **fields)
+    emitted = None
+    if emit is not None:
+        from dse.frameworks.emit import emit as emit_config, show
+
+        emitted = emit_config(emit, m, s, p)
+        if not json_out:
+            show(emitted)
+            return
     trace = None
     if explain:
         from dse.estimate.trace import Trace
@@ -121,6 +132,8 @@ def estimate(
             result["explain"] = trace.rows
         if imported is not None:
             result["imported"] = imported
+        if emitted is not None:
+            result["emit"] = emitted
         _print_json(result)
         return
     from dse.report.console import render_estimate, render_explain

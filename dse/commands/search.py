@@ -47,6 +47,8 @@ def search(
     chunk: Optional[int] = typer.Option(None, "--chunk",
                                         help="points per vectorised block (bounds memory; default 131072)"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
+    emit: Optional[str] = typer.Option(None, "--emit", help="also print the best configuration (front point #1) as "
+                                       "megatron launch arguments | deepspeed ds_config.json | torchtitan TOML"),
 ):
     """Find the best hardware and parallelism: exhaustive (numpy) or optuna search over a space."""
     from dse.search.command import run as run_search
@@ -55,4 +57,5 @@ def search(
                       objectives=objective, budget=budget, power_cap=power_cap, min_ssd_lifetime=min_ssd_lifetime,
                       params=param, sets=set_, engine=engine, trials=trials, sampler=sampler, seed=seed,
                       storage=storage, study=study,
-                      top=top, json_path=json_path, csv_path=csv_path, plot_path=plot_path, chunk=chunk, quiet=quiet)
+                      top=top, json_path=json_path, csv_path=csv_path, plot_path=plot_path, chunk=chunk, quiet=quiet,
+                      emit=emit)

@@ -164,3 +164,69 @@ def _zero(imp: Imported, t: Tree) -> None:
         for k in ("nvme_path", "pin_memory", "max_in_cpu", "fast_init"):
             if t.get(f"{key}.{k}") is not None:
                 imp.ignore(f"{key}.{k}")
+
+
+# ----------------------------------------------------------------------------- out
+
+AIO_DEFAULTS = {"block_size": 1048576, "queue_depth": 8, "thread_count": 1, "single_submit": False,
+                "overlap_events": True}      # deepspeed/runtime/swap_tensor/constants.py, config-json.md
+NVME_PATH = "/local_nvme"                   # config-json.md's example path: set it to the drives' mount
+
+
+def emit(model, system, plan) -> tuple[str, list[str]]:
+    """The ds_config.json of a resolved plan (NVMe swap and ``aio`` sections for storage offload), and what a
+    ds_config cannot express."""
+    from dse.frameworks.common import plan_limits
+
+    warnings = plan_limits(plan, "DeepSpeed")
+    gas, rest = divmod(plan.global_batch, plan.micro_batch * plan.dp)
+    if rest:
+        warnings.append(f"global batch {plan.global_batch} is not micro-batch x dp ({plan.micro_batch} x {plan.dp}) "
+                        f"x an integer: gradient_accumulation_steps rounded to {max(gas, 1)}")
+    cfg: dict = {"train_batch_size": plan.micro_batch * max(gas, 1) * plan.dp,
+                 "train_micro_batch_size_per_gpu": plan.micro_batch, "gradient_accumulation_steps": max(gas, 1)}
+    cfg["fp16" if plan.precision == "fp16" else "bf16"] = {"enabled": True}
+    if plan.precision == "bf16-pure":
+        warnings.append("bf16-pure (no fp32 master weights): DeepSpeed's bf16 keeps fp32 master weights")
+    if plan.grad_dtype == "half":
+        cfg["data_types"] = {"grad_accum_dtype": "fp16" if plan.precision == "fp16" else "bf16"}
+    cfg["optimizer"] = {"adam": {"type": "AdamW"}, "sgd-momentum": {"type": "SGD", "params": {"momentum": 0.9}},
+                        "adagrad": {"type": "Adagrad"}}[plan.optimizer]
+    cfg["zero_optimization"] = _zero_section(plan)
+    if "nvme" in (cfg["zero_optimization"].get("offload_optimizer", {}).get("device"),
+                  cfg["zero_optimization"].get("offload_param", {}).get("device")):
+        cfg["aio"] = dict(AIO_DEFAULTS)
+    if plan.recompute == "full":
+        cfg["activation_checkpointing"] = {"partition_activations": False, "cpu_checkpointing": False,
+                                           "contiguous_memory_optimization": False,
+                                           "synchronize_checkpoint_boundary": False}
+        warnings.append("full recompute: the model must checkpoint each layer with deepspeed.checkpointing "
+                        "(Megatron-DeepSpeed --checkpoint-activations, or Hugging Face gradient checkpointing)")
+    elif plan.recompute == "selective":
+        warnings.append("selective recompute is the model code's (Megatron-DeepSpeed --recompute-granularity "
+                        "selective), not a ds_config setting")
+    if plan.tp > 1 or plan.pp > 1:
+        warnings.append(f"tp {plan.tp} and pp {plan.pp} are not ds_config settings: Megatron-DeepSpeed's "
+                        "--tensor-model-parallel-size/--pipeline-model-parallel-size or DeepSpeed's "
+                        "PipelineModule(num_stages) set them; dp = GPUs / (tp x pp)")
+    for name, value, default in (("attention", plan.attention, "flash"), ("stack", plan.stack, "megatron"),
+                                 ("sequence_parallel", plan.sequence_parallel, False)):
+        if value != default:
+            warnings.append(f"{name} {value} is the model code's choice, not a ds_config setting")
+    return json.dumps(cfg, indent=2) + "\n", warnings
+
+
+def _zero_section(plan) -> dict:
+    z: dict = {"stage": plan.zero, "overlap_comm": plan.overlap_grad_reduce, "sub_group_size": int(plan.sub_group_size)}
+    if plan.offload_optimizer != "gpu":
+        device = "nvme" if plan.offload_optimizer in ("nvme", "csd") else "cpu"
+        z["offload_optimizer"] = {"device": device, "pin_memory": True}
+        if device == "nvme":
+            z["offload_optimizer"].update(nvme_path=NVME_PATH, buffer_count=plan.optimizer_buffer_count,
+                                          pipeline_read=plan.swap_pipeline, pipeline_write=plan.swap_pipeline)
+    if plan.offload_params != "gpu":
+        z["offload_param"] = {"device": plan.offload_params, "pin_memory": True}
+        if plan.offload_params == "nvme":
+            z["offload_param"].update(nvme_path=NVME_PATH, buffer_count=plan.param_buffer_count,
+                                      buffer_size=int(plan.param_buffer_size))
+    return z

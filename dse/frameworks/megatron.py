@@ -253,3 +253,90 @@ def _vocab(imp: Imported, get) -> int | None:
     if padded != raw:
         imp.notes.append(f"vocabulary {raw} padded to {padded} (a multiple of --make-vocab-size-divisible-by x tp)")
     return padded
+
+
+# ----------------------------------------------------------------------------- out
+
+
+def emit(model, system, plan) -> tuple[str, list[str]]:
+    """The torchrun + ``pretrain_gpt.py`` command line of a resolved plan, and what it cannot express."""
+    from dse.frameworks.common import gpu_layout, plan_limits
+
+    warnings = plan_limits(plan, "Megatron-LM")
+    nodes, per_node = gpu_layout(plan.tp * plan.pp * plan.dp, system.node.gpus_per_node)
+    args = [f"--tensor-model-parallel-size {plan.tp} --pipeline-model-parallel-size {plan.pp}"]
+    if plan.schedule == "interleaved" and plan.virtual_stages > 1:
+        args.append(f"--num-virtual-stages-per-pipeline-rank {plan.virtual_stages}")
+    elif plan.schedule == "gpipe" and plan.pp > 1:
+        warnings.append("the GPipe schedule is not a Megatron-LM option: it runs 1F1B")
+    zero = {0: "", 1: "--use-distributed-optimizer",
+            2: "--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads",
+            3: "--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params"}[plan.zero]
+    args.append(" ".join(a for a in (zero, "--sequence-parallel" * (plan.sequence_parallel and plan.tp > 1),
+                                     "--overlap-grad-reduce" * plan.overlap_grad_reduce) if a))
+    args.append(f"--micro-batch-size {plan.micro_batch} --global-batch-size {plan.global_batch} "
+                f"--seq-length {plan.seq_len}")
+    args.append(_precision_args(plan, warnings))
+    args += _model_args(model, warnings)
+    if plan.stack != "megatron":
+        warnings.append(f"the estimate used the {plan.stack} stack; Megatron-LM runs its own fused kernels "
+                        "(estimate with --stack megatron to compare)")
+    head = [f"# dse: Megatron-LM launch of {model.name} on {system.name}: {plan.tp * plan.pp * plan.dp} GPUs "
+            f"({nodes} node(s) x {per_node})"]
+    head += [f"# dse: warning: {w}" for w in warnings]
+    head.append("# add your data and tokenizer arguments (--data-path, --tokenizer-type, --tokenizer-model, ...); "
+                "--padded-vocab-size keeps the vocabulary the estimate used")
+    lines = [f"torchrun --nnodes {nodes} --nproc_per_node {per_node} pretrain_gpt.py"] + [a for a in args if a]
+    return "\n".join(head) + "\n" + " \\\n    ".join(lines) + "\n", warnings
+
+
+def _precision_args(plan, warnings: list[str]) -> str:
+    out = ["--fp16" if plan.precision == "fp16" else "--bf16"]
+    if plan.precision == "bf16-pure":
+        warnings.append("bf16-pure (no fp32 master weights) is not a Megatron-LM option: --bf16 keeps them")
+    if plan.grad_dtype == "half" and plan.precision != "bf16-pure":
+        out.append("--grad-reduce-in-bf16")
+    out.append({"none": "", "selective": "--recompute-granularity selective",
+                "full": "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1"}[
+        plan.recompute])
+    out.append("--attention-backend " + ("flash" if plan.attention == "flash" else "unfused"))
+    out.append({"adam": "--optimizer adam", "sgd-momentum": "--optimizer sgd", "adagrad": ""}[plan.optimizer])
+    if plan.optimizer == "adagrad":
+        warnings.append("Adagrad is not a Megatron-LM optimizer (adam, sgd)")
+    if plan.offload_optimizer == "cpu":
+        out.append("--optimizer-cpu-offload")
+        if plan.zero == 0:
+            warnings.append("--optimizer-cpu-offload needs the distributed optimizer (ZeRO-1) in Megatron-LM")
+    elif plan.offload_optimizer != "gpu":
+        warnings.append(f"optimizer offload to {plan.offload_optimizer}: Megatron-LM offloads the optimizer to "
+                        "host memory only (--optimizer-cpu-offload)")
+    if plan.offload_params != "gpu":
+        warnings.append(f"parameter offload to {plan.offload_params} is not a Megatron-LM option")
+    return " ".join(a for a in out if a)
+
+
+def _model_args(m, warnings: list[str]) -> list[str]:
+    args = [f"--num-layers {m.layers} --hidden-size {m.hidden} --num-attention-heads {m.heads} "
+            f"--ffn-hidden-size {m.ffn_hidden}"]
+    extra = []
+    if m.head_dim != m.hidden // m.heads:
+        extra.append(f"--kv-channels {m.head_dim}")
+    if m.kv_heads != m.heads:
+        extra.append(f"--group-query-attention --num-query-groups {m.kv_heads}")
+    extra.append({"swiglu": "--swiglu", "relu": "--squared-relu", "gelu": ""}[m.ffn_type])
+    if m.ffn_type == "relu":
+        warnings.append("a ReLU MLP has no Megatron-LM argument: --squared-relu is the nearest")
+    extra.append("--normalization " + ("RMSNorm" if m.norm == "rmsnorm" else "LayerNorm"))
+    if not m.bias:
+        extra.append("--disable-bias-linear" + (" --add-qkv-bias" if m.qkv_bias else ""))
+    args.append(" ".join(a for a in extra if a))
+    position = {"learned": "learned_absolute", "rotary": "rope", "none": "none"}[m.position]
+    args.append(f"--position-embedding-type {position} --max-position-embeddings {m.max_seq_len}"
+                + (" --untie-embeddings-and-output-weights" if not m.tied_embeddings else ""))
+    if m.position == "learned" and m.position_embeddings != m.max_seq_len:
+        warnings.append(f"{m.position_embeddings} learned positions: Megatron-LM allocates "
+                        "--max-position-embeddings rows")
+    args.append(f"--attention-dropout {m.dropout:g} --hidden-dropout {m.dropout:g} --padded-vocab-size {m.vocab}")
+    if m.architecture != "decoder":
+        warnings.append(f"{m.name} is an {m.architecture}: launch Megatron-LM's pretrain_bert.py, not pretrain_gpt.py")
+    return args

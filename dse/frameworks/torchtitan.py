@@ -159,3 +159,77 @@ def _training(imp: Imported, t: Tree) -> None:
         imp.set("offload_params", "cpu", f"{tr}.enable_cpu_offload")
     key = "compile.enable" if t.get("compile.enable") is not None else f"{tr}.compile"
     imp.set("stack", "compiled" if as_bool(src, key, t.get(key, False)) else "pytorch", key)
+
+
+# ----------------------------------------------------------------------------- out
+
+
+def emit(model, system, plan) -> tuple[str, list[str]]:
+    """The job TOML of a resolved plan, and what torchtitan cannot express for it."""
+    from dse.frameworks.common import gpu_layout, plan_limits
+
+    warnings = plan_limits(plan, "torchtitan")
+    world = plan.tp * plan.pp * plan.dp
+    nodes, per_node = gpu_layout(world, system.node.gpus_per_node)
+    flavor = {v: k for k, v in TORCHTITAN_MODELS.items()}.get(model.name)
+    lines = [f"# dse: torchtitan job for {model.name} on {system.name}: {world} GPUs; launch with "
+             f"torchrun --nnodes {nodes} --nproc_per_node {per_node} -m torchtitan.train --job.config_file FILE"]
+    body = []
+    if flavor is None:
+        known = ", ".join(f"{n} {f}" for n, f in TORCHTITAN_MODELS)
+        warnings.append(f"{model.name} is not a torchtitan model flavor ({known}): define one, and set [model]")
+    else:
+        body += ["[model]", f'name = "{flavor[0]}"', f'flavor = "{flavor[1]}"', ""]
+    optimizer = {"adam": "AdamW", "sgd-momentum": "SGD", "adagrad": "Adagrad"}[plan.optimizer]
+    if optimizer != "AdamW":
+        warnings.append(f"optimizer {optimizer}: torchtitan builds Adam and AdamW")
+    body += ["[optimizer]", f'name = "{optimizer}"', ""]
+    body += _training_section(plan, warnings) + _parallelism_section(model, plan, warnings)
+    ac = [f'mode = "{plan.recompute}"'] + (['selective_ac_option = "op"'] if plan.recompute == "selective" else [])
+    body += ["[activation_checkpoint]"] + ac
+    if plan.attention != "flash":
+        warnings.append("math attention: torchtitan runs scaled_dot_product_attention (flash)")
+    if plan.stack == "megatron":
+        warnings.append("the estimate used the megatron stack; torchtitan runs eager or compiled PyTorch "
+                        "(estimate with --stack pytorch or compiled)")
+    lines += [f"# dse: warning: {w}" for w in warnings]
+    return "\n".join(lines + body) + "\n", warnings
+
+
+def _training_section(plan, warnings: list[str]) -> list[str]:
+    local = plan.micro_batch if plan.pp == 1 else plan.global_batch // plan.dp
+    if plan.precision != "bf16":
+        warnings.append(f"precision {plan.precision}: torchtitan's mixed precision is bfloat16 (or float32) "
+                        "parameters with fp32 master weights")
+    if plan.grad_dtype != "fp32":
+        warnings.append(f"{plan.grad_dtype} gradient reduction: torchtitan reduces in float32")
+    cpu = plan.offload_optimizer == "cpu" and plan.offload_params == "cpu"
+    if (plan.offload_optimizer, plan.offload_params) not in (("gpu", "gpu"), ("cpu", "cpu")):
+        warnings.append(f"offload_optimizer {plan.offload_optimizer}, offload_params {plan.offload_params}: "
+                        "torchtitan offloads parameters, gradients and optimizer states to the CPU together "
+                        "(enable_cpu_offload) or not at all")
+    return ["[training]", f"local_batch_size = {local}", f"global_batch_size = {plan.global_batch}",
+            f"seq_len = {plan.seq_len}", 'mixed_precision_param = "bfloat16"', 'mixed_precision_reduce = "float32"',
+            f"enable_cpu_offload = {str(cpu).lower()}", "", "[compile]",
+            f"enable = {str(plan.stack == 'compiled').lower()}", ""]
+
+
+def _parallelism_section(model, plan, warnings: list[str]) -> list[str]:
+    replicate, shard = (plan.dp, 1) if plan.zero == 0 else (1, plan.dp)
+    if plan.zero == 1 and plan.dp > 1:
+        warnings.append("ZeRO-1 has no FSDP equivalent: written as FSDP keeping the gathered weights from forward "
+                        "to backward (reshard never: ZeRO-2's memory and traffic)")
+    if plan.tp > 1 and not plan.sequence_parallel:
+        warnings.append("torchtitan's tensor parallelism always shards norms over the sequence (sequence "
+                        "parallelism on)")
+    out = ["[parallelism]", f"data_parallel_replicate_degree = {replicate}", f"data_parallel_shard_degree = {shard}",
+           f'fsdp_reshard_after_forward = "{"never" if plan.zero in (1, 2) else "default"}"',
+           f"tensor_parallel_degree = {plan.tp}", f"pipeline_parallel_degree = {plan.pp}"]
+    if plan.pp > 1:
+        sched = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "Interleaved1F1B"}[plan.schedule]
+        out += [f"pipeline_parallel_microbatch_size = {plan.micro_batch}", f'pipeline_parallel_schedule = "{sched}"']
+        if sched == "Interleaved1F1B":
+            out.append(f"pipeline_parallel_layers_per_stage = {model.layers // (plan.pp * plan.virtual_stages)}")
+        if plan.global_batch % plan.dp:
+            warnings.append(f"global batch {plan.global_batch} is not a multiple of dp {plan.dp}")
+    return out + ["context_parallel_degree = 1", ""]

@@ -102,13 +102,18 @@ def build_space(space_file, model, hw, gpus, global_batch, seq_len, objectives, 
 
 def run(*, space_file, model, hw, gpus, global_batch, seq_len, objectives, budget, power_cap, min_ssd_lifetime,
         params, sets, engine, trials, seed, storage, study, top, json_path, csv_path, plot_path, chunk, quiet,
-        sampler=None) -> int:
+        sampler=None, emit=None) -> int:
     """Everything ``dse search`` does; returns the exit status."""
     from rich.console import Console
 
     from dse.search import output
     from dse.search.runner import DEFAULT_CHUNK, choose_engine, search
 
+    if emit is not None:
+        from dse.frameworks import FRAMEWORKS
+
+        if emit not in FRAMEWORKS:            # before the search, not after it
+            raise InputError(f"--emit {emit!r}: expected one of {', '.join(FRAMEWORKS)}")
     space = build_space(space_file, model, hw, gpus, global_batch, seq_len, objectives, budget, power_cap,
                         min_ssd_lifetime, params, sets)
     engine = engine or space.defaults.get("engine", "auto")
@@ -147,6 +152,8 @@ def run(*, space_file, model, hw, gpus, global_batch, seq_len, objectives, budge
         with output.Progress(space, chosen, enabled=not quiet) as prog:
             out = search(space, engine=engine, trials=trials, seed=seed, storage=storage, study=study, top=top,
                          chunk=chunk, progress=prog, sink=exporter if exporter.active else None, sampler=settings)
+        if emit is not None and out["ranked"]:
+            out["emit"] = emit_best(space, out["ranked"][0], emit)
     except KeyboardInterrupt:
         kept = " (completed optuna trials stay in the study: run again with the same --storage and --study)" \
             if chosen == "optuna" else ""
@@ -161,3 +168,11 @@ def run(*, space_file, model, hw, gpus, global_batch, seq_len, objectives, budge
         search_result(plot_path, space, out)
         con.print(f"plot written to {plot_path}")
     return 0
+
+
+def emit_best(space, best: dict, framework: str) -> dict:
+    """The best point (front point #1 of a Pareto search) as a framework config (:mod:`dse.frameworks.emit`)."""
+    from dse.frameworks.emit import emit
+    from dse.search.runner import resolve_point
+
+    return emit(framework, *resolve_point(space, best["params"]))

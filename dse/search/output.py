@@ -153,6 +153,13 @@ def render(con, space, out: dict) -> None:
     else:
         con.print("re-run front point #1 with (--json lists the command of every point):")
     con.print(best["command"], soft_wrap=True, markup=False, highlight=False)
+    if "emit" in out:
+        e = out["emit"]
+        con.print(f"as a {e['framework']} config (add --emit {e['framework']} to the command above for it alone):")
+        con.print(e["config"].rstrip("\n"), soft_wrap=True, markup=False, highlight=False)
+        if e["framework"] == "deepspeed":
+            for w in e["warnings"]:
+                con.print(f"warning: {w}", soft_wrap=True, markup=False, highlight=False)
 
 
 def _table(title, ranked, space, varied, extra):
@@ -298,5 +305,7 @@ def summary(out: dict) -> dict:
     else:
         s["pareto_front"] = ranked
     s["history"] = [[a, b] for a, b in out.get("history", [])]
+    if "emit" in out:
+        s["emit"] = out["emit"]
     return s
 

@@ -305,16 +305,35 @@ def _fmt_value(v) -> str:
     return str(v)
 
 
-def estimate_command(space, config: dict) -> str:
-    """The ``dse estimate`` command line that re-runs one configuration."""
-    import shlex
-
+def point_settings(space, config: dict) -> dict:
+    """Every dotted setting of one configuration (the space's fixed ones, its parameters; ``gpus`` as plan.dp)."""
     settings = dict(space.fixed)
     settings.update({k: v for k, v in config.items() if k not in ("model", "hardware")})
     if "gpus" in settings:
         gpus = settings.pop("gpus")
         tp, pp = settings.get("plan.tp", 1), settings.get("plan.pp", 1)
         settings["plan.dp"] = gpus // (tp * pp)
+    return settings
+
+
+def resolve_point(space, config: dict):
+    """One configuration as ``dse estimate`` resolves it: ``(model, system, plan)`` (what ``--emit`` writes)."""
+    from dse.estimate import resolve
+
+    plan, sets = {}, []
+    for path, v in point_settings(space, config).items():
+        if path.startswith("plan.") and path.count(".") == 1:
+            plan[path[5:]] = v
+        else:
+            sets.append(f"{path}={_fmt_value(v)}")
+    return resolve(config.get("model", space.model), config.get("hardware", space.hardware), None, sets, **plan)
+
+
+def estimate_command(space, config: dict) -> str:
+    """The ``dse estimate`` command line that re-runs one configuration."""
+    import shlex
+
+    settings = point_settings(space, config)
     args = ["dse", "estimate", "--model", config.get("model", space.model),
             "--hw", config.get("hardware", space.hardware)]
     sets = []
