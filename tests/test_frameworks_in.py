@@ -209,3 +209,11 @@ def test_estimate_without_from_does_not_import_frameworks():
             "sys.stderr.write(str([m for m in sys.modules if m.startswith('dse.frameworks')]))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stderr.strip() == "[]"
+
+
+def test_missing_script_and_dp_over_the_world_size(dse):
+    r = dse("estimate", "--from", "megatron", "train_gpt.sh")
+    assert r.code == 2 and "no --options in 'train_gpt.sh' (and no launch script of that name)" in r.err
+    _, out = _plan(dse("estimate", "--from", "megatron", LLAMA2_7B_ARGS, "--dp", "2", "--json"))
+    assert out["plan"]["dp"] == 2
+    assert "--dp 2 (the config's --nnodes x --nproc_per_node: 8 GPUs)" in out["imported"]["overridden"]

@@ -205,3 +205,20 @@ def test_real_configs_are_a_fixed_point(framework, fixture, hw, flags, tmp_path)
     assert all(getattr(m2, f) == getattr(m, f) for f in ARCHITECTURE)
     for f in CARRIED[framework]:
         assert getattr(plan2, f) == getattr(plan, f), f
+
+
+def test_translate_megatron_to_deepspeed(dse):
+    """--from one framework, --emit another: stdout holds the config alone, what was read goes to stderr."""
+    r = dse("estimate", "--from", "megatron", LLAMA_ARGS, "--emit", "deepspeed")
+    cfg = json.loads(r.out)
+    assert cfg["train_micro_batch_size_per_gpu"] == 2 and cfg["train_batch_size"] == 64
+    assert cfg["zero_optimization"]["stage"] == 1 and "bf16" in cfg
+    assert "from megatron" in r.err and "ignored (1): --lr" in r.err and "tp 2 and pp 1" in r.err
+
+
+LLAMA_ARGS = ("--nnodes 1 --nproc_per_node 8 --num-layers 32 --hidden-size 4096 --num-attention-heads 32 "
+              "--ffn-hidden-size 11008 --swiglu --normalization RMSNorm --position-embedding-type rope "
+              "--untie-embeddings-and-output-weights --disable-bias-linear --tokenizer-type Llama2Tokenizer "
+              "--max-position-embeddings 4096 --seq-length 4096 --attention-dropout 0 --hidden-dropout 0 --bf16 "
+              "--use-distributed-optimizer --tensor-model-parallel-size 2 --micro-batch-size 2 "
+              "--global-batch-size 64 --lr 3e-4")

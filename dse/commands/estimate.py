@@ -115,6 +115,12 @@ def estimate(
 
         emitted = emit_config(emit, m, s, p)
         if not json_out:
+            if imported is not None:         # what was read, on stderr: stdout holds the config alone
+                from rich.console import Console
+
+                from dse.frameworks.apply import render
+
+                render(Console(stderr=True), imported)
             show(emitted)
             return
     trace = None

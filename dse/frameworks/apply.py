@@ -32,6 +32,8 @@ def _flag(name: str) -> str:
 def _overridden(imp: Imported, explicit: dict, overrides) -> list[str]:
     out = [f"{_flag(k)} {v} (the config's {imp.keys.get(k, k)}: {imp.plan[k]})"
            for k, v in explicit.items() if k in imp.plan and imp.plan[k] != v]
+    if "dp" in explicit and "dp" not in imp.plan and imp.world_size is not None:
+        out.append(f"--dp {explicit['dp']} (the config's {imp.world_key}: {imp.world_size} GPUs)")
     for item in overrides:
         if isinstance(item, str) and "=" in item:
             path, value = item.split("=", 1)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import difflib
 
+from dse.errors import InputError
 from dse.frameworks.arguments import parse, tokens
 from dse.frameworks.common import Imported, as_choice, as_float, as_int, bad
 
@@ -60,6 +61,8 @@ MODEL_OPTIONS = ("--num-layers", "--hidden-size", "--num-attention-heads")
 def read(text: str) -> Imported:
     """Megatron-LM arguments (a string, or a launch script's path) as an :class:`Imported` config."""
     toks, source = tokens(text, SOURCE)
+    if not any(t.startswith("--") for t in toks):
+        raise InputError(f"{SOURCE}: no --options in {text[:60]!r} (and no launch script of that name)")
     values, unknown = parse(toks, source, OPTIONS)
     imp = Imported("megatron", source)
     get = _getter(values, source)
