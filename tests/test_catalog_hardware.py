@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 
 import pytest
 
+import dse
 from dse import catalog
 from dse.cli import main
 from dse.specs.hardware import GPUEfficiency
@@ -203,3 +205,105 @@ def test_estimate_with_no_flags_uses_the_shipped_defaults(capsys):
     code, out, err = run(capsys, "estimate")
     assert code == 0, err
     assert "dse: error" not in err
+
+
+# The 2025-26 catalog (issue 16): each GPU's dense bf16 peak (TFLOP/s), memory (bytes), memory bandwidth
+# (B/s) and board power (W), as cited in its file's header comment.
+GB, TB = 1e9, 1e12
+NEW_GPUS = {
+    "b200-sxm-180gb": (2250, 180 * GB, 8 * TB, 1000),   # HGX B200: 4,500 sparse; DGX B200 1,440 GB / 8
+    "rtx-4090": (165.2, 24564 * MiB, 1008 * GB, 450),   # Ada whitepaper, BF16 with FP32 accumulate
+    "rtx-5090": (209.5, 32109 * MiB, 1792 * GB, 575),   # RTX Blackwell whitepaper (not verified)
+    "l40s": (366.5, 48 * GB, 864 * GB, 350),            # L40S datasheet: 733 with sparsity
+    "mi300x": (1307.4, 192 * GB, 5.3 * TB, 750),         # AMD data sheet
+    "mi325x": (1307.4, 256 * GB, 6 * TB, 1000),          # AMD data sheet
+    "h20": (148, 96 * GB, 4.0 * TB, 400),                # secondary reports (not verified)
+}
+NEW_SYSTEMS = {  # system: (gpu, gpus per node, gpu link or None)
+    "dgx-b200": ("b200-sxm-180gb", 8, "nvlink5"),
+    "workstation-rtx4090-x2": ("rtx-4090", 2, "pcie4-x16-gpu-peer"),
+    "workstation-rtx5090": ("rtx-5090", 1, None),
+    "server-l40s-x8": ("l40s", 8, "pcie4-x16-gpu-peer"),
+    "mi300x-platform": ("mi300x", 8, "xgmi-mi300x"),
+    "mi325x-platform": ("mi325x", 8, "xgmi-mi300x"),
+    "hgx-h20": ("h20", 8, "nvlink4"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NEW_GPUS))
+def test_new_gpus_match_their_datasheets(name):
+    bf16, capacity, bandwidth, power = NEW_GPUS[name]
+    gpu = component(name)
+    assert gpu.peak_flops["bf16"] == pytest.approx(bf16 * 1e12, rel=1e-12)
+    assert gpu.peak_flops["fp16"] == gpu.peak_flops["bf16"]
+    # FP8 at twice the 16-bit rate; the whitepapers round each figure separately (330.3 vs 2 x 165.2)
+    assert gpu.peak_flops["fp8"] == pytest.approx(2 * gpu.peak_flops["bf16"], rel=1e-3)
+    assert (gpu.hbm_capacity, gpu.hbm_bandwidth, gpu.power) == pytest.approx((capacity, bandwidth, power), rel=1e-12)
+    assert gpu.price > 0, f"{name}: street price estimate missing"
+
+
+@pytest.mark.parametrize("name", sorted(NEW_GPUS))
+def test_new_gpus_efficiency_is_no_more_optimistic_than_the_h100s(name):
+    # Nothing was measured on these GPUs: their blocks are assumptions, bounded by the H100's measurements.
+    h100, eff = component("h100-sxm-80gb").efficiency, component(name).efficiency
+    for field in ("gemm", "attention", "memory", "gemm_unaligned"):
+        assert getattr(eff, field) <= getattr(h100, field), f"{name}: {field}"
+    for field in ("gemm_overhead", "kernel_overhead", "gemm_depth", "layer_overhead"):
+        assert getattr(eff, field) >= getattr(h100, field), f"{name}: {field}"
+    assert "ASSUMPTION" in (catalog.hw_dir("gpus") / f"{name}.yaml").read_text()
+
+
+def test_new_links_parse_to_si():
+    assert component("nvlink5").bandwidth == 900e9            # 18 links x 50 GB/s (DGX B200: 14.4 TB/s / 8 / 2)
+    assert component("xgmi-mi300x").bandwidth == 448e9        # 7 links x 64 GB/s per direction
+    assert component("xgmi-mi300x").efficiency == 0.75        # RCCL: 48 of 64 GB/s per link (ROCm/rccl#1210)
+    assert component("pcie4-x16-gpu-peer").bandwidth == component("pcie4-x16").bandwidth
+    assert component("pcie4-x16-gpu-peer").efficiency < component("pcie4-x16").efficiency
+    assert component("dgx-b200-host").cores == 112 and component("dgx-b200-host").dram_capacity == 2 * 2**40
+
+
+@pytest.mark.parametrize("name", sorted(NEW_SYSTEMS))
+def test_new_systems_are_composed_as_documented(name):
+    gpu, per_node, link = NEW_SYSTEMS[name]
+    s = catalog.load_system(name)
+    assert (s.nodes, s.node.gpu.name, s.node.gpus_per_node) == (1, gpu, per_node)
+    # a multi-GPU box must name its GPU link: without one the estimate takes it as infinitely fast
+    assert (s.node.gpu_link.name if s.node.gpu_link else None) == link
+    assert per_node == 1 or s.node.gpu_link is not None
+
+
+def _finite(tree) -> bool:
+    if isinstance(tree, dict):
+        return all(_finite(v) for v in tree.values())
+    if isinstance(tree, (list, tuple)):
+        return all(_finite(v) for v in tree)
+    return not isinstance(tree, float) or math.isfinite(tree)
+
+
+@pytest.mark.parametrize("name,model,plan,fits", [
+    ("dgx-b200", "llama3-8b", dict(dp=8, micro_batch=1, seq_len=4096, zero=1), True),
+    ("mi300x-platform", "llama3-8b", dict(dp=8, micro_batch=1, seq_len=4096, zero=1), True),
+    ("mi325x-platform", "llama3-8b", dict(dp=8, micro_batch=1, seq_len=4096, zero=1), True),
+    ("hgx-h20", "llama3-8b", dict(dp=8, micro_batch=1, seq_len=4096, zero=1), True),
+    ("server-l40s-x8", "llama3-8b", dict(dp=8, micro_batch=1, seq_len=4096, zero=3, recompute="selective"), True),
+    ("workstation-rtx4090-x2", "gpt2-xl", dict(dp=2, micro_batch=2, seq_len=1024, zero=1, recompute="full"), True),
+    ("workstation-rtx4090-x2", "llama3-8b", dict(dp=2, micro_batch=1, seq_len=2048, zero=1), False),
+    ("workstation-rtx5090", "gpt2-xl", dict(dp=1, micro_batch=1, seq_len=1024, recompute="full"), True),
+])
+def test_an_estimate_runs_on_each_new_system(name, model, plan, fits):
+    r = dse.estimate(model, name, **plan)
+    assert _finite(r["time"]) and _finite(r["memory"]) and _finite(r["throughput"])
+    assert r["time"]["iteration"] > 0 and 0 < r["throughput"]["mfu"] < 1
+    assert r["feasible"] is fits
+    if not fits:  # full training of an 8 B model on a 24 GB card: said plainly, with the numbers
+        assert r["violations"] == ["gpu memory: needs 101 GiB per GPU, has 24.0 GiB"]
+
+
+def test_new_systems_listed_and_shown(capsys):
+    code, out, _ = run(capsys, "list", "hardware")
+    assert code == 0 and all(name in out for name in NEW_SYSTEMS)
+    code, out, _ = run(capsys, "show", "hardware", "workstation-rtx4090-x2", "--json")
+    assert code == 0
+    shown = json.loads(out)
+    assert shown["node"]["gpu"]["peak_flops"]["bf16"] == pytest.approx(165.2e12)
+    assert shown["node"]["gpu_link"]["name"] == "pcie4-x16-gpu-peer"
