@@ -123,11 +123,14 @@ def test_architecture_details_are_read():
     assert (llama.kv_heads, llama.ffn_type, llama.norm, llama.position) == (8, "swiglu", "rmsnorm", "rotary")
 
 
-def test_rope_scaled_config_trains_at_its_original_length():
-    # Llama 3.1 extends an 8192-token model to 131072 with rope_scaling (rope_type "llama3").
-    spec = load_model(config_path("Llama-3.1-8B"))
-    assert (spec.seq_len, spec.max_seq_len) == (8192, 131072)
-    assert load_model(config_path("Mistral-7B-v0.1")).seq_len == 32768   # no rope_scaling: the full length
+def test_default_sequence_is_a_training_length():
+    # A config states the longest context (Llama 3.1: 131072 through rope_scaling; Mistral-7B 32768; Mistral-NeMo
+    # 1024000), not a training length: the default is 4096, or the maximum when smaller (issue 18).
+    for name, maximum in (("Llama-3.1-8B", 131072), ("Mistral-7B-v0.1", 32768), ("Mistral-Nemo-Base-2407", 1024000)):
+        spec = load_model(config_path(name))
+        assert (spec.seq_len, spec.max_seq_len) == (4096, maximum), name
+    assert load_model(config_path("gpt2")).seq_len == 1024           # the maximum, when smaller
+    assert load_model("llama3.1-405b").seq_len == 8192               # a catalog entry that states seq_len keeps it
 
 
 def test_bert_pretraining_architecture_matches_the_catalog(tmp_path):

@@ -89,7 +89,7 @@ def estimate(
                              "TOML instead of the tables (with --json: under 'emit')"),
 ):
     """Estimate one training scenario: time, memory per tier, traffic, bottleneck."""
-    from dse.estimate import resolve, run
+    from dse.estimate import filled_defaults, load, make_plan, run
 
     fields = plan_fields(tp, pp, dp, micro_batch, global_batch, seq_len, recompute, attention, sequence_parallel,
                          zero, precision)
@@ -107,8 +107,10 @@ def estimate(
         given = getattr(source, "name", "DEFAULT") not in ("DEFAULT", "DEFAULT_MAP")
         m, s, p, imported = apply(read(*from_), model=model, model_given=given, hw=hw, overrides=set_,
                                   explicit=fields)
+        data = {**fields, **dict.fromkeys(imported["plan"]), "dp": p.dp}   # dp: the import fills it (its notes)
     else:
-        m, s, p = resolve(model, hw, None, set_, **fields)
+        m, s, data = load(model, hw, None, set_, **fields)
+        p = make_plan(m, s, data)
     emitted = None
     if emit is not None:
         from dse.frameworks.emit import emit as emit_config, show
@@ -133,6 +135,7 @@ def estimate(
         from dse.estimate.trace import composition_rows
 
         trace.rows.extend(composition_rows(result))
+    result["defaults"] = filled_defaults(m, s, p, data)
     if json_out:
         if trace is not None:
             result["explain"] = trace.rows

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from dse.catalog import load_hardware, load_model
 from dse.estimate import activation_offload, arrays, economics, feasibility, offload, wear
 from dse.estimate.backends import backend
+from dse.estimate.defaults import filled as filled_defaults
 from dse.estimate.technique import Technique, compose
 from dse.specs import _schema
 from dse.specs.plan import Plan
@@ -235,7 +236,8 @@ def estimate(model: Any, hardware: Any, plan: Any = None, *, overrides: Any = ()
     ``model`` and ``hardware`` are catalog names, spec files or spec objects;
     ``plan`` a :class:`~dse.specs.plan.Plan`, a dict, or keyword fields
     (``tp=2, micro_batch=4, ...``); ``overrides`` are ``"model.hidden=4096"``-style
-    assignments. Returns the same dictionary as ``dse estimate --json``.
+    assignments. Returns the same dictionary as ``dse estimate --json``, with ``defaults``: the plan
+    fields the call left unset that shape the answer (:mod:`dse.estimate.defaults`).
 
     Numeric plan fields may be numpy arrays (or lists), and so may hardware fields given as
     overrides (``overrides=[("hardware.node.gpu.hbm_bandwidth", [1.5e12, 3e12])]``): the arrays
@@ -257,7 +259,10 @@ def estimate(model: Any, hardware: Any, plan: Any = None, *, overrides: Any = ()
         return arrays.estimate(m, s, data, trace=trace, hw_arrays=hw_arrays, load_hw=load_hw)
     if arrays.has_arrays(data):
         return arrays.estimate(m, s, data, trace=trace)
-    return run(m, s, make_plan(m, s, data), trace=trace)
+    p = make_plan(m, s, data)
+    r = run(m, s, p, trace=trace)
+    r["defaults"] = filled_defaults(m, s, p, data)
+    return r
 
 
 class _CallableModule(types.ModuleType):

@@ -14,12 +14,15 @@ def _pct(x, total) -> str:
 
 
 def header(r: dict) -> str:
+    from dse.report.console import notes
+
     ch, hw, p = r["chiplet"], r["hardware"], r["plan"]
     return (f"[bold]{r['model']['name']}[/] ({fmt(r['model']['params'], 'count')} parameters) on "
             f"[bold]{hw['name']}[/] — {ch['dies']} dies as a {ch['mesh']} mesh, {ch['scheme']}, "
             f"{ch['schedule']} schedule (mini-batch of {ch['minibatch']:g} of {ch['micro_batches']:g} micro-batches)\n"
             f"micro-batch {p['micro_batch']} x seq {p['seq_len']} = {ch['tokens_per_micro_batch']:g} tokens · "
-            f"global batch {p['global_batch']} · recompute {p['recompute']} · overlap {p['chiplet_overlap']:g}")
+            f"global batch {p['global_batch']} · recompute {p['recompute']} · overlap {p['chiplet_overlap']:g}"
+            + notes(r))
 
 
 def time_table(r: dict) -> Table:

@@ -50,9 +50,20 @@ def header(r: dict) -> str:
         bits.append("sequence-parallel")
     if p.get("virtual_stages", 1) > 1:
         bits.append(f"interleaved x{p['virtual_stages']}")
-    return (f"[bold]{r['model']['name']}[/] ({fmt(r['model']['params'], 'count')} parameters) on "
+    text = (f"[bold]{r['model']['name']}[/] ({fmt(r['model']['params'], 'count')} parameters) on "
             f"[bold]{r['hardware']['name']}[/] — {int(par['gpus'])} GPUs in {int(par['nodes'])} node(s), "
             f"{par['micro_batches']:g} micro-batches\n" + " · ".join(bits))
+    return text + notes(r)
+
+
+def notes(r: dict) -> str:
+    """The lines under a header: the defaults the plan filled in (dim) and the input warnings (yellow)."""
+    from dse.estimate.defaults import line
+
+    text = f"\n[dim]{line(r['defaults'])}[/]" if r.get("defaults") else ""
+    for w in r.get("warnings", ()):
+        text += f"\n[yellow]warning: {w}[/]"
+    return text
 
 
 def time_table(r: dict) -> Table:

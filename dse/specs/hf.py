@@ -54,17 +54,13 @@ def from_hf_config(cfg: dict, where: str, default_name: str = "hf-model") -> dic
         act = str(g("hidden_act", "silu"))
         if act not in ("silu", "swish"):
             raise InputError(f"{where}: hidden_act {act!r} is not supported for {mt} (expected silu)")
-        # RoPE scaling (e.g. Llama 3.1's rope_type "llama3") stretches a model pre-trained at
-        # original_max_position_embeddings; that is its default training length.
-        rope_scaling = g("rope_scaling", {})
-        native = rope_scaling.get("original_max_position_embeddings") if isinstance(rope_scaling, dict) else None
         return dict(
             name=name, layers=g("num_hidden_layers", req=True), hidden=h, heads=heads,
             kv_heads=g("num_key_value_heads", heads), head_dim=g("head_dim", h // heads),
             ffn_hidden=g("intermediate_size", req=True), ffn_type="swiglu", norm="rmsnorm",
             bias=bool(g("mlp_bias", False)),
             qkv_bias=True if mt == "qwen2" else bool(g("attention_bias", False)),
-            vocab=g("vocab_size", req=True), max_seq_len=g("max_position_embeddings", 4096), seq_len=native,
+            vocab=g("vocab_size", req=True), max_seq_len=g("max_position_embeddings", 4096),
             position="rotary", tied_embeddings=bool(g("tie_word_embeddings", False)),
             qkv_projection="separate", softmax_dtype="fp32",
             dropout=float(g("attention_dropout", 0.0)), source=f"Hugging Face config {where}",

@@ -22,6 +22,11 @@ ARCHITECTURES = ("decoder", "encoder")
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_tanh", "relu", "silu")
 QKV_PROJECTIONS = ("fused", "separate")
 SOFTMAX_DTYPES = ("activation", "fp32")
+#: The default training sequence length when the model states none: a training length, not the longest context
+#: the positions support (32,768 for Mistral-7B, 131,072 for Llama 3.1 and 1,024,000 for Mistral-NeMo are the
+#: context-extension limits; pre-training runs at 4,096 (Llama 2, Touvron et al. 2023, arXiv 2307.09288, §2.2)
+#: to 8,192 (Llama 3, arXiv 2407.21783, §3.4.1: 4,096 first, then 8,192), and extends the context in a short last stage).
+TRAINING_SEQ_LEN = 4096
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,7 +59,8 @@ class ModelSpec:
                                                  help="rows of the learned position table; default max_seq_len")
     tied_embeddings: bool = spec_field(True, help="LM head shares the input embedding")
     dropout: float = spec_field(0.0, unit="fraction", ge=0.0, lt=1.0, help="dropout probability (0 = no masks)")
-    seq_len: int | None = spec_field(None, gt=0, help="default training sequence length; default max_seq_len")
+    seq_len: int | None = spec_field(None, gt=0, help="default training sequence length; default 4096, or "
+                                   "max_seq_len when smaller (a training length, not the longest context)")
     architecture: str = spec_field("decoder", choices=ARCHITECTURES, help="causal decoder or bidirectional encoder")
     token_types: int = spec_field(0, ge=0, help="segment (token-type) embeddings, BERT")
     embedding_norm: bool = spec_field(False, help="norm after the embeddings (BERT)")
@@ -104,5 +110,5 @@ class ModelSpec:
             ffn_hidden=self.ffn_hidden or 4 * self.hidden,
             qkv_bias=self.bias if self.qkv_bias is None else self.qkv_bias,
             position_embeddings=(self.position_embeddings or self.max_seq_len) if self.position == "learned" else 0,
-            seq_len=self.seq_len or self.max_seq_len,
+            seq_len=self.seq_len or min(TRAINING_SEQ_LEN, self.max_seq_len),
         )

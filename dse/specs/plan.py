@@ -17,6 +17,7 @@ from dse.formulas.precision import DEFAULT_GRAD_DTYPE, GRAD_DTYPE_BYTES, PRECISI
 from dse.specs import rules
 from dse.specs._schema import spec_field
 from dse.specs.hardware import GPU_SYSTEM
+from dse.specs.model import TRAINING_SEQ_LEN
 from dse.specs.stack import STACKS
 
 RECOMPUTE = ("none", "selective", "full")
@@ -45,7 +46,8 @@ class Plan:
     micro_batch: int = spec_field(1, gt=0, help="sequences per micro-batch b")
     global_batch: int | None = spec_field(None, gt=0,
                                           help="sequences per iteration B; default b*dp (pp=1) or b*dp*4*pp")
-    seq_len: int | None = spec_field(None, gt=0, help="tokens per sequence s; default the model's seq_len")
+    seq_len: int | None = spec_field(None, gt=0, help="tokens per sequence s; default the model's seq_len "
+                                   "(4096, or its max_seq_len when smaller, unless the model states one)")
     recompute: str = spec_field("none", choices=RECOMPUTE, help="activation recomputation")
     attention: str = spec_field("flash", choices=ATTENTION, help="fused (flash) attention or materialised softmax")
     stack: str = spec_field("megatron", choices=STACKS, help="software stack: megatron (fused kernels), pytorch "
@@ -168,7 +170,7 @@ def _derived(f: dict, model, system) -> dict:
     sg = f["sub_group_size"]
     if sg is None:
         sg = 4e7 if f["offload_optimizer"] == "csd" else 1e9
-    seq = f["seq_len"] if f["seq_len"] is not None else (model.seq_len or model.max_seq_len)
+    seq = f["seq_len"] if f["seq_len"] is not None else (model.seq_len or min(TRAINING_SEQ_LEN, model.max_seq_len))
     grad = f["grad_dtype"] or DEFAULT_GRAD_DTYPE[f["precision"]]
     return {"dp": dp, "global_batch": gb, "zero": zero, "seq_len": seq, "sub_group_size": sg, "grad_dtype": grad}
 
