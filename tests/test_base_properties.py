@@ -20,7 +20,7 @@ import json
 import math
 
 import pytest
-from hypothesis import assume, given, settings, strategies as st
+from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 from dse.errors import InputError
 from dse.estimate import resolve, run
@@ -160,3 +160,140 @@ def test_eager_pytorch_is_never_faster_or_smaller_than_fused_kernels(sc):
     acts = {k: r["memory"]["gpu"]["activations"] for k, r in runs.items()}
     assert time["megatron"] <= time["pytorch"] * (1 + REL) and time["compiled"] <= time["pytorch"] * (1 + REL), time
     assert acts["megatron"] <= acts["pytorch"] * (1 + REL) and acts["compiled"] <= acts["pytorch"] * (1 + REL), acts
+
+
+# ----------------------------------------------------------------------------- every catalog model and GPU system,
+# with offload (issue 18, point 2): the invariants of the whole --json output over any plan the input checks accept.
+
+from pathlib import Path  # noqa: E402
+
+import dse  # noqa: E402
+from dse.catalog import hw_dir, models_dir, names  # noqa: E402
+
+ALL_MODELS = tuple(names(models_dir()))
+ALL_SYSTEMS = tuple(names(hw_dir("systems")))
+NEMO = str(Path(__file__).parent / "fixtures" / "hf" / "Mistral-Nemo-Base-2407" / "config.json")
+
+wide_plans = st.fixed_dictionaries({
+    "tp": st.sampled_from([1, 2, 4, 8]),
+    "pp": st.sampled_from([1, 2, 4]),
+    "dp": st.sampled_from([1, 2, 4, 8]),
+    "micro_batch": st.sampled_from([1, 2, 4]),
+    "seq_len": st.sampled_from([512, 2048, 4096, 16384, 65536]),
+    "recompute": st.sampled_from(["none", "selective", "full"]),
+    "attention": st.sampled_from(["flash", "math"]),
+    "stack": st.sampled_from(["megatron", "pytorch", "compiled"]),
+    "zero": st.integers(0, 3),
+    "precision": st.sampled_from(["bf16", "fp16", "bf16-pure"]),
+    "offload_optimizer": st.sampled_from(["gpu", "gpu", "cpu", "nvme", "csd"]),
+    "offload_params": st.sampled_from(["gpu", "gpu", "cpu", "nvme"]),
+    "offload_activations": st.sampled_from(["none", "none", "ssd", "host"]),
+})
+wide = st.tuples(st.sampled_from(ALL_MODELS), st.sampled_from(ALL_SYSTEMS), wide_plans)
+
+
+def wide_estimate(model: str, system: str, plan: dict, **changes) -> dict:
+    """``dse.estimate`` (what --json prints, ``defaults`` included); plans the input checks refuse are discarded.
+
+    The sequence is at most the model's maximum (a learned position table has no more rows)."""
+    fields = {**plan, **changes}
+    fields["seq_len"] = min(fields["seq_len"], dse.catalog.load_model(model).max_seq_len)
+    try:
+        return dse.estimate(model, system, **fields)
+    except InputError:
+        assume(False)
+
+
+def best_efficiency(system: str) -> float:
+    """The highest fraction of peak any kernel of the system's GPU reaches (GEMM, unaligned GEMM, attention)."""
+    eff = dse.catalog.load_system(system).node.gpu.efficiency
+    return max(eff.gemm, eff.attention, eff.gemm_unaligned or 0.0)
+
+
+def leaves(obj, path=""):
+    """Every leaf of a result: numbers (numpy scalars included), strings, booleans, None."""
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from leaves(v, f"{path}.{k}")
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            yield from leaves(v, f"{path}[{i}]")
+    else:
+        yield path, obj
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
+@given(wide)
+def test_any_plan_utilisation_is_below_the_best_kernel_efficiency(sc):
+    model, system, plan = sc
+    th = wide_estimate(model, system, plan)["throughput"]
+    assert 0 < th["mfu"] <= th["hfu"] * (1 + REL)
+    assert th["hfu"] <= best_efficiency(system) * (1 + REL), (th, best_efficiency(system))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
+@given(wide)
+def test_any_plan_json_has_no_nan_inf_or_negative_number(sc):
+    r = wide_estimate(*sc)
+    bad = []
+    for path, v in leaves(r):
+        if isinstance(v, bool) or v is None or isinstance(v, str):
+            continue
+        x = float(v)                                   # numpy scalars too
+        if not math.isfinite(x) or x < 0:
+            bad.append((path, x))
+    assert bad == []
+    from dse.report.jsonout import plain
+
+    json.dumps(plain(r), allow_nan=False)              # what --json prints: strict JSON
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
+@given(wide)
+def test_any_plan_parts_add_up(sc):
+    r = wide_estimate(*sc)
+    t = r["time"]
+    assert t["iteration"] == pytest.approx(sum(t[k] for k in TIME_PARTS), rel=REL)
+    for tier, mem in r["memory"].items():
+        parts = sum(v for k, v in mem.items() if k not in ("total", "capacity"))
+        assert mem["total"] == pytest.approx(parts, rel=REL, abs=1e-6), (tier, mem)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
+@given(wide, st.sampled_from([2, 4]))
+def test_any_plan_more_gpus_never_raise_model_state_memory(sc, factor):
+    model, system, plan = sc
+    state = lambda r: sum(r["memory"]["gpu"][k] for k in ("weights", "gradients", "optimizer"))  # noqa: E731
+    few = wide_estimate(model, system, plan)
+    many = wide_estimate(model, system, plan, dp=plan["dp"] * factor)
+    assert state(many) <= state(few) * (1 + REL)
+
+
+@pytest.mark.parametrize("seq", [4096, 32768, 131072, 1024000])
+def test_causal_attention_is_counted_alike_in_flops_and_time(seq):
+    """Mistral-NeMo's config (issue 18: MFU 91 % at its 1,024,000-token maximum): the model FLOPs count a causal
+    score matrix's unmasked half, as the causal flash kernel runs it, so where attention dominates the MFU tends
+    to 3/3.5 of the attention efficiency (forward + 2x backward counted, FlashAttention-2's 2.5x backward run)
+    and never passes the best kernel efficiency."""
+    r = dse.estimate(NEMO, "dgx-h100", tp=8, seq_len=seq)
+    eff = dse.catalog.load_system("dgx-h100").node.gpu.efficiency
+    th = r["throughput"]
+    assert th["mfu"] <= th["hfu"] <= max(eff.gemm, eff.attention)
+    if seq == 1024000:                                   # attention is nearly all of it
+        assert th["mfu"] == pytest.approx(eff.attention * 3 / 3.5, rel=0.05)
+
+
+@pytest.mark.parametrize("model, share", [("bert-large", 1.0), ("llama2-7b", 0.5), ("gpt2-xl", 0.5)])
+def test_attention_flops_are_the_whole_matrix_for_an_encoder_and_half_for_a_decoder(model, share):
+    """The same tokens (1,024) as 2 x 512 and 4 x 256: only the attention's s^2 term differs. A bidirectional
+    encoder (BERT) computes every score; a causal decoder the unmasked half, as its kernels run it."""
+    from dse.formulas import transformer as T
+
+    long, short = (dse.estimate(model, "dgx-h100", dp=1, micro_batch=b, global_batch=b, seq_len=s)
+                   for b, s in ((2, 512), (4, 256)))
+    m = long["model"]
+    d = m["hidden"] // m["heads"]
+    attn = 3 * 1024 * m["layers"] * (T.attention_flops_per_token(512, m["heads"], d)
+                                     - T.attention_flops_per_token(256, m["heads"], d))
+    diff = long["flops"]["model_per_iteration"] - short["flops"]["model_per_iteration"]
+    assert diff == pytest.approx(share * attn, rel=1e-3)

@@ -74,10 +74,11 @@ def test_flops_are_the_model_flops(case, n_layers, vocab, causal):
     micro_batches = 3
     tokens = micro_batches * s * b
     per_gpu = 3 * (n_layers * K.forward_flops(k) + K.forward_flops(head))
-    model = T.model_flops(tokens, n_layers, h, a, kv, hd, F, vocab, s, opts["ffn_type"])
+    model = T.model_flops(tokens, n_layers, h, a, kv, hd, F, vocab, s, opts["ffn_type"], causal)
     assert close(micro_batches * t * per_gpu, model)
     rec = micro_batches * t * n_layers * K.recomputed_flops(k, opts["recompute"])
-    assert close(rec, T.recompute_flops(tokens, n_layers, h, a, kv, hd, F, s, opts["ffn_type"], opts["recompute"]))
+    assert close(rec, T.recompute_flops(tokens, n_layers, h, a, kv, hd, F, s, opts["ffn_type"], opts["recompute"],
+                                        causal))
     if opts["attention"] == "flash":
         row = k["attention"]
         assert row["executed"] == C.flash_attention_flops(s, b, a / t, hd, causal)

@@ -75,7 +75,7 @@ _SHORT = {
     "sub_group_size": lambda v: f"sub-group {v:g}",
 }
 # fields whose rule is worth printing beside the value (the others are the value's own name)
-_EXPLAINED = ("seq_len", "global_batch", "dp", "zero")
+_EXPLAINED = ("seq_len", "global_batch", "dp")
 
 
 def line(defaults: Defaults) -> str:

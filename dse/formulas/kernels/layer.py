@@ -29,7 +29,7 @@ def layer_kernels(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: N
     """The kernels of one transformer layer on one GPU for one micro-batch (Megatron-LM's fused kernels).
 
     Formula: T = s b, r = 1/t with SP (else 1); GEMMs QKV (T, h, (a+2kv)d/t), out (T, a d/t, h), fc1 (T, h, n_g F/t),
-    fc2 (T, F/t, h); attention: flash (4 s^2 b a d/t FLOP) or score (s, d, s) and context (s, s, d) x b a/t with
+    fc2 (T, F/t, h); attention: flash (4 s^2 b a d/t FLOP, halved when causal) or score (s, d, s) and context (s, s, d) x b a/t with
     softmax 2e and dropout (2e+1) bytes per score; element-wise bytes: norms 2e T h r each, bias-dropout-residual
     (3e + 1_drop) T h r each, activation n_g' e T F/t, rotary 2e T (a+kv) d/t; collectives: 2 all-reduces of
     e T h forward, 2 backward
@@ -43,6 +43,11 @@ def layer_kernels(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: N
     the softmax output and the dropout mask and output, the activation function its input/output, a
     bias-dropout-residual its 1-byte mask. Full recompute keeps only the layer input (on ``norm1``) and the
     rest becomes ``rerun``. n_g = 2 for SwiGLU (gate and up in one GEMM), else 1; n_g' = 3 (SwiGLU) or 2.
+
+    The attention rows' ``flops`` (the model's FLOPs, what MFU counts) count the unmasked half of a causal score
+    matrix, as the flash kernel executes it (FlashAttention-2, Dao 2023, arXiv 2307.08691 §4.1: "with causal
+    mask, we divide the FLOPs count by 2"); math attention's GEMMs still execute the whole matrix (their time
+    and :func:`executed_flops` use m, k, n), so the model's FLOPs and its time count attention alike.
 
     Returns:
         kernel name -> row (see the module docstring) [dict]
@@ -89,13 +94,14 @@ def layer_kernels(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: N
                 "flops": 2 * tok * h * n_qkv}
     if rotary:
         t["rotary"] = {"kind": "elementwise", "bytes": 2 * e * tok * (hd_q + hd_kv), "saved": 0}
-    attn_flops = 4 * s * s * b * a_loc * head_dim
+    half = 0.5 if causal else 1          # a causal mask leaves half of the score matrix to compute
+    attn_flops = 4 * s * s * b * a_loc * head_dim * half
     if math:
         batch = b * a_loc
         scores = a_loc * s * s * b
         t["score"] = {"kind": "gemm", "m": s, "k": head_dim, "n": s, "batch": batch, "split": "", "class": "attention",
                       "saved": qkv_kept + e * tok * hd_q * expanded, "selective": True,
-                      "flops": 2 * s * head_dim * s * batch}
+                      "flops": 2 * s * head_dim * s * batch * half}
         t["softmax"] = {"kind": "elementwise", "bytes": 2 * e * scores, "saved": e * scores if math_kept else 0,
                         "selective": True}
         if dropout:
@@ -103,7 +109,7 @@ def layer_kernels(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: N
                                  "saved": (e + 1) * scores if math_kept else 0, "selective": True}
         t["context"] = {"kind": "gemm", "m": s, "k": s, "n": head_dim, "batch": batch, "split": "", "class": "attention",
                         "saved": e * tok * hd_q * expanded, "selective": True,
-                        "flops": 2 * s * s * head_dim * batch}
+                        "flops": 2 * s * s * head_dim * batch * half}
     else:
         lse = 0 if selective else 4 * tok * a_loc
         t["attention"] = {"kind": "flash", "class": "attention", "flops": attn_flops,

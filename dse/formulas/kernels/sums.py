@@ -30,17 +30,20 @@ def weight_gemms(table: Table) -> tuple[tuple[str, Num, Num, str], ...]:
 
 
 def forward_flops(table: Table) -> Num:
-    """Forward FLOPs of the kernels of a table (model convention: the full score matrix).
+    """Forward FLOPs of the kernels of a table (the model's FLOPs: a causal score matrix counts its unmasked half).
 
-    Formula: sum over rows of flops (GEMM 2 m k n batch; attention 4 s^2 b a d / t)
+    Formula: sum over rows of flops (GEMM 2 m k n batch; attention 4 s^2 b a d / t, x 1/2 when causal)
     Source: Narayanan et al. 2021 (arXiv 2104.04473) App. A; a layer's reduction times 3 T L t / (s b) is
-    transformer.model_flops without the LM head.
+    transformer.model_flops (with the same ``causal``) without the LM head; the causal half as FlashAttention-2
+    (Dao 2023, arXiv 2307.08691) §4.1 counts it.
 
     Returns:
         FLOPs per micro-batch on one GPU [FLOP]
 
-    >>> forward_flops(layer_kernels(2048, 1, 12288, 96, 96, 128, 49152)) / 1e12   # a GPT-3 layer: TFLOP
+    >>> forward_flops(layer_kernels(2048, 1, 12288, 96, 96, 128, 49152, causal=False)) / 1e12   # GPT-3 layer: TFLOP
     7.627861917696
+    >>> forward_flops(layer_kernels(2048, 1, 12288, 96, 96, 128, 49152)) / 1e12   # causal: half the score matrix
+    7.524782702592
     """
     total = 0
     for row in table.values():
@@ -58,8 +61,8 @@ def recomputed_flops(table: Table, recompute: str = "none") -> Num:
         FLOPs per micro-batch on one GPU [FLOP]
 
     >>> k = layer_kernels(2048, 1, 12288, 96, 96, 128, 49152, recompute="selective")
-    >>> recomputed_flops(k, "selective") / forward_flops(k)   # s / (6h + s): the attention share of a GPT-3 layer
-    0.02702702702702703
+    >>> recomputed_flops(k, "selective") / forward_flops(k)   # s / (12h + s): the causal attention share, GPT-3 layer
+    0.0136986301369863
     """
     if recompute == "full":
         return forward_flops(table)
@@ -75,7 +78,7 @@ def recomputed_flops(table: Table, recompute: str = "none") -> Num:
 def executed_flops(table: Table, recompute: str = "none") -> dict[str, Num]:
     """FLOPs the kernels of a table execute forward, backward and in recomputation (a flash kernel as it runs).
 
-    Formula: forward = sum of GEMM flops + flash executed; backward = 2 x GEMM flops + flash executed_backward;
+    Formula: forward = sum of GEMM 2 m k n batch + flash executed; backward = 2 x GEMM + flash executed_backward;
     recompute: the forward again (full), the attention core's forward (selective), 0 (none)
     Source: Narayanan et al. 2021 (arXiv 2104.04473) App. A (backward = 2x forward for GEMMs); Dao 2023,
     FlashAttention-2 (arXiv 2307.08691) §3 for the fused kernel (causal half skipped, 2.5x backward).
@@ -90,8 +93,9 @@ def executed_flops(table: Table, recompute: str = "none") -> dict[str, Num]:
     fwd = bwd = sel = 0
     for row in table.values():
         kind = row["kind"]
-        if kind == "gemm":
-            f, b = row["flops"], 2 * row["flops"]
+        if kind == "gemm":    # as executed: math attention's GEMMs compute the masked half of a causal matrix too
+            f = 2 * row["m"] * row["k"] * row["n"] * row["batch"]
+            b = 2 * f
         elif kind == "flash":
             f, b = row["executed"], row["executed_backward"]
         else:
