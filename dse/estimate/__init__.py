@@ -236,7 +236,7 @@ def estimate(model: Any, hardware: Any, plan: Any = None, *, overrides: Any = ()
     ``model`` and ``hardware`` are catalog names, spec files or spec objects;
     ``plan`` a :class:`~dse.specs.plan.Plan`, a dict, or keyword fields
     (``tp=2, micro_batch=4, ...``); ``overrides`` are ``"model.hidden=4096"``-style
-    assignments. Returns the same dictionary as ``dse estimate --json``, with ``defaults``: the plan
+    assignments. Returns the same dictionary as ``dse estimate --json``; a scalar call adds ``defaults``: the plan
     fields the call left unset that shape the answer (:mod:`dse.estimate.defaults`).
 
     Numeric plan fields may be numpy arrays (or lists), and so may hardware fields given as
