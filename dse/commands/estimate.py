@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import List, Optional, Tuple
 
 import typer
@@ -89,7 +90,7 @@ def estimate(
                              "TOML instead of the tables (with --json: under 'emit')"),
 ):
     """Estimate one training scenario: time, memory per tier, traffic, bottleneck."""
-    from dse.estimate import filled_defaults, load, make_plan, run
+    from dse.estimate import filled_defaults, input_warnings, load, make_plan, run
 
     fields = plan_fields(tp, pp, dp, micro_batch, global_batch, seq_len, recompute, attention, sequence_parallel,
                          zero, precision)
@@ -136,7 +137,10 @@ def estimate(
 
         trace.rows.extend(composition_rows(result))
     result["defaults"] = filled_defaults(m, s, p, data)
+    result["warnings"] = input_warnings(m, p)
     if json_out:
+        for w in result["warnings"]:    # seen beside the JSON too (the console prints them under the header)
+            sys.stderr.write(f"dse: warning: {w}\n")
         if trace is not None:
             result["explain"] = trace.rows
         if imported is not None:

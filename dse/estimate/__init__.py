@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from dse.catalog import load_hardware, load_model
 from dse.estimate import activation_offload, arrays, economics, feasibility, offload, wear
 from dse.estimate.backends import backend
-from dse.estimate.defaults import filled as filled_defaults
+from dse.estimate.defaults import filled as filled_defaults, input_warnings
 from dse.estimate.technique import Technique, compose
 from dse.specs import _schema
 from dse.specs.plan import Plan
@@ -237,7 +237,8 @@ def estimate(model: Any, hardware: Any, plan: Any = None, *, overrides: Any = ()
     ``plan`` a :class:`~dse.specs.plan.Plan`, a dict, or keyword fields
     (``tp=2, micro_batch=4, ...``); ``overrides`` are ``"model.hidden=4096"``-style
     assignments. Returns the same dictionary as ``dse estimate --json``; a scalar call adds ``defaults``: the plan
-    fields the call left unset that shape the answer (:mod:`dse.estimate.defaults`).
+    fields the call left unset that shape the answer, and ``warnings``: what the model has that the estimate
+    prices approximately (:mod:`dse.estimate.defaults`).
 
     Numeric plan fields may be numpy arrays (or lists), and so may hardware fields given as
     overrides (``overrides=[("hardware.node.gpu.hbm_bandwidth", [1.5e12, 3e12])]``): the arrays
@@ -262,6 +263,7 @@ def estimate(model: Any, hardware: Any, plan: Any = None, *, overrides: Any = ()
     p = make_plan(m, s, data)
     r = run(m, s, p, trace=trace)
     r["defaults"] = filled_defaults(m, s, p, data)
+    r["warnings"] = input_warnings(m, p)
     return r
 
 

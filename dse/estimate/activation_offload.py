@@ -315,6 +315,9 @@ class ActivationOffload(TechniqueBase):
         else:
             a_off = A.offloaded_bytes_per_layer(i.seq_len, i.micro_batch, model.hidden, model.heads, model.kv_heads,
                                                 model.head_dim, model.ffn_hidden, **i.activation_options)
+            # SSDTrain's tensors are Megatron's; a stack that saves fewer bytes (torch.compile's partitioner)
+            # cannot offload more than the layer saves
+            a_off = minimum(a_off, i.layer_activation_bytes)
         gpu = c["memory"]["gpu"]
         before = Before(offloaded_per_layer=a_off, activations=gpu["activations"], total=gpu["total"],
                         fixed=gpu["total"] - gpu["activations"])

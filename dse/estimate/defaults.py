@@ -9,6 +9,7 @@ this module only names them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from dse.specs.hardware import GPU_SYSTEM
@@ -66,7 +67,7 @@ def filled(model: Any, system: Any, plan: Any, given: Any) -> Defaults:
     return out
 
 
-_SHORT = {
+_SHORT: dict[str, Callable[[Any], str]] = {
     "seq_len": lambda v: f"seq {v}", "global_batch": lambda v: f"global batch {v}", "dp": lambda v: f"dp {v}",
     "zero": lambda v: f"ZeRO-{v}", "precision": str, "grad_dtype": lambda v: f"{v} gradients",
     "recompute": lambda v: f"recompute {v}", "attention": lambda v: f"{v} attention",
@@ -82,10 +83,27 @@ def line(defaults: Defaults) -> str:
     """One line for the console: ``defaults: seq 4096 (training length; model max 32768), global batch 8 = b·dp...``."""
     bits = []
     for field, d in defaults.items():
-        text = _SHORT.get(field, lambda v, f=field: f"{f} {v}")(d["value"])
+        short = _SHORT.get(field)
+        text = short(d["value"]) if short is not None else f"{field} {d['value']}"
         if field == "global_batch":
             text += f" = {d['rule']}"
         elif field in _EXPLAINED:
             text += f" ({d['rule']})"
         bits.append(text)
     return "defaults: " + ", ".join(bits) if bits else ""
+
+
+def input_warnings(model: Any, plan: Any) -> list[str]:
+    """What the estimate prices approximately because the model has it and dse does not model it.
+
+    The notes of the model's source (:attr:`~dse.specs.model.ModelSpec.unmodelled`, e.g. a ``config.json``'s
+    quantization), and a sliding attention window shorter than the sequence: each token attends to at most
+    ``window`` keys (Beltagy et al. 2020, arXiv 2004.05150; Mistral 7B, arXiv 2310.06825 §2), fewer FLOPs than
+    the full causal attention the estimate prices (an upper bound on attention time and FLOPs).
+    """
+    out = list(model.unmodelled)
+    w = model.sliding_window
+    if w is not None and w < plan.seq_len:
+        out.append(f"{model.name}: sliding_window {w} is shorter than the sequence ({plan.seq_len}); attention is "
+                   "priced as full causal (the window is not modelled)")
+    return out

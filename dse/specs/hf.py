@@ -13,6 +13,21 @@ from __future__ import annotations
 
 from dse.errors import InputError
 
+#: Keys that make a config an architecture dse does not model: an error naming the file and the key, never a
+#: dense model read in its place (a Mixtral config relabelled ``mistral`` would otherwise be a 7.24 B dense model).
+#: Each changes what is computed and stored, not a detail of it: routed experts multiply the MLP weights and route
+#: tokens (Fedus et al. 2021, arXiv 2101.03961); latent attention factors K/V through a low-rank projection
+#: (DeepSeek-V2, arXiv 2405.04434 §2.1); cross-attention adds a second attention per layer over an encoder's
+#: output (Vaswani et al. 2017); multi-token prediction adds layers (DeepSeek-V3, arXiv 2412.19437 §2.2).
+UNMODELLED = {
+    "num_local_experts": "mixture-of-experts", "num_experts": "mixture-of-experts",
+    "num_experts_per_tok": "mixture-of-experts", "n_routed_experts": "mixture-of-experts",
+    "n_shared_experts": "mixture-of-experts", "moe_intermediate_size": "mixture-of-experts",
+    "shared_expert_intermediate_size": "mixture-of-experts", "moe_num_experts": "mixture-of-experts",
+    "kv_lora_rank": "multi-head latent attention", "q_lora_rank": "multi-head latent attention",
+    "add_cross_attention": "cross-attention", "is_encoder_decoder": "an encoder-decoder model",
+    "num_nextn_predict_layers": "multi-token prediction layers",
+}
 SUPPORTED = ("gpt2", "llama", "mistral", "qwen2", "opt", "bert")
 #: Transformers' activation_function names -> the model spec's activation (how the framework writes it).
 _ACTIVATIONS = {"gelu_new": "gelu_new", "gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu",
@@ -27,13 +42,81 @@ def _get(cfg: dict, key: str, where: str, default=None, required: bool = False):
     return default
 
 
+def _refuse_unmodelled(cfg: dict, where: str) -> None:
+    """An :class:`InputError` for the first key of :data:`UNMODELLED` set to something other than off (0, 1, false)."""
+    for key, what in UNMODELLED.items():
+        value = cfg.get(key)
+        if not (value is None or value is False or (type(value) is int and value in (0, 1))):
+            raise InputError(f"{where}: {key}: {value!r} is not modelled: {what} (dse models dense transformers)")
+
+
+def _activation(act: str, where: str, key: str) -> str:
+    if act not in _ACTIVATIONS:
+        raise InputError(f"{where}: {key} {act!r} is not modelled; supported: {', '.join(_ACTIVATIONS)}")
+    return _ACTIVATIONS[act]
+
+
+def _notes(cfg: dict, mt: str) -> list[str]:
+    """Read but not modelled, and small enough to price approximately: each a warning with every estimate.
+
+    ``quantization_config``: quantized checkpoint weights; the plan's precision prices them. ``parallel_attn`` /
+    ``use_parallel_residual``: attention and MLP side by side (GPT-J, Falcon): the same FLOPs and parameters,
+    priced as sequential blocks. BERT ``position_embedding_type`` relative_key(_query): Shaw et al. 2018 (arXiv
+    1803.02155) add a (2 max_pos - 1) x d distance table and a score term per layer, priced as absolute positions.
+    """
+    notes = []
+    q = cfg.get("quantization_config")
+    if q:
+        method = q.get("quant_method", "?") if isinstance(q, dict) else "?"
+        notes.append(f"quantization_config ({method}) is not modelled: weights priced at the plan's precision")
+    for key in ("parallel_attn", "use_parallel_residual"):
+        if cfg.get(key):
+            notes.append(f"{key}: true is not modelled: attention and MLP priced as sequential blocks "
+                         "(same FLOPs and parameters)")
+    pos = cfg.get("position_embedding_type", "absolute")
+    if mt == "bert" and pos not in (None, "absolute"):
+        notes.append(f"position_embedding_type {pos!r} is not modelled: priced as absolute positions (the "
+                     "relative-distance table and its score term are not counted)")
+    return notes
+
+
+def _sliding_window(cfg: dict, mt: str):
+    """The attention window of a Mistral or Qwen2 config (None: full attention).
+
+    Qwen2 applies it only with ``use_sliding_window`` true; Mistral whenever ``sliding_window`` is set.
+    """
+    if mt == "qwen2" and not cfg.get("use_sliding_window", False):
+        return None
+    if mt not in ("mistral", "qwen2"):
+        return None
+    return cfg.get("sliding_window")
+
+
 def from_hf_config(cfg: dict, where: str, default_name: str = "hf-model") -> dict:
-    """Model-spec fields (a dict for :func:`dse.specs._schema.build`) from a HF config."""
+    """Model-spec fields (a dict for :func:`dse.specs._schema.build`) from a HF config.
+
+    A key that changes the architecture and is not modelled is an error (:data:`UNMODELLED`) or, where the
+    estimate prices it approximately, a note in the spec's ``unmodelled`` (reported as a warning with every
+    estimate; a ``sliding_window`` shorter than the sequence is one, see :mod:`dse.estimate.defaults`).
+    """
     if not isinstance(cfg, dict):
         raise InputError(f"{where}: expected a JSON object")
     mt = cfg.get("model_type")
     if mt not in SUPPORTED:
         raise InputError(f"{where}: unsupported model_type {mt!r}; supported: {', '.join(SUPPORTED)}")
+    _refuse_unmodelled(cfg, where)
+    fields = _fields(cfg, where, mt, default_name)
+    notes = _notes(cfg, mt)
+    if notes:
+        fields["unmodelled"] = [f"{where}: {n}" for n in notes]
+    window = _sliding_window(cfg, mt)
+    if window:
+        fields["sliding_window"] = window
+    return fields
+
+
+def _fields(cfg: dict, where: str, mt: str, default_name: str) -> dict:
+    """The spec fields of one supported ``model_type``."""
     name = cfg.get("_name_or_path") or default_name
     name = str(name).rstrip("/").split("/")[-1] or default_name
     g = lambda k, d=None, req=False: _get(cfg, k, where, d, req)  # noqa: E731
@@ -44,7 +127,7 @@ def from_hf_config(cfg: dict, where: str, default_name: str = "hf-model") -> dic
             name=name, layers=g("n_layer", req=True), hidden=h, heads=g("n_head", req=True),
             vocab=g("vocab_size", req=True), max_seq_len=g("n_positions", 1024),
             ffn_hidden=g("n_inner") or 4 * h, ffn_type="relu" if act == "relu" else "gelu",
-            activation=_ACTIVATIONS.get(act, "gelu"),
+            activation=_activation(act, where, "activation_function"),
             norm="layernorm", bias=True, position="learned", tied_embeddings=g("tie_word_embeddings", True),
             dropout=float(g("resid_pdrop", 0.1)), source=f"Hugging Face config {where}",
         )
@@ -73,6 +156,7 @@ def from_hf_config(cfg: dict, where: str, default_name: str = "hf-model") -> dic
         if not g("do_layer_norm_before", True):
             raise InputError(f"{where}: post-LN OPT (do_layer_norm_before=false) is not supported")
         act = str(g("activation_function", "relu"))
+        _activation(act, where, "activation_function")
         maxpos = g("max_position_embeddings", 2048)
         return dict(
             name=name, layers=g("num_hidden_layers", req=True), hidden=h, heads=g("num_attention_heads", req=True),
@@ -86,6 +170,9 @@ def from_hf_config(cfg: dict, where: str, default_name: str = "hf-model") -> dic
         )
     # bert
     h = g("hidden_size", req=True)
+    act = str(g("hidden_act", "gelu"))
+    if act not in ("gelu", "gelu_new", "gelu_pytorch_tanh"):
+        raise InputError(f"{where}: hidden_act {act!r} is not supported for bert (expected gelu)")
     archs = g("architectures", ["BertForPreTraining"]) or ["BertForPreTraining"]
     arch = archs[0]
     pooler = arch in ("BertForPreTraining", "BertModel", "BertForNextSentencePrediction",

@@ -25,7 +25,8 @@ SOFTMAX_DTYPES = ("activation", "fp32")
 #: The default training sequence length when the model states none: a training length, not the longest context
 #: the positions support (32,768 for Mistral-7B, 131,072 for Llama 3.1 and 1,024,000 for Mistral-NeMo are the
 #: context-extension limits; pre-training runs at 4,096 (Llama 2, Touvron et al. 2023, arXiv 2307.09288, §2.2)
-#: to 8,192 (Llama 3, arXiv 2407.21783, §3.4.1: 4,096 first, then 8,192), and extends the context in a short last stage).
+#: to 8,192 (Llama 3, arXiv 2407.21783, §3.4.1: 4,096 first, then 8,192), and extends the context in a short
+#: last stage).
 TRAINING_SEQ_LEN = 4096
 
 
@@ -68,6 +69,12 @@ class ModelSpec:
     pooler: bool = spec_field(False, help="BERT pooler (h x h dense)")
     mlm_head: bool = spec_field(False, help="BERT masked-LM transform (dense + norm + output bias)")
     nsp_head: bool = spec_field(False, help="BERT next-sentence classifier (h x 2)")
+    sliding_window: int | None = spec_field(None, gt=0, help="attention window in tokens (Mistral, Qwen2); not "
+                                            "modelled: attention is priced as full causal, with a warning when "
+                                            "the window is shorter than the sequence")
+    unmodelled: tuple[str, ...] = spec_field((), help="architecture details of the source read but not modelled "
+                                             "(the config.json reader fills it); each is a warning with every "
+                                             "estimate")
     source: str = spec_field("", help="where the architecture numbers come from")
 
     def _check(self, where: str) -> None:

@@ -8,8 +8,9 @@ parallel size. All functions accept numpy arrays and broadcast.
 
 FLOP convention: a multiply-add is 2 FLOP; attention scores count the full s x s
 matrix, as in Narayanan et al. 2021 (arXiv 2104.04473, Eq. 3) and Korthikanti
-et al. (Appendix A). Causal kernels that skip the masked half are modelled in
-:mod:`dse.formulas.compute`, not here.
+et al. (Appendix A), unless ``causal`` is set: then the FLOPs count the unmasked
+half, as a causal kernel computes it (the estimate does so for decoders; the kernels
+that skip the masked half are modelled in :mod:`dse.formulas.compute`).
 
 Symbols:
     h: hidden size [count]
@@ -30,6 +31,7 @@ Symbols:
     norm: layernorm or rmsnorm [choice]
     position: learned, rotary or none (position embeddings) [choice]
     dropout: dropout layers present [bool]
+    causal: decoder attention: count the unmasked half of the score matrix (FlashAttention-2 §4.1) [bool]
     bias: linear layers have biases [bool]
     qkv_bias: the QKV projection has a bias (None: as ``bias``) [bool]
     bytes_per_element: e, bytes per activation element (2 for bf16/fp16) [bytes]
