@@ -105,9 +105,16 @@ def _looks_like_path(ref: str) -> bool:
 
 
 def model_data(ref: str) -> tuple[dict, str]:
-    """Raw model fields and the place they came from, for a catalog name or a file."""
+    """Raw model fields and the place they came from, for a catalog name, a file, a directory holding a
+    ``config.json``, or a Hugging Face repository id (``org/name``) in the local cache (:mod:`dse.hf_cache`)."""
     if _looks_like_path(ref):
         path = Path(ref)
+        name = None
+        if not ref.endswith((".json", ".yaml", ".yml")) and not path.is_file():
+            from dse.hf_cache import config_path
+
+            path, name = config_path(ref)
+            ref = str(path)
         if ref.endswith(".json"):
             from dse.specs.hf import from_hf_config
 
@@ -118,7 +125,7 @@ def model_data(ref: str) -> tuple[dict, str]:
             except json.JSONDecodeError as exc:
                 raise InputError(f"{path}: JSON syntax error at line {exc.lineno}, column {exc.colno}: "
                                  f"{exc.msg}") from None
-            name = path.parent.name if path.stem == "config" else path.stem
+            name = name or (path.parent.name if path.stem == "config" else path.stem)
             return from_hf_config(cfg, str(path), default_name=name), str(path)
         data = read_yaml(path, "model")
         data.setdefault("name", path.stem)
