@@ -18,7 +18,8 @@ from types import ModuleType
 from dse.errors import InputError
 
 # The extra of pyproject.toml that installs each optional package.
-EXTRAS = {"matplotlib": "plot", "optuna": "search", "scipy": "search", "psycopg2": "postgres", "torch": "measure"}
+EXTRAS = {"matplotlib": "plot", "optuna": "search", "scipy": "search", "psycopg2": "postgres", "torch": "measure",
+          "pandas": "notebook"}
 
 
 def require(module: str, extra: str | None = None, needed_by: str = "this command") -> ModuleType:

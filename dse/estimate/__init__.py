@@ -17,6 +17,7 @@ from dse.catalog import load_hardware, load_model
 from dse.estimate import activation_offload, arrays, economics, feasibility, offload, wear
 from dse.estimate.backends import backend
 from dse.estimate.defaults import filled as filled_defaults, input_warnings
+from dse.estimate.result import Estimate
 from dse.estimate.technique import Technique, compose
 from dse.specs import _schema
 from dse.specs.plan import Plan
@@ -238,7 +239,8 @@ def estimate(model: Any, hardware: Any, plan: Any = None, *, overrides: Any = ()
     (``tp=2, micro_batch=4, ...``); ``overrides`` are ``"model.hidden=4096"``-style
     assignments. Returns the same dictionary as ``dse estimate --json``; a scalar call adds ``defaults``: the plan
     fields the call left unset that shape the answer, and ``warnings``: what the model has that the estimate
-    prices approximately (:mod:`dse.estimate.defaults`).
+    prices approximately (:mod:`dse.estimate.defaults`). The dictionary is an
+    :class:`~dse.estimate.result.Estimate`, which Jupyter renders as tables.
 
     Numeric plan fields may be numpy arrays (or lists), and so may hardware fields given as
     overrides (``overrides=[("hardware.node.gpu.hbm_bandwidth", [1.5e12, 3e12])]``): the arrays
@@ -257,11 +259,11 @@ def estimate(model: Any, hardware: Any, plan: Any = None, *, overrides: Any = ()
         def load_hw(assignments: Iterable[tuple[Sequence[str], Any]]) -> Hardware:
             return load(m, hardware, None, [*overrides, *((["hardware", *p], v) for p, v in assignments)])[1]
 
-        return arrays.estimate(m, s, data, trace=trace, hw_arrays=hw_arrays, load_hw=load_hw)
+        return Estimate(arrays.estimate(m, s, data, trace=trace, hw_arrays=hw_arrays, load_hw=load_hw))
     if arrays.has_arrays(data):
-        return arrays.estimate(m, s, data, trace=trace)
+        return Estimate(arrays.estimate(m, s, data, trace=trace))
     p = make_plan(m, s, data)
-    r = run(m, s, p, trace=trace)
+    r = Estimate(run(m, s, p, trace=trace))
     r["defaults"] = filled_defaults(m, s, p, data)
     r["warnings"] = input_warnings(m, p)
     return r

@@ -64,6 +64,9 @@ def search(space, *, engine: str = "auto", trials: int = 300, seed: int | None =
            sampler: dict | None = None) -> dict:
     """Search ``space`` (a :class:`~dse.search.space.Space`); see the module docstring.
 
+    Returns a :class:`~dse.search.result.SearchResult`: the result ``dict`` (``ranked``, ``evaluated``, ...) that
+    renders as a table in Jupyter and converts to pandas (``to_dataframe()``).
+
     ``progress(done, total, best)`` is called as the search advances; ``sink`` (an
     :class:`~dse.search.output.Exporter`) receives every evaluated point when given.
     """
@@ -98,7 +101,9 @@ def search(space, *, engine: str = "auto", trials: int = 300, seed: int | None =
                 n = shares.pop("_sampled")
                 out["no_feasible"] += f"; every check on a sample of {n:,} valid points (a point may fail several): " \
                     + ", ".join(f"{k} {100 * v:.0f}%" for k, v in shares.items())
-    return out
+    from dse.search.result import SearchResult
+
+    return SearchResult(out)
 
 
 def violation_shares(space, ev, chunk: int, seed, sample: int = 200) -> dict:
