@@ -61,15 +61,22 @@ def estimate(model: str, system: str, layers: int, plan: dict, **changes) -> dic
     return run(m, s, p)
 
 
-def numbers(obj, path=""):
+def leaves(obj, path=""):
+    """Every leaf of a result: numbers (numpy scalars included), strings, booleans, None."""
     if isinstance(obj, dict):
         for k, v in obj.items():
-            yield from numbers(v, f"{path}.{k}")
+            yield from leaves(v, f"{path}.{k}")
     elif isinstance(obj, (list, tuple)):
         for i, v in enumerate(obj):
-            yield from numbers(v, f"{path}[{i}]")
-    elif isinstance(obj, (int, float)) and not isinstance(obj, bool):
+            yield from leaves(v, f"{path}[{i}]")
+    else:
         yield path, obj
+
+
+def numbers(obj, path=""):
+    for p, v in leaves(obj, path):
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            yield p, v
 
 
 @settings(max_examples=80, deadline=None)
@@ -208,18 +215,6 @@ def best_efficiency(system: str) -> float:
     """The highest fraction of peak any kernel of the system's GPU reaches (GEMM, unaligned GEMM, attention)."""
     eff = dse.catalog.load_system(system).node.gpu.efficiency
     return max(eff.gemm, eff.attention, eff.gemm_unaligned or 0.0)
-
-
-def leaves(obj, path=""):
-    """Every leaf of a result: numbers (numpy scalars included), strings, booleans, None."""
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            yield from leaves(v, f"{path}.{k}")
-    elif isinstance(obj, (list, tuple)):
-        for i, v in enumerate(obj):
-            yield from leaves(v, f"{path}[{i}]")
-    else:
-        yield path, obj
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
