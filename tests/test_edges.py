@@ -56,7 +56,7 @@ def test_require_message_names_the_extra(monkeypatch):
     assert str(exc.value) == "--plot needs matplotlib: pip install 'dse[plot]'"
     assert require("json").__name__ == "json"
     assert EXTRAS == {"matplotlib": "plot", "optuna": "search", "scipy": "search", "psycopg2": "postgres",
-                      "torch": "measure"}
+                      "torch": "measure", "pandas": "notebook"}
 
 
 def test_optional_packages_are_imported_only_through_require():

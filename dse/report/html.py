@@ -104,7 +104,7 @@ def search_rows(out: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]]]:
     for rank, e in enumerate(ranked, 1):
         row: dict[str, Any] = {"rank": rank, **{k: e["params"].get(k) for k in params}}
         values = e.get("values", [e.get("value")])
-        row.update({name: v for name, v in zip(objectives, values)})
+        row.update(zip(objectives, values))
         row.update({k: e.get("metrics", {}).get(k) for k in metrics if k not in row})
         row["bottleneck"] = e.get("bottleneck", "")
         row["command"] = e.get("command", "")
