@@ -172,8 +172,10 @@ def report(out: dict, trees: list[str]) -> None:
     if "baseline" in out:
         a, b = out["this"], out["baseline"]
         print(f"this / baseline ({out['baseline_ref']}):")
-        for k in ("in_process_us", "public_estimate_us", "cli_json_s", "cli_json_cpu_s", "cli_json_from_source_cpu_s"):
-            print(f"  {k:28s} {a[k] / b[k]:6.2f}")
+        for k in ("in_process_us", "public_estimate_us", "public_estimate_new_plan_us", "cli_json_s", "cli_json_cpu_s",
+                  "cli_json_from_source_cpu_s"):
+            if k in a and k in b:   # a baseline older than a row has none
+                print(f"  {k:28s} {a[k] / b[k]:6.2f}")
     print(f"python -c pass:                   {out['python_startup_s']:8.3f} s")
     print(f"python -c 'import numpy':         {out['import_numpy_s']:8.3f} s")
     if "peer_in_process_us" in out:

@@ -134,7 +134,8 @@ def numbers(model: ModelSpec, system: SystemSpec, plan: Plan, *, trace: Trace | 
     r = {"model": {"name": model.name, "params": c["params"], "layers": model.layers, "hidden": model.hidden,
                    "heads": model.heads, "kv_heads": model.kv_heads, "ffn_hidden": model.ffn_hidden,
                    "vocab": model.vocab}}
-    r["parallelism"] = {k: c[k] for k in ("gpus", "nodes", "micro_batches", "layers_per_stage", "params_per_gpu")}
+    r["parallelism"] = {"gpus": c["gpus"], "nodes": c["nodes"], "micro_batches": c["micro_batches"],
+                        "layers_per_stage": c["layers_per_stage"], "params_per_gpu": c["params_per_gpu"]}
     r["peak_flops_per_gpu"] = c["peak_flops"]
     for k in ("flops", "activation_bytes_per_layer", "memory", "traffic", "time", "throughput"):
         r[k] = c[k]
@@ -157,6 +158,9 @@ def verdict(r: Result, system: SystemSpec, plan: Plan, extra: Iterable[str] = ()
                                nodes=r["parallelism"]["nodes"], c=r,
                                techniques=[t for t in techniques() if t.active(plan)])
     bad = feasibility.violated(checks)
+    if not bad and not extra:      # feasible: the common case
+        r["violation_details"] = []
+        return True, [], bottleneck(r)
     messages = [v.message for v in bad]
     r["violation_details"] = [v.as_dict(msg) for v, msg in zip(bad, messages)] + [
         {"kind": "other", "tier": None, "needed": None, "available": None, "message": x, "reason": x} for x in extra]
@@ -203,7 +207,7 @@ def load(model: Any, hardware: Any, plan: Any = None, overrides: Any = (), **pla
     return model, system, plan_data
 
 
-# memo of make_plan: (model id, system id, (field, type, value)...) -> (model, system, resolved plan)
+# memo of make_plan: (model id, system id, ((field, value)...), (type of each value...)) -> (model, system, plan)
 _PLANS: dict[tuple[Any, ...], tuple[ModelSpec, Hardware, Plan]] = {}
 
 
@@ -214,7 +218,7 @@ def make_plan(model: ModelSpec, system: Hardware, plan_data: dict[str, Any]) -> 
     once: the resolved plan is frozen, so a repeated call returns it. The key holds each value's type
     (``True``, ``1`` and ``1.0`` are equal in Python, not as plan fields); invalid fields raise every time.
     """
-    key = (id(model), id(system), *((k, type(v), v) for k, v in plan_data.items()))
+    key = (id(model), id(system), tuple(plan_data.items()), tuple(map(type, plan_data.values())))
     try:
         hit, memo = _PLANS.get(key), True
     except TypeError:            # an unhashable value (a list, a dict): checked afresh (and rejected)
@@ -253,7 +257,7 @@ def estimate(model: Any, hardware: Any, plan: Any = None, *, overrides: Any = ()
     >>> r["memory"]["gpu"]["activations"].shape, bool(np.all(np.diff(r["memory"]["gpu"]["activations"]) > 0))
     ((3,), True)
     """
-    overrides, hw_arrays = arrays.split_overrides(overrides)
+    overrides, hw_arrays = arrays.split_overrides(overrides) if overrides else ([], {})
     m, s, data = load(model, hardware, plan, overrides, **plan_fields)
     if hw_arrays:
         def load_hw(assignments: Iterable[tuple[Sequence[str], Any]]) -> Hardware:
@@ -272,8 +276,7 @@ def estimate(model: Any, hardware: Any, plan: Any = None, *, overrides: Any = ()
 class _CallableModule(types.ModuleType):
     """``dse.estimate(...)`` calls :func:`estimate`; ``dse.estimate`` is still this package."""
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Result:
-        return estimate(*args, **kwargs)
+    __call__ = staticmethod(estimate)
 
 
 sys.modules[__name__].__class__ = _CallableModule

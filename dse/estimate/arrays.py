@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from dse.specs.model import ModelSpec
 
 _PLAIN = (int, float, str, bool, type(None))   # scalars: never arrays (checked first, without hasattr)
+_PLAIN_TYPES = frozenset(_PLAIN)
 Shape = tuple[int, ...]
 Assignments = list[tuple[list[str], Any]]     # --set assignments as (path, value)
 
@@ -78,6 +79,8 @@ def split_overrides(overrides: Iterable[Any]) -> tuple[Assignments, dict[str, li
 
 def has_arrays(plan_data: dict[str, Any]) -> bool:
     """Does any plan field hold an array (numpy array, list or tuple) rather than a scalar?"""
+    if set(map(type, plan_data.values())) <= _PLAIN_TYPES:   # the common case, without a call per field
+        return False
     return any(_is_array(v) for v in plan_data.values())
 
 

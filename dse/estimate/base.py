@@ -14,6 +14,7 @@ bandwidths of scalar plans are kept per spec (:mod:`dse.estimate.memo`).
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from dse.estimate.kernel_table import Link, kernel_tables, kernel_times
@@ -67,7 +68,7 @@ def compose(model: ModelSpec, system: SystemSpec, plan: Plan, F: Formulas | None
 
 
 def parameters(model: ModelSpec, plan: Plan, T: FormulaModule = _transformer) -> Section:
-    """Parameters of the model, of one layer (per GPU) and of the first and last pipeline stage's GPU."""
+    """Parameters of the model, of one layer (per GPU) and of the first and last pipeline stage's GPU (shared)."""
     t, p, v = plan.tp, plan.pp, plan.virtual_stages
     if T is _transformer and ints(t, p, v):
         key = ("parameters", id(model), t, p, v, T.layer_parameters, T.layer_parameters_replicated,
@@ -131,9 +132,7 @@ def memory_tiers(model: ModelSpec, system: SystemSpec, plan: Plan, prm: Section,
     total_first = states_first["weights"] + states_first["gradients"] + states_first["optimizer"] + act["act_first"]
     total_last = states_last["weights"] + states_last["gradients"] + states_last["optimizer"] + act["act_last"]
     first_is_max = total_first >= total_last
-
-    def pick(x: Num, y: Num) -> Num:
-        return where(first_is_max, x, y)
+    pick = partial(where, first_is_max)     # (first, last) -> the fuller stage's value
 
     bwd_work = T.backward_working_bytes(plan.seq_len, plan.micro_batch, model.hidden, model.ffn_hidden, tp=t,
                                         sequence_parallel=plan.sequence_parallel, ffn_type=model.ffn_type,
@@ -221,6 +220,7 @@ def links(system: SystemSpec, plan: Plan, P: FormulaModule = _parallelism) -> di
     """Bandwidth and latency of the TP, DP and PP groups (Megatron rank order: tp fastest, then dp, then pp).
 
     A group runs at the intra-node link's rate while its ranks fit in one node, at the network's otherwise.
+    A scalar plan's links are kept per system (:mod:`dse.estimate.memo`) and shared: read them, do not change them.
     """
     t, d = plan.tp, plan.dp
     if P is _parallelism and ints(t, d):

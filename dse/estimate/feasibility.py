@@ -26,7 +26,7 @@ REASONS = {
 }
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)
 class Violation:
     """One constraint of a scenario: ``needed`` must not exceed ``available`` (numbers or arrays).
 

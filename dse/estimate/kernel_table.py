@@ -58,13 +58,14 @@ class Link(NamedTuple):
     inside: Num = True   # the group's ranks share a node (bool, or an array of them)
 
 
-def cost_of(gpu: GPUSpec, peak: Num, attention_peak: Num | None = None, head_peak: Num | None = None) -> KernelCost:
+def cost_of(gpu: GPUSpec, peak: Num, attention_peak: Num | None = None, head_peak: Num | None = None,
+            operand_bytes: Num | None = None) -> KernelCost:
     """The :class:`KernelCost` of a GPU spec with its dense peaks for the plan's precision (per GEMM class)."""
     eff = gpu.efficiency
     return KernelCost(peak, eff.gemm, eff.attention, eff.gemm_overhead, gpu.hbm_bandwidth, eff.memory,
                       peak if attention_peak is None else attention_peak, peak if head_peak is None else head_peak,
-                      eff.gemm if eff.gemm_unaligned is None else eff.gemm_unaligned, None, eff.kernel_overhead,
-                      eff.gemm_depth)
+                      eff.gemm if eff.gemm_unaligned is None else eff.gemm_unaligned, operand_bytes,
+                      eff.kernel_overhead, eff.gemm_depth)
 
 
 def kernel_time(row: Row, hw: KernelCost, C: Module) -> tuple[Num, Num]:
@@ -283,17 +284,18 @@ def kernel_times(tables: dict[str, Any], system: SystemSpec, plan: Plan, peak: N
     """Time of one layer (forward, backward, recompute, with the host's launch floor), the head and embedding.
 
     GEMMs run at the peak of their class's dtype (the precision recipe: attention and LM head may differ).
+    Scalar inputs' times are kept (see :func:`_times_key`) and shared: read them, do not change them.
     """
     gpu = system.node.gpu
+    async_tp = plan.async_tp_allreduce and not plan.sequence_parallel   # hidden behind the weight-gradient GEMMs
+    key = _times_key(tables, gpu, plan, peak, lk["tp"], async_tp, C, P)
+    hit = _TIMES.get(key) if key is not None else None
+    if hit is not None and hit[0] is tables and hit[1] is gpu:
+        return hit[2]
     eff = gpu.efficiency
     r = recipe_of(plan)
-    hw = cost_of(gpu, peak, peak_flops(gpu.peak_flops, r.attention_dtype), peak_flops(gpu.peak_flops, r.head_dtype))
-    hw = hw._replace(operand_bytes=r.activations)
-    async_tp = plan.async_tp_allreduce and not plan.sequence_parallel   # hidden behind the weight-gradient GEMMs
-    key = _times_key(tables, hw, lk["tp"], plan.recompute, async_tp, eff.layer_overhead, C, P)
-    hit = _TIMES.get(key) if key is not None else None
-    if hit is not None and hit[0] is tables:
-        return dict(hit[1])
+    hw = cost_of(gpu, peak, peak_flops(gpu.peak_flops, r.attention_dtype), peak_flops(gpu.peak_flops, r.head_dtype),
+                 r.activations)
     stack = getattr(plan, "stack", "megatron")
     dispatch = 0.0 if stack == "megatron" else _stack_spec(stack).dispatch
     count = bool(dispatch)
@@ -317,32 +319,30 @@ def kernel_times(tables: dict[str, Any], system: SystemSpec, plan: Plan, peak: N
             "layer_rec": layer_rec, "layer_total": layer_total,
             "layer_host_excess": layer_total - (lt["forward"] + lt["backward"] + lt["recompute"]),
             "t_head": head["forward"] + head["backward"], "t_embed": emb["forward"] + emb["backward"]}
-    if key is not None:
+    if key is not None and set(map(type, out.values())) <= _SCALARS:   # a vector system's arrays: not kept
         if len(_TIMES) >= 512:         # bounded like _TABLES
             _TIMES.clear()
-        _TIMES[key] = (tables, out)
-        return dict(out)
+        _TIMES[key] = (tables, gpu, out)
     return out
 
 
 # memo of kernel_times for scalar hardware and plans: see _times_key
-_TIMES: dict[tuple[Any, ...], tuple[Any, dict[str, Num]]] = {}
-_SCALARS = (int, float, bool)
+_TIMES: dict[tuple[Any, ...], tuple[Any, GPUSpec, dict[str, Num]]] = {}
+_SCALARS = frozenset((int, float, bool))
 
 
-def _times_key(tables: dict[str, Any], hw: KernelCost, link: Link, recompute: str, async_tp: bool, host: Num,
+def _times_key(tables: dict[str, Any], gpu: GPUSpec, plan: Plan, peak: Num, link: Link, async_tp: bool,
                C: Module, P: Module) -> tuple[Any, ...] | None:
     """The memo key of :func:`kernel_times`, or None when it is not memoised (arrays, traced or replaced formulas).
 
-    Every input of the times is in it: the tables (by identity: they come from the :func:`kernel_tables` memo), the
-    GPU's kernel costs, the TP link, the recompute mode, async TP, the host's launch floor, and the formulas
-    called (so that a replaced one is never served a stale time). Only Python numbers: a search's numpy values
-    (arrays, or numpy scalars whose results keep their type) are computed afresh.
+    Every input of the times is in it: the tables and the GPU spec (by identity: the tables come from the
+    :func:`kernel_tables` memo, the frozen spec from the catalog; a hit must be for the same objects), the
+    precision recipe the GPU's kernel costs are read with (the plan's precision and gradient dtype), the GEMM
+    peak, the TP link, the recompute mode, async TP, and the formulas called (so that a replaced one is never
+    served a stale time). Only Python numbers: a search's numpy values (arrays, or numpy scalars whose results
+    keep their type) are computed afresh, and times that come out as arrays (a vector system's GPU) are not kept.
     """
-    if C is not _compute or P is not _parallelism or type(host) not in _SCALARS:
+    if C is not _compute or P is not _parallelism or not set(map(type, (peak, *link))) <= _SCALARS:
         return None
-    for x in (*hw, *link):
-        if type(x) not in _SCALARS:
-            return None
-    return (id(tables), hw, link, recompute, async_tp, host, C.gemm_time, C.memory_time, P.allreduce_time,
-            P.allgather_time)
+    return (id(tables), id(gpu), plan.precision, plan.grad_dtype, peak, link, plan.recompute, async_tp, C.gemm_time,
+            C.memory_time, P.allreduce_time, P.allgather_time)

@@ -21,14 +21,14 @@ _PARTS: dict[tuple[Any, ...], tuple[object, Section]] = {}
 
 def ints(*xs: object) -> bool:
     """Are these plan fields Python ints (not arrays, not numpy scalars whose results keep their type)?"""
-    return all(type(x) is int for x in xs)
+    return set(map(type, xs)) == {int}
 
 
 def remembered(key: tuple[Any, ...], spec: object, make: Callable[[], Section]) -> Section:
-    """A copy of the dict ``make()`` returns, kept under ``key`` for ``spec``."""
+    """The dict ``make()`` returns, kept under ``key`` for ``spec``: shared, so read it, do not change it."""
     hit = _PARTS.get(key)
     if hit is None or hit[0] is not spec:
         if len(_PARTS) >= 512:   # bounded
             _PARTS.clear()
         hit = _PARTS[key] = (spec, make())
-    return dict(hit[1])
+    return hit[1]

@@ -137,7 +137,7 @@ class DriveWrites(_Mappable):
     per_drive: Num              # bytes per iteration on the most written drive
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)
 class DriveUse(_Mappable):
     """The drives a plan uses on each node and what the cost model charges for each (:func:`drive_use`)."""
 

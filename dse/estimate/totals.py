@@ -21,14 +21,14 @@ if TYPE_CHECKING:
 def breakdown(plan: Plan, i: BaseTerms, kt: Section, pp: Section, dp: Section, t_opt: Num) -> Section:
     """The iteration time and its parts (what each share of the critical path is spent on)."""
     m, l_stage = i.micro_batches, i.layers_per_stage
-    full = plan.recompute == "full"
+    full = plan.recompute == "full"     # a string field: never an array
     single = plan.pp == 1
     t_iter = pp["t_pipe"] + dp["dp_exposed"] + dp["emb_sync"] + t_opt
     t_embed, t_head = kt["t_embed"], kt["t_head"]
     compute_mb = (l_stage * (kt["gpu_fwd"] - kt["tp_fwd"] + kt["gpu_bwd"] - kt["tp_bwd"])
                   + where(single, t_embed + t_head, maximum(t_embed, t_head)))
-    recompute_mb = l_stage * where(full, kt["gpu_rec"] - kt["tp_fwd"], kt["gpu_rec"])
-    tp_mb = l_stage * (kt["tp_fwd"] + kt["tp_bwd"] + where(full, kt["tp_fwd"], 0.0))
+    recompute_mb = l_stage * (kt["gpu_rec"] - kt["tp_fwd"] if full else kt["gpu_rec"])
+    tp_mb = l_stage * (kt["tp_fwd"] + kt["tp_bwd"] + (kt["tp_fwd"] if full else 0.0))
     overhead_mb = l_stage * kt["layer_host_excess"] + pp["t_mb_fixed"]
     return {
         "iteration": t_iter,
@@ -72,12 +72,10 @@ def traffic(model: ModelSpec, plan: Plan, i: BaseTerms, lk: dict[str, Link], pp:
     dp_bytes = where(d > 1, (d - 1) / d, 0.0) * where(zero == 0, 2 * grad_b, where(zero < 3, grad_b + gather_b,
                                                                                    m * (grad_b + 2 * gather_b)))
     pp_bytes = where(plan.pp == 1, 0.0, 2 * m * pp["pp_msg"] + dp["emb_bytes"])   # activations both ways + embedding
-    ins = {k: lk[k].inside for k in lk}
+    tp_in, dp_in, pp_in = lk["tp"].inside, lk["dp"].inside, lk["pp"].inside
     return {
-        "intra_node": (where(ins["tp"], tp_bytes, 0.0) + where(ins["dp"], dp_bytes, 0.0)
-                       + where(ins["pp"], pp_bytes, 0.0)),
-        "inter_node": (where(ins["tp"], 0.0, tp_bytes) + where(ins["dp"], 0.0, dp_bytes)
-                       + where(ins["pp"], 0.0, pp_bytes)),
+        "intra_node": where(tp_in, tp_bytes, 0.0) + where(dp_in, dp_bytes, 0.0) + where(pp_in, pp_bytes, 0.0),
+        "inter_node": where(tp_in, 0.0, tp_bytes) + where(dp_in, 0.0, dp_bytes) + where(pp_in, 0.0, pp_bytes),
         "gpu_host": 0.0,
         "tp": tp_bytes,
         "dp": dp_bytes,

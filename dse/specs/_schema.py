@@ -70,32 +70,67 @@ def _unwrap_optional(tp: typing.Any) -> tuple[typing.Any, bool]:
     return tp, False
 
 
-def _convert(value, tp, meta, where):
+@cache
+def _kind(tp: typing.Any) -> tuple[typing.Any, bool, str]:
+    """How :func:`_convert` reads a field type: (the type without Optional, None allowed, its kind).
+
+    The kind is ``spec`` (a nested spec class), ``dict``, ``sequence`` (list or tuple) or ``value``
+    (bool, str, int, float). Worked out once per type: every plan of an estimate converts its fields.
+    """
     tp, optional = _unwrap_optional(tp)
+    if dataclasses.is_dataclass(tp):
+        return tp, optional, "spec"
+    origin = typing.get_origin(tp)
+    return tp, optional, "dict" if origin is dict else "sequence" if origin in (list, tuple) else "value"
+
+
+class _Field(typing.NamedTuple):
+    """How :func:`arguments` reads one field of a spec class."""
+
+    position: int
+    read: tuple        # _convert_as's (type without Optional, None allowed, kind, spec_field metadata)
+
+
+@cache
+def _table(cls) -> dict[str, _Field]:
+    """Each field of ``cls`` -> its :class:`_Field`, worked out once per class (every estimate converts a plan)."""
+    return {name: _Field(i, (*_kind(tp), dict(f.metadata))) for i, (name, (f, tp)) in enumerate(_fields(cls).items())}
+
+
+def _convert(value, tp, meta, where):
+    return _convert_as(value, *_kind(tp), meta, where)
+
+
+def _convert_as(value, tp, optional, kind, meta, where):
+    """:func:`_convert` with the field type read (:func:`_kind`)."""
     if optional and tp in (int, float) and isinstance(value, str) and value.strip().lower() == "auto":
         value = None                     # an optional number's "auto" is its derived default
     if value is None:
         if optional:
             return None
         raise InputError(f"{where}: a value is required")
-    if dataclasses.is_dataclass(tp):
+    if kind == "value":
+        return _value(value, tp, meta, where)
+    if kind == "spec":
         if isinstance(value, tp):
             return value
         if not isinstance(value, dict):
             raise InputError(f"{where}: expected a mapping of fields, got {value!r}")
         return build(tp, value, where)
-    origin = typing.get_origin(tp)
-    if origin is dict:
+    if kind == "dict":
         _, vt = typing.get_args(tp)
         if not isinstance(value, dict):
             raise InputError(f"{where}: expected a mapping, got {value!r}")
         return {str(k): _convert(v, vt, meta, _join(where, str(k))) for k, v in value.items()}
-    if origin in (list, tuple):
-        (vt, *_) = typing.get_args(tp)
-        if not isinstance(value, (list, tuple)):
-            value = [value]
-        out = [_convert(v, vt, meta, f"{where}[{i}]") for i, v in enumerate(value)]
-        return tuple(out) if origin is tuple else out
+    (vt, *_) = typing.get_args(tp)      # a list or a tuple
+    if not isinstance(value, (list, tuple)):
+        value = [value]
+    out = [_convert(v, vt, meta, f"{where}[{i}]") for i, v in enumerate(value)]
+    return tuple(out) if typing.get_origin(tp) is tuple else out
+
+
+def _value(value, tp, meta, where):
+    """A bool, str, int or float field's value, converted and checked (``tp``: the type without Optional)."""
     if tp is bool:
         if isinstance(value, bool):
             return value
@@ -111,6 +146,9 @@ def _convert(value, tp, meta, where):
             raise InputError(f"{where}: {value!r} is not one of {', '.join(choices)}{suggest(value, choices)}")
         return value
     if tp is int:
+        if type(value) is int:           # the common case: an int already
+            _check_range(value, meta, where)
+            return value
         if isinstance(value, bool):
             raise InputError(f"{where}: expected an integer, got {value!r}")
         if isinstance(value, float) and value.is_integer():
@@ -136,18 +174,20 @@ def _convert(value, tp, meta, where):
 
 
 def _check_range(x, meta, where):
-    def shown():   # written only for an error
-        unit = meta.get("unit")
-        return units.fmt(x, unit) if unit and unit not in ("count", "fraction") else repr(x)
-
     if meta.get("gt") is not None and not x > meta["gt"]:
-        raise InputError(f"{where}: must be greater than {meta['gt']}, got {shown()}")
+        raise InputError(f"{where}: must be greater than {meta['gt']}, got {_shown(x, meta)}")
     if meta.get("ge") is not None and not x >= meta["ge"]:
-        raise InputError(f"{where}: must be at least {meta['ge']}, got {shown()}")
+        raise InputError(f"{where}: must be at least {meta['ge']}, got {_shown(x, meta)}")
     if meta.get("lt") is not None and not x < meta["lt"]:
-        raise InputError(f"{where}: must be less than {meta['lt']}, got {shown()}")
+        raise InputError(f"{where}: must be less than {meta['lt']}, got {_shown(x, meta)}")
     if meta.get("le") is not None and not x <= meta["le"]:
-        raise InputError(f"{where}: must be at most {meta['le']}, got {shown()}")
+        raise InputError(f"{where}: must be at most {meta['le']}, got {_shown(x, meta)}")
+
+
+def _shown(x, meta) -> str:
+    """A value out of range, as the error shows it (with its unit)."""
+    unit = meta.get("unit")
+    return units.fmt(x, unit) if unit and unit not in ("count", "fraction") else repr(x)
 
 
 def build(cls: type[_Spec], data: dict, where: str) -> _Spec:
@@ -166,19 +206,27 @@ def arguments(cls: type, data: dict, where: str) -> dict[str, typing.Any]:
     """
     if not isinstance(data, dict):
         raise InputError(f"{_at(where)}: expected a mapping of fields, got {type(data).__name__}")
-    fields = _fields(cls)
+    fields = _table(cls)
+    if _required(cls) <= data.keys():
+        try:   # the common case, every field known and valid: converted in the order given
+            kwargs = {}
+            for name, value in data.items():
+                tp, optional, kind, meta = fields[name].read
+                kwargs[name] = _convert_as(value, tp, optional, kind, meta, _join(where, name))
+            return kwargs
+        except Exception:   # any problem: found again below, in field order, so that the first one is reported
+            pass
     unknown = [k for k in data if k not in fields]
     if unknown:
         k = unknown[0]
         raise InputError(f"{_join(where, str(k))}: unknown field '{k}'{suggest(k, fields)}; "
                          f"valid fields: {', '.join(fields)}")
-    required = _required(cls)
     kwargs = {}
-    for name in [n for n in fields if n in data or n in required]:   # in field order: the first problem is reported
+    # the fields set and the required ones, in field order: the first problem is reported
+    for name in sorted({*data, *_required(cls)}, key=lambda n: fields[n].position):
         if name not in data:
             raise InputError(f"{_at(where)}: missing required field '{name}'")
-        f, tp = fields[name]
-        kwargs[name] = _convert(data[name], tp, f.metadata, _join(where, name))
+        kwargs[name] = _convert_as(data[name], *fields[name].read, _join(where, name))
     return kwargs
 
 

@@ -145,9 +145,17 @@ class Plan:
 
     @classmethod
     def resolved_from(cls, arguments: dict, model, system=None) -> Plan:
-        """``Plan(**arguments).resolved(model, system)``, constructed once (the estimate's scalar path)."""
+        """``Plan(**arguments).resolved(model, system)``, constructed once (the estimate's scalar path).
+
+        ``arguments`` are checked fields (:func:`dse.specs._schema.arguments`). The plan's fields are
+        set as :mod:`copy` and :mod:`pickle` restore an object's, all at once, not by ``__init__``'s
+        one ``object.__setattr__`` per field of a frozen dataclass (a twentieth of a new plan's estimate).
+        """
         fields = {**_DEFAULTS, **arguments}
-        return cls(**{**fields, **_derived(fields, model, system)})
+        fields.update(_derived(fields, model, system))
+        plan = object.__new__(cls)
+        plan.__dict__.update(fields)
+        return plan
 
 
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(Plan)}

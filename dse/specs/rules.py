@@ -30,6 +30,7 @@ dse.errors.InputError: plan: --tp 2 does not divide the model's 25 attention hea
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -154,9 +155,12 @@ MODEL_RULES = (
 CHIPLET_ONLY_FLAGS = {"chiplet_scheme": "--chiplet-scheme", "chiplet_mesh": "--mesh",
                        "chiplet_schedule": "plan.chiplet_schedule", "chiplet_minibatch": "plan.chiplet_minibatch"}
 
+_chiplet_only = operator.attrgetter(*CHIPLET_ONLY_FLAGS)   # a plan -> its chiplet-only fields' values
+_UNSET = (None,) * len(CHIPLET_ONLY_FLAGS)
+
 NO_CHIPLET_FIELDS = Rule(
     "chiplet-only plan fields on a GPU system", tuple(CHIPLET_ONLY_FLAGS),
-    when=lambda p, m, s: s is not None, ok=lambda p, m, s: all(getattr(p, f) is None for f in CHIPLET_ONLY_FLAGS),
+    when=lambda p, m, s: s is not None, ok=lambda p, m, s: _chiplet_only(p) == _UNSET,
     message=lambda p, m, s: f"{next(flag for f, flag in CHIPLET_ONLY_FLAGS.items() if getattr(p, f) is not None)} "
                             f"applies to chiplet packages only; {s.name} is a GPU system (see `dse list hardware`)")
 
