@@ -43,6 +43,8 @@ REFERENCE = {
                   "meta-llama/Llama-2-7b-hf 6,738,417,664 minus 32 x 64 rotary inv_freq buffers; " + HF_META),
     "llama2-13b": (13_015_864_320, "HF API safetensors.total of meta-llama/Llama-2-13b-hf 13,015,866,880 minus "
                    "40 x 64 rotary inv_freq buffers; " + HF_META),
+    "llama-65b": (65_285_660_672, "pyllama's (juncongmoo/pyllama) quantization log of decapoda-research/llama-65b-hf: "
+                  "'Number of parameters: 65285660672'; Touvron et al. 2023 (arXiv 2302.13971) Table 2: 65.2B"),
     "llama2-70b": (68_976_648_192, "HF API safetensors.total of meta-llama/Llama-2-70b-hf 68,976,653,312 minus "
                    "80 x 64 rotary inv_freq buffers; " + HF_META),
     "llama3-8b": (8_030_261_248, "KerasHub llama3_presets.py llama3_8b_en params; HF API safetensors.total of "

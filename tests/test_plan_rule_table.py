@@ -68,6 +68,12 @@ WITNESSES = {
     "the chiplet model needs flash attention": ("llama2-70b", (), PKG, {**CHIPLET, "attention": "math"}),
     "micro-batch does not divide the global batch": ("llama2-70b", (), PKG, {**CHIPLET, "micro_batch": 3}),
     "chiplet_minibatch does not divide the micro-batches": ("llama2-70b", (), PKG, {**CHIPLET, "chiplet_minibatch": 3}),
+    "LoRA options need a LoRA fine-tune": ("llama2-70b", (), GPU, {"lora_rank": 8}),
+    "quantization needs QLoRA": ("llama2-70b", (), GPU, {"finetune": "lora", "quantization": "int8"}),
+    "LoRA with optimizer or parameter offload is not modelled": ("llama2-70b", (), GPU,
+                                                                 {"finetune": "lora", "zero": 3,
+                                                                  "offload_optimizer": "cpu"}),
+    "fine-tuning on chiplet packages is not modelled": ("llama2-70b", (), PKG, {**CHIPLET, "finetune": "lora"}),
 }
 
 

@@ -15,16 +15,20 @@ from dse.commands.options import (
     Attention,
     ChipletScheme,
     ExchangeDtype,
+    Finetune,
+    LoraTargets,
     OffloadActivations,
     OffloadOptimizer,
     OffloadParams,
     Optimizer,
     Precision,
+    Quantization,
     Recompute,
     Stack,
     _console,
     _print_json,
     activation_offload_fields,
+    finetune_fields,
     flag,
     offload_fields,
     plan_fields,
@@ -74,6 +78,14 @@ def estimate(
         None, "--activation-offload-mechanism", help="forwarding (SSDTrain's tensor cache, default) | hooks (PyTorch "
                                                      "save_on_cpu: every saved tensor copied on the compute stream; "
                                                      "needs --offload-activations host)"),
+    finetune: Optional[Finetune] = typer.Option(
+        None, "--finetune", help="full (every weight trained) | lora (frozen weights, low-rank adapters) | qlora "
+                                 "(lora on quantized frozen weights)"),
+    lora_rank: Optional[int] = typer.Option(None, "--lora-rank", min=1, help="LoRA rank r (default 16)"),
+    lora_targets: Optional[LoraTargets] = typer.Option(
+        None, "--lora-targets", help="linear layers with adapters: all (default) | attention | qv | mlp"),
+    quantization: Optional[Quantization] = typer.Option(
+        None, "--quantization", help="qlora's frozen linear weights: nf4 (default, double-quantized) | int8"),
     set_: List[str] = flag.set(),
     json_out: bool = flag.json(),
     explain: bool = typer.Option(False, "--explain", help="print every term with its formula, inputs and value"),
@@ -100,6 +112,7 @@ def estimate(
                                  exchange_dtype))
     fields.update(activation_offload_fields(offload_activations, offload_layers, None, activation_io_path,
                                             activation_offload_mechanism))
+    fields.update(finetune_fields(finetune, lora_rank, lora_targets, quantization))
     imported = None
     if from_ and from_[0] is not None:
         from dse.frameworks.apply import apply, read

@@ -23,6 +23,9 @@ ExchangeDtype = Literal["fp32", "fp16"]
 OffloadActivations = Literal["none", "ssd", "host"]
 ActivationIOPath = Literal["gds", "bounce"]
 ActivationOffloadMechanism = Literal["forwarding", "hooks"]
+Finetune = Literal["full", "lora", "qlora"]
+LoraTargets = Literal["all", "attention", "qv", "mlp"]
+Quantization = Literal["nf4", "int8"]
 
 
 # ----------------------------------------------------------------------------- flags several commands declare
@@ -74,6 +77,12 @@ def plan_fields(tp, pp, dp, micro_batch, global_batch, seq_len, recompute, atten
     fields = dict(tp=tp, pp=pp, dp=dp, micro_batch=micro_batch, global_batch=global_batch, seq_len=seq_len,
                   recompute=recompute, attention=attention, sequence_parallel=sequence_parallel, zero=zero,
                   precision=precision)
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+def finetune_fields(finetune, lora_rank, lora_targets, quantization) -> dict:
+    """Fine-tuning plan fields given on the command line (unset flags keep the plan defaults)."""
+    fields = dict(finetune=finetune, lora_rank=lora_rank, lora_targets=lora_targets, quantization=quantization)
     return {k: v for k, v in fields.items() if v is not None}
 
 

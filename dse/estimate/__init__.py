@@ -100,8 +100,8 @@ def run(model: ModelSpec, system: Hardware, plan: Plan, *, trace: Trace | None =
 
 
 # keys of the composed dict that are not result sections (terms, and numbers the result holds elsewhere)
-_NOT_SECTIONS = frozenset(("terms", "params", "gpus", "nodes", "micro_batches", "layers_per_stage", "params_per_gpu",
-                           "peak_flops", "extra_violations"))
+_NOT_SECTIONS = frozenset(("terms", "params", "params_trainable", "gpus", "nodes", "micro_batches", "layers_per_stage",
+                           "params_per_gpu", "peak_flops", "extra_violations"))
 
 
 def numbers(model: ModelSpec, system: SystemSpec, plan: Plan, *, trace: Trace | None = None
@@ -131,7 +131,8 @@ def numbers(model: ModelSpec, system: SystemSpec, plan: Plan, *, trace: Trace | 
              for m in (transformer, memory, parallelism, compute, kernels, cost, offload, near_storage,
                        activation_offload, optimizer)}
     c = compose(model, system, plan, techniques(), F)
-    r = {"model": {"name": model.name, "params": c["params"], "layers": model.layers, "hidden": model.hidden,
+    r = {"model": {"name": model.name, "params": c["params"], "params_trainable": c["params_trainable"],
+                   "layers": model.layers, "hidden": model.hidden,
                    "heads": model.heads, "kv_heads": model.kv_heads, "ffn_hidden": model.ffn_hidden,
                    "vocab": model.vocab}}
     r["parallelism"] = {"gpus": c["gpus"], "nodes": c["nodes"], "micro_batches": c["micro_batches"],

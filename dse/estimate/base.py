@@ -17,6 +17,7 @@ from __future__ import annotations
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from dse.estimate import frozen as _frozen
 from dse.estimate.kernel_table import Link, kernel_tables, kernel_times
 from dse.estimate.memo import ints, remembered
 from dse.estimate.terms import BaseTerms, TimeTerms
@@ -70,14 +71,16 @@ def compose(model: ModelSpec, system: SystemSpec, plan: Plan, F: Formulas | None
 def parameters(model: ModelSpec, plan: Plan, T: FormulaModule = _transformer) -> Section:
     """Parameters of the model, of one layer (per GPU) and of the first and last pipeline stage's GPU (shared)."""
     t, p, v = plan.tp, plan.pp, plan.virtual_stages
+    ft = (plan.finetune, plan.lora_rank, plan.lora_targets)
     if T is _transformer and ints(t, p, v):
-        key = ("parameters", id(model), t, p, v, T.layer_parameters, T.layer_parameters_replicated,
+        key = ("parameters", id(model), t, p, v, ft, T.layer_parameters, T.layer_parameters_replicated,
                T.embedding_parameters, T.head_parameters, T.norm_parameters, T.ffn_matrices)
-        return remembered(key, model, lambda: _parameters(model, t, p, v, T))
-    return _parameters(model, t, p, v, T)
+        return remembered(key, model, lambda: _parameters(model, t, p, v, T, ft))
+    return _parameters(model, t, p, v, T, ft)
 
 
-def _parameters(model: ModelSpec, t: Num, p: Num, v: Num, T: FormulaModule) -> Section:
+def _parameters(model: ModelSpec, t: Num, p: Num, v: Num, T: FormulaModule,
+                ft: tuple[str, Any, Any] = ("full", None, None)) -> Section:
     L, h, V = model.layers, model.hidden, model.vocab
     p_layer = T.layer_parameters(h, model.heads, model.kv_heads, model.head_dim, model.ffn_hidden, model.ffn_type,
                                  model.norm, model.bias, model.qkv_bias)
@@ -92,9 +95,12 @@ def _parameters(model: ModelSpec, t: Num, p: Num, v: Num, T: FormulaModule) -> S
     single = p == 1
     p_first = l_stage * p_layer_gpu + p_emb / t + where(single, p_head / t, 0)
     p_last = l_stage * p_layer_gpu + p_head / t + where(single, 0, tied_copy / t)
-    return {"params": p_emb + L * p_layer + p_head, "p_layer": p_layer, "p_layer_gpu": p_layer_gpu, "p_emb": p_emb,
-            "p_head": p_head, "l_stage": l_stage, "p_first": p_first, "p_last": p_last,
-            "p_gpu": maximum(p_first, p_last)}
+    out = {"params": p_emb + L * p_layer + p_head, "p_layer": p_layer, "p_layer_gpu": p_layer_gpu, "p_emb": p_emb,
+           "p_head": p_head, "l_stage": l_stage, "p_first": p_first, "p_last": p_last,
+           "p_gpu": maximum(p_first, p_last)}
+    if ft[0] == "full":
+        return {**out, "p_train": out["params"], "p_train_gpu": out["p_gpu"]}
+    return _frozen.with_adapters(out, model, t, ft[1] or 16, ft[2] or "all")
 
 
 def activations(sums: Section, plan: Plan, m: Num, l_stage: Num, T: FormulaModule = _transformer) -> Section:
@@ -126,8 +132,12 @@ def memory_tiers(model: ModelSpec, system: SystemSpec, plan: Plan, prm: Section,
     zero: Num = plan.zero
     t = plan.tp
     w_bytes, g_bytes, opt_bytes = state_bytes["weights"], state_bytes["gradients"], state_bytes["optimizer"]
-    states_first = M.model_state_bytes(prm["p_first"], d, zero, w_bytes, g_bytes, opt_bytes)
-    states_last = M.model_state_bytes(prm["p_last"], d, zero, w_bytes, g_bytes, opt_bytes)
+    if plan.finetune == "full":
+        states_first = M.model_state_bytes(prm["p_first"], d, zero, w_bytes, g_bytes, opt_bytes)
+        states_last = M.model_state_bytes(prm["p_last"], d, zero, w_bytes, g_bytes, opt_bytes)
+    else:
+        states_first, states_last = (_frozen.states(prm, stage, model, plan, r, state_bytes, M)
+                                     for stage in ("p_first", "p_last"))
     zero3_buf = where(zero >= 3, M.zero3_gather_bytes(prm["p_layer_gpu"], r.weight_gathers), 0)
     total_first = states_first["weights"] + states_first["gradients"] + states_first["optimizer"] + act["act_first"]
     total_last = states_last["weights"] + states_last["gradients"] + states_last["optimizer"] + act["act_last"]
@@ -138,6 +148,8 @@ def memory_tiers(model: ModelSpec, system: SystemSpec, plan: Plan, prm: Section,
                                         sequence_parallel=plan.sequence_parallel, ffn_type=model.ffn_type,
                                         bytes_per_element=r.activations)
     buffers = gpu.reserved + zero3_buf + bwd_work
+    if plan.finetune == "qlora":   # the dequantized copy of the largest linear weight, alive during its GEMM
+        buffers = buffers + _frozen.dequantized_buffer(model, r, t)
     mem_gpu = {
         "weights": pick(states_first["weights"], states_last["weights"]),
         "gradients": pick(states_first["gradients"], states_last["gradients"]),
@@ -196,11 +208,12 @@ def compose_memory(model: ModelSpec, system: SystemSpec, plan: Plan, F: Formulas
         microbatches_in_flight=act["in_flight"], activation_options=act_opts,
         first_stage_is_max=stages["first_is_max"], activations_first_stage=act["act_first"],
         activations_last_stage=act["act_last"], states_first_stage=stages["states_first"],
-        states_last_stage=stages["states_last"], kernels=tables,
+        states_last_stage=stages["states_last"], kernels=tables, trainable_params_per_gpu=prm["p_train_gpu"],
     )
     return {
         "terms": terms,
         "params": prm["params"],
+        "params_trainable": prm["p_train"],
         "params_per_gpu": prm["p_gpu"],
         "layer_params": prm["p_layer"],
         "gpus": gpus,
@@ -278,8 +291,10 @@ def data_parallel(model: ModelSpec, plan: Plan, i: BaseTerms, r: Recipe, kt: Sec
     d: Num = plan.dp
     m, l_stage = i.micro_batches, i.layers_per_stage
     bw_dp, lat_dp = lk["dp"].bandwidth, lk["dp"].latency
-    grad_b = i.params_per_gpu * r.dp_gradients
-    gather_b = i.params_per_gpu * r.weight_gathers
+    train = i.trainable_params_per_gpu          # LoRA: the adapters; ZeRO-3 still gathers every weight
+    grad_b = train * r.dp_gradients
+    gather_b = (i.params_per_gpu if plan.finetune == "full" else where(zero >= 3, i.params_per_gpu, train)
+                ) * r.weight_gathers
     dp_ar = P.allreduce_time(grad_b, d, bw_dp, lat_dp)
     rs_grads = P.allgather_time(grad_b, d, bw_dp, lat_dp)             # reduce-scatter of the gradients
     ag_weights = P.allgather_time(gather_b, d, bw_dp, lat_dp)         # all-gather of the weights
@@ -294,7 +309,7 @@ def data_parallel(model: ModelSpec, plan: Plan, i: BaseTerms, r: Recipe, kt: Sec
                                  m * z3_mb)) + 0.05 * dp_time
     else:
         dp_exposed = dp_time
-    if model.tied_embeddings:   # first and last stage both hold the word embedding: sum their gradients
+    if model.tied_embeddings and plan.finetune == "full":   # both end stages hold the word embedding: sum its gradients
         emb_bytes = model.vocab * model.hidden / plan.tp * r.dp_gradients
         emb_sync = where(plan.pp == 1, 0.0, P.allreduce_time(emb_bytes, 2, lk["pp"].bandwidth, lk["pp"].latency))
     else:
@@ -310,7 +325,7 @@ def optimizer_step(system: SystemSpec, plan: Plan, i: BaseTerms, r: Recipe, C: F
     gpu = system.node.gpu
     zero: Num = plan.zero       # a resolved plan: zero and dp are set
     d: Num = plan.dp
-    opt_params = i.params_per_gpu / where(zero >= 1, d, 1)
+    opt_params = i.trainable_params_per_gpu / where(zero >= 1, d, 1)
     t_opt = C.memory_time(O.step_bytes(opt_params, plan.optimizer, r), gpu.hbm_bandwidth, gpu.efficiency.memory)
     return {"opt_params": opt_params, "t_opt": t_opt}
 

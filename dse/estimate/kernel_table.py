@@ -72,9 +72,10 @@ def kernel_time(row: Row, hw: KernelCost, C: Module) -> tuple[Num, Num]:
     """(forward, backward) time of one compute kernel; ``C`` is :mod:`dse.formulas.compute` (or its tracer).
 
     GEMM: 2 m k n batch / (peak eta_gemm) + t0 forward, twice that backward (data and weight gradients of the
-    same shapes); a GEMM whose dimensions are not multiples of 16 bytes (``aligned`` false: an unpadded
-    vocabulary) runs at ``eta_unaligned`` instead. Flash attention: executed FLOPs / (peak eta_attn) + t0 forward,
-    backward FLOPs + 2 t0 backward (FlashAttention-2's backward is two kernels). Element-wise: bytes /
+    same shapes; once for a ``frozen`` weight, which has no weight gradient); a GEMM whose dimensions are not
+    multiples of 16 bytes (``aligned`` false: an unpadded vocabulary) runs at ``eta_unaligned`` instead. Flash
+    attention: executed FLOPs / (peak eta_attn) + t0 forward, backward FLOPs + 2 t0 backward (FlashAttention-2's
+    backward is two kernels). Element-wise: bytes /
     (B_hbm eta_mem), twice the bytes backward unless the row states its backward bytes (a software stack's).
     """
     kind = row["kind"]
@@ -88,14 +89,14 @@ def kernel_time(row: Row, hw: KernelCost, C: Module) -> tuple[Num, Num]:
             m, k, n = row["m"], row["k"], row["n"]
             moved = hw.operand_bytes * row["batch"] * (m * k + k * n + m * n)
             f = maximum(f, C.memory_time(moved, hw.bandwidth, hw.memory) + hw.overhead)
-        return f, 2 * f
+        return f, (f if "frozen" in row else 2 * f)    # a frozen weight: the data-gradient GEMM only
     if kind == "flash":
         rate = peak * hw.attention
         return row["executed"] / rate + hw.overhead, row["executed_backward"] / rate + 2 * hw.overhead
     f = C.memory_time(row["bytes"], hw.bandwidth, hw.memory)
     if "bytes_backward" in row:     # a software stack's row: its own backward bytes, and its kernels' fixed time
         b = C.memory_time(row["bytes_backward"], hw.bandwidth, hw.memory)
-        return f + hw.kernel_overhead * row["kernels"], b + hw.kernel_overhead * row["kernels_backward"]
+        return f + hw.kernel_overhead * row.get("kernels", 0), b + hw.kernel_overhead * row["kernels_backward"]
     return f, 2 * f
 
 
@@ -158,7 +159,8 @@ def table_time(table: Table, hw: KernelCost, link: Link, C: Module, P: Module, *
         else:
             tp_b = tp_b + ar
     for ar, gemm in hidden:                   # after the loop: the GEMM may come later in the table
-        tp_b = tp_b + maximum(ar - times[gemm][0], 0.0)
+        wgrad = 0.0 if "frozen" in table[gemm] else times[gemm][0]   # a frozen weight has no gradient GEMM
+        tp_b = tp_b + maximum(ar - wgrad, 0.0)
     fwd, bwd = fwd + tp_f, bwd + tp_b
     rec = fwd if recompute == "full" else (sel if recompute == "selective" else 0.0)
     out = {"forward": fwd, "backward": bwd, "recompute": rec, "tp_forward": tp_f, "tp_backward": tp_b}
@@ -197,6 +199,7 @@ def kernel_tables(model: ModelSpec, plan: Plan, r: Recipe, K: Module = _kernels)
     key = None
     if K is _kernels:                      # not when traced: the trace records every formula call
         key = (id(model), s, b, t, sp, plan.recompute, plan.attention, e, comm, logits, stack, r.gradients,
+               plan.finetune, plan.lora_rank, plan.lora_targets, plan.quantization,
                *map(K.__getattribute__, _FORMULAS))
         try:
             hit = _TABLES.get(key)
@@ -212,7 +215,7 @@ def kernel_tables(model: ModelSpec, plan: Plan, r: Recipe, K: Module = _kernels)
                             ffn_type=model.ffn_type, norm=model.norm, position=model.position, dropout=dropout,
                             causal=model.architecture == "decoder", bytes_per_element=e,
                             comm_bytes_per_element=comm, stack=ops, stack_sizes=size, stack_choices=choices,
-                            grad_bytes=r.gradients)
+                            grad_bytes=r.gradients, finetune=_finetune_inputs(model, plan))
     embedding = K.embedding_kernels(s, b, h, tp=t, sequence_parallel=sp, dropout=dropout, position=model.position,
                                     bytes_per_element=e, comm_bytes_per_element=comm)
     head = K.head_kernels(s, b, h, model.vocab, tp=t, sequence_parallel=sp, norm=model.norm,
@@ -222,12 +225,35 @@ def kernel_tables(model: ModelSpec, plan: Plan, r: Recipe, K: Module = _kernels)
         head = _stacks.apply_head(head, ops, size, bytes_per_element=e)
         if not _stack_spec(stack).pads_vocab:    # an unpadded vocabulary: the LM-head GEMM's n may be unaligned
             head["lm_head"] = {**head["lm_head"], "aligned": _stacks.aligned(head["lm_head"]["n"], e)}
+    if plan.finetune != "full":   # the LM head's weight and the embedding table are frozen too
+        head = {**head, "lm_head": {**head["lm_head"], "frozen": True}}
+        embedding = {**embedding, "embedding": {**embedding["embedding"], "bytes_backward": 0, "kernels_backward": 0}}
     out = {"layer": layer, "embedding": embedding, "head": head}
     out["sums"] = table_sums(out, plan.recompute, K)
     if key is not None:
         if len(_TABLES) >= 512:        # bounded: a few MB at most
             _TABLES.clear()
         _TABLES[key] = (model, out)
+    return out
+
+
+def _finetune_inputs(model: ModelSpec, plan: Plan) -> dict[str, Any] | None:
+    """The fine-tuning keywords of :func:`dse.formulas.kernels.layer_kernels` (None: full training)."""
+    if plan.finetune == "full":
+        return None
+    from dse.formulas import finetune as FT
+
+    kv: Any = model.kv_heads          # resolved specs: set
+    d: Any = model.head_dim
+    ffn: Any = model.ffn_hidden
+    adapters = FT.adapted_linears(model.hidden, model.heads, kv, d, ffn, model.ffn_type, model.qkv_projection,
+                                  plan.lora_targets or "all")
+    out: dict[str, Any] = {"adapters": adapters, "rank": plan.lora_rank}
+    if plan.finetune == "qlora":
+        out["quantized_bytes"] = FT.quantized_bytes_per_param(plan.quantization or "nf4", model.hidden)  # int8: d_in~h
+        out["layer_linear_params"] = FT.linear_parameters(model.hidden, model.heads, kv, d, ffn, model.ffn_type,
+                                                          plan.tp)
+        out["linears"] = FT.linear_count(model.ffn_type, model.qkv_projection)
     return out
 
 
@@ -258,7 +284,8 @@ def _stack_inputs(model: ModelSpec, plan: Plan, stack: str) -> tuple[Any, Any, A
                          layer_params=(p_layer - p_rep) / t + p_rep, param_tensors=model.layer_param_tensors)
     choices = {"attention": plan.attention, "recompute": plan.recompute, "bias": bool(model.bias),
                "dropout": model.dropout > 0, "qkv": model.qkv_projection, "grouped": kv < model.heads,
-               "scale_query": model.scale_query, "rotary": model.position == "rotary"}
+               "scale_query": model.scale_query, "rotary": model.position == "rotary",
+               "frozen": plan.finetune != "full"}
     return ops, size, choices
 
 
@@ -271,6 +298,7 @@ def table_sums(tables: dict[str, Table], recompute: str, K: Module = _kernels) -
     """
     layer = tables["layer"]
     return {"a_layer": K.saved_bytes(layer), "a_packed": K.packed_bytes(layer),
+            "flops_backward_layer": K.backward_flops(layer), "flops_backward_head": K.backward_flops(tables["head"]),
             "a_work": K.rerun_bytes(layer) if recompute == "full" else 0,
             "a_head": K.saved_bytes(tables["head"]) + _stacks.transient_bytes(tables["head"]),
             "a_emb": K.saved_bytes(tables["embedding"]),

@@ -119,6 +119,8 @@ class BaseTerms(_Mappable):
     states_first_stage: dict[str, Any]          # model-state bytes of the first stage's GPU (weights, gradients, ...)
     states_last_stage: dict[str, Any]           # model-state bytes of the last stage's GPU
     kernels: dict[str, Any]                     # kernel tables of one micro-batch: layer, embedding, head
+    trainable_params_per_gpu: Num = 0           # parameters with gradients and optimizer states on that GPU (LoRA:
+                                                # the adapters; full training: params_per_gpu)
     time: TimeTerms | None = None     # the time side, once compose_time ran
     drive_writes: dict[str, Any] = dataclasses.field(default_factory=dict)   # technique name -> its DriveWrites
 

@@ -52,11 +52,13 @@ def breakdown(plan: Plan, i: BaseTerms, kt: Section, pp: Section, dp: Section, t
 def flops(model: ModelSpec, plan: Plan, sums: Section) -> Section:
     """Model and hardware FLOPs of one iteration: the tables' FLOPs over every micro-batch and TP rank.
 
-    Model FLOPs count forward and backward (3x the forward); hardware FLOPs add what recomputation runs again.
+    Model FLOPs count forward and backward (3x the forward; a frozen weight's GEMM 2x: no weight gradient);
+    hardware FLOPs add what recomputation runs again.
     """
     B: Num = plan.global_batch  # a resolved plan: set
     ranks = B / plan.micro_batch * plan.tp     # micro-batches of the iteration x TP ranks each
-    f_model = 3 * ranks * (model.layers * sums["flops_layer"] + sums["flops_head"])
+    f_model = ranks * (model.layers * (sums["flops_layer"] + sums["flops_backward_layer"]) + sums["flops_head"]
+                       + sums["flops_backward_head"])
     f_hw = f_model + ranks * model.layers * sums["flops_recompute"]
     return {"model_per_iteration": f_model, "hardware_per_iteration": f_hw}
 

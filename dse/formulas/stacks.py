@@ -9,7 +9,8 @@ size (:func:`sizes`) and dtype; :func:`amount` turns it into bytes.
 
 A stack op (one entry of the file, already resolved to the model's variant) is a dict:
 ``forward``/``backward``: ``{"kernels": n, "moves": {key: passes}}``; ``saved``, ``packed`` and ``transient``:
-``{key: tensors}``; ``when``: a list of conditions, any of which enables an added row. A key is
+``{key: tensors}``; ``when``: a list of conditions, any of which enables an added row; ``frozen``: the ``saved``
+and ``packed`` that replace the op's when its weights are frozen (LoRA; the choice ``frozen``). A key is
 ``size`` (the activation dtype) or ``size:dtype`` (``fp32`` 4 bytes, ``byte`` 1, ``grad`` the
 gradient dtype).
 
@@ -175,7 +176,10 @@ def apply_layer(table: Table, ops: dict[str, Op], size: Sizes, choices: dict[str
     out: Table = {}
     for name, row in table.items():
         if name in ("norm1", "norm2") and "norm" in ops:
-            out[name] = _elementwise(ops["norm"], size, e, g)
+            norm = ops["norm"]
+            if choices.get("frozen") and "frozen" in norm:   # frozen weights (LoRA): what the norm keeps instead
+                norm = {**norm, **norm["frozen"]}
+            out[name] = _elementwise(norm, size, e, g)
         elif name in ("attn_residual", "mlp_residual") and "residual" in ops:
             out[name] = _elementwise(ops["residual"], size, e, g)
         elif name in ("activation", "rotary") and name in ops:

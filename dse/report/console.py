@@ -50,6 +50,11 @@ def header(r: dict) -> str:
         bits.append("sequence-parallel")
     if p.get("virtual_stages", 1) > 1:
         bits.append(f"interleaved x{p['virtual_stages']}")
+    if p.get("finetune", "full") != "full":
+        quant = f", {p['quantization']} weights" if p["finetune"] == "qlora" else ""
+        share = r["model"]["params_trainable"] / r["model"]["params"]
+        bits.append(f"{'QLoRA' if p['finetune'] == 'qlora' else 'LoRA'} r{p['lora_rank']} on {p['lora_targets']}"
+                    f"{quant} ({fmt(r['model']['params_trainable'], 'count')} trained, {100 * share:.2g}%)")
     text = (f"[bold]{r['model']['name']}[/] ({fmt(r['model']['params'], 'count')} parameters) on "
             f"[bold]{r['hardware']['name']}[/] — {int(par['gpus'])} GPUs in {int(par['nodes'])} node(s), "
             f"{par['micro_batches']:g} micro-batches\n" + " · ".join(bits))

@@ -36,6 +36,10 @@ ACTIVATION_IO_PATHS = ("gds", "bounce")         # GPUDirect Storage, or staged t
 # how saved activations move: SSDTrain's tensor cache (asynchronous, deduplicated, forwarded), or PyTorch's
 # saved-tensor hooks (save_on_cpu: every saved tensor copied on the compute stream)
 ACTIVATION_OFFLOAD_MECHANISMS = ("forwarding", "hooks")
+# fine-tuning: every weight trained, or frozen weights with LoRA adapters (QLoRA: the frozen linear weights quantized)
+FINETUNES = ("full", "lora", "qlora")
+LORA_TARGETS = ("all", "attention", "qv", "mlp")
+QUANTIZATIONS = ("nf4", "int8")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -134,6 +138,17 @@ class Plan:
                                                         "stream (needs offload_activations host; auto offloads every "
                                                         "layer)")
 
+    # Fine-tuning (dse/formulas/finetune.py); None = not set (the defaults below apply to lora and qlora only)
+    finetune: str = spec_field("full", choices=FINETUNES, help="full: every weight trained; lora: weights frozen, "
+                               "low-rank adapters trained (Hu et al. 2021); qlora: as lora, the frozen linear weights "
+                               "stored quantized and dequantized for each GEMM (Dettmers et al. 2023)")
+    lora_rank: int | None = spec_field(None, gt=0, help="LoRA rank r (lora, qlora; default 16)")
+    lora_targets: str | None = spec_field(None, choices=LORA_TARGETS, help="linear layers with adapters: all "
+                                          "(QLoRA's choice, the default), attention (q, k, v, out), qv (PEFT's "
+                                          "default for Llama) or mlp")
+    quantization: str | None = spec_field(None, choices=QUANTIZATIONS, help="storage of the frozen linear weights "
+                                          "(qlora; default nf4: 4-bit NormalFloat with double quantization; int8)")
+
     @property
     def gpus(self) -> int:
         return self.tp * self.pp * (self.dp or 1)
@@ -180,7 +195,12 @@ def _derived(f: dict, model, system) -> dict:
         sg = 4e7 if f["offload_optimizer"] == "csd" else 1e9
     seq = f["seq_len"] if f["seq_len"] is not None else (model.seq_len or min(TRAINING_SEQ_LEN, model.max_seq_len))
     grad = f["grad_dtype"] or DEFAULT_GRAD_DTYPE[f["precision"]]
-    return {"dp": dp, "global_batch": gb, "zero": zero, "seq_len": seq, "sub_group_size": sg, "grad_dtype": grad}
+    adapted = f["finetune"] != "full"
+    rank = f["lora_rank"] if f["lora_rank"] is not None or not adapted else 16
+    targets = f["lora_targets"] if f["lora_targets"] is not None or not adapted else "all"
+    quant = f["quantization"] if f["quantization"] is not None or f["finetune"] != "qlora" else "nf4"
+    return {"dp": dp, "global_batch": gb, "zero": zero, "seq_len": seq, "sub_group_size": sg, "grad_dtype": grad,
+            "lora_rank": rank, "lora_targets": targets, "quantization": quant}
 
 
 # ----------------------------------------------------------------------------- validity: the rule table's two faces

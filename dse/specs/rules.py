@@ -275,5 +275,29 @@ CHIPLET_RULES = (
 
 # ----------------------------------------------------------------------------- the table of each hardware kind
 
-GPU_SYSTEM_RULES = (*OFFLOAD_RULES, *MODEL_RULES, NO_CHIPLET_FIELDS, *ACTIVATION_OFFLOAD_RULES)
-CHIPLET_PACKAGE_RULES = (*CHIPLET_RULES, *ACTIVATION_OFFLOAD_RULES)
+# ----------------------------------------------------------------------------- fine-tuning (LoRA, QLoRA)
+
+FINETUNE_RULES = (
+    Rule("LoRA options need a LoRA fine-tune", ("lora_rank", "lora_targets", "finetune"),
+         when=lambda p, m, s: p.finetune == "full", ok=lambda p, m, s: p.lora_rank is None and p.lora_targets is None,
+         message=lambda p, m, s: "--lora-rank and --lora-targets need --finetune lora or qlora (full fine-tuning "
+                                 "trains every weight)"),
+    Rule("quantization needs QLoRA", ("quantization", "finetune"),
+         when=lambda p, m, s: p.finetune != "qlora", ok=lambda p, m, s: p.quantization is None,
+         message=lambda p, m, s: f"--quantization {p.quantization} needs --finetune qlora (it quantizes the frozen "
+                                 "weights; full and lora keep them in the working dtype)"),
+    Rule("LoRA with optimizer or parameter offload is not modelled", ("finetune", "offload_optimizer",
+                                                                        "offload_params"),
+         when=lambda p, m, s: p.finetune != "full",
+         ok=lambda p, m, s: p.offload_optimizer == "gpu" and p.offload_params == "gpu",
+         message=lambda p, m, s: f"--finetune {p.finetune} with --offload-optimizer {p.offload_optimizer} "
+                                 f"--offload-params {p.offload_params} is not modelled yet; allowed: gpu and gpu "
+                                 "(LoRA's optimizer states are a fraction of a percent of full training's)"),
+)
+NOT_ON_CHIPLETS = Rule(
+    "fine-tuning on chiplet packages is not modelled", ("finetune",), when=lambda p, m, s: p.finetune != "full",
+    ok=lambda p, m, s: False,
+    message=lambda p, m, s: f"--finetune {p.finetune} is not modelled on chiplet packages; allowed: full")
+
+GPU_SYSTEM_RULES = (*OFFLOAD_RULES, *MODEL_RULES, NO_CHIPLET_FIELDS, *ACTIVATION_OFFLOAD_RULES, *FINETUNE_RULES)
+CHIPLET_PACKAGE_RULES = (*CHIPLET_RULES, *ACTIVATION_OFFLOAD_RULES, NOT_ON_CHIPLETS)

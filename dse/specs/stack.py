@@ -28,10 +28,10 @@ ENTRIES: dict[str, tuple[str, ...] | None] = {
     "final_norm": None, "loss": None}
 #: Which model property picks an entry's variant (an entry without variants applies as written).
 VARIANT_OF = {"norm": "norm", "activation": "activation", "flash": "qkv", "kv_copy": "qkv", "math": "softmax"}
-_OP_KEYS = ("forward", "backward", "saved", "packed", "transient", "when")
+_OP_KEYS = ("forward", "backward", "saved", "packed", "transient", "when", "frozen")
 _CHOICES = {"attention": ("flash", "math"), "recompute": ("none", "selective", "full"), "bias": (True, False),
             "dropout": (True, False), "qkv": ("fused", "separate"), "grouped": (True, False),
-            "scale_query": (True, False), "rotary": (True, False)}
+            "scale_query": (True, False), "rotary": (True, False), "frozen": (True, False)}
 
 
 @dataclass(frozen=True)
@@ -97,6 +97,11 @@ def _check_op(op: Any, where: str) -> None:
             _check_passes(val.get("moves", {}), f"{where}.{key}.moves")
         elif key in ("saved", "packed", "transient"):
             _check_passes(val, f"{where}.{key}")
+        elif key == "frozen":     # what the op keeps instead when its weights are frozen (LoRA)
+            if not isinstance(val, dict) or set(val) - {"saved", "packed"}:
+                raise InputError(f"{where}.frozen: expected {{saved: {{size: tensors}}, packed: {{size: tensors}}}}")
+            for k, v in val.items():
+                _check_passes(v, f"{where}.frozen.{k}")
         else:
             if not isinstance(val, list) or not all(isinstance(c, dict) for c in val):
                 raise InputError(f"{where}.when: expected a list of conditions, e.g. [{{attention: math}}]")

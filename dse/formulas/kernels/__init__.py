@@ -63,6 +63,7 @@ Symbols:
     stack: a software stack's ops resolved for the model (dse.specs.stack); None: Megatron's fused kernels [dict]
     stack_sizes: element counts the stack's amounts name (dse.formulas.stacks.sizes) [dict]
     stack_choices: the plan's attention, recompute, bias and dropout, for the stack's conditional rows [dict]
+    finetune: frozen weights and LoRA adapters: dse.formulas.finetune.apply_layer's keywords (None: full training) [dict]
     grad_bytes: bytes per gradient element [bytes]
     group: the parallel group of a collective (tp: tensor parallel) [choice]
 """
@@ -73,6 +74,7 @@ from dse.formulas.kernels.ends import embedding_kernels, head_kernels
 from dse.formulas.kernels.layer import layer_kernels
 from dse.formulas.kernels.rows import KINDS, Row, Table  # noqa: F401 (Row, Table: the types, as before the split)
 from dse.formulas.kernels.sums import (
+    backward_flops,
     executed_flops,
     forward_flops,
     message_bytes,
@@ -84,5 +86,5 @@ from dse.formulas.kernels.sums import (
 )
 
 __all__ = ["KINDS", "layer_kernels", "embedding_kernels", "head_kernels", "weight_gemms", "forward_flops",
-           "recomputed_flops", "executed_flops", "saved_bytes", "packed_bytes", "rerun_bytes",
+           "recomputed_flops", "executed_flops", "backward_flops", "saved_bytes", "packed_bytes", "rerun_bytes",
            "message_bytes"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dse.formulas import compute as _compute, stacks as _stacks
+from dse.formulas import compute as _compute, finetune as _finetune, stacks as _stacks
 from dse.formulas._array import Num, where
 from dse.formulas.kernels.rows import Table
 
@@ -25,7 +25,7 @@ def layer_kernels(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: N
                   causal: bool = True, bytes_per_element: Num = 2, comm_bytes_per_element: Num | None = None,
                   stack: dict[str, Any] | None = None, stack_sizes: dict[str, Num] | None = None,
                   stack_choices: dict[str, Any] | None = None,
-                  grad_bytes: Num = 2) -> Table:
+                  grad_bytes: Num = 2, finetune: dict[str, Any] | None = None) -> Table:
     """The kernels of one transformer layer on one GPU for one micro-batch (Megatron-LM's fused kernels).
 
     Formula: T = s b, r = 1/t with SP (else 1); GEMMs QKV (T, h, (a+2kv)d/t), out (T, a d/t, h), fc1 (T, h, n_g F/t),
@@ -43,6 +43,8 @@ def layer_kernels(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: N
     the softmax output and the dropout mask and output, the activation function its input/output, a
     bias-dropout-residual its 1-byte mask. Full recompute keeps only the layer input (on ``norm1``) and the
     rest becomes ``rerun``. n_g = 2 for SwiGLU (gate and up in one GEMM), else 1; n_g' = 3 (SwiGLU) or 2.
+    ``finetune`` (LoRA, QLoRA): the keyword arguments of :func:`dse.formulas.finetune.apply_layer` but the table
+    and the token count: frozen linear rows, adapter rows, dequantization.
 
     The attention rows' ``flops`` (the model's FLOPs, what MFU counts) count the unmasked half of a causal score
     matrix, as the flash kernel executes it (FlashAttention-2, Dao 2023, arXiv 2307.08691 §4.1: "with causal
@@ -140,6 +142,9 @@ def layer_kernels(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: N
     if stack:  # another software stack's element-wise kernels and saved tensors (dse.formulas.stacks)
         t = _stacks.apply_layer(t, stack, stack_sizes or {}, stack_choices or {}, bytes_per_element=e,
                                 grad_bytes=grad_bytes)
+    if finetune:  # frozen weights with LoRA adapters (dse.formulas.finetune)
+        t = _finetune.apply_layer(t, tok=tok, tp=tp, ffn_type=ffn_type, ffn_elements=tok * f_loc,
+                                  bytes_per_element=e, **finetune)
     if full:   # the checkpoint keeps the layer input; the rest is held only while the layer runs again
         for row in t.values():
             row["rerun"], row["saved"] = row["saved"], 0

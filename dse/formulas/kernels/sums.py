@@ -9,7 +9,8 @@ from dse.formulas._array import Num
 from dse.formulas.kernels.layer import layer_kernels  # noqa: F401 (the examples build a layer's table)
 from dse.formulas.kernels.rows import Table
 
-__all__ = ["weight_gemms", "forward_flops", "recomputed_flops", "executed_flops", "saved_bytes", "packed_bytes", "rerun_bytes",
+__all__ = ["weight_gemms", "forward_flops", "recomputed_flops", "executed_flops", "saved_bytes", "packed_bytes", "backward_flops",
+           "rerun_bytes",
            "message_bytes"]
 
 
@@ -48,6 +49,28 @@ def forward_flops(table: Table) -> Num:
     total = 0
     for row in table.values():
         total = total + row.get("flops", 0)
+    return total
+
+
+def backward_flops(table: Table) -> Num:
+    """Backward FLOPs of a table in the model convention: twice the forward, once for a frozen weight's GEMM.
+
+    Formula: sum over GEMM and flash rows of 2 flops, or 1 flops for a ``frozen`` GEMM (its input gradient only)
+    Source: the backward pass computes, per GEMM, the input gradient and the weight gradient, each as many FLOPs
+    as the forward (Narayanan et al. 2021, arXiv 2104.04473 §5.1: 3x forward per step); a frozen weight (LoRA, Hu
+    et al. 2021, arXiv 2106.09685) needs no weight gradient.
+
+    Returns:
+        FLOPs per micro-batch on one GPU [FLOP]
+
+    >>> k = layer_kernels(2048, 1, 12288, 96, 96, 128, 49152)
+    >>> backward_flops(k) == 2 * forward_flops(k)
+    True
+    """
+    total = 0
+    for row in table.values():
+        if row["kind"] in ("gemm", "flash"):
+            total = total + (row["flops"] if "frozen" in row else 2 * row["flops"])
     return total
 
 

@@ -1,0 +1,69 @@
+"""Fine-tuning with frozen weights (``--finetune lora|qlora``) in the base estimate: parameters and model states.
+
+The kernels (frozen GEMMs, adapters, dequantization) are in the kernel table
+(:func:`dse.formulas.finetune.apply_layer`, via :mod:`dse.estimate.kernel_table`); here, what the memory side
+needs: the adapters' parameters per GPU (they alone have gradients and optimizer states), the frozen weights'
+bytes (QLoRA: the linear weights in their storage format), and QLoRA's dequantized weight buffer. The data-parallel
+reduction and the optimizer step of :mod:`dse.estimate.base` read ``trainable_params_per_gpu``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from dse.formulas import finetune as _finetune, memory as _memory
+from dse.formulas._array import where
+
+if TYPE_CHECKING:
+    from dse.estimate.aliases import FormulaModule, Num, Section
+    from dse.formulas.precision import Recipe
+    from dse.specs.model import ModelSpec
+    from dse.specs.plan import Plan
+
+
+def with_adapters(prm: Section, model: ModelSpec, t: Num, rank: Num, targets: str) -> Section:
+    """The parameter counts of :func:`dse.estimate.base.parameters` with every weight frozen and LoRA adapters.
+
+    Adds ``p_train`` (the adapters), ``p_train_gpu`` (those on the most loaded stage's GPU) and ``p_linear_stage``
+    (that stage's linear weights, which QLoRA quantizes); the totals and the stages' counts include the adapters.
+    """
+    kv: Any = model.kv_heads           # resolved specs: set
+    d: Any = model.head_dim
+    ffn: Any = model.ffn_hidden
+    adapters = _finetune.adapted_linears(model.hidden, model.heads, kv, d, ffn, model.ffn_type, model.qkv_projection,
+                                         targets)
+    l_stage = prm["l_stage"]
+    a_total = model.layers * _finetune.adapter_parameters(adapters, rank)
+    a_stage = l_stage * _finetune.adapter_parameters(adapters, rank, t)      # the adapters on one stage's GPU
+    lin_stage = l_stage * _finetune.linear_parameters(model.hidden, model.heads, kv, d, ffn, model.ffn_type, t)
+    return {**prm, "params": prm["params"] + a_total, "p_train": a_total, "p_train_gpu": a_stage,
+            "p_linear_stage": lin_stage, "p_first": prm["p_first"] + a_stage, "p_last": prm["p_last"] + a_stage,
+            "p_gpu": prm["p_gpu"] + a_stage}
+
+
+def states(prm: Section, stage: str, model: ModelSpec, plan: Plan, r: Recipe, state_bytes: Section,
+           M: FormulaModule = _memory) -> Section:
+    """Model states of one stage's GPU when its weights are frozen (LoRA, QLoRA): only the adapters train.
+
+    The adapters hold weights, gradients and optimizer states as in full training (ZeRO as configured); every
+    other parameter is a frozen weight in the working dtype, the linear layers' in QLoRA's storage format
+    (:func:`dse.formulas.finetune.quantized_bytes_per_param`); ZeRO-3 shards the frozen weights too.
+    """
+    zero: Num = plan.zero       # a resolved plan: zero, dp, quantization are set
+    d: Num = plan.dp
+    train = prm["p_train_gpu"]
+    out = M.model_state_bytes(train, d, zero, state_bytes["weights"], state_bytes["gradients"],
+                              state_bytes["optimizer"])
+    frozen_bytes = (prm[stage] - train) * r.weights
+    if plan.finetune == "qlora":
+        q = _finetune.quantized_bytes_per_param(plan.quantization or "nf4", model.hidden)   # int8: d_in ~ h
+        frozen_bytes = frozen_bytes + prm["p_linear_stage"] * (q - r.weights)
+    return {**out, "weights": out["weights"] + frozen_bytes / where(zero >= 3, d, 1)}
+
+
+def dequantized_buffer(model: ModelSpec, r: Recipe, t: Num) -> Num:
+    """Bytes of QLoRA's dequantized copy of the largest linear weight, alive while its GEMM runs (one GPU)."""
+    kv: Any = model.kv_heads   # resolved specs: set
+    d: Any = model.head_dim
+    ffn: Any = model.ffn_hidden
+    return r.weights * _finetune.largest_linear(model.hidden, model.heads, kv, d, ffn, model.qkv_projection, t)
