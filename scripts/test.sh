@@ -4,17 +4,25 @@
 #  - the CPU build of PyTorch 2.13.0 (pinned: an unpinned torch pulls GBs of CUDA packages),
 #    for the activation-memory ground-truth tests
 #  - PostgreSQL binaries (Debian package), for the multi-worker search test; the test starts its own server
+#  - Chromium (Debian package), for the tests that open the --html pages in a headless browser
+# A system package that cannot be installed (no root, no sudo, no network) leaves a warning; its tests skip.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1; then
-  if [ "$(id -u)" = 0 ]; then
-    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null) \
-      || echo "warning: could not install postgresql" >&2
-  elif command -v sudo >/dev/null; then
-    (sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null) \
-      || echo "warning: could not install postgresql" >&2
+apt_install() {   # apt_install PACKAGE: as root, or through sudo when there is one
+  local run=()
+  if [ "$(id -u)" != 0 ]; then
+    command -v sudo >/dev/null || return 0
+    run=(sudo)
   fi
-fi
+  if [ -z "${APT_UPDATED:-}" ]; then
+    "${run[@]}" apt-get update -qq || { echo "warning: apt-get update failed" >&2; return 0; }
+    APT_UPDATED=1
+  fi
+  "${run[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$1" >/dev/null \
+    || echo "warning: could not install $1" >&2
+}
+ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || apt_install postgresql
+command -v chromium >/dev/null || command -v chromium-browser >/dev/null || apt_install chromium
 python3 -m venv .venv
 .venv/bin/pip install -q --upgrade pip
 .venv/bin/pip install -q -e '.[test,search,plot]' 'torch==2.13.0'

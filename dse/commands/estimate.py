@@ -100,10 +100,16 @@ def estimate(
     emit: Optional[str] = typer.Option(
         None, "--emit", help="print the plan as megatron launch arguments | deepspeed ds_config.json | torchtitan "
                              "TOML instead of the tables (with --json: under 'emit')"),
+    html: Optional[str] = typer.Option(None, "--html", help="also write a self-contained HTML page: time and "
+                                       "memory breakdowns, hover for values (docs/estimate.md)"),
 ):
     """Estimate one training scenario: time, memory per tier, traffic, bottleneck."""
     from dse.estimate import filled_defaults, input_warnings, load, make_plan, run
 
+    if html:
+        from dse.report.page import check_path
+
+        check_path(html)                 # one line naming --html before any work
     fields = plan_fields(tp, pp, dp, micro_batch, global_batch, seq_len, recompute, attention, sequence_parallel,
                          zero, precision)
     fields.update({k: v for k, v in (("chiplet_scheme", chiplet_scheme), ("chiplet_mesh", mesh), ("stack", stack))
@@ -137,6 +143,8 @@ def estimate(
                 from dse.frameworks.apply import render
 
                 render(Console(stderr=True), imported)
+            if html:
+                _write_html(html, run(m, s, p))
             show(emitted)
             return
     trace = None
@@ -151,6 +159,8 @@ def estimate(
         trace.rows.extend(composition_rows(result))
     result["defaults"] = filled_defaults(m, s, p, data)
     result["warnings"] = input_warnings(m, p)
+    if html:
+        _write_html(html, result)
     if json_out:
         for w in result["warnings"]:    # seen beside the JSON too (the console prints them under the header)
             sys.stderr.write(f"dse: warning: {w}\n")
@@ -172,3 +182,13 @@ def estimate(
     render_estimate(con, result)
     if trace is not None:
         render_explain(con, trace.rows)
+
+
+def _write_html(path: str, result: dict) -> None:
+    """``--html FILE``: the page of :mod:`dse.report.page`; its path on stderr (stdout may hold JSON or a config)."""
+    import shlex
+
+    from dse.report.page import write_estimate
+
+    write_estimate(path, result, shlex.join(["dse", *sys.argv[1:]]))
+    sys.stderr.write(f"dse: HTML report written to {path}\n")

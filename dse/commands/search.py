@@ -46,6 +46,8 @@ def search(
                                             help="write a PNG: Pareto front or convergence (needs matplotlib)"),
     chunk: Optional[int] = typer.Option(None, "--chunk",
                                         help="points per vectorised block (bounds memory; default 131072)"),
+    html: Optional[str] = typer.Option(None, "--html", help="write a self-contained HTML page: Pareto front or "
+                                       "convergence (hover a point for its configuration), breakdowns of the best"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
     emit: Optional[str] = typer.Option(None, "--emit", help="also print the best configuration (front point #1) as "
                                        "megatron launch arguments | deepspeed ds_config.json | torchtitan TOML"),
@@ -58,4 +60,4 @@ def search(
                       params=param, sets=set_, engine=engine, trials=trials, sampler=sampler, seed=seed,
                       storage=storage, study=study,
                       top=top, json_path=json_path, csv_path=csv_path, plot_path=plot_path, chunk=chunk, quiet=quiet,
-                      emit=emit)
+                      emit=emit, html=html)

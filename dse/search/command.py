@@ -102,7 +102,7 @@ def build_space(space_file, model, hw, gpus, global_batch, seq_len, objectives, 
 
 def run(*, space_file, model, hw, gpus, global_batch, seq_len, objectives, budget, power_cap, min_ssd_lifetime,
         params, sets, engine, trials, seed, storage, study, top, json_path, csv_path, plot_path, chunk, quiet,
-        sampler=None, emit=None) -> int:
+        sampler=None, emit=None, html=None) -> int:
     """Everything ``dse search`` does; returns the exit status."""
     from rich.console import Console
 
@@ -140,6 +140,10 @@ def run(*, space_file, model, hw, gpus, global_batch, seq_len, objectives, budge
         from dse.report.plots import check
 
         check(plot_path)                 # fail before the search when matplotlib is missing
+    if html:
+        from dse.report.page import check_path
+
+        check_path(html)                 # fail before the search, not after it
     if json_path == "-" and csv_path == "-":
         raise InputError("--json - and --csv -: only one of them can write to stdout")
     exporter = output.Exporter(space, json_path, csv_path)
@@ -167,6 +171,11 @@ def run(*, space_file, model, hw, gpus, global_batch, seq_len, objectives, budge
 
         search_result(plot_path, space, out)
         con.print(f"plot written to {plot_path}")
+    if html:
+        from dse.report.page_search import write_search
+
+        write_search(html, space, out)
+        con.print(f"HTML report written to {html}")
     return 0
 
 

@@ -19,6 +19,7 @@ import math
 import os
 import socket
 import time
+import warnings
 
 from dse._optional import require
 from dse.errors import InputError
@@ -248,11 +249,23 @@ def open_study(space, storage, study_name: str, seed, trials: int = 300, **setti
         study.set_user_attr("space_digest", digest)
         study.set_user_attr("space", space.name)
         study.set_user_attr("objectives", [o.metric for o in space.objectives])
+        name_objectives(study, space)
     elif stored != digest:
         raise InputError(f"--study {study_name}: the study was created for a different space or objectives "
                          f"({study.user_attrs.get('space')}, digest {stored}; this one {digest}); "
                          "use another --study name")
     return study
+
+
+def name_objectives(study, space) -> None:
+    """Store the objectives' metric names on the study (``study.metric_names``): optuna-dashboard labels its
+    axes with them instead of "Objective 0". One write per study; optuna < 3.2 has no metric names."""
+    if not hasattr(study, "set_metric_names"):
+        return
+    optuna = _optuna()
+    with warnings.catch_warnings():         # "experimental" in optuna 3.2-5
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        study.set_metric_names([o.metric for o in space.objectives])
 
 
 def complete_trials(study):
