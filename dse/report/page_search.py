@@ -19,7 +19,7 @@ from dse.report.html import search_html
 from dse.report.page import PALETTE, breakdown, page, write
 
 DETAILS = 50            # ranked points whose full breakdown the page carries (each ~10 kB)
-MAX_POINTS = 20_000     # optuna trials drawn at most (the rest are counted in a note)
+MAX_POINTS = 5_000      # optuna trials drawn at most, ~1 kB each (the rest are counted in a note)
 W, H, PAD_L, PAD_R, PAD_T, PAD_B = 760, 420, 110, 30, 16, 46
 
 
@@ -104,7 +104,7 @@ def _points(space, out: dict) -> tuple[list[dict], str]:
         for r in out["trials"]:
             if r["state"] != "COMPLETE":
                 continue
-            if not _finite(r["values"]) or len(pts) >= MAX_POINTS:
+            if not _finite(r["values"]) or (len(pts) >= MAX_POINTS and r["trial"] not in rank_of):   # keep ranked
                 skipped += 1
                 continue
             rank = rank_of.get(r["trial"])
