@@ -165,6 +165,11 @@ class NodeSpec:
     storage: StorageArraySpec | None = None
     price: float = spec_field(0.0, unit="USD", ge=0, help="integration cost per node beyond its parts")
 
+    def _check(self, where: str) -> None:
+        if self.gpus_per_node > 1 and self.gpu_link is None:   # else the GPUs would talk at infinite bandwidth
+            raise InputError(f"{where}.gpu_link: a node of {self.gpus_per_node} GPUs needs the link between them "
+                             "(e.g. nvlink4, or pcie4-x16-gpu-peer for GPUs that talk over PCIe)")
+
 
 @dataclass(frozen=True, kw_only=True)
 class SiteSpec:
@@ -185,6 +190,11 @@ class SystemSpec:
     site: SiteSpec = spec_field(factory=SiteSpec)
     description: str = ""
     source: str = ""
+
+    def _check(self, where: str) -> None:
+        if self.nodes > 1 and self.node.network is None:       # else the nodes would talk at a made-up rate
+            raise InputError(f"{where}.node.network: a system of {self.nodes} nodes needs the network between them "
+                             "(e.g. ib-ndr-8x400)")
 
     @property
     def gpus(self) -> int:
