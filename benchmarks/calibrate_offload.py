@@ -11,8 +11,8 @@ log(model/published):
   cpu_adam      CPU optimizer throughput (GB/s of fp32 state; DeepSpeed#6695 suggests ~16)
   overlap       share of the ideal write/load overlap of the transfer handler (SU+O)
 
-Fit set: the GPT-2 cases of Fig. 9 (iteration times, update segments, speedups) and the
-RAID0 scaling of Fig. 3(b). Held out: the BERT cases of Fig. 9, the A100 cases of Fig. 11
+Fit set: the GPT-2 cases of Fig. 9 (iteration times, update and backward segments, speedups)
+and the RAID0 scaling of Fig. 3(b). Held out: the BERT cases of Fig. 9, the A100 cases of Fig. 11
 and the update shares of Fig. 3(a). The script prints both errors, for the fitted values
 and for the values shipped in hwspecs/ (what `dse validate smart-infinity` uses).
 

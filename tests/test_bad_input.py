@@ -60,15 +60,6 @@ def test_zero_or_negative_size_bandwidth_count(dse, override, needle):
                    "--set " + override.split("=")[0] + ":")
 
 
-@pytest.mark.parametrize("hw, override, needle", [
-    ("dgx-h100", "hardware.node.gpu_link=null", "a node of 8 GPUs needs the link between them"),
-    ("workstation-rtx5090", "hardware.nodes=4", "a system of 4 nodes needs the network between them"),
-])
-def test_a_system_without_the_link_its_gpus_or_nodes_need_is_an_error(dse, hw, override, needle):
-    """A missing GPU link or network used to be priced as infinitely fast (GPU) or at a made-up rate (nodes)."""
-    one_line_error(dse("estimate", "--model", "gpt2-xl", "--hw", hw, "--set", override), needle)
-
-
 def test_zero_count_flag(dse):
     one_line_error(dse("estimate", "--model", "gpt2-xl", "--hw", "a100-cluster-800g", "--tp", "0"), "--tp")
 

@@ -131,7 +131,8 @@ def test_deepspeed_zero_infinity(dse):
     assert (plan["sub_group_size"], plan["overlap_grad_reduce"], plan["recompute"]) == (1e9, True, "full")
     assert (plan["precision"], plan["optimizer"]) == ("bf16", "adam")
     ignored = out["imported"]["ignored"]
-    for name in ("aio.block_size", "optimizer.params.lr", "zero_optimization.offload_optimizer.nvme_path",
+    assert (plan["aio_block_size"], plan["aio_queue_depth"], plan["aio_overlap_events"]) == (1048576, 8, True)
+    for name in ("optimizer.params.lr", "zero_optimization.offload_optimizer.nvme_path",
                  "zero_optimization.stage3_max_live_parameters", "gradient_clipping"):
         assert name in ignored
     assert out["memory"]["storage"]["total"] > 0        # the states went to the drives

@@ -30,13 +30,6 @@ def test_an_estimate_renders_its_numbers_as_tables():
     assert "seq 4096" in html and "defaults: " in html and "global batch 4 = b·dp" in html
 
 
-def test_a_chiplet_estimate_renders_its_dies_and_numbers():
-    r = dse.estimate("llama2-70b", "chiplet-train-8x8", global_batch=16)
-    html = r._repr_html_()          # a chiplet result has no 'parallelism' section: its dies instead
-    assert "64 dies (8x8)" in html and fmt(r["time"]["iteration"], "s") in html
-    assert fmt(r["memory"]["sram"]["total"], "bytes") in html and fmt(r["memory"]["dram"]["total"], "bytes") in html
-
-
 def test_an_estimate_shows_its_warnings_escaped():
     from pathlib import Path
 

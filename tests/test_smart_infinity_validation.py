@@ -26,8 +26,9 @@ def test_iteration_times_within_15_percent_and_speedups_within_10(suite):
     sps = [c for c in suite.cases if ": speedup" in c.name]
     assert len(its) == 8 * 4 + 3 and len(sps) == 8 * 3 + 1
     assert all(abs(c.error) <= 0.15 for c in its)
-    assert sum(abs(c.error) > 0.10 for c in sps) == 1            # GPT-2 8.4B, 10 drives, SU+O (documented)
-    assert max(abs(c.error) for c in sps) < 0.12
+    assert all(abs(c.error) <= 0.10 for c in sps)
+    bws = [c for c in suite.cases if c.name.endswith("backward segment")]
+    assert len(bws) == 22 and all(abs(c.error) <= 0.10 for c in bws)   # ZeRO-3's gradient round trip (issue 17)
     assert sum(abs(c.error) for c in its) / len(its) < 0.06       # mean error of the iteration times
 
 
@@ -69,8 +70,11 @@ def test_one_calibrated_hardware_set_and_held_out_error():
 
 
 def test_gpu_segment_split_is_as_documented():
-    """The A5000 file states these bands (forward long, backward short, their sum close)."""
+    """The A5000 file states these bands (forward +4..+32 %, backward -9..+9 %, their sum -7..+11 %).
+
+    Before ZeRO-3's gradient round trip was modelled the backward segments were all short and the fitted
+    GEMM efficiency (0.44) made every forward segment 23-57 % long."""
     err = SI.segment_errors()
-    assert 0.20 < min(err["forward"]) and max(err["forward"]) < 0.60
-    assert -0.17 < min(err["backward"]) and max(err["backward"]) < 0.0
+    assert 0.0 < min(err["forward"]) and max(err["forward"]) < 0.35
+    assert max(abs(e) for e in err["backward"]) < 0.10
     assert max(abs(e) for e in err["forward+backward"]) < 0.12

@@ -70,8 +70,13 @@ class Flows:
     optimizer: Num = 0.0
 
 
-def bandwidths(system: SystemSpec, N: Num, O: FormulaModule) -> Bandwidths:
-    """(GPU<->host, switch uplink, drive array read, drive array write) bandwidths [bytes/s]."""
+def bandwidths(system: SystemSpec, N: Num, O: FormulaModule, plan: Plan | None = None) -> Bandwidths:
+    """(GPU<->host, switch uplink, drive array read, drive array write) bandwidths [bytes/s].
+
+    One drive: its sequential rate, capped by its port (``storage.port``) and by the requests DeepSpeed's
+    swapper keeps in flight on it (``plan.aio_*``, Little's law with the drive's datasheet latency); the
+    array: N drives behind the shared uplink.
+    """
     inf = float("inf")
     node = system.node
     hl = node.host_link
@@ -82,8 +87,16 @@ def bandwidths(system: SystemSpec, N: Num, O: FormulaModule) -> Bandwidths:
     up = storage.uplink
     b_up = O.link_bandwidth(up.bandwidth, up.efficiency) if up else inf
     dev = storage.device
-    return (b_host, b_up, O.array_bandwidth(N, dev.read_bandwidth, b_up),
-            O.array_bandwidth(N, dev.write_bandwidth, b_up))
+    port = O.link_bandwidth(storage.port.bandwidth, storage.port.efficiency) if storage.port else inf
+    per_drive = []
+    for peak, latency in ((dev.read_bandwidth, dev.read_latency), (dev.write_bandwidth, dev.write_latency)):
+        b = minimum(peak, port)
+        if plan is not None and latency > 0:
+            q = O.aio_inflight_bytes(plan.aio_block_size, plan.aio_queue_depth, plan.aio_thread_count)
+            b = O.queue_limited_bandwidth(q / N, O.drive_request_bytes(plan.aio_block_size, N), latency, b,
+                                          plan.aio_overlap_events)
+        per_drive.append(b)
+    return b_host, b_up, O.array_bandwidth(N, per_drive[0], b_up), O.array_bandwidth(N, per_drive[1], b_up)
 
 
 def param_fetch(f: Flows, part: Partition, m: Num, plan: Plan, b_host: Num, b_read: Num, O: FormulaModule) -> None:
@@ -104,7 +117,12 @@ def param_fetch(f: Flows, part: Partition, m: Num, plan: Plan, b_host: Num, b_re
 
 def gradients(f: Flows, part: Partition, m: Num, plan: Plan, gpu: GPUSpec, b_host: Num, b_write: Num, O: FormulaModule,
               NS: FormulaModule) -> None:
-    """Gradients off the GPU (every micro-batch) and to the drives; top-k compression for a CSD."""
+    """Gradients off the GPU (every micro-batch) and to the drives; top-k compression for a CSD.
+
+    ZeRO-3 hands each gradient partition to an offloaded optimizer with a round trip (DeepSpeed
+    ``partition_grads``): down to the host buffer, back to the GPU, down again as fp32 (CPU step) or as
+    the exchange dtype, top-k compressed for a CSD with compression (``O.gradient_round_trip_bytes``).
+    """
     e = part.grad_bytes
     opt = plan.offload_optimizer
     shard_opt, P_opt, x = part.shard_opt, part.node_opt, part.exchange_bytes
@@ -114,6 +132,11 @@ def gradients(f: Flows, part: Partition, m: Num, plan: Plan, gpu: GPUSpec, b_hos
         grads = e * shard_opt * m                             # fp16 gradient partitions, every micro-batch
         f.d2h = f.d2h + grads
         f.t_grad = O.transfer_time(grads, b_host)
+        final, c = (x, cr) if opt == "csd" else (part.master_grad_bytes, 1.0)
+        back, again = O.gradient_round_trip_bytes(shard_opt, e, final, m, c)
+        z3 = where(plan.zero == 3, 1.0, 0.0)                  # ZeRO-3's partition_grads (arrays in a sweep)
+        f.h2d, f.d2h = f.h2d + z3 * back, f.d2h + z3 * again
+        f.t_grad = f.t_grad + z3 * O.transfer_time(back + again, b_host)
     if opt == "nvme":
         g_tier = O.gradient_offload_bytes(P_opt, part.master_grad_bytes)
         f.up_write = f.up_write + g_tier
@@ -124,13 +147,9 @@ def gradients(f: Flows, part: Partition, m: Num, plan: Plan, gpu: GPUSpec, b_hos
         f.up_write = f.up_write + g_tier
         f.w_grads = g_tier                                    # stored on each CSD's drive, read back by its FPGA
         f.t_tier = O.transfer_time(g_tier, b_write)
-        # Released code: dense gradients go back to the GPU, are sorted there, values + indices come back.
+        # Released code: the values are sorted on the GPU (the round trip above brings them there).
         if not (is_scalar(cr) and not compressed):
-            f.t_comp = where(compressed, O.transfer_time(e * shard_opt, b_host)
-                             + NS.topk_time(shard_opt, gpu.hbm_bandwidth, gpu.efficiency.memory)
-                             + O.transfer_time(cr * x * shard_opt, b_host), 0.0)
-            f.h2d = f.h2d + where(compressed, e * shard_opt, 0.0)
-            f.d2h = f.d2h + where(compressed, cr * x * shard_opt, 0.0)
+            f.t_comp = where(compressed, NS.topk_time(shard_opt, gpu.hbm_bandwidth, gpu.efficiency.memory), 0.0)
 
 
 def update(f: Flows, part: Partition, t_opt_base: Num, plan: Plan, system: SystemSpec, b_read: Num, b_write: Num,
@@ -257,7 +276,7 @@ def compose(c: Result, part: Partition, model: ModelSpec, system: SystemSpec, pl
     i, ti = c["terms"], c["terms"].timed()
     m = i.micro_batches
     p_gpu = i.params_per_gpu
-    bws = bandwidths(system, part.drives, _offload)      # not traced: link arithmetic, not a model term
+    bws = bandwidths(system, part.drives, _offload, plan)      # not traced: link arithmetic, not a model term
     b_host, b_up, b_read, b_write = bws
 
     # GPU segments of the base estimate

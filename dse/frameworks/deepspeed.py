@@ -12,6 +12,8 @@ fields and defaults in ``deepspeed/runtime/zero/config.py`` and ``offload_config
 - ``zero_optimization``: ``stage`` -> zero; ``offload_optimizer.device`` cpu|nvme -> offload_optimizer,
   ``offload_param.device`` -> offload_params, their ``buffer_count``/``buffer_size``, ``pipeline_read``/
   ``pipeline_write`` -> swap_pipeline, ``sub_group_size``, ``overlap_comm`` -> overlap_grad_reduce;
+- ``aio``: ``block_size``, ``queue_depth``, ``thread_count`` (``intra_op_parallelism``), ``overlap_events``
+  -> the plan's ``aio_*`` (requests the swapper keeps in flight on the drives);
 - ``activation_checkpointing`` present -> full recompute (DeepSpeed's checkpointing wraps whole layers,
   as Megatron-DeepSpeed and Hugging Face's gradient checkpointing call it);
 - ``optimizer.type`` -> the optimizer's state count (Adam, AdamW, Lamb, 1-bit Adam: two states; SGD: one;
@@ -47,6 +49,7 @@ def read(path: str) -> Imported:
     _batch(imp, t)
     _precision(imp, t)
     _zero(imp, t)
+    _aio(imp, t)
     ckpt = t.section("activation_checkpointing")
     if "activation_checkpointing" in t.data:
         imp.set("recompute", "full", "activation_checkpointing")
@@ -124,6 +127,24 @@ def _precision(imp: Imported, t: Tree) -> None:
         imp.set("grad_dtype", "fp32" if dtype == "fp32" else "half", "data_types.grad_accum_dtype")
 
 
+def _aio(imp: Imported, t: Tree) -> None:
+    """The swapper's ``aio`` section: request size, queue depth, threads, overlapped completions."""
+    src = imp.source
+    t.section("aio")
+    for key, field in (("block_size", "aio_block_size"), ("queue_depth", "aio_queue_depth"),
+                       ("thread_count", "aio_thread_count"), ("intra_op_parallelism", "aio_thread_count")):
+        v = _value(imp, t, f"aio.{key}")
+        if v is not None:
+            n = as_int(src, f"aio.{key}", v)
+            imp.set(field, float(n) if key == "block_size" else n, f"aio.{key}")
+    v = _value(imp, t, "aio.overlap_events")
+    if v is not None:
+        imp.set("aio_overlap_events", as_bool(src, "aio.overlap_events", v), "aio.overlap_events")
+    for k in ("single_submit", "use_gds"):
+        if t.get(f"aio.{k}") is not None:
+            imp.ignore(f"aio.{k}")
+
+
 def _zero(imp: Imported, t: Tree) -> None:
     src, z = imp.source, "zero_optimization"
     section = t.section(z)
@@ -195,7 +216,8 @@ def emit(model, system, plan) -> tuple[str, list[str]]:
     cfg["zero_optimization"] = _zero_section(plan)
     if "nvme" in (cfg["zero_optimization"].get("offload_optimizer", {}).get("device"),
                   cfg["zero_optimization"].get("offload_param", {}).get("device")):
-        cfg["aio"] = dict(AIO_DEFAULTS)
+        cfg["aio"] = {**AIO_DEFAULTS, "block_size": int(plan.aio_block_size), "queue_depth": plan.aio_queue_depth,
+                      "thread_count": plan.aio_thread_count, "overlap_events": plan.aio_overlap_events}
     if plan.recompute == "full":
         cfg["activation_checkpointing"] = {"partition_activations": False, "cpu_checkpointing": False,
                                            "contiguous_memory_optimization": False,

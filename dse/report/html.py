@@ -35,15 +35,10 @@ def estimate_html(r: dict[str, Any]) -> str:
     t = r.get("time", {})
     if hasattr(t.get("iteration"), "shape") and getattr(t["iteration"], "shape", ()) != ():
         return _array_estimate_html(r)
-    p = r["plan"]
-    if "parallelism" in r:
-        where = (f"{int(r['parallelism']['gpus'])} GPUs, tp {p['tp']} · pp {p['pp']} · dp {p['dp']} · micro-batch "
-                 f"{p['micro_batch']}")
-    else:        # a chiplet package: its dies and the scheme that splits a layer over them
-        where = (f"{int(r['hardware']['dies'])} dies ({r['hardware']['rows']}x{r['hardware']['cols']}), "
-                 f"{escape(str(p['chiplet_scheme']))}")
+    p, par = r["plan"], r["parallelism"]
     parts = [f"<p><b>{escape(str(r['model']['name']))}</b> ({fmt(r['model']['params'], 'count')} parameters) on "
-             f"<b>{escape(str(r['hardware']['name']))}</b>: {where} · global batch {p['global_batch']} · seq "
+             f"<b>{escape(str(r['hardware']['name']))}</b>: {int(par['gpus'])} GPUs, tp {p['tp']} · pp {p['pp']} · "
+             f"dp {p['dp']} · micro-batch {p['micro_batch']} · global batch {p['global_batch']} · seq "
              f"{p['seq_len']} · recompute {escape(str(p['recompute']))} · ZeRO-{p['zero']} · "
              f"{escape(str(p['precision']))}</p>"]
     if r.get("defaults"):
@@ -57,8 +52,7 @@ def estimate_html(r: dict[str, Any]) -> str:
     parts.append(_table("Time per iteration", ["component", "time", "share"],
                         rows + [["iteration", fmt(total, "s"), "100.0%"]]))
     mem = r["memory"]
-    tiers = [k for k, v in mem.items()   # gpu, host, storage; a chiplet package's sram and dram
-             if isinstance(v, dict) and "capacity" in v and (v["capacity"] or v["total"])]
+    tiers = [k for k in ("gpu", "host", "storage") if k in mem and (mem[k]["capacity"] or mem[k]["total"])]
     classes = list(_CLASSES) + sorted({k for tr in tiers for k in mem[tr]} - set(_CLASSES) - {"total", "capacity"})
     rows = [[c, *[fmt(mem[tr].get(c, 0.0), "bytes") for tr in tiers]] for c in classes
             if any(mem[tr].get(c, 0.0) for tr in tiers)]

@@ -119,6 +119,14 @@ class Plan:
                                          "(DeepSpeed default 5)")
     param_buffer_size: float = spec_field(1e8, unit="count", gt=0,
                                           help="elements per param swap buffer (DeepSpeed default 1e8)")
+    aio_block_size: float = spec_field(1048576, unit="bytes", gt=0, help="DeepSpeed aio.block_size: bytes per "
+                                       "NVMe request of the swapper (default 1 MiB)")
+    aio_queue_depth: int = spec_field(8, gt=0, help="DeepSpeed aio.queue_depth: requests in flight per aio thread "
+                                      "(default 8)")
+    aio_thread_count: int = spec_field(1, gt=0, help="DeepSpeed aio.thread_count (intra_op_parallelism): aio threads "
+                                       "per swap (default 1)")
+    aio_overlap_events: bool = spec_field(True, help="DeepSpeed aio.overlap_events: refill the queue as requests "
+                                          "complete (default); false = submit qd, wait for all")
     # Activation offload (SSDTrain); see dse/formulas/activation_offload/. Uses ssds above.
     offload_activations: str = spec_field("none", choices=OFFLOAD_ACTIVATIONS,
                                           help="write saved activations to the drives (ssd, SSDTrain) or to pinned "

@@ -24,7 +24,7 @@ The equations live in one submodule per question; every name is importable from 
 - :mod:`~dse.formulas.offload.tiers`: tiers, tensor classes and their bytes, where a plan puts each class;
 - :mod:`~dse.formulas.offload.buffers`: DeepSpeed's swap buffers, reduce buckets and sub-groups (pinned memory);
 - :mod:`~dse.formulas.offload.traffic`: bytes per iteration on each link (fetches, gradients, swaps);
-- :mod:`~dse.formulas.offload.bandwidth`: link and drive-array bandwidth, transfer time;
+- :mod:`~dse.formulas.offload.bandwidth`: link and drive-array bandwidth, DeepSpeed aio queue depth, transfer time;
 - :mod:`~dse.formulas.offload.phases`: forward, backward and update segment times (CPU optimizer, swaps);
 - :mod:`~dse.formulas.offload.efficiency`: ZeRO-Infinity's arithmetic intensity and required bandwidth.
 
@@ -47,7 +47,18 @@ Symbols:
 
 from __future__ import annotations
 
-from dse.formulas.offload.bandwidth import array_bandwidth, link_bandwidth, transfer_time
+from dse.formulas.offload.bandwidth import (
+    AIO_BLOCK_SIZE,
+    AIO_QUEUE_DEPTH,
+    AIO_THREAD_COUNT,
+    RAID_CHUNK,
+    aio_inflight_bytes,
+    array_bandwidth,
+    drive_request_bytes,
+    link_bandwidth,
+    queue_limited_bandwidth,
+    transfer_time,
+)
 from dse.formulas.offload.buffers import (
     OPTIMIZER_BUFFER_COUNT,
     PARAM_BUFFER_COUNT,
@@ -75,6 +86,7 @@ from dse.formulas.offload.tiers import (
 from dse.formulas.offload.traffic import (
     fetch_passes,
     gradient_offload_bytes,
+    gradient_round_trip_bytes,
     param_fetch_bytes,
     shared_link_traffic,
     swap_in_bytes,
@@ -82,9 +94,12 @@ from dse.formulas.offload.traffic import (
 )
 
 __all__ = ["TIERS", "TENSOR_CLASSES", "CLASS_BYTES", "OPTIMIZER_CLASSES", "TIER_SECTION", "CLASS_SECTION",
-           "OPTIMIZER_BUFFER_COUNT", "PARAM_BUFFER_COUNT", "PARAM_BUFFER_SIZE", "SUB_GROUP_SIZE", "REDUCE_BUCKET_SIZE",
-           "optimizer_state_bytes", "placement", "bytes_by_tier", "optimizer_swap_buffer_bytes",
-           "param_swap_buffer_bytes", "reduce_bucket_bytes", "largest_sub_group", "fetch_passes", "param_fetch_bytes",
-           "gradient_offload_bytes", "swap_in_bytes", "swap_out_bytes", "shared_link_traffic", "link_bandwidth",
-           "array_bandwidth", "transfer_time", "cpu_optimizer_time", "swap_update_time", "forward_phase_time",
-           "backward_phase_time", "arithmetic_intensity", "offload_efficiency", "required_bandwidth"]
+           "OPTIMIZER_BUFFER_COUNT", "PARAM_BUFFER_COUNT", "PARAM_BUFFER_SIZE", "SUB_GROUP_SIZE",
+           "REDUCE_BUCKET_SIZE", "optimizer_state_bytes", "placement", "bytes_by_tier",
+           "optimizer_swap_buffer_bytes", "param_swap_buffer_bytes", "reduce_bucket_bytes", "largest_sub_group",
+           "fetch_passes", "param_fetch_bytes", "gradient_offload_bytes", "gradient_round_trip_bytes",
+           "swap_in_bytes", "swap_out_bytes", "shared_link_traffic", "link_bandwidth", "array_bandwidth",
+           "transfer_time", "AIO_BLOCK_SIZE", "AIO_QUEUE_DEPTH", "AIO_THREAD_COUNT", "RAID_CHUNK",
+           "aio_inflight_bytes", "drive_request_bytes", "queue_limited_bandwidth", "cpu_optimizer_time",
+           "swap_update_time", "forward_phase_time", "backward_phase_time", "arithmetic_intensity",
+           "offload_efficiency", "required_bandwidth"]

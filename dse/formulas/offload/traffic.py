@@ -5,10 +5,10 @@ Part of :mod:`dse.formulas.offload` (notation and symbols there).
 
 from __future__ import annotations
 
-from dse.formulas._array import Num
+from dse.formulas._array import Num, where
 
-__all__ = ["fetch_passes", "param_fetch_bytes", "gradient_offload_bytes", "swap_in_bytes", "swap_out_bytes",
-           "shared_link_traffic"]
+__all__ = ["fetch_passes", "param_fetch_bytes", "gradient_offload_bytes", "gradient_round_trip_bytes", "swap_in_bytes",
+           "swap_out_bytes", "shared_link_traffic"]
 
 def fetch_passes(recompute: str = "full") -> int:
     """How many times ZeRO-3 brings every fp16 parameter to the GPU per micro-batch.
@@ -57,6 +57,40 @@ def gradient_offload_bytes(params: Num, grad_bytes: Num = 4, compression: Num = 
     (16.0, 0.32)
     """
     return compression * grad_bytes * params
+
+
+def gradient_round_trip_bytes(params: Num, grad_bytes: Num = 2, final_bytes: Num = 4, micro_batches: Num = 1,
+                              compression: Num = 1.0) -> tuple[Num, Num]:
+    """Extra GPU<->host bytes of ZeRO-3's gradient hand-off to an offloaded optimizer (beyond the first copy down).
+
+    Formula: dense: h2d = m x g16 x P, d2h = g x P;  top-k (c < 1): h2d = (m + 1) x g16 x P, d2h = (g16 + c x g) x P
+    Source: DeepSpeed ``runtime/zero/stage3.py::partition_grads`` (0.9.3 as forked by Smart-Infinity, and
+    master 2025-02): the fp16 partition is copied into the host gradient buffer (the first copy, counted
+    elsewhere), brought back with ``grad_buffer.to(device)`` for the inf/nan check and the norm (every
+    micro-batch), converted on the GPU (``.float()`` for the CPU optimizer) and copied down again, once per
+    iteration, into the swap buffer (``swap_tensor/optimizer_utils.py::_swap_out_gradients``,
+    ``AsyncTensorSwapper.insert_tensor``: ``copy_``) or the fp32 gradient partition. Smart-Infinity's top-k
+    (c < 1, released code) copies the fp16 gradients into an fp16 swap buffer, moves it back to the GPU
+    (``gradient_tensors[0].to('cuda')``), sorts it there and copies the kept values and indices down
+    (``.to('cpu')``: c x g bytes per element of the dense exchange dtype g).
+
+    Args:
+        params: P, parameters whose gradients the GPU hands off [count]
+        grad_bytes: g16, bytes per element of the gradient partition (fp16: 2) [bytes]
+        final_bytes: g, bytes per element the optimizer gets (fp32: 4; a CSD: the exchange dtype) [bytes]
+        micro_batches: m, micro-batches per iteration [count]
+        compression: c, bytes sent / dense bytes (1 = dense) [fraction]
+    Returns:
+        (bytes host -> GPU, bytes GPU -> host) [bytes]
+
+    >>> [b / 1e9 for b in gradient_round_trip_bytes(4e9)]   # dense: GB up, GB down again
+    [8.0, 16.0]
+    >>> [round(b / 1e9, 2) for b in gradient_round_trip_bytes(4e9, compression=0.02)]   # top-k: one more trip
+    [16.0, 8.32]
+    """
+    topk = compression < 1
+    h2d = micro_batches * grad_bytes * params + where(topk, grad_bytes * params, 0.0)
+    return h2d, where(topk, grad_bytes + compression * final_bytes, final_bytes) * params
 
 
 def swap_in_bytes(params: Num, state_bytes: Num = 12, grad_bytes: Num = 4) -> Num:
