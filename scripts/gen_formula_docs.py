@@ -45,6 +45,8 @@ SCENARIOS = [
      + " --offload-optimizer csd --offload-params cpu --gradient-compression 0.02 --ssds 10",
      "smart-infinity-gpt2-4.0b", "smart-infinity-a5000",
      dict(_SMART, offload_optimizer="csd", offload_params="cpu", gradient_compression=0.02, ssds=10)),
+    ("fp8", "dse estimate -m llama2-7b --hw dgx-h100 --precision fp8",
+     "llama2-7b", "dgx-h100", dict(precision="fp8")),
     ("ssdtrain", "dse estimate -m llama2-7b --hw ssdtrain-a100-optane --tp 2 -b 2 --offload-activations ssd",
      "llama2-7b", "ssdtrain-a100-optane", dict(tp=2, micro_batch=2, offload_activations="ssd")),
     ("chiplet-1d", "dse estimate -m llama2-70b --hw chiplet-train-8x8 -B 16 --chiplet-scheme megatron-1d",

@@ -74,6 +74,11 @@ WITNESSES = {
                                                                  {"finetune": "lora", "zero": 3,
                                                                   "offload_optimizer": "cpu"}),
     "fine-tuning on chiplet packages is not modelled": ("llama2-70b", (), PKG, {**CHIPLET, "finetune": "lora"}),
+    "fp8 needs FP8 tensor cores and their stated GEMM efficiency": ("llama2-70b", (), GPU, {"precision": "fp8"}),
+    "fp8 is modelled for full training with Megatron's kernels": ("llama2-7b", (), "dgx-h100",
+                                                                  {"precision": "fp8", "finetune": "lora"}),
+    "fp8 with ZeRO-3 or offload is not modelled": ("llama2-7b", (), "dgx-h100", {"precision": "fp8", "zero": 3}),
+    "fp8 on chiplet packages is not modelled": ("llama2-70b", (), PKG, {**CHIPLET, "precision": "fp8"}),
 }
 
 

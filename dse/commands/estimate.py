@@ -16,6 +16,7 @@ from dse.commands.options import (
     ChipletScheme,
     ExchangeDtype,
     Finetune,
+    Fp8Scaling,
     LoraTargets,
     OffloadActivations,
     OffloadOptimizer,
@@ -86,6 +87,9 @@ def estimate(
         None, "--lora-targets", help="linear layers with adapters: all (default) | attention | qv | mlp"),
     quantization: Optional[Quantization] = typer.Option(
         None, "--quantization", help="qlora's frozen linear weights: nf4 (default, double-quantized) | int8"),
+    fp8_scaling: Optional[Fp8Scaling] = typer.Option(
+        None, "--fp8-scaling", help="--precision fp8's scaling: delayed (default: amax history, casts fused into "
+                                    "norms and activation) | current (each tensor's own amax: one more pass per cast)"),
     set_: List[str] = flag.set(),
     json_out: bool = flag.json(),
     explain: bool = typer.Option(False, "--explain", help="print every term with its formula, inputs and value"),
@@ -119,6 +123,8 @@ def estimate(
     fields.update(activation_offload_fields(offload_activations, offload_layers, None, activation_io_path,
                                             activation_offload_mechanism))
     fields.update(finetune_fields(finetune, lora_rank, lora_targets, quantization))
+    if fp8_scaling is not None:
+        fields["fp8_scaling"] = fp8_scaling
     imported = None
     if from_ and from_[0] is not None:
         from dse.frameworks.apply import apply, read
@@ -153,6 +159,10 @@ def estimate(
 
         trace = Trace()
     result = run(m, s, p, trace=trace)
+    if p.precision == "fp8":            # the same plan in bf16: the report's speedup and why it is below 2x
+        from dse.estimate.fp8 import compare
+
+        compare(result, m, s, p)
     if trace is not None:
         from dse.estimate.trace import composition_rows
 

@@ -14,7 +14,7 @@ import typer
 Recompute = Literal["none", "selective", "full"]
 Attention = Literal["flash", "math"]
 Stack = Literal["megatron", "pytorch", "compiled"]
-Precision = Literal["bf16", "fp16", "bf16-pure"]
+Precision = Literal["bf16", "fp16", "bf16-pure", "fp8"]
 ChipletScheme = Literal["megatron-1d", "summa-2d", "hecaton-2d"]
 OffloadOptimizer = Literal["gpu", "cpu", "nvme", "csd"]
 OffloadParams = Literal["gpu", "cpu", "nvme"]
@@ -26,6 +26,7 @@ ActivationOffloadMechanism = Literal["forwarding", "hooks"]
 Finetune = Literal["full", "lora", "qlora"]
 LoraTargets = Literal["all", "attention", "qv", "mlp"]
 Quantization = Literal["nf4", "int8"]
+Fp8Scaling = Literal["delayed", "current"]
 
 
 # ----------------------------------------------------------------------------- flags several commands declare
@@ -52,7 +53,7 @@ flag = SimpleNamespace(
     seq_len=_flag(None, "--seq-len", "-s", min=1, help="tokens per sequence"),
     attention=_flag(None, "--attention", help="flash | math"),
     zero=_flag(None, "--zero", min=0, max=3, help="ZeRO stage 0-3"),
-    precision=_flag(None, "--precision", help="bf16 | fp16 | bf16-pure"),
+    precision=_flag(None, "--precision", help="bf16 | fp16 | bf16-pure | fp8 (FP8 linear GEMMs, Transformer Engine)"),
     optimizer=_flag(None, "--optimizer", help="adam | sgd-momentum | adagrad"),
     set=_flag([], "--set", help="override any field: model.X=, hardware.X=, plan.X= (repeatable)"),
     json=_flag(False, "--json", help="print one JSON object"),

@@ -17,7 +17,7 @@ from __future__ import annotations
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from dse.estimate import frozen as _frozen
+from dse.estimate import fp8 as _fp8, frozen as _frozen
 from dse.estimate.kernel_table import Link, kernel_tables, kernel_times
 from dse.estimate.memo import ints, remembered
 from dse.estimate.terms import BaseTerms, TimeTerms
@@ -139,6 +139,10 @@ def memory_tiers(model: ModelSpec, system: SystemSpec, plan: Plan, prm: Section,
         states_first, states_last = (_frozen.states(prm, stage, model, plan, r, state_bytes, M)
                                      for stage in ("p_first", "p_last"))
     zero3_buf = where(zero >= 3, M.zero3_gather_bytes(prm["p_layer_gpu"], r.weight_gathers), 0)
+    fp8_meta = 0.0
+    if r.weight_copies:   # FP8: the linear weights' FP8 copies and transposes beside the bf16 ones (dse.estimate.fp8)
+        copies, fp8_meta = _fp8.memory(model, plan, r, prm["l_stage"])
+        states_first, states_last = ({**st, "weights": st["weights"] + copies} for st in (states_first, states_last))
     total_first = states_first["weights"] + states_first["gradients"] + states_first["optimizer"] + act["act_first"]
     total_last = states_last["weights"] + states_last["gradients"] + states_last["optimizer"] + act["act_last"]
     first_is_max = total_first >= total_last
@@ -147,7 +151,7 @@ def memory_tiers(model: ModelSpec, system: SystemSpec, plan: Plan, prm: Section,
     bwd_work = T.backward_working_bytes(plan.seq_len, plan.micro_batch, model.hidden, model.ffn_hidden, tp=t,
                                         sequence_parallel=plan.sequence_parallel, ffn_type=model.ffn_type,
                                         bytes_per_element=r.activations)
-    buffers = gpu.reserved + zero3_buf + bwd_work
+    buffers = gpu.reserved + zero3_buf + bwd_work + fp8_meta
     if plan.finetune == "qlora":   # the dequantized copy of the largest linear weight, alive during its GEMM
         buffers = buffers + _frozen.dequantized_buffer(model, r, t)
     mem_gpu = {
@@ -347,7 +351,8 @@ def compose_time(c: Result, model: ModelSpec, system: SystemSpec, plan: Plan, F:
     pp = pipeline(model, system, plan, i, r, kt, lk, P)
     dp = data_parallel(model, plan, i, r, kt, lk, P)
     opt = optimizer_step(system, plan, i, r, C, O)
-    time = breakdown(plan, i, kt, pp, dp, opt["t_opt"])
+    t_cast = _fp8.weight_cast_time(model, plan, system.node.gpu, r, i.layers_per_stage) if r.weight_copies else 0.0
+    time = breakdown(plan, i, kt, pp, dp, opt["t_opt"] + t_cast)   # FP8: the weights' cast follows the step
     fl = flops(model, plan, tables["sums"])
     t_iter = time["iteration"]
     i.time = TimeTerms(
@@ -355,7 +360,7 @@ def compose_time(c: Result, model: ModelSpec, system: SystemSpec, plan: Plan, F:
         layer_forward=kt["layer_fwd"], layer_backward=kt["layer_bwd"], layer_recompute=kt["layer_rec"],
         layer_total=kt["layer_total"], embedding_time=kt["t_embed"], head_time=kt["t_head"], p2p_time=pp["t_p2p"],
         stage_max=pp["stage_max"], stage_mean=pp["stage_mean"], pipeline_time=pp["t_pipe"], dp_time=dp["dp_time"],
-        dp_exposed=dp["dp_exposed"], embedding_sync=dp["emb_sync"], optimizer_time=opt["t_opt"],
+        dp_exposed=dp["dp_exposed"], embedding_sync=dp["emb_sync"], optimizer_time=opt["t_opt"] + t_cast,
         optimizer_params=opt["opt_params"], dp_bandwidth=lk["dp"].bandwidth, tp_bandwidth=lk["tp"].bandwidth,
         pp_bandwidth=lk["pp"].bandwidth,
     )
@@ -368,4 +373,6 @@ def compose_time(c: Result, model: ModelSpec, system: SystemSpec, plan: Plan, F:
         "hfu": fl["hardware_per_iteration"] / (t_iter * c["gpus"] * i.peak_flops),
     }
     c["traffic"] = traffic(model, plan, i, lk, pp, dp)
+    if r.weight_copies:   # FP8: where a layer's time goes (the report's "why not 2x")
+        c["fp8"] = _fp8.breakdown(tables["layer"], system.node.gpu, r, i.peak_flops, t_cast, t_iter)
     return c

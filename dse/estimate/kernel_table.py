@@ -47,6 +47,8 @@ class KernelCost(NamedTuple):
     operand_bytes: Num | None = None    # bytes per GEMM operand element for the roofline (None: compute-bound only)
     kernel_overhead: Num = 0.0          # fixed time per element-wise kernel of a row that counts its kernels [s]
     depth: Num = 0.0                    # k0 of a GEMM tile's prologue and epilogue (compute.gemm_time) [count]
+    fp8: Num | None = None              # achieved share of the FP8 peak in an FP8 GEMM (None: gemm) [fraction]
+    fp8_depth: Num | None = None        # k0 of an FP8 GEMM (None: depth) [count]
 
 
 class Link(NamedTuple):
@@ -65,7 +67,7 @@ def cost_of(gpu: GPUSpec, peak: Num, attention_peak: Num | None = None, head_pea
     return KernelCost(peak, eff.gemm, eff.attention, eff.gemm_overhead, gpu.hbm_bandwidth, eff.memory,
                       peak if attention_peak is None else attention_peak, peak if head_peak is None else head_peak,
                       eff.gemm if eff.gemm_unaligned is None else eff.gemm_unaligned, operand_bytes,
-                      eff.kernel_overhead, eff.gemm_depth)
+                      eff.kernel_overhead, eff.gemm_depth, eff.gemm_fp8, eff.gemm_fp8_depth)
 
 
 def kernel_time(row: Row, hw: KernelCost, C: Module) -> tuple[Num, Num]:
@@ -73,7 +75,8 @@ def kernel_time(row: Row, hw: KernelCost, C: Module) -> tuple[Num, Num]:
 
     GEMM: 2 m k n batch / (peak eta_gemm) + t0 forward, twice that backward (data and weight gradients of the
     same shapes; once for a ``frozen`` weight, which has no weight gradient); a GEMM whose dimensions are not
-    multiples of 16 bytes (``aligned`` false: an unpadded vocabulary) runs at ``eta_unaligned`` instead. Flash
+    multiples of 16 bytes (``aligned`` false: an unpadded vocabulary) runs at ``eta_unaligned`` instead, an FP8
+    GEMM (``fp8``: precision fp8's linear layers) at ``eta_fp8`` with its own k0 and ``operand_bytes``. Flash
     attention: executed FLOPs / (peak eta_attn) + t0 forward, backward FLOPs + 2 t0 backward (FlashAttention-2's
     backward is two kernels). Element-wise: bytes /
     (B_hbm eta_mem), twice the bytes backward unless the row states its backward bytes (a software stack's).
@@ -84,10 +87,13 @@ def kernel_time(row: Row, hw: KernelCost, C: Module) -> tuple[Num, Num]:
     if kind == "gemm":
         slow: Any = hw.gemm if hw.unaligned is None else hw.unaligned
         eff = hw.gemm if "aligned" not in row else where(row["aligned"], hw.gemm, slow)
-        f = C.gemm_time(row["m"], row["k"], row["n"], peak, eff, hw.overhead, row["batch"], hw.depth)
+        depth = hw.depth
+        if "fp8" in row and hw.fp8 is not None:
+            eff, depth = hw.fp8, (hw.depth if hw.fp8_depth is None else hw.fp8_depth)
+        f = C.gemm_time(row["m"], row["k"], row["n"], peak, eff, hw.overhead, row["batch"], depth)
         if hw.operand_bytes is not None:   # roofline: a GEMM that moves more than it computes waits on HBM
             m, k, n = row["m"], row["k"], row["n"]
-            moved = hw.operand_bytes * row["batch"] * (m * k + k * n + m * n)
+            moved = row.get("operand_bytes", hw.operand_bytes) * row["batch"] * (m * k + k * n + m * n)
             f = maximum(f, C.memory_time(moved, hw.bandwidth, hw.memory) + hw.overhead)
         return f, (f if "frozen" in row else 2 * f)    # a frozen weight: the data-gradient GEMM only
     if kind == "flash":
@@ -196,10 +202,11 @@ def kernel_tables(model: ModelSpec, plan: Plan, r: Recipe, K: Module = _kernels)
     s, b, t, sp = plan.seq_len, plan.micro_batch, plan.tp, plan.sequence_parallel
     e, comm, logits = r.activations, r.tp_messages, r.logits   # bytes per element (the precision recipe)
     stack = getattr(plan, "stack", "megatron")
+    fp8 = plan.fp8_scaling if r.gemm_dtype == "fp8" else None     # FP8 linear layers (dse.formulas.fp8)
     key = None
     if K is _kernels:                      # not when traced: the trace records every formula call
         key = (id(model), s, b, t, sp, plan.recompute, plan.attention, e, comm, logits, stack, r.gradients,
-               plan.finetune, plan.lora_rank, plan.lora_targets, plan.quantization,
+               plan.finetune, plan.lora_rank, plan.lora_targets, plan.quantization, fp8,
                *map(K.__getattribute__, _FORMULAS))
         try:
             hit = _TABLES.get(key)
@@ -215,7 +222,7 @@ def kernel_tables(model: ModelSpec, plan: Plan, r: Recipe, K: Module = _kernels)
                             ffn_type=model.ffn_type, norm=model.norm, position=model.position, dropout=dropout,
                             causal=model.architecture == "decoder", bytes_per_element=e,
                             comm_bytes_per_element=comm, stack=ops, stack_sizes=size, stack_choices=choices,
-                            grad_bytes=r.gradients, finetune=_finetune_inputs(model, plan))
+                            grad_bytes=r.gradients, finetune=_finetune_inputs(model, plan), fp8=fp8)
     embedding = K.embedding_kernels(s, b, h, tp=t, sequence_parallel=sp, dropout=dropout, position=model.position,
                                     bytes_per_element=e, comm_bytes_per_element=comm)
     head = K.head_kernels(s, b, h, model.vocab, tp=t, sequence_parallel=sp, norm=model.norm,

@@ -133,7 +133,8 @@ def step_bytes(params: Num, optimizer: str = "adam", recipe: Recipe | None = Non
 def model_state_bytes_per_param(optimizer: str = "adam", recipe: Recipe | None = None) -> dict[str, float]:
     """Bytes per trainable parameter of each model-state class: weights, gradients, optimizer.
 
-    Formula: weights = w + w_copies; gradients = g; optimizer = :func:`state_bytes_per_param`
+    Formula: weights = w; gradients = g; optimizer = :func:`state_bytes_per_param` (FP8's derived copies of the
+    linear weights, ``recipe.weight_copies``, are held for the linear weights only: :mod:`dse.formulas.fp8`)
     Source: Rajbhandari et al. 2020 (ZeRO, arXiv 1910.02054) §3.1: 2 Psi + 2 Psi + K Psi, K = 12, for
     mixed-precision Adam with fp16 gradients.
 
@@ -145,4 +146,4 @@ def model_state_bytes_per_param(optimizer: str = "adam", recipe: Recipe | None =
     {'weights': 2, 'gradients': 2, 'optimizer': 12}
     """
     r = recipe or _recipe()
-    return {"weights": r.resident_weights, "gradients": r.gradients, "optimizer": state_bytes_per_param(optimizer, r)}
+    return {"weights": r.weights, "gradients": r.gradients, "optimizer": state_bytes_per_param(optimizer, r)}

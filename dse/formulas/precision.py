@@ -15,6 +15,9 @@ precision      weights  gradients  master  states  activations  GEMMs        sou
                                                                              2018; ZeRO §3.1
 ``bf16-pure``  2        2 (bf16)   0       2       2            bf16 peak    PyTorch with the model
                                                                              in bf16, no autocast
+``fp8``        2 + 2    4 (fp32)   4       4       2 (linear    fp8 peak     Transformer Engine
+               (FP8                                inputs 1)    (linears)    (Micikevicius et al.
+               copies)                                                       2022, arXiv 2209.05433)
 =============  =======  =========  ======  ======  ===========  ===========  ====================
 
 Mixed precision (Micikevicius et al. 2018, arXiv 1710.03740): half-precision weights the
@@ -26,14 +29,16 @@ optimizer's states take the parameters' dtype (``torch.optim.AdamW`` allocates i
 ``zeros_like(param)``); that is how the measured H100 runs of ``data/h100_hf_training.jsonl``
 train (bf16 weights and gradients, no master copy).
 
-Later values without new call sites (issue "fine-tuning, FP8"): FP8 training (Transformer
-Engine) is ``gemm_dtype="fp8"`` with ``weight_copies = 2`` (the FP8 weight and its
-transpose beside the bf16 copy) and ``attention_dtype = head_dtype = "bf16"``; quantized
-frozen weights (QLoRA's NF4) set ``frozen_weights`` (about 0.5 B plus the quantization
-constants).
+FP8 training (Transformer Engine, ``precision: fp8``; :mod:`dse.formulas.fp8`): the linear layers'
+GEMMs take FP8 operands (E4M3 forward, E5M2 gradients, 1 B each: ``gemm_operands``) and run at the
+``fp8`` peak; bf16 working weights, fp32 master weights, optimizer states and gradients as bf16 mixed
+precision; ``weight_copies = 2``: the FP8 cast of each linear weight and its transpose, 1 B each, beside
+the bf16 copy (TE caches them across micro-batches); attention, LM head, norms and softmax stay in
+bf16 (``attention_dtype = head_dtype = "bf16"``). Quantized frozen weights (QLoRA's NF4) set
+``frozen_weights`` (about 0.5 B plus the quantization constants).
 
 Symbols:
-    precision: recipe name: bf16, fp16 (mixed precision, fp32 master weights) or bf16-pure [choice]
+    precision: recipe name: bf16, fp16 (mixed precision, fp32 master weights), bf16-pure or fp8 [choice]
     grad_dtype: fp32, half, or None for the precision's default (fp32 mixed, half pure) [choice]
     peak_table: dense peak per dtype of one GPU, e.g. {"bf16": 989e12, "fp8": 1979e12} [FLOP/s]
     dtype: key of the peak table a GEMM class runs at [choice]
@@ -57,7 +62,7 @@ class Recipe:
     Fields (bytes per element unless stated):
         name: the precision it stands for
         weights: the working weight copy the GEMMs read and ZeRO-3 gathers (bf16/fp16: 2)
-        weight_copies: extra derived weight copies held beside it (FP8 cast + transpose: 2; else 0)
+        weight_copies: derived copies of each linear weight held beside it (FP8 cast + transpose: 1 + 1; else 0)
         frozen_weights: weights that receive no gradient (fine-tuning; NF4: ~0.5)
         gradients: gradients as accumulated and reduced on the GPU (``plan.grad_dtype``)
         master_weights: the copy the optimizer updates (fp32: 4; 0 when the weights are updated in place)
@@ -70,6 +75,7 @@ class Recipe:
         weight_gathers: ZeRO weight all-gathers and parameter fetches from an offload tier
         offload_gradients: gradient partitions copied from the GPU to an offloaded optimizer (fp16: 2)
         offload_master_gradients: gradients the offloaded optimizer keeps and reads (DeepSpeed fp32: 4)
+        gemm_operands: bytes of a linear GEMM's operands as it reads them and its input as saved (FP8: 1)
         gemm_dtype: peak-table key of the linear layers' GEMMs
         attention_dtype: peak-table key of attention (score and value GEMMs, flash kernels)
         head_dtype: peak-table key of the LM head GEMM
@@ -90,13 +96,14 @@ class Recipe:
     weight_gathers: float = 2
     offload_gradients: float = 2
     offload_master_gradients: float = 4
+    gemm_operands: float = 2
     gemm_dtype: str = "bf16"
     attention_dtype: str = "bf16"
     head_dtype: str = "bf16"
 
     @property
     def resident_weights(self) -> float:
-        """Bytes per trainable parameter of weight copies held in memory (working copy + derived copies)."""
+        """Bytes of weight copies held per linear weight (working copy + derived copies; FP8: 2 + 1 + 1)."""
         return self.weights + self.weight_copies
 
     @property
@@ -111,12 +118,13 @@ RECIPES = {
     "fp16": Recipe("fp16", gemm_dtype="fp16", attention_dtype="fp16", head_dtype="fp16"),
     "bf16-pure": Recipe("bf16-pure", gradients=2, dp_gradients=2, master_weights=0, optimizer_states=2,
                         offload_master_gradients=2),
+    "fp8": Recipe("fp8", weight_copies=2, gemm_operands=1, gemm_dtype="fp8"),
 }
 PRECISIONS = tuple(RECIPES)
 #: Bytes of a gradient per ``plan.grad_dtype`` ("half": the weights' 16-bit dtype).
 GRAD_DTYPE_BYTES = {"fp32": 4, "half": 2}
 #: ``plan.grad_dtype`` when the plan leaves it unset.
-DEFAULT_GRAD_DTYPE = {"bf16": "fp32", "fp16": "fp32", "bf16-pure": "half"}
+DEFAULT_GRAD_DTYPE = {"bf16": "fp32", "fp16": "fp32", "bf16-pure": "half", "fp8": "fp32"}
 
 
 def recipe(precision: str = "bf16", grad_dtype: str | None = None) -> Recipe:
@@ -134,6 +142,9 @@ def recipe(precision: str = "bf16", grad_dtype: str | None = None) -> Recipe:
     (2, 2, 4, 4, 'fp16')
     >>> recipe("bf16-pure").gradients, recipe("bf16-pure").master_weights
     (2, 0)
+    >>> r = recipe("fp8")   # FP8 linear GEMMs; bf16 weights + FP8 copy and transpose; fp32 master and states
+    >>> r.gemm_dtype, r.gemm_operands, r.weights + r.weight_copies, r.master_weights, r.head_dtype
+    ('fp8', 1, 4, 4, 'bf16')
     >>> import numpy as np   # a recipe's sizes multiply arrays of parameter counts: fp32 gradients of 1B and 7B, GB
     >>> np.array([1e9, 7e9]) * recipe("bf16").gradients / 1e9
     array([ 4., 28.])

@@ -24,7 +24,7 @@ CLASSES = ["weights", "gradients", "optimizer", "activations", "buffers"]
 
 # Result section -> "module:function(con, result)" that renders it. A technique declares its own in
 # its ``report`` (dse/estimate/technique.py); this dict adds or overrides sections.
-SECTION_RENDERERS: dict[str, str] = {}
+SECTION_RENDERERS: dict[str, str] = {"fp8": "dse.report.fp8:render_fp8"}
 
 
 def section_renderers() -> dict[str, str]:

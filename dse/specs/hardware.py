@@ -37,6 +37,11 @@ class GPUEfficiency:
     gemm_unaligned: float | None = spec_field(None, unit="fraction", gt=0, le=1, help="fraction of dense peak a GEMM "
                                               "with a dimension not a multiple of 16 bytes reaches (align1 kernels; "
                                               "an unpadded vocabulary); default: gemm")
+    gemm_fp8: float | None = spec_field(None, unit="fraction", gt=0, le=1, help="fraction of the fp8 peak an FP8 "
+                                        "GEMM reaches (precision fp8's linear layers); no default: a GPU spec states "
+                                        "it with its source, precision fp8 needs it")
+    gemm_fp8_depth: float | None = spec_field(None, unit="count", ge=0, help="k0 of an FP8 GEMM (as gemm_depth: "
+                                              "t x (1 + k0/k)); default: gemm_depth")
     kernel_overhead: float = spec_field(0.0, unit="s", ge=0, help="fixed GPU time per element-wise kernel a software "
                                         "stack counts (launch, ramp and drain; stacks/*.yaml); 0: folded into the "
                                         "fitted efficiencies")

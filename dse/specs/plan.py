@@ -13,6 +13,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from dse.formulas._array import maximum, where
+from dse.formulas.fp8 import SCALINGS as FP8_SCALINGS
 from dse.formulas.precision import DEFAULT_GRAD_DTYPE, GRAD_DTYPE_BYTES, PRECISIONS
 from dse.specs import rules
 from dse.specs._schema import spec_field
@@ -63,9 +64,13 @@ class Plan:
                                   "distributed optimizer, the default on GPU systems), 2 also gradients, 3 also "
                                   "parameters; 0 replicates them")
     precision: str = spec_field("bf16", choices=PRECISION, help="precision recipe: bf16 or fp16 mixed precision "
-                                "(16-bit weights and activations, fp32 master weights and optimizer states), or "
-                                "bf16-pure (weights, gradients and optimizer states in bf16, no master copy); bytes "
+                                "(16-bit weights and activations, fp32 master weights and optimizer states), "
+                                "bf16-pure (weights, gradients and optimizer states in bf16, no master copy), or fp8 "
+                                "(bf16 mixed precision with FP8 linear GEMMs, Transformer Engine); bytes "
                                 "per tensor class in dse/formulas/precision.py")
+    fp8_scaling: str = spec_field("delayed", choices=FP8_SCALINGS, help="precision fp8's scaling recipe: delayed "
+                                  "(amax history; casts fused into the norms and the activation) or current (each "
+                                  "tensor's own amax: an extra pass per cast); dse/formulas/fp8.py")
     grad_dtype: str | None = spec_field(None, choices=GRAD_DTYPE, help="dtype gradients are accumulated and reduced "
                                         "in; default fp32 for mixed precision, half for bf16-pure")
     optimizer: str = spec_field("adam", choices=OPTIMIZERS)

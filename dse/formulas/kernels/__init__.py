@@ -65,6 +65,7 @@ Symbols:
     stack_choices: the plan's attention, recompute, bias and dropout, for the stack's conditional rows [dict]
     finetune: frozen weights and LoRA adapters: dse.formulas.finetune.apply_layer's keywords (None: full training) [dict]
     grad_bytes: bytes per gradient element [bytes]
+    fp8: FP8 linear layers' scaling, delayed or current (None: GEMMs in the activations' dtype; dse.formulas.fp8) [choice]
     group: the parallel group of a collective (tp: tensor parallel) [choice]
 """
 

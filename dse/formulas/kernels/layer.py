@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dse.formulas import compute as _compute, finetune as _finetune, stacks as _stacks
+from dse.formulas import compute as _compute, finetune as _finetune, fp8 as _fp8, stacks as _stacks
 from dse.formulas._array import Num, where
 from dse.formulas.kernels.rows import Table
 
@@ -25,7 +25,7 @@ def layer_kernels(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: N
                   causal: bool = True, bytes_per_element: Num = 2, comm_bytes_per_element: Num | None = None,
                   stack: dict[str, Any] | None = None, stack_sizes: dict[str, Num] | None = None,
                   stack_choices: dict[str, Any] | None = None,
-                  grad_bytes: Num = 2, finetune: dict[str, Any] | None = None) -> Table:
+                  grad_bytes: Num = 2, finetune: dict[str, Any] | None = None, fp8: str | None = None) -> Table:
     """The kernels of one transformer layer on one GPU for one micro-batch (Megatron-LM's fused kernels).
 
     Formula: T = s b, r = 1/t with SP (else 1); GEMMs QKV (T, h, (a+2kv)d/t), out (T, a d/t, h), fc1 (T, h, n_g F/t),
@@ -44,7 +44,9 @@ def layer_kernels(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: N
     bias-dropout-residual its 1-byte mask. Full recompute keeps only the layer input (on ``norm1``) and the
     rest becomes ``rerun``. n_g = 2 for SwiGLU (gate and up in one GEMM), else 1; n_g' = 3 (SwiGLU) or 2.
     ``finetune`` (LoRA, QLoRA): the keyword arguments of :func:`dse.formulas.finetune.apply_layer` but the table
-    and the token count: frozen linear rows, adapter rows, dequantization.
+    and the token count: frozen linear rows, adapter rows, dequantization. ``fp8`` (delayed or current scaling;
+    None: the GEMMs in the activations' dtype): FP8 linear GEMMs and their cast kernels
+    (:func:`dse.formulas.fp8.apply_layer`).
 
     The attention rows' ``flops`` (the model's FLOPs, what MFU counts) count the unmasked half of a causal score
     matrix, as the flash kernel executes it (FlashAttention-2, Dao 2023, arXiv 2307.08691 §4.1: "with causal
@@ -145,6 +147,8 @@ def layer_kernels(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: N
     if finetune:  # frozen weights with LoRA adapters (dse.formulas.finetune)
         t = _finetune.apply_layer(t, tok=tok, tp=tp, ffn_type=ffn_type, ffn_elements=tok * f_loc,
                                   bytes_per_element=e, **finetune)
+    if fp8:  # Transformer Engine's FP8 linear layers (dse.formulas.fp8)
+        t = _fp8.apply_layer(t, scaling=fp8, bytes_per_element=e, ffn_type=ffn_type, ffn_elements=tok * f_loc)
     if full:   # the checkpoint keeps the layer input; the rest is held only while the layer runs again
         for row in t.values():
             row["rerun"], row["saved"] = row["saved"], 0

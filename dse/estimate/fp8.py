@@ -1,0 +1,100 @@
+"""FP8 training's terms outside the kernel table: FP8 weight copies, scaling metadata, the weights' cast.
+
+The kernel table carries the per-micro-batch part (:func:`dse.formulas.fp8.apply_layer`: FP8 GEMM rows, cast
+rows, 1-byte saved inputs); this module adds what an iteration or a stage holds once (plan ``precision: fp8``):
+
+- memory: each linear weight's FP8 copy and transpose (``Recipe.weight_copies`` bytes per linear weight, not
+  sharded by ZeRO-1/2: every rank runs the GEMMs) and the amax histories (:func:`dse.formulas.fp8.amax_bytes`);
+- time: the cast of the stage's linear weights once per iteration, after the optimizer step (HBM-bound);
+- the breakdown the report prints (:func:`breakdown`): where a layer's GPU time goes (FP8 GEMMs, bf16 GEMMs and
+  attention, element-wise kernels, the casts), which is why the gain is below the 2x of the peaks.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from dse.formulas import compute as _compute, finetune as _finetune, fp8 as _fp8
+
+if TYPE_CHECKING:
+    from dse.estimate.aliases import Num, Section
+    from dse.formulas.precision import Recipe
+    from dse.specs.hardware import GPUSpec
+    from dse.specs.model import ModelSpec
+    from dse.specs.plan import Plan
+
+
+def linear_params_gpu(model: ModelSpec, plan: Plan) -> Num:
+    """Linear weights of one layer on one GPU (the weights with FP8 copies)."""
+    kv: Any = model.kv_heads          # resolved specs: set
+    d: Any = model.head_dim
+    ffn: Any = model.ffn_hidden
+    return _finetune.linear_parameters(model.hidden, model.heads, kv, d, ffn, model.ffn_type, plan.tp)
+
+
+def memory(model: ModelSpec, plan: Plan, r: Recipe, l_stage: Num) -> tuple[Num, Num]:
+    """(FP8 weight copies, scaling metadata) of a stage's GPU, in bytes.
+
+    Formula: copies = L_stage P_lin,gpu w_copies (1 + 1 B: the FP8 weight and its transpose); metadata =
+    amax_bytes(4 L_stage) (four TE linear modules per layer)
+    """
+    copies = l_stage * linear_params_gpu(model, plan) * r.weight_copies
+    return copies, _fp8.amax_bytes(4 * l_stage, plan.fp8_scaling)
+
+
+def weight_cast_time(model: ModelSpec, plan: Plan, gpu: GPUSpec, r: Recipe, l_stage: Num) -> Num:
+    """Time of casting a stage's linear weights to FP8 (weight and transpose) once per iteration, HBM-bound.
+
+    Formula: weight_cast_bytes(L_stage P_lin,gpu) / (B_hbm eta_mem)
+    """
+    moved = _fp8.weight_cast_bytes(l_stage * linear_params_gpu(model, plan), plan.fp8_scaling, r.activations)
+    return _compute.memory_time(moved, gpu.hbm_bandwidth, gpu.efficiency.memory)
+
+
+def breakdown(layer: dict[str, Any], gpu: GPUSpec, r: Recipe, peak: Num, t_weight_cast: Num, t_iteration: Num
+              ) -> Section:
+    """Where one layer's GPU time goes under FP8 (forward + backward of one micro-batch), and the weight cast.
+
+    Shares of the layer's kernel time (collectives excluded): ``fp8_gemm`` (the linear GEMMs at the FP8 peak),
+    ``bf16_compute`` (attention and any other GEMM, still bf16), ``elementwise`` (norms, activation, residuals,
+    rotary: HBM-bound, unchanged by FP8 except the fused casts), ``cast`` (the cast and transpose kernels);
+    ``weight_cast`` is the per-iteration weight cast's share of the iteration.
+    """
+    from dse.estimate.kernel_table import cost_of, kernel_time
+    from dse.formulas.precision import peak_flops
+
+    bf16 = peak_flops(gpu.peak_flops, r.attention_dtype)
+    hw = cost_of(gpu, peak, bf16, peak_flops(gpu.peak_flops, r.head_dtype), r.activations)
+    parts: dict[str, Num] = {"fp8_gemm": 0.0, "bf16_compute": 0.0, "elementwise": 0.0, "cast": 0.0}
+    for name, row in layer.items():
+        if row["kind"] == "collective":
+            continue
+        f, b = kernel_time(row, hw, _compute)
+        part = ("fp8_gemm" if "fp8" in row else "cast" if name == "fp8_cast"
+                else "elementwise" if row["kind"] == "elementwise" else "bf16_compute")
+        parts[part] = parts[part] + f + b
+    total: Num = sum(parts.values())
+    out: dict[str, Any] = {f"{k}_share": v / total for k, v in parts.items()}
+    out["layer_kernel_time"] = total
+    out["weight_cast_time"] = t_weight_cast
+    out["weight_cast_share"] = t_weight_cast / t_iteration
+    return out
+
+
+def compare(result: dict[str, Any], model: ModelSpec, system: Any, plan: Plan) -> dict[str, Any]:
+    """Add the same plan in bf16 to an FP8 result's ``fp8`` section: its iteration time, the speedup, its memory.
+
+    ``bf16_iteration`` [s], ``speedup_vs_bf16`` (bf16 time / FP8 time), ``bf16_gpu_memory`` [bytes],
+    ``bf16_feasible``. Scalar results only (``dse estimate``).
+    """
+    import dataclasses
+
+    from dse.estimate import run
+
+    bf16 = run(model, system, dataclasses.replace(plan, precision="bf16"))
+    section = result["fp8"]
+    section["bf16_iteration"] = bf16["time"]["iteration"]
+    section["speedup_vs_bf16"] = bf16["time"]["iteration"] / result["time"]["iteration"]
+    section["bf16_gpu_memory"] = bf16["memory"]["gpu"]["total"]
+    section["bf16_feasible"] = bf16["feasible"]
+    return result

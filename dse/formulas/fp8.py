@@ -1,0 +1,183 @@
+"""FP8 training as Transformer Engine runs it: FP8 linear GEMMs, their cast kernels, FP8 weight copies.
+
+``precision: fp8`` (:mod:`dse.formulas.precision`) is NVIDIA Transformer Engine's recipe (TE, ``fp8_autocast``;
+Micikevicius et al. 2022, "FP8 Formats for Deep Learning", arXiv 2209.05433): the linear layers' GEMMs (QKV,
+attention output, MLP fc1 and fc2: forward, data gradient, weight gradient) take FP8 operands, E4M3 in forward and
+E5M2 for gradients (``Format.HYBRID``), 1 byte each, with an fp32 scale per tensor, and accumulate and write in
+bf16; everything else stays in bf16: attention (flash), softmax, norms, residuals, the LM head and the loss. The
+bf16 working weights, fp32 master weights and optimizer states are those of bf16 mixed precision.
+
+What it changes on the kernel table (:mod:`dse.formulas.kernels`), per layer and micro-batch:
+
+- the four linear GEMM rows run at the ``fp8`` peak with the GPU's FP8 GEMM efficiency (``fp8`` key), their
+  operands are 1 B (``operand_bytes``), and the input each keeps for its weight gradient is its FP8 copy (TE
+  saves the quantized input, not the bf16 one: ``transformer_engine/pytorch/module/linear.py``,
+  ``layernorm_linear.py``, ``layernorm_mlp.py``);
+- cast kernels (``fp8_cast``, element-wise): every FP8 operand is produced by a kernel that reads the bf16
+  tensor (e bytes per element), writes the FP8 copy (1 B) and, for Hopper's FP8 tensor cores (which take only
+  the "TN" layout, so the weight gradient X^T dY needs both operands transposed), also the FP8 transpose (1 B);
+  the tensor's absolute maximum (amax) is reduced in the same pass;
+- delayed scaling (``DelayedScaling``, TE's original recipe): the scale comes from the amax history of earlier
+  iterations, so the cast fuses into the kernel that produces the tensor: the norm before QKV and fc1 writes its
+  output in FP8 (``LayerNormLinear``/``LayerNormMLP``: read e, write 1), the MLP activation writes fc2's input in
+  FP8 (TE's ``fp8_gelu``/``swiglu`` with an FP8 output); the attention output (input of the output projection)
+  has a fused cast + transpose (read e, write 1 + 1); in backward each output gradient dY has a fused
+  cast + transpose (read e, write 1 + 1) and the inputs saved without their transpose (the norms' and the
+  activation's FP8 outputs) are transposed (read 1, write 1);
+- current scaling (``Float8CurrentScaling``): the scale is the tensor's own amax, known only after a full pass
+  over it, so no producer can write FP8 directly: each operand takes an amax pass (read e) and a cast + transpose
+  (read e, write 1 + 1), forward for the four inputs and backward for the four output gradients;
+- weights: each linear weight is cast (and transposed) once per iteration, after the optimizer step; TE keeps
+  the FP8 copies across the micro-batches (``is_first_microbatch``), so the cast is per iteration, not per
+  micro-batch: read e, write 1 + 1 (current scaling: + e for the amax pass);
+- memory: the FP8 weight and its transpose (1 + 1 B per linear weight, ``Recipe.weight_copies``) beside the bf16
+  copy; the saved FP8 inputs (1 B instead of e); delayed scaling's amax histories (fp32, ``amax_history_len``,
+  TE's default 1024, for the 3 forward tensors of a GEMM: input, weight, output, and the 2 backward ones: output
+  gradient, input gradient) and scales: :func:`amax_bytes`, some KB per layer.
+
+Not modelled (stated): the per-micro-batch all-reduce of the amax values over the data-parallel group (a few KB,
+latency only), FP8 tensor-parallel all-gathers (the collectives stay bf16), FP8 attention (TE's optional FP8 DPA),
+Blackwell's MXFP8 block scaling (no transposes needed there: the Hopper rule here is conservative for B200).
+
+Symbols:
+    table: a layer's kernel table (kernel name -> row) [dict]
+    scaling: delayed (amax history) or current (the tensor's own amax) [choice]
+    bytes_per_element: e, bytes of a bf16 element [bytes]
+    ffn_type: gelu, relu or swiglu [choice]
+    ffn_elements: elements of fc2's input on this GPU, s b F / t [count]
+    elements: elements of the tensor cast to FP8 [count]
+    transpose: the cast also writes the FP8 transpose (Hopper's weight-gradient layout) [bool]
+    linear_params: linear weights on one GPU (those with FP8 copies) [count]
+    linears: linear layers (TE modules with FP8 metadata) [count]
+    history: amax history length (TE ``amax_history_len``) [count]
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dse.formulas._array import Num
+
+__all__ = ["SCALINGS", "LINEAR_ROWS", "cast_bytes", "weight_cast_bytes", "amax_bytes", "apply_layer"]
+
+SCALINGS = ("delayed", "current")
+#: The linear GEMM rows of a layer's kernel table: their GEMMs run in FP8.
+LINEAR_ROWS = ("qkv", "out", "fc1", "fc2")
+#: Bytes of one FP8 element (E4M3 or E5M2).
+FP8_BYTES = 1
+
+
+def cast_bytes(elements: Num, scaling: str = "delayed", bytes_per_element: Num = 2, transpose: bool = True) -> Num:
+    """HBM bytes of one stand-alone FP8 cast of a bf16 tensor (amax reduced in the same pass).
+
+    Formula: elements (e + 1 + 1_transpose + e_current), e_current = e for current scaling (a separate amax pass
+    over the tensor before the cast), else 0
+    Source: Transformer Engine ``fp8_cast_transpose_fused`` / ``cast_to_fp8`` (transformer_engine/pytorch/cpp_
+    extensions/cast.py, transpose.py): read the bf16 tensor, write the FP8 row-wise copy and its transpose, amax
+    in the same kernel; ``Float8CurrentScaling`` computes the amax first (TE docs, "FP8 Current Scaling").
+
+    Returns:
+        bytes [bytes]
+
+    >>> cast_bytes(1000), cast_bytes(1000, "current"), cast_bytes(1000, transpose=False)
+    (4000, 6000, 3000)
+    """
+    e = bytes_per_element
+    return elements * (e + FP8_BYTES + (FP8_BYTES if transpose else 0) + (e if scaling == "current" else 0))
+
+
+def weight_cast_bytes(linear_params: Num, scaling: str = "delayed", bytes_per_element: Num = 2) -> Num:
+    """HBM bytes of casting the linear weights to FP8 (weight and transpose), once per iteration.
+
+    Formula: linear_params (e + 2 + e_current)
+    Source: Transformer Engine caches the FP8 weight and its transpose across the micro-batches of an iteration
+    (``is_first_microbatch`` in ``transformer_engine/pytorch/module/linear.py``: "the weights are cast to FP8 only
+    on the first micro-batch"); :func:`cast_bytes`.
+
+    Returns:
+        bytes per iteration [bytes]
+
+    >>> weight_cast_bytes(202375168) / 1e9   # Llama-2-7B's linear weights of one layer: 0.81 GB per iteration
+    0.809500672
+    >>> import numpy as np   # arrays broadcast: two stages of 1e9 weights, current scaling, GB
+    >>> weight_cast_bytes(np.array([1e9, 1e9]), "current") / 1e9
+    array([6., 6.])
+    """
+    return cast_bytes(linear_params, scaling, bytes_per_element)
+
+
+def amax_bytes(linears: Num, scaling: str = "delayed", history: Num = 1024) -> Num:
+    """Bytes of FP8 scaling metadata: amax histories and scales of every FP8 tensor of the linear layers.
+
+    Formula: linears x 5 tensors x (history + 2) x 4 B (delayed: an fp32 amax history, scale and inverse scale for
+    input, weight, output, output gradient and input gradient); current scaling keeps no history: linears x 5 x 2 x 4
+    Source: Transformer Engine ``DelayedScaling(amax_history_len=1024)`` (transformer_engine/common/recipe: default
+    1024) and the FP8 metadata of a module (``fp8_meta["scaling_fwd"]``: 3 tensors per GEMM, ``scaling_bwd``: 2).
+
+    Returns:
+        bytes [bytes]
+
+    >>> amax_bytes(4) / 1024   # one layer's four linear modules: 80 KiB
+    80.15625
+    """
+    per_tensor = (history + 2) * 4 if scaling == "delayed" else 2 * 4
+    return linears * 5 * per_tensor
+
+
+def apply_layer(table: dict[str, Any], *, scaling: str = "delayed", bytes_per_element: Num = 2,
+                ffn_type: str = "gelu", ffn_elements: Num = 0) -> dict[str, Any]:
+    """A layer's kernel table with FP8 linear GEMMs, their FP8 saved inputs and the cast kernels (``fp8_cast``).
+
+    Formula: GEMM rows qkv, out, fc1, fc2: ``fp8`` and ``operand_bytes`` 1; saved inputs x 1/e; fc2's input (counted
+    on the activation row) 1 B instead of e (ReLU keeps its bf16 output as well: + 1 B). Delayed scaling: the
+    norms write FP8 (bytes - (e - 1) per output element), the activation writes FP8 (same); ``fp8_cast`` forward:
+    cast + transpose of the output projection's input, (e + 2) s b a d / t; backward: cast + transpose of every
+    output gradient (e + 2) m n, transposes of the other three saved inputs 2 m k; 1 and 7 kernels. Current
+    scaling: norms and activation unchanged; ``fp8_cast``: (2e + 2) m k per input forward, (2e + 2) m n per output
+    gradient backward; 8 kernels each way (an amax kernel and a cast kernel per tensor)
+    Source: the module docstring (Transformer Engine's Linear, LayerNormLinear, LayerNormMLP).
+
+    Returns:
+        kernel name -> row [dict]
+
+    >>> t = {"norm1": {"kind": "elementwise", "bytes": 64, "saved": 40},
+    ...      "qkv": {"kind": "gemm", "m": 8, "k": 4, "n": 12, "batch": 1, "saved": 64, "flops": 768},
+    ...      "out": {"kind": "gemm", "m": 8, "k": 4, "n": 4, "batch": 1, "saved": 64, "flops": 256}}
+    >>> out = apply_layer(t)
+    >>> out["norm1"]["bytes"], out["qkv"]["saved"], out["qkv"]["fp8"], out["fp8_cast"]["bytes"]
+    (48.0, 32.0, True, 128)
+    >>> out["fp8_cast"]["bytes_backward"]   # dY of qkv and out cast + transposed; qkv's input transposed
+    576
+    """
+    e = bytes_per_element
+    delayed = scaling == "delayed"
+    out: dict[str, Any] = {}
+    fwd: Num = 0
+    bwd: Num = 0
+    kf = kb = 0
+    for name, row in table.items():
+        if name in LINEAR_ROWS and row["kind"] == "gemm":
+            m, k, n = row["m"], row["k"], row["n"]
+            row = {**row, "fp8": True, "operand_bytes": FP8_BYTES, "saved": row["saved"] * FP8_BYTES / e}
+            bwd = bwd + cast_bytes(m * n, scaling, e)          # the output gradient dY, cast and transposed
+            kb += 1 if delayed else 2
+            if not delayed:                                    # the input: amax pass, cast + transpose
+                fwd = fwd + cast_bytes(m * k, scaling, e)
+                kf += 2
+            elif name == "out":                                # the attention output: fused cast + transpose
+                fwd = fwd + cast_bytes(m * k, scaling, e)
+                kf += 1
+            else:                                              # written in FP8 by its producer: transpose it later
+                bwd = bwd + 2 * FP8_BYTES * m * k
+                kb += 1
+        elif delayed and name in ("norm1", "norm2"):           # the norm writes its output in FP8
+            row = {**row, "bytes": row["bytes"] * (e + FP8_BYTES) / (2 * e)}
+        elif name == "activation":                             # fc2's saved input in FP8
+            row = dict(row)
+            row["saved"] = row["saved"] + (FP8_BYTES if ffn_type == "relu" else FP8_BYTES - e) * ffn_elements
+            if delayed:                                        # the activation writes its output in FP8
+                row["bytes"] = row["bytes"] - (e - FP8_BYTES) * ffn_elements
+        out[name] = row
+    out["fp8_cast"] = {"kind": "elementwise", "bytes": fwd, "bytes_backward": bwd, "kernels": kf,
+                       "kernels_backward": kb, "saved": 0}
+    return out
