@@ -52,6 +52,14 @@ REFERENCE = {
     "llama3-70b": (70_553_706_496, "HF API safetensors.total of meta-llama/Llama-3.1-70B (same shape as "
                    "Meta-Llama-3-70B); " + HF_META),
     "llama3.1-405b": (405_853_388_800, "HF API safetensors.total of meta-llama/Llama-3.1-405B; " + HF_META),
+    "mistral-7b": (7_241_732_096, "KerasHub mistral_presets.py mistral_7b_en params; " + HF_META),
+    "qwen2-7b": (7_615_616_512, "KerasHub qwen_presets.py qwen2.5_math_7b_en params (same shape); " + HF_META),
+    "gemma2-9b": (9_241_705_984, "KerasHub gemma_presets.py gemma2_9b_en params; transformers 5.24.0 meta-device "
+                  "count (Gemma2ForCausalLM)"),
+    "mixtral-8x7b": (46_702_792_704, "Mixtral model card 46.7B; transformers 5.24.0 meta-device count "
+                     "(MixtralForCausalLM)"),
+    "qwen3-30b-a3b": (30_532_122_624, "Qwen3 model card: 30.5B total, 29.9B non-embedding; transformers 5.24.0 "
+                      "meta-device count (Qwen3MoeForCausalLM)"),
     # Smart-Infinity's evaluation models, reconstructed from their sizes (see the model files).
     "smart-infinity-gpt2-4.0b": (3_986_552_320, HF_META + " (GPT2LMHeadModel, 49 x 2560, V 50304, 1024 positions)"),
     "smart-infinity-gpt2-8.4b": (8_392_435_200, HF_META + " (GPT2LMHeadModel, 105 x 2560, V 50304, 1024 positions)"),
@@ -60,6 +68,9 @@ REFERENCE = {
     "smart-infinity-bert-8.3b": (8_276_454_274, HF_META + " (BertForPreTraining, 104 x 2560, V 30592, 1024 positions; "
                                  "HF's embedding LayerNorm stands for Megatron's final LayerNorm, same count)"),
 }
+
+# MoE models: parameters a token uses (all but the k-of-E routed experts' unused ones), against the model cards.
+ACTIVE = {"mixtral-8x7b": (12_879_925_248, 12.9e9), "qwen3-30b-a3b": (3_353_032_704, 3.3e9)}
 
 # Size labels the papers use; the exact counts must round to them (tolerance: the rounding
 # of the label, 1 %). Korthikanti et al. 2022 Table 3, Brown et al. 2020 Table 2.1.
@@ -70,12 +81,24 @@ NOMINAL = {"megatron-22b": 22e9, "megatron-530b": 530e9, "megatron-1t": 1e12, "g
 
 
 def parameters(spec) -> int:
+    if spec.experts:    # MoE: the formula of the MoE MLP in the MoE layers (dse.formulas.transformer.moe)
+        n = spec.moe_layers
+        mlp = T.mlp_parameters(spec.hidden, spec.ffn_hidden, spec.ffn_type, spec.bias)
+        moe = T.moe_mlp_parameters(spec.hidden, spec.experts, spec.expert_ffn, spec.ffn_type,
+                                   shared_experts=spec.shared_experts, shared_ffn=spec.shared_expert_ffn or 0,
+                                   shared_gate=spec.shared_expert_gate)
+        return dense_parameters(spec) + n * (moe - mlp)
+    return dense_parameters(spec)
+
+
+def dense_parameters(spec) -> int:
     return int(T.parameter_count(
         spec.layers, spec.hidden, spec.heads, spec.kv_heads, spec.head_dim, spec.ffn_hidden, spec.vocab,
         ffn_type=spec.ffn_type, norm=spec.norm, bias=spec.bias, qkv_bias=spec.qkv_bias,
         position_embeddings=spec.position_embeddings, token_types=spec.token_types,
         embedding_norm=spec.embedding_norm, tied=spec.tied_embeddings, final_norm=spec.final_norm,
-        pooler=spec.pooler, mlm_head=spec.mlm_head, nsp_head=spec.nsp_head))
+        pooler=spec.pooler, mlm_head=spec.mlm_head, nsp_head=spec.nsp_head, layer_norms=spec.layer_norms,
+        qk_norm=spec.qk_norm))
 
 
 def run(capsys, *argv) -> tuple[int, str, str]:
@@ -142,3 +165,16 @@ def test_bert_large_is_an_encoder_with_pretraining_heads():
     spec = catalog.load_model("bert-large")
     assert spec.architecture == "encoder"
     assert (spec.pooler, spec.mlm_head, spec.nsp_head, spec.token_types) == (True, True, True, 2)
+
+
+@pytest.mark.parametrize("name", sorted(ACTIVE))
+def test_moe_models_active_parameters(capsys, name):
+    from dse.estimate.parameters import model_parameters
+
+    exact, label = ACTIVE[name]
+    total, active = model_parameters(catalog.load_model(name))
+    assert (total, active) == (REFERENCE[name][0], exact)
+    assert abs(active - label) < 0.1e9    # the cards give one decimal (12.88 B: "12.9B"; 3.35 B: "3.3B")
+    code, out, err = run(capsys, "show", "model", name, "--json")
+    assert code == 0, err
+    assert json.loads(out)["active_parameters"] == exact

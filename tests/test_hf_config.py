@@ -12,7 +12,11 @@ the ``transformers_version`` stamp is left out):
 - Qwen2-0.5B: Qwen/Qwen2-0.5B (tied embeddings)
 - opt-13b: facebook/opt-13b
 - bert-large-uncased: google-bert/bert-large-uncased (architectures: BertForMaskedLM)
-- Mixtral-8x7B-v0.1: mistralai/Mixtral-8x7B-v0.1 (a model_type dse does not support)
+- Mixtral-8x7B-v0.1: mistralai/Mixtral-8x7B-v0.1 (8 experts, top-2)
+- Qwen1.5-MoE-A2.7B: Qwen/Qwen1.5-MoE-A2.7B (qwen2_moe: 60 experts, top-4, a gated shared expert)
+- Qwen3-30B-A3B: Qwen/Qwen3-30B-A3B (qwen3_moe: 128 experts, top-8, QK-norm, head_dim 128 != hidden / heads)
+- Qwen3-8B: Qwen/Qwen3-8B (qwen3: QK-norm)
+- gemma-2-9b: google/gemma-2-9b (gemma2: GeGLU, head_dim 256, tied, four norms per layer)
 
 REFERENCE below gives each exact count with its source; every one was also
 reproduced by building the transformers class on the meta device
@@ -30,7 +34,6 @@ import pytest
 from dse.catalog import load_model
 from dse.cli import main
 from dse.errors import InputError
-from dse.formulas import transformer as T
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hf"
 
@@ -47,18 +50,23 @@ REFERENCE = {
     "Qwen2-0.5B": ("qwen2", 494_032_768, "KerasHub qwen_presets.py qwen2.5_0.5b_en params (same shape: "
                    "24 x 896, 14/2 heads, F 4864, V 151936, tied)"),
     "opt-13b": ("opt", 12_853_473_280, "transformers OPTForCausalLM meta-device count (2050 position rows)"),
+    "Mixtral-8x7B-v0.1": ("mixtral", 46_702_792_704, "Mixtral model card 46.7B; transformers 5.24.0 meta-device "
+                          "count"),
+    "Qwen1.5-MoE-A2.7B": ("qwen2_moe", 14_315_784_192, "model card 14.3B; transformers 5.24.0 meta-device count"),
+    "Qwen3-30B-A3B": ("qwen3_moe", 30_532_122_624, "model card 30.5B; transformers 5.24.0 meta-device count"),
+    "Qwen3-8B": ("qwen3", 8_190_735_360, "model card 8.2B; transformers 5.24.0 meta-device count"),
+    "gemma-2-9b": ("gemma2", 9_241_705_984, "KerasHub gemma_presets.py gemma2_9b_en params; transformers 5.24.0 "
+                   "meta-device count"),
     "bert-large-uncased": ("bert", 335_174_458, "transformers BertForMaskedLM meta-device count; = KerasHub "
                            "bert_large_en_uncased backbone 335,141,888 - pooler 1,049,600 + MLM head 1,082,170"),
 }
 
 
 def parameters(spec) -> int:
-    return int(T.parameter_count(
-        spec.layers, spec.hidden, spec.heads, spec.kv_heads, spec.head_dim, spec.ffn_hidden, spec.vocab,
-        ffn_type=spec.ffn_type, norm=spec.norm, bias=spec.bias, qkv_bias=spec.qkv_bias,
-        position_embeddings=spec.position_embeddings, token_types=spec.token_types,
-        embedding_norm=spec.embedding_norm, tied=spec.tied_embeddings, final_norm=spec.final_norm,
-        pooler=spec.pooler, mlm_head=spec.mlm_head, nsp_head=spec.nsp_head))
+    """The count by the formulas (dense, and the MoE MLP in the MoE layers): as in test_catalog_models.py."""
+    from test_catalog_models import parameters as formula
+
+    return formula(spec)
 
 
 def run(capsys, *argv) -> tuple[int, str, str]:
@@ -143,15 +151,17 @@ def test_bert_pretraining_architecture_matches_the_catalog(tmp_path):
     assert parameters(load_model(str(path))) == 336_226_108 == parameters(load_model("bert-large"))
 
 
-def test_unsupported_model_type_is_one_line_exit_2(capsys):
-    path = config_path("Mixtral-8x7B-v0.1")
+def test_unsupported_model_type_is_one_line_exit_2(capsys, tmp_path):
+    cfg = {"model_type": "deepseek_v3", "hidden_size": 7168, "num_hidden_layers": 61, "kv_lora_rank": 512}
+    path = str(tmp_path / "config.json")
+    Path(path).write_text(json.dumps(cfg))
     with pytest.raises(InputError):
         load_model(path)
     code, out, err = run(capsys, "estimate", "--model", path)
     assert code == 2
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("dse: error: ")
-    assert path in lines[0] and "'mixtral'" in lines[0]
+    assert path in lines[0] and "'deepseek_v3'" in lines[0]
     for supported in ("gpt2", "llama", "mistral", "qwen2", "opt", "bert"):
         assert supported in lines[0]
     assert "Traceback" not in err and out == ""

@@ -36,6 +36,7 @@ WITNESSES = {
     "tp does not divide the attention heads": ("llama2-70b", (), GPU, {"tp": 3}),
     "tp and the KV heads do not divide one another": ("gpt3-175b", ((["kv_heads"], 32),), GPU, {"tp": 3}),
     "tp does not divide ffn_hidden": ("llama2-7b", ((["ffn_hidden"], 1000),), GPU, {"tp": 16}),
+    "tp does not divide expert_ffn": ("mixtral-8x7b", ((["expert_ffn"], 1001),), GPU, {"tp": 8}),
     "pp exceeds the layers": ("llama2-70b", (), GPU, {"pp": 81}),
     "interleaving needs virtual_stages >= 2": ("llama2-70b", (), GPU, {"schedule": "interleaved", "pp": 2}),
     "pp x virtual_stages exceeds the layers": ("llama2-70b", (), GPU,
@@ -52,6 +53,7 @@ WITNESSES = {
     "activation_io_path without offload to drives": ("llama2-70b", (), GPU, {"activation_io_path": "bounce"}),
     "hooks mechanism without activation offload to host": ("llama2-70b", (), GPU,
                                                            {"activation_offload_mechanism": "hooks"}),
+    "activation offload of an MoE model": ("mixtral-8x7b", (), GPU, {"offload_activations": "host"}),
     "activation offload on a chiplet package": ("llama2-70b", (), PKG, {**CHIPLET, "offload_activations": "host"}),
     "activation offload to drives on hardware without drives": ("llama2-70b", (), NO_DRIVES,
                                                                 {"offload_activations": "ssd"}),
@@ -77,8 +79,10 @@ WITNESSES = {
     "fp8 needs FP8 tensor cores and their stated GEMM efficiency": ("llama2-70b", (), GPU, {"precision": "fp8"}),
     "fp8 is modelled for full training with Megatron's kernels": ("llama2-7b", (), "dgx-h100",
                                                                   {"precision": "fp8", "finetune": "lora"}),
+    "fp8 of an MoE model is not modelled": ("mixtral-8x7b", (), "dgx-h100", {"precision": "fp8"}),
     "fp8 with ZeRO-3 or offload is not modelled": ("llama2-7b", (), "dgx-h100", {"precision": "fp8", "zero": 3}),
     "fp8 on chiplet packages is not modelled": ("llama2-70b", (), PKG, {**CHIPLET, "precision": "fp8"}),
+    "LoRA of an MoE model is not modelled": ("mixtral-8x7b", (), GPU, {"finetune": "lora"}),
 }
 
 

@@ -48,14 +48,11 @@ def show(kind: Literal["model", "hardware"] = typer.Argument(..., help="model | 
     if kind == "model":
         spec = catalog.load_model(name, [(p[1:] if p[0] == "model" else p, v) for p, v in ov])
         data = dataclasses.asdict(spec)
-        from dse.formulas import transformer as T
+        from dse.estimate.parameters import model_parameters
 
-        data["parameters"] = T.parameter_count(
-            spec.layers, spec.hidden, spec.heads, spec.kv_heads, spec.head_dim, spec.ffn_hidden, spec.vocab,
-            ffn_type=spec.ffn_type, norm=spec.norm, bias=spec.bias, qkv_bias=spec.qkv_bias,
-            position_embeddings=spec.position_embeddings, token_types=spec.token_types,
-            embedding_norm=spec.embedding_norm, tied=spec.tied_embeddings, final_norm=spec.final_norm,
-            pooler=spec.pooler, mlm_head=spec.mlm_head, nsp_head=spec.nsp_head)
+        data["parameters"], active = model_parameters(spec)
+        if spec.experts:
+            data["active_parameters"] = active
     else:
         if ov:
             spec = catalog.load_hardware(name, [(p[1:] if p[0] in ("hardware", "hw") else p, v) for p, v in ov])

@@ -100,8 +100,8 @@ def run(model: ModelSpec, system: Hardware, plan: Plan, *, trace: Trace | None =
 
 
 # keys of the composed dict that are not result sections (terms, and numbers the result holds elsewhere)
-_NOT_SECTIONS = frozenset(("terms", "params", "params_trainable", "gpus", "nodes", "micro_batches", "layers_per_stage",
-                           "params_per_gpu", "peak_flops", "extra_violations"))
+_NOT_SECTIONS = frozenset(("terms", "params", "params_trainable", "params_active", "gpus", "nodes", "micro_batches",
+                           "layers_per_stage", "params_per_gpu", "peak_flops", "extra_violations"))
 
 
 def numbers(model: ModelSpec, system: SystemSpec, plan: Plan, *, trace: Trace | None = None
@@ -135,6 +135,9 @@ def numbers(model: ModelSpec, system: SystemSpec, plan: Plan, *, trace: Trace | 
                    "layers": model.layers, "hidden": model.hidden,
                    "heads": model.heads, "kv_heads": model.kv_heads, "ffn_hidden": model.ffn_hidden,
                    "vocab": model.vocab}}
+    if model.experts:   # an MoE model: what a token uses, and its experts
+        r["model"].update(active_params=c["params_active"], experts=model.experts,
+                          experts_per_token=model.experts_per_token, moe_layers=model.moe_layers)
     r["parallelism"] = {"gpus": c["gpus"], "nodes": c["nodes"], "micro_batches": c["micro_batches"],
                         "layers_per_stage": c["layers_per_stage"], "params_per_gpu": c["params_per_gpu"]}
     r["peak_flops_per_gpu"] = c["peak_flops"]

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from dse.estimate import fp8 as _fp8, frozen as _frozen
 from dse.estimate.kernel_table import Link, kernel_tables, kernel_times
 from dse.estimate.memo import ints, remembered
+from dse.estimate.parameters import parameters
 from dse.estimate.terms import BaseTerms, TimeTerms
 from dse.estimate.totals import breakdown, flops, traffic
 from dse.formulas import (
@@ -68,41 +69,6 @@ def compose(model: ModelSpec, system: SystemSpec, plan: Plan, F: Formulas | None
 # ------------------------------------------------------------------------------------------ memory side
 
 
-def parameters(model: ModelSpec, plan: Plan, T: FormulaModule = _transformer) -> Section:
-    """Parameters of the model, of one layer (per GPU) and of the first and last pipeline stage's GPU (shared)."""
-    t, p, v = plan.tp, plan.pp, plan.virtual_stages
-    ft = (plan.finetune, plan.lora_rank, plan.lora_targets)
-    if T is _transformer and ints(t, p, v):
-        key = ("parameters", id(model), t, p, v, ft, T.layer_parameters, T.layer_parameters_replicated,
-               T.embedding_parameters, T.head_parameters, T.norm_parameters, T.ffn_matrices)
-        return remembered(key, model, lambda: _parameters(model, t, p, v, T, ft))
-    return _parameters(model, t, p, v, T, ft)
-
-
-def _parameters(model: ModelSpec, t: Num, p: Num, v: Num, T: FormulaModule,
-                ft: tuple[str, Any, Any] = ("full", None, None)) -> Section:
-    L, h, V = model.layers, model.hidden, model.vocab
-    p_layer = T.layer_parameters(h, model.heads, model.kv_heads, model.head_dim, model.ffn_hidden, model.ffn_type,
-                                 model.norm, model.bias, model.qkv_bias)
-    p_layer_rep = T.layer_parameters_replicated(h, model.ffn_type, model.norm, model.bias)
-    p_layer_gpu = (p_layer - p_layer_rep) / t + p_layer_rep
-    p_emb = T.embedding_parameters(h, V, model.position_embeddings, model.token_types, model.embedding_norm,
-                                   model.norm)
-    p_head = T.head_parameters(h, V, model.tied_embeddings, model.final_norm, model.norm, model.pooler,
-                               model.mlm_head, model.nsp_head)
-    l_stage = ceil(L / (p * v)) * v       # layers on the most loaded stage
-    tied_copy = V * h if model.tied_embeddings else 0
-    single = p == 1
-    p_first = l_stage * p_layer_gpu + p_emb / t + where(single, p_head / t, 0)
-    p_last = l_stage * p_layer_gpu + p_head / t + where(single, 0, tied_copy / t)
-    out = {"params": p_emb + L * p_layer + p_head, "p_layer": p_layer, "p_layer_gpu": p_layer_gpu, "p_emb": p_emb,
-           "p_head": p_head, "l_stage": l_stage, "p_first": p_first, "p_last": p_last,
-           "p_gpu": maximum(p_first, p_last)}
-    if ft[0] == "full":
-        return {**out, "p_train": out["params"], "p_train_gpu": out["p_gpu"]}
-    return _frozen.with_adapters(out, model, t, ft[1] or 16, ft[2] or "all")
-
-
 def activations(sums: Section, plan: Plan, m: Num, l_stage: Num, T: FormulaModule = _transformer) -> Section:
     """Activation bytes per layer, head and embedding, and on the first and last stage's GPU."""
     p, v = plan.pp, plan.virtual_stages
@@ -117,6 +83,17 @@ def activations(sums: Section, plan: Plan, m: Num, l_stage: Num, T: FormulaModul
             # recomputed: a stage holding both peaks at the larger of the two
             "act_first": in_flight * (l_stage * a_layer + a_emb) + where(single, maximum(a_head, a_work), a_work),
             "act_last": l_stage * a_layer + maximum(a_head, a_work) + where(single, a_emb, 0)}
+
+
+def _widest_mlp(model: ModelSpec) -> Num:
+    """The widest MLP a token passes through, as elements per token: F dense; k F_e routed and S F_s shared (MoE)."""
+    dense: Num = model.ffn_hidden       # resolved specs: set
+    if not model.experts:
+        return dense
+    k: Num = model.experts_per_token
+    routed: Num = model.expert_ffn
+    widest = maximum(k * routed, model.shared_experts * (model.shared_expert_ffn or 0))
+    return maximum(widest, dense) if model.moe_layers < model.layers else widest
 
 
 def memory_tiers(model: ModelSpec, system: SystemSpec, plan: Plan, prm: Section, act: Section, r: Recipe,
@@ -148,7 +125,7 @@ def memory_tiers(model: ModelSpec, system: SystemSpec, plan: Plan, prm: Section,
     first_is_max = total_first >= total_last
     pick = partial(where, first_is_max)     # (first, last) -> the fuller stage's value
 
-    bwd_work = T.backward_working_bytes(plan.seq_len, plan.micro_batch, model.hidden, model.ffn_hidden, tp=t,
+    bwd_work = T.backward_working_bytes(plan.seq_len, plan.micro_batch, model.hidden, _widest_mlp(model), tp=t,
                                         sequence_parallel=plan.sequence_parallel, ffn_type=model.ffn_type,
                                         bytes_per_element=r.activations)
     buffers = gpu.reserved + zero3_buf + bwd_work + fp8_meta
@@ -218,6 +195,7 @@ def compose_memory(model: ModelSpec, system: SystemSpec, plan: Plan, F: Formulas
         "terms": terms,
         "params": prm["params"],
         "params_trainable": prm["p_train"],
+        "params_active": prm["params_active"],
         "params_per_gpu": prm["p_gpu"],
         "layer_params": prm["p_layer"],
         "gpus": gpus,

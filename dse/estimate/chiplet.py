@@ -84,6 +84,12 @@ def work(model: ModelSpec, plan: Plan, e: Num, M: Formulas) -> dict[str, Any]:
     :func:`~dse.formulas.chiplet.layer_nop` and :func:`~dse.formulas.chiplet.sram_per_die` split.
     """
     K, T, Kn = M["chiplet"], M["transformer"], M["kernels"]
+    if model.experts:
+        from dse.errors import InputError
+
+        raise InputError(f"model {model.name}: Mixture-of-Experts models are not modelled on chiplet packages "
+                         "(experts: GPU systems only)")
+    norms = {"layer_norms": model.layer_norms, "qk_norm": model.qk_norm}
     B, s = batch_of(plan)
     b = plan.micro_batch
     m = B / b
@@ -91,7 +97,8 @@ def work(model: ModelSpec, plan: Plan, e: Num, M: Formulas) -> dict[str, Any]:
                                model.ffn_hidden, model.vocab)
     table = Kn.layer_kernels(s, b, h, a, kv, hd, ffn, recompute=plan.recompute, attention="flash",
                              ffn_type=model.ffn_type, norm=model.norm, position=model.position,
-                             dropout=model.dropout > 0, causal=model.architecture == "decoder", bytes_per_element=e)
+                             dropout=model.dropout > 0, causal=model.architecture == "decoder", bytes_per_element=e,
+                             **norms)
     head = Kn.head_kernels(s, b, h, V, norm=model.norm, final_norm=model.final_norm, bytes_per_element=e)
     executed = Kn.executed_flops(table, plan.recompute)     # as executed: causal attention skips half
     head_fwd = Kn.forward_flops(head)
@@ -100,13 +107,14 @@ def work(model: ModelSpec, plan: Plan, e: Num, M: Formulas) -> dict[str, Any]:
     flops_model = 3 * m * (L * Kn.forward_flops(table) + head_fwd)
     return {
         "table": table, "gemm_fwd": K.layer_gemm_flops(s * b, Kn.weight_gemms(table)), "stored": Kn.saved_bytes(table),
-        "p_layer": T.layer_parameters(h, a, kv, hd, ffn, model.ffn_type, model.norm, model.bias, model.qkv_bias),
+        "p_layer": T.layer_parameters(h, a, kv, hd, ffn, model.ffn_type, model.norm, model.bias, model.qkv_bias,
+                                      **norms),
         "params": T.parameter_count(L, h, a, kv, hd, ffn, V, ffn_type=model.ffn_type, norm=model.norm,
                                     bias=model.bias, qkv_bias=model.qkv_bias,
                                     position_embeddings=model.position_embeddings, token_types=model.token_types,
                                     embedding_norm=model.embedding_norm, tied=model.tied_embeddings,
                                     final_norm=model.final_norm, pooler=model.pooler, mlm_head=model.mlm_head,
-                                    nsp_head=model.nsp_head),
+                                    nsp_head=model.nsp_head, **norms),
         "layer_f": layer_f, "layer_b": layer_b, "head_fwd": head_fwd,
         "flops": {"model_per_iteration": flops_model,
                   "hardware_per_iteration": flops_model + m * L * Kn.recomputed_flops(table, plan.recompute),

@@ -217,12 +217,15 @@ def kernel_tables(model: ModelSpec, plan: Plan, r: Recipe, K: Module = _kernels)
     h = model.hidden
     dropout = model.dropout > 0
     ops, size, choices = _stack_inputs(model, plan, stack)
-    layer = K.layer_kernels(s, b, h, model.heads, model.kv_heads, model.head_dim, model.ffn_hidden, tp=t,
-                            sequence_parallel=sp, recompute=plan.recompute, attention=plan.attention,
-                            ffn_type=model.ffn_type, norm=model.norm, position=model.position, dropout=dropout,
-                            causal=model.architecture == "decoder", bytes_per_element=e,
-                            comm_bytes_per_element=comm, stack=ops, stack_sizes=size, stack_choices=choices,
-                            grad_bytes=r.gradients, finetune=_finetune_inputs(model, plan), fp8=fp8)
+    opts = dict(tp=t, sequence_parallel=sp, recompute=plan.recompute, attention=plan.attention,
+                ffn_type=model.ffn_type, norm=model.norm, position=model.position, dropout=dropout,
+                causal=model.architecture == "decoder", bytes_per_element=e, comm_bytes_per_element=comm, stack=ops,
+                stack_sizes=size, stack_choices=choices, grad_bytes=r.gradients, layer_norms=model.layer_norms,
+                qk_norm=model.qk_norm, finetune=_finetune_inputs(model, plan), fp8=fp8)
+    shape = (s, b, h, model.heads, model.kv_heads, model.head_dim, model.ffn_hidden)
+    n_moe = model.moe_layers
+    layer = K.layer_kernels(*shape, **opts, moe=moe_options(model) if n_moe else None)
+    dense = K.layer_kernels(*shape, **opts) if 0 < n_moe < model.layers else None
     embedding = K.embedding_kernels(s, b, h, tp=t, sequence_parallel=sp, dropout=dropout, position=model.position,
                                     bytes_per_element=e, comm_bytes_per_element=comm)
     head = K.head_kernels(s, b, h, model.vocab, tp=t, sequence_parallel=sp, norm=model.norm,
@@ -237,6 +240,12 @@ def kernel_tables(model: ModelSpec, plan: Plan, r: Recipe, K: Module = _kernels)
         embedding = {**embedding, "embedding": {**embedding["embedding"], "bytes_backward": 0, "kernels_backward": 0}}
     out = {"layer": layer, "embedding": embedding, "head": head}
     out["sums"] = table_sums(out, plan.recompute, K)
+    if dense is not None:   # some layers dense, the others MoE: the mean layer (its sums; kernel_times its time)
+        share = n_moe / model.layers
+        out["dense_layer"], out["moe_share"] = dense, share
+        dense_sums = table_sums({**out, "layer": dense}, plan.recompute, K)
+        out["sums"] = {k: v if k in _END_SUMS else v * share + dense_sums[k] * (1 - share)
+                       for k, v in out["sums"].items()}
     if key is not None:
         if len(_TABLES) >= 512:        # bounded: a few MB at most
             _TABLES.clear()
@@ -264,6 +273,18 @@ def _finetune_inputs(model: ModelSpec, plan: Plan) -> dict[str, Any] | None:
     return out
 
 
+#: the sums of table_sums that belong to the embedding and the head; the others belong to one layer (a mixed
+#: dense/MoE model averages those over its layers)
+_END_SUMS = ("a_head", "a_emb", "flops_head", "flops_backward_head")
+
+
+def moe_options(model: ModelSpec) -> dict[str, Any]:
+    """The MoE keyword arguments of :func:`dse.formulas.kernels.layer_kernels` (``moe``) of an MoE model."""
+    return {"experts": model.experts, "experts_per_token": model.experts_per_token, "expert_ffn": model.expert_ffn,
+            "shared_experts": model.shared_experts, "shared_ffn": model.shared_expert_ffn or 0,
+            "shared_gate": model.shared_expert_gate, "imbalance": model.expert_imbalance}
+
+
 def _stack_spec(name: str) -> StackSpec:
     from dse.specs.stack import load
 
@@ -283,9 +304,10 @@ def _stack_inputs(model: ModelSpec, plan: Plan, stack: str) -> tuple[Any, Any, A
     d: Any = model.head_dim
     ffn: Any = model.ffn_hidden
     s: Any = plan.seq_len
-    p_layer = T.layer_parameters(model.hidden, model.heads, kv, d, ffn, model.ffn_type, model.norm, model.bias,
-                                 model.qkv_bias)
-    p_rep = T.layer_parameters_replicated(model.hidden, model.ffn_type, model.norm, model.bias)
+    from dse.estimate.parameters import layer_counts
+
+    lc = layer_counts(model, T)   # the MoE layer's where the model has them (the table is an MoE layer's)
+    p_layer, p_rep = (lc["moe"], lc["moe_rep"]) if lc["moe_layers"] else (lc["dense"], lc["dense_rep"])
     size = _stacks.sizes(s, plan.micro_batch, model.hidden, model.heads, kv, d, ffn, model.vocab, tp=t,
                          sequence_parallel=plan.sequence_parallel,
                          layer_params=(p_layer - p_rep) / t + p_rep, param_tensors=model.layer_param_tensors)
@@ -335,6 +357,11 @@ def kernel_times(tables: dict[str, Any], system: SystemSpec, plan: Plan, peak: N
     dispatch = 0.0 if stack == "megatron" else _stack_spec(stack).dispatch
     count = bool(dispatch)
     lt = table_time(tables["layer"], hw, lk["tp"], C, P, recompute=plan.recompute, async_tp=async_tp, count=count)
+    if "dense_layer" in tables:   # a mixed dense/MoE model: the mean layer's time
+        dt = table_time(tables["dense_layer"], hw, lk["tp"], C, P, recompute=plan.recompute, async_tp=async_tp,
+                        count=count)
+        share = tables["moe_share"]
+        lt = {k: v * share + dt[k] * (1 - share) for k, v in lt.items()}
     head = table_time(tables["head"], hw, lk["tp"], C, P, count=count)
     emb = table_time(tables["embedding"], hw, lk["tp"], C, P, count=count)
     if count:   # the host launches every kernel (dispatch each): the GPU waits when the kernels are shorter

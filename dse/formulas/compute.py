@@ -137,7 +137,7 @@ def elementwise_bytes(s: Num, b: Num, h: Num, ffn: Num, heads: Num, kv_heads: Nu
     r = 1 / tp if sequence_parallel else 1
     drop = 1 if dropout else 0
     total = 4 * e * sb * h * r + 2 * (3 * e + drop) * sb * h * r
-    total = total + (3 if ffn_type == "swiglu" else 2) * e * sb * ffn / tp
+    total = total + (3 if ffn_type in ("swiglu", "geglu") else 2) * e * sb * ffn / tp
     if position == "rotary":
         total = total + 2 * e * sb * (heads + kv_heads) * head_dim / tp
     if attention == "math":

@@ -149,6 +149,11 @@ def _packed(op: Op, size: Sizes, e: Num, g: Num) -> Row:
     return {"packed": amount(op["packed"], size, e, g)} if "packed" in op else {}
 
 
+def _scaled(row: Row, ratio: Num) -> Row:
+    """An element-wise row over ``ratio`` times the elements: bytes and saved bytes scale, the kernels do not."""
+    return {k: v * ratio if k in ("bytes", "bytes_backward", "saved", "packed") else v for k, v in row.items()}
+
+
 def apply_layer(table: Table, ops: dict[str, Op], size: Sizes, choices: dict[str, Any], *,
                 bytes_per_element: Num = 2, grad_bytes: Num = 2) -> Table:
     """A layer's kernel table (built without recomputation) with a stack's element-wise kernels and saved tensors.
@@ -160,7 +165,9 @@ def apply_layer(table: Table, ops: dict[str, Op], size: Sizes, choices: dict[str
     ``grad_accumulate``) where enabled
     Source: the framework's op trace, as recorded in the stack file (stacks/*.yaml).
 
-    GEMM rows keep their shapes and what they save (their inputs); fc2's input is counted by ``activation``.
+    GEMM rows keep their shapes and what they save (their inputs); fc2's input is counted by ``activation``. An MoE
+    layer's expert and shared-expert activations are the stack's ``activation`` over their own elements (T k F_e / t,
+    T S F_s / t); Gemma 2's extra norms are its ``norm``; the other MoE rows (router, permutations) stay fused.
 
     Returns:
         kernel name -> row [dict]
@@ -175,7 +182,7 @@ def apply_layer(table: Table, ops: dict[str, Op], size: Sizes, choices: dict[str
     e, g = bytes_per_element, grad_bytes
     out: Table = {}
     for name, row in table.items():
-        if name in ("norm1", "norm2") and "norm" in ops:
+        if name in ("norm1", "norm2", "post_attn_norm", "post_mlp_norm") and "norm" in ops:
             norm = ops["norm"]
             if choices.get("frozen") and "frozen" in norm:   # frozen weights (LoRA): what the norm keeps instead
                 norm = {**norm, **norm["frozen"]}
@@ -184,6 +191,8 @@ def apply_layer(table: Table, ops: dict[str, Op], size: Sizes, choices: dict[str
             out[name] = _elementwise(ops["residual"], size, e, g)
         elif name in ("activation", "rotary") and name in ops:
             out[name] = _elementwise(ops[name], size, e, g)
+        elif name in ("expert_activation", "shared_activation") and "activation" in ops:   # T k F_e elements
+            out[name] = _scaled(_elementwise(ops["activation"], size, e, g), row["elements"] / size["f"])
         elif name == "fc2" and "activation" in ops:
             out[name] = {**row, "saved": 0}
         elif name == "attention" and "flash" in ops:       # a fused kernel: its saved tensors, then its copies

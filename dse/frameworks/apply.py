@@ -72,7 +72,8 @@ def _model(imp: Imported, model: Any, model_given: bool, overridden: list[str], 
 # the fields that fix a decoder's shapes, parameters and saved bytes under the megatron stack
 ARCHITECTURE = ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn_hidden", "ffn_type", "norm", "bias",
                 "qkv_bias", "position", "position_embeddings", "tied_embeddings", "vocab", "max_seq_len", "dropout",
-                "architecture")
+                "architecture", "layer_norms", "qk_norm", "experts", "experts_per_token", "expert_ffn",
+                "shared_experts", "shared_expert_ffn", "dense_layers", "first_dense_layers", "moe_layer_step")
 
 
 def catalog_match(spec) -> str | None:

@@ -326,9 +326,17 @@ def _model_args(m, warnings: list[str]) -> list[str]:
         extra.append(f"--kv-channels {m.head_dim}")
     if m.kv_heads != m.heads:
         extra.append(f"--group-query-attention --num-query-groups {m.kv_heads}")
-    extra.append({"swiglu": "--swiglu", "relu": "--squared-relu", "gelu": ""}[m.ffn_type])
+    extra.append({"swiglu": "--swiglu", "geglu": "--swiglu", "relu": "--squared-relu", "gelu": ""}[m.ffn_type])
     if m.ffn_type == "relu":
         warnings.append("a ReLU MLP has no Megatron-LM argument: --squared-relu is the nearest")
+    if m.ffn_type == "geglu":
+        warnings.append("a GeGLU MLP has no Megatron-LM argument: --swiglu is the nearest (same shapes)")
+    if m.qk_norm:
+        extra.append("--qk-layernorm")
+    if m.layer_norms > 2:
+        warnings.append(f"{m.layer_norms} norms per layer (Gemma 2) have no Megatron-LM argument")
+    if m.experts:
+        extra.append(_moe_args(m, warnings))
     extra.append("--normalization " + ("RMSNorm" if m.norm == "rmsnorm" else "LayerNorm"))
     if not m.bias:
         extra.append("--disable-bias-linear" + (" --add-qkv-bias" if m.qkv_bias else ""))
@@ -343,3 +351,19 @@ def _model_args(m, warnings: list[str]) -> list[str]:
     if m.architecture != "decoder":
         warnings.append(f"{m.name} is an {m.architecture}: launch Megatron-LM's pretrain_bert.py, not pretrain_gpt.py")
     return args
+
+
+def _moe_args(m, warnings: list[str]) -> str:
+    """Megatron-Core's MoE arguments of an MoE model (no expert parallelism: --expert-model-parallel-size 1)."""
+    out = (f"--num-experts {m.experts} --moe-router-topk {m.experts_per_token} --moe-ffn-hidden-size {m.expert_ffn} "
+           "--moe-grouped-gemm")
+    if m.shared_experts:
+        out += f" --moe-shared-expert-intermediate-size {m.shared_experts * m.shared_expert_ffn}"
+        if m.shared_expert_gate:
+            warnings.append("the shared experts' sigmoid gate (Qwen2-MoE) is not emitted")
+    if m.moe_layers < m.layers:
+        pattern = [0 if i < m.first_dense_layers or (i + 1) % m.moe_layer_step or i in m.dense_layers else 1
+                   for i in range(m.layers)]
+        out += f" --moe-layer-freq '{pattern}'"
+    warnings.append("MoE arguments: the read side (--from megatron) still ignores them")
+    return out

@@ -55,7 +55,10 @@ def header(r: dict) -> str:
         share = r["model"]["params_trainable"] / r["model"]["params"]
         bits.append(f"{'QLoRA' if p['finetune'] == 'qlora' else 'LoRA'} r{p['lora_rank']} on {p['lora_targets']}"
                     f"{quant} ({fmt(r['model']['params_trainable'], 'count')} trained, {100 * share:.2g}%)")
-    text = (f"[bold]{r['model']['name']}[/] ({fmt(r['model']['params'], 'count')} parameters) on "
+    mo = r["model"]
+    moe = (f", {fmt(mo['active_params'], 'count')} active: {mo['experts_per_token']} of {mo['experts']} experts"
+           if "active_params" in mo else "")
+    text = (f"[bold]{mo['name']}[/] ({fmt(mo['params'], 'count')} parameters{moe}) on "
             f"[bold]{r['hardware']['name']}[/] — {int(par['gpus'])} GPUs in {int(par['nodes'])} node(s), "
             f"{par['micro_batches']:g} micro-batches\n" + " · ".join(bits))
     return text + notes(r)

@@ -4,7 +4,10 @@ Fields are plain integers/strings; the shapes follow the usual transformer
 notation (Korthikanti et al. 2022, Table 1): ``layers`` L, ``hidden`` h,
 ``heads`` a, ``kv_heads`` (grouped-query attention), ``ffn_hidden`` F,
 ``vocab`` V. Derived values (head_dim, default FFN size) are filled in by
-:meth:`ModelSpec.resolved`.
+:meth:`ModelSpec.resolved`. A Mixture-of-Experts model (``experts`` > 0) replaces the MLP of its MoE
+layers by a router and ``experts`` routed experts of which ``experts_per_token`` run per token, plus
+``shared_experts`` that every token runs (docs/moe.md); which layers are MoE follows the Hugging Face
+configs (``first_dense_layers``, ``moe_layer_step``, ``dense_layers``).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from dataclasses import dataclass
 from dse.errors import InputError
 from dse.specs._schema import spec_field
 
-FFN_TYPES = ("gelu", "relu", "swiglu")
+FFN_TYPES = ("gelu", "relu", "swiglu", "geglu")
 NORMS = ("layernorm", "rmsnorm")
 POSITIONS = ("learned", "rotary", "none")
 ARCHITECTURES = ("decoder", "encoder")
@@ -41,7 +44,8 @@ class ModelSpec:
     kv_heads: int | None = spec_field(None, gt=0, help="key/value heads (GQA); default = heads")
     head_dim: int | None = spec_field(None, gt=0, help="per-head dimension; default = hidden / heads")
     ffn_hidden: int | None = spec_field(None, gt=0, help="FFN inner size F; default 4h")
-    ffn_type: str = spec_field("gelu", choices=FFN_TYPES, help="two-matrix GeLU/ReLU MLP or gated SwiGLU")
+    ffn_type: str = spec_field("gelu", choices=FFN_TYPES, help="two-matrix GeLU/ReLU MLP or gated SwiGLU / GeGLU "
+                                                                "(Gemma: tanh GELU gate)")
     activation: str | None = spec_field(None, choices=ACTIVATIONS, help="activation function as the framework "
                                         "writes it (gelu_new: Transformers' tanh GELU as 8 ops); default from ffn_type")
     norm: str = spec_field("layernorm", choices=NORMS, help="LayerNorm (weight+bias) or RMSNorm (weight)")
@@ -69,12 +73,33 @@ class ModelSpec:
     pooler: bool = spec_field(False, help="BERT pooler (h x h dense)")
     mlm_head: bool = spec_field(False, help="BERT masked-LM transform (dense + norm + output bias)")
     nsp_head: bool = spec_field(False, help="BERT next-sentence classifier (h x 2)")
-    sliding_window: int | None = spec_field(None, gt=0, help="attention window in tokens (Mistral, Qwen2); not "
-                                            "modelled: attention is priced as full causal, with a warning when "
+    sliding_window: int | None = spec_field(None, gt=0, help="attention window in tokens (Mistral, Qwen2, Gemma 2); "
+                                            "not modelled: attention is priced as full causal, with a warning when "
                                             "the window is shorter than the sequence")
     unmodelled: tuple[str, ...] = spec_field((), help="architecture details of the source read but not modelled "
                                              "(the config.json reader fills it); each is a warning with every "
                                              "estimate")
+    layer_norms: int = spec_field(2, ge=2, le=4, help="norms per layer: 2 (pre-LN), 4 (Gemma 2: also after the "
+                                                       "attention and after the MLP)")
+    qk_norm: bool = spec_field(False, help="RMSNorm of each query and key head over head_dim (Qwen3, Gemma 3)")
+    experts: int = spec_field(0, ge=0, help="routed experts E of an MoE layer; 0: a dense MLP in every layer")
+    experts_per_token: int | None = spec_field(None, gt=0, help="routed experts each token runs (top-k); "
+                                                               "required with experts")
+    shared_experts: int = spec_field(0, ge=0, help="experts every token runs beside the routed ones "
+                                                   "(Qwen2-MoE: 1, DeepSeek: n_shared_experts)")
+    expert_ffn: int | None = spec_field(None, gt=0, help="FFN inner size of a routed expert; default ffn_hidden")
+    shared_expert_ffn: int | None = spec_field(None, gt=0, help="FFN inner size of one shared expert; "
+                                                                "default expert_ffn")
+    shared_expert_gate: bool = spec_field(False, help="a sigmoid gate (h x 1) scales the shared experts' output "
+                                                      "(Qwen2-MoE)")
+    first_dense_layers: int = spec_field(0, ge=0, help="leading layers with a dense MLP (DeepSeek: "
+                                                       "first_k_dense_replace)")
+    moe_layer_step: int = spec_field(1, gt=0, help="every n-th layer is MoE: layer i (from 0) when (i + 1) % n == 0 "
+                                                   "(Qwen2-MoE: decoder_sparse_step)")
+    dense_layers: tuple[int, ...] = spec_field((), ge=0, help="layer indices (from 0) with a dense MLP "
+                                                              "(Qwen2-MoE: mlp_only_layers)")
+    expert_imbalance: float = spec_field(1.0, ge=1.0, help="tokens of the busiest expert over the "
+                                         "mean T k / E (1: balanced routing); the busiest expert sets the time")
     source: str = spec_field("", help="where the architecture numbers come from")
 
     def _check(self, where: str) -> None:
@@ -83,17 +108,53 @@ class ModelSpec:
             raise InputError(f"{where}: heads ({self.heads}) must be a multiple of kv_heads ({kv})")
         if self.head_dim is None and self.hidden % self.heads:
             raise InputError(f"{where}: hidden ({self.hidden}) is not divisible by heads ({self.heads}); set head_dim")
-        if self.ffn_type == "swiglu" and self.ffn_hidden is None:
-            raise InputError(f"{where}: ffn_hidden is required when ffn_type is swiglu")
+        if self.ffn_type in ("swiglu", "geglu") and self.ffn_hidden is None:
+            raise InputError(f"{where}: ffn_hidden is required when ffn_type is {self.ffn_type}")
+        self._check_experts(where)
         table = self.position_embeddings or self.max_seq_len
         if self.seq_len is not None and self.position == "learned" and self.seq_len > table:
             raise InputError(f"{where}: seq_len {self.seq_len} exceeds the learned position table ({table})")
+
+    def _check_experts(self, where: str) -> None:
+        moe_fields = ("experts_per_token", "expert_ffn", "shared_expert_ffn")
+        if not self.experts:
+            for name in moe_fields + ("shared_experts",):
+                if getattr(self, name):
+                    raise InputError(f"{where}: {name} is an MoE field; set experts (routed experts) or remove it")
+            return
+        if self.experts_per_token is None:
+            raise InputError(f"{where}: experts_per_token (top-k) is required with experts ({self.experts})")
+        if self.experts_per_token > self.experts:
+            raise InputError(f"{where}: experts_per_token ({self.experts_per_token}) exceeds experts ({self.experts})")
+        if self.shared_expert_gate and not self.shared_experts:
+            raise InputError(f"{where}: shared_expert_gate needs shared_experts > 0")
+        if self.first_dense_layers > self.layers:
+            raise InputError(f"{where}: first_dense_layers ({self.first_dense_layers}) exceeds layers ({self.layers})")
+        bad = [i for i in self.dense_layers if i >= self.layers]
+        if bad:
+            raise InputError(f"{where}: dense_layers {bad} are not layers (0 to {self.layers - 1})")
+
+    @property
+    def moe(self) -> bool:
+        """An MoE model: routed experts replace the MLP of its MoE layers."""
+        return self.experts > 0
+
+    @property
+    def moe_layers(self) -> int:
+        """Layers whose MLP is a Mixture of Experts (:func:`dse.formulas.transformer.moe_layer_count`)."""
+        if not self.experts:
+            return 0
+        from dse.formulas.transformer.moe import moe_layer_count
+
+        return moe_layer_count(self.layers, self.first_dense_layers, self.moe_layer_step, self.dense_layers)
 
     @property
     def activation_kind(self) -> str:
         """The activation as a software stack's ``activation`` variants name it (silu_glu for a gated SwiGLU MLP)."""
         if self.ffn_type == "swiglu":
             return "silu_glu"
+        if self.ffn_type == "geglu":
+            return "gelu_glu"
         act = self.activation or ("relu" if self.ffn_type == "relu" else "gelu")
         return "gelu" if act == "gelu_tanh" else act
 
@@ -104,9 +165,9 @@ class ModelSpec:
         Weights: fused QKV, output, two MLP matrices (gated: q, k, v, o, gate, up, down); a bias per linear where
         present; two norms (LayerNorm: weight and bias; RMSNorm: weight).
         """
-        weights = 7 if self.ffn_type == "swiglu" else 4
+        weights = 7 if self.ffn_type in ("swiglu", "geglu") else 4
         biases = weights if self.bias else (3 if self.qkv_bias else 0)
-        return weights + biases + 2 * (2 if self.norm == "layernorm" else 1)
+        return weights + biases + self.layer_norms * (2 if self.norm == "layernorm" else 1)
 
     def resolved(self) -> ModelSpec:
         """The same spec with every defaulted field filled in."""
@@ -115,6 +176,9 @@ class ModelSpec:
             kv_heads=self.kv_heads or self.heads,
             head_dim=self.head_dim or self.hidden // self.heads,
             ffn_hidden=self.ffn_hidden or 4 * self.hidden,
+            expert_ffn=(self.expert_ffn or self.ffn_hidden or 4 * self.hidden) if self.experts else None,
+            shared_expert_ffn=(self.shared_expert_ffn or self.expert_ffn or self.ffn_hidden or 4 * self.hidden)
+            if self.shared_experts else None,
             qkv_bias=self.bias if self.qkv_bias is None else self.qkv_bias,
             position_embeddings=(self.position_embeddings or self.max_seq_len) if self.position == "learned" else 0,
             seq_len=self.seq_len or min(TRAINING_SEQ_LEN, self.max_seq_len),

@@ -119,6 +119,11 @@ MODEL_RULES = (
     Rule("tp does not divide ffn_hidden", ("tp", "model.ffn_hidden"),
          ok=lambda p, m, s: m.ffn_hidden % p.tp == 0,
          message=lambda p, m, s: f"--tp {p.tp} does not divide ffn_hidden {m.ffn_hidden}"),
+    Rule("tp does not divide expert_ffn", ("tp", "model.expert_ffn"),
+         when=lambda p, m, s: bool(m.experts),
+         ok=lambda p, m, s: (m.expert_ffn % p.tp == 0) & ((m.shared_expert_ffn or 0) % p.tp == 0),
+         message=lambda p, m, s: f"--tp {p.tp} does not divide the experts' FFN size (expert_ffn {m.expert_ffn}, "
+                                 f"shared_expert_ffn {m.shared_expert_ffn})"),
     Rule("pp exceeds the layers", ("pp", "model.layers"),
          ok=lambda p, m, s: p.pp <= m.layers,
          message=lambda p, m, s: f"--pp {p.pp} is larger than the model's {m.layers} layers"),
@@ -189,6 +194,10 @@ ACTIVATION_OFFLOAD_RULES = (
          message=lambda p, m, s: f"--activation-offload-mechanism {p.activation_offload_mechanism} models PyTorch's "
                                  "save_on_cpu (pinned host memory); it needs --offload-activations host (got "
                                  f"{p.offload_activations}); allowed with ssd or none: forwarding"),
+    Rule("activation offload of an MoE model", ("offload_activations", "model.experts"),
+         when=lambda p, m, s: p.offload_activations != "none", ok=lambda p, m, s: not m.experts,
+         message=lambda p, m, s: f"--offload-activations {p.offload_activations}: activation offload of MoE layers "
+                                 f"is not modelled yet (model {m.name} has {m.experts} experts; docs/moe.md)"),
     Rule("activation offload on a chiplet package", ("offload_activations", "hardware.kind"),
          when=lambda p, m, s: p.offload_activations != "none", ok=lambda p, m, s: _gpu(s),
          message=lambda p, m, s: f"--offload-activations {p.offload_activations} applies to GPU systems; "
@@ -293,6 +302,10 @@ FINETUNE_RULES = (
          message=lambda p, m, s: f"--finetune {p.finetune} with --offload-optimizer {p.offload_optimizer} "
                                  f"--offload-params {p.offload_params} is not modelled yet; allowed: gpu and gpu "
                                  "(LoRA's optimizer states are a fraction of a percent of full training's)"),
+    Rule("LoRA of an MoE model is not modelled", ("finetune", "model.experts"),
+         when=lambda p, m, s: p.finetune != "full", ok=lambda p, m, s: not m.experts,
+         message=lambda p, m, s: f"--finetune {p.finetune}: adapters on the experts of an MoE model are not modelled "
+                                 f"yet (model {m.name} has {m.experts} experts); allowed: full"),
 )
 
 # ----------------------------------------------------------------------------- FP8 training (Transformer Engine)
@@ -320,6 +333,10 @@ FP8_RULES = (
          when=_fp8, ok=lambda p, m, s: p.finetune == "full" and p.stack == "megatron",
          message=lambda p, m, s: f"--precision fp8 with --finetune {p.finetune} --stack {p.stack} is not modelled; "
                                  "allowed: --finetune full --stack megatron (Transformer Engine's layers)"),
+    Rule("fp8 of an MoE model is not modelled", ("precision", "model.experts"),
+         when=_fp8, ok=lambda p, m, s: not m.experts,
+         message=lambda p, m, s: f"--precision fp8: FP8 expert GEMMs are not modelled yet (model {m.name} has "
+                                 f"{m.experts} experts); allowed: bf16, fp16, bf16-pure"),
     Rule("fp8 with ZeRO-3 or offload is not modelled", ("precision", "zero", "offload_optimizer"),
          when=_fp8, ok=lambda p, m, s: (p.zero < 3) & (p.offload_optimizer == "gpu"),
          message=lambda p, m, s: f"--precision fp8 with --zero {p.zero} --offload-optimizer {p.offload_optimizer} is "

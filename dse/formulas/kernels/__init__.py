@@ -50,7 +50,7 @@ Symbols:
     sequence_parallel: Megatron sequence parallelism (shards norm/dropout tensors over t) [bool]
     recompute: none, selective or full activation recomputation [choice]
     attention: flash (fused) or math (materialised softmax) [choice]
-    ffn_type: gelu, relu or swiglu [choice]
+    ffn_type: gelu, relu, swiglu or geglu [choice]
     norm: layernorm or rmsnorm [choice]
     position: learned, rotary or none (position embeddings) [choice]
     dropout: dropout layers present [bool]
@@ -67,12 +67,23 @@ Symbols:
     grad_bytes: bytes per gradient element [bytes]
     fp8: FP8 linear layers' scaling, delayed or current (None: GEMMs in the activations' dtype; dse.formulas.fp8) [choice]
     group: the parallel group of a collective (tp: tensor parallel) [choice]
+    layer_norms: norms per layer (2 pre-LN; 4 Gemma 2) [count]
+    qk_norm: an RMSNorm of each query and key head (Qwen3) [bool]
+    moe: the MoE MLP's keyword arguments (experts, experts_per_token, expert_ffn, ...); None: a dense MLP [dict]
+    experts: E, routed experts of an MoE layer [count]
+    experts_per_token: k, routed experts each token runs (top-k) [count]
+    expert_ffn: F_e, FFN inner size of a routed expert [count]
+    shared_experts: S, experts every token runs [count]
+    shared_ffn: F_s, FFN inner size of one shared expert [count]
+    shared_gate: a sigmoid gate (h x 1) on the shared experts' output [bool]
+    imbalance: c, tokens of the busiest expert over the mean T k / E [ratio]
 """
 
 from __future__ import annotations
 
 from dse.formulas.kernels.ends import embedding_kernels, head_kernels
 from dse.formulas.kernels.layer import layer_kernels
+from dse.formulas.kernels.moe import moe_mlp_kernels
 from dse.formulas.kernels.rows import KINDS, Row, Table  # noqa: F401 (Row, Table: the types, as before the split)
 from dse.formulas.kernels.sums import (
     backward_flops,
@@ -86,6 +97,6 @@ from dse.formulas.kernels.sums import (
     weight_gemms,
 )
 
-__all__ = ["KINDS", "layer_kernels", "embedding_kernels", "head_kernels", "weight_gemms", "forward_flops",
-           "recomputed_flops", "executed_flops", "backward_flops", "saved_bytes", "packed_bytes", "rerun_bytes",
-           "message_bytes"]
+__all__ = ["KINDS", "layer_kernels", "moe_mlp_kernels", "embedding_kernels", "head_kernels", "weight_gemms",
+           "forward_flops", "recomputed_flops", "executed_flops", "backward_flops", "saved_bytes", "packed_bytes",
+           "rerun_bytes", "message_bytes"]

@@ -9,6 +9,7 @@ from typing import Any
 
 from dse.formulas import compute as _compute, finetune as _finetune, fp8 as _fp8, stacks as _stacks
 from dse.formulas._array import Num, where
+from dse.formulas.kernels.moe import moe_mlp_kernels
 from dse.formulas.kernels.rows import Table
 
 __all__ = ["layer_kernels"]
@@ -25,7 +26,8 @@ def layer_kernels(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: N
                   causal: bool = True, bytes_per_element: Num = 2, comm_bytes_per_element: Num | None = None,
                   stack: dict[str, Any] | None = None, stack_sizes: dict[str, Num] | None = None,
                   stack_choices: dict[str, Any] | None = None,
-                  grad_bytes: Num = 2, finetune: dict[str, Any] | None = None, fp8: str | None = None) -> Table:
+                  grad_bytes: Num = 2, finetune: dict[str, Any] | None = None, fp8: str | None = None,
+                  layer_norms: int = 2, qk_norm: bool = False, moe: dict[str, Any] | None = None) -> Table:
     """The kernels of one transformer layer on one GPU for one micro-batch (Megatron-LM's fused kernels).
 
     Formula: T = s b, r = 1/t with SP (else 1); GEMMs QKV (T, h, (a+2kv)d/t), out (T, a d/t, h), fc1 (T, h, n_g F/t),
@@ -47,6 +49,10 @@ def layer_kernels(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: N
     and the token count: frozen linear rows, adapter rows, dequantization. ``fp8`` (delayed or current scaling;
     None: the GEMMs in the activations' dtype): FP8 linear GEMMs and their cast kernels
     (:func:`dse.formulas.fp8.apply_layer`).
+    Gemma 2's extra norms (``layer_norms`` 4: after the attention and after the MLP) are norm rows of their own;
+    a QK-norm (Qwen3) reads and writes Q and K (2e T (a+kv) d/t) and keeps its input and fp32 statistics.
+    ``moe`` (the keyword arguments of :func:`dse.formulas.kernels.moe.moe_mlp_kernels` after h) replaces fc1,
+    the activation and fc2 by an MoE MLP's kernels.
 
     The attention rows' ``flops`` (the model's FLOPs, what MFU counts) count the unmasked half of a causal score
     matrix, as the flash kernel executes it (FlashAttention-2, Dao 2023, arXiv 2307.08691 §4.1: "with causal
@@ -75,7 +81,8 @@ def layer_kernels(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: N
     hd_kv = kv_heads * head_dim / tp if split else kv_heads * head_dim
     a_loc = heads / tp if split else heads
     f_loc = ffn / tp if split else ffn
-    n_up = 2 if ffn_type == "swiglu" else 1
+    gated = ffn_type in ("swiglu", "geglu")
+    n_up = 2 if gated else 1
     grouped = where(kv_heads < heads, 1, 0)
     rotary = position == "rotary"
     math = attention == "math"
@@ -96,6 +103,9 @@ def layer_kernels(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: N
     n_qkv = hd_q + 2 * hd_kv
     t["qkv"] = {"kind": "gemm", "m": tok, "k": h, "n": n_qkv, "batch": 1, "split": "column", "saved": x_in,
                 "flops": 2 * tok * h * n_qkv}
+    if qk_norm:
+        t["qk_norm"] = {"kind": "elementwise", "bytes": 2 * e * tok * (hd_q + hd_kv),
+                        "saved": (e * head_dim + 4) * tok * (hd_q + hd_kv) / head_dim}
     if rotary:
         t["rotary"] = {"kind": "elementwise", "bytes": 2 * e * tok * (hd_q + hd_kv), "saved": 0}
     half = 0.5 if causal else 1          # a causal mask leaves half of the score matrix to compute
@@ -125,20 +135,29 @@ def layer_kernels(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: N
                 "flops": 2 * tok * hd_q * h}
     t["attn_allreduce"] = {"kind": "collective", "op": "allreduce", "group": "tp", "comm": msg, "pass": "forward",
                            "saved": 0}
+    extra_norms = layer_norms > 2      # Gemma 2: a norm after the attention and after the MLP, before the adds
+    if extra_norms:
+        t["post_attn_norm"] = {"kind": "elementwise", "bytes": 2 * x_in, "saved": norm_in}
     t["attn_residual"] = {"kind": "elementwise", "bytes": (3 * e + drop) * tok * h * r, "saved": drop * tok * h * r}
     t["norm2"] = {"kind": "elementwise", "bytes": 2 * x_in, "saved": norm_in}
-    t["fc1"] = {"kind": "gemm", "m": tok, "k": h, "n": n_up * f_loc, "batch": 1, "split": "column", "saved": x_in,
-                "flops": 2 * tok * h * n_up * f_loc}
-    kept = {"swiglu": 3, "relu": 1}.get(ffn_type, 2)
-    t["activation"] = {"kind": "elementwise", "bytes": (3 if ffn_type == "swiglu" else 2) * e * tok * f_loc,
-                       "saved": kept * e * tok * f_loc}
-    t["fc2"] = {"kind": "gemm", "m": tok, "k": f_loc, "n": h, "batch": 1, "split": "row", "saved": 0,
-                "flops": 2 * tok * f_loc * h}
+    if moe:
+        t.update(moe_mlp_kernels(s, b, h, tp=tp, sequence_parallel=sequence_parallel, ffn_type=ffn_type,
+                                 bytes_per_element=e, **moe))
+    else:
+        t["fc1"] = {"kind": "gemm", "m": tok, "k": h, "n": n_up * f_loc, "batch": 1, "split": "column",
+                    "saved": x_in, "flops": 2 * tok * h * n_up * f_loc}
+        kept = 3 if gated else (1 if ffn_type == "relu" else 2)
+        t["activation"] = {"kind": "elementwise", "bytes": (3 if gated else 2) * e * tok * f_loc,
+                           "saved": kept * e * tok * f_loc}
+        t["fc2"] = {"kind": "gemm", "m": tok, "k": f_loc, "n": h, "batch": 1, "split": "row", "saved": 0,
+                    "flops": 2 * tok * f_loc * h}
+    if extra_norms:
+        t["post_mlp_norm"] = {"kind": "elementwise", "bytes": 2 * x_in, "saved": norm_in}
     t["mlp_allreduce"] = {"kind": "collective", "op": "allreduce", "group": "tp", "comm": msg, "pass": "forward",
                           "saved": 0}
     t["mlp_residual"] = {"kind": "elementwise", "bytes": (3 * e + drop) * tok * h * r, "saved": drop * tok * h * r}
     t["fc1_dgrad_allreduce"] = {"kind": "collective", "op": "allreduce", "group": "tp", "comm": msg,
-                                "pass": "backward", "hidden_by": "fc1", "saved": 0}
+                                "pass": "backward", "hidden_by": "expert_fc1" if moe else "fc1", "saved": 0}
     t["qkv_dgrad_allreduce"] = {"kind": "collective", "op": "allreduce", "group": "tp", "comm": msg,
                                 "pass": "backward", "hidden_by": "qkv", "saved": 0}
     if stack:  # another software stack's element-wise kernels and saved tensors (dse.formulas.stacks)

@@ -27,7 +27,7 @@ Symbols:
     sequence_parallel: Megatron sequence parallelism (shards norm/dropout tensors over t) [bool]
     recompute: none, selective or full activation recomputation [choice]
     attention: flash (fused) or math (materialised softmax) [choice]
-    ffn_type: gelu, relu or swiglu [choice]
+    ffn_type: gelu, relu, swiglu or geglu [choice]
     norm: layernorm or rmsnorm [choice]
     position: learned, rotary or none (position embeddings) [choice]
     dropout: dropout layers present [bool]
@@ -36,6 +36,10 @@ Symbols:
     qkv_bias: the QKV projection has a bias (None: as ``bias``) [bool]
     bytes_per_element: e, bytes per activation element (2 for bf16/fp16) [bytes]
     options: keyword arguments of :func:`activation_terms` [dict]
+    layer_norms: norms per layer (2 pre-LN; 4 Gemma 2: also after the attention and the MLP) [count]
+    qk_norm: an RMSNorm of each query and key head over d (Qwen3) [bool]
+    experts: E, routed experts of an MoE layer [count]
+    shared_gate: a sigmoid gate (h x 1) on the shared experts' output (Qwen2-MoE) [bool]
 """
 
 from __future__ import annotations
@@ -56,6 +60,12 @@ from dse.formulas.transformer.flops import (
     model_flops,
     recompute_flops,
 )
+from dse.formulas.transformer.moe import (
+    moe_layer_count,
+    moe_mlp_parameters,
+    moe_mlp_parameters_replicated,
+    router_parameters,
+)
 from dse.formulas.transformer.parameters import (
     GATED_FFN,
     embedding_parameters,
@@ -63,11 +73,14 @@ from dse.formulas.transformer.parameters import (
     head_parameters,
     layer_parameters,
     layer_parameters_replicated,
+    mlp_parameters,
     norm_parameters,
     parameter_count,
 )
 
-__all__ = ["GATED_FFN", "norm_parameters", "ffn_matrices", "layer_parameters", "layer_parameters_replicated",
+__all__ = ["GATED_FFN", "norm_parameters", "ffn_matrices", "mlp_parameters", "layer_parameters",
+           "layer_parameters_replicated", "moe_layer_count", "router_parameters", "moe_mlp_parameters",
+           "moe_mlp_parameters_replicated",
            "embedding_parameters", "head_parameters", "parameter_count", "layer_gemm_flops_per_token",
            "attention_flops_per_token", "logits_flops_per_token", "model_flops", "recompute_flops",
            "activation_terms", "activation_bytes_per_layer", "recompute_working_bytes", "backward_working_bytes",

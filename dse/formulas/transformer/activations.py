@@ -99,7 +99,7 @@ def activation_terms(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim
     t["norm2_input"] = e * sb * h * r + stats * sb * r
     t["fc1_input"] = e * sb * h * r
     f_loc = ffn / tp
-    if ffn_type == "swiglu":
+    if ffn_type in ("swiglu", "geglu"):
         t["mlp_activation"] = 3 * e * sb * f_loc
     elif ffn_type == "relu":
         t["mlp_activation"] = e * sb * f_loc
@@ -172,7 +172,7 @@ def backward_working_bytes(s: Num, b: Num, h: Num, ffn: Num, *, tp: Num = 1, seq
     290.0
     """
     r = 1 / tp if sequence_parallel else 1
-    n = 3 if ffn_type == "swiglu" else 2
+    n = 3 if ffn_type in ("swiglu", "geglu") else 2
     return bytes_per_element * s * b * (h * r + n * ffn / tp)
 
 

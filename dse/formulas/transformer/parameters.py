@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from dse.formulas._array import Num
 
-__all__ = ["norm_parameters", "ffn_matrices", "layer_parameters", "layer_parameters_replicated",
+__all__ = ["norm_parameters", "ffn_matrices", "mlp_parameters", "layer_parameters", "layer_parameters_replicated",
            "embedding_parameters", "head_parameters", "parameter_count", "GATED_FFN"]
 
 
-#: FFN types with a gate (three h x F matrices instead of two).
-GATED_FFN = ("swiglu",)
+#: FFN types with a gate (three h x F matrices instead of two): SwiGLU and GeGLU (Gemma's tanh-GELU gate).
+GATED_FFN = ("swiglu", "geglu")
 
 
 def norm_parameters(h: Num, norm: str = "layernorm") -> Num:
@@ -45,13 +45,35 @@ def ffn_matrices(ffn_type: str) -> int:
     return 3 if ffn_type in GATED_FFN else 2
 
 
-def layer_parameters(h: Num, heads: Num, kv_heads: Num, head_dim: Num, ffn: Num, ffn_type: str = "gelu",
-                     norm: str = "layernorm", bias: bool = True, qkv_bias: bool | None = None) -> Num:
-    """Parameters of one transformer layer (attention + MLP + two norms).
+def mlp_parameters(h: Num, ffn: Num, ffn_type: str = "gelu", bias: bool = True) -> Num:
+    """Parameters of the dense MLP of one layer (the part an MoE layer replaces).
 
-    Formula: h(a+2kv)d + a d h + n_m h F + biases + 2 norm; n_m = 3 for SwiGLU, 2 otherwise
+    Formula: n_m h F + (biases: (n_m - 1) F + h)
+    Source: Vaswani et al. 2017 (position-wise FFN); Shazeer 2020 (arXiv 2002.05202) for the gated form.
+
+    Returns:
+        parameters [count]
+
+    >>> mlp_parameters(4096, 14336, "swiglu", bias=False)   # Mistral 7B
+    176160768
+    """
+    return ffn_matrices(ffn_type) * h * ffn + (((ffn_matrices(ffn_type) - 1) * ffn + h) if bias else 0)
+
+
+def layer_parameters(h: Num, heads: Num, kv_heads: Num, head_dim: Num, ffn: Num, ffn_type: str = "gelu",
+                     norm: str = "layernorm", bias: bool = True, qkv_bias: bool | None = None, *,
+                     layer_norms: int = 2, qk_norm: bool = False) -> Num:
+    """Parameters of one transformer layer (attention + MLP + its norms).
+
+    Formula: h(a+2kv)d + a d h + n_m h F + biases + n_norm norm (+ 2d with QK-norm); n_m = 3 gated, 2 otherwise
     Source: Narayanan et al. 2021 (arXiv 2104.04473) Eq. 2 without the embedding term: 12h^2 + 13h for GPT
-    (kv = a, d = h/a, F = 4h, biases, LayerNorm); Megatron-LM theoretical_memory_usage.py for GQA and SwiGLU.
+    (kv = a, d = h/a, F = 4h, biases, LayerNorm); Megatron-LM theoretical_memory_usage.py for GQA and SwiGLU;
+    Hugging Face Gemma2DecoderLayer (n_norm = 4: input, post-attention, pre- and post-feedforward RMSNorms) and
+    Qwen3Attention (q_norm, k_norm: RMSNorm over head_dim, shared by the heads).
+
+    Args:
+        layer_norms: n_norm, norms per layer (2 pre-LN; 4 Gemma 2) [count]
+        qk_norm: an RMSNorm of each query and key head (Qwen3) [bool]
 
     Returns:
         parameters [count]
@@ -60,23 +82,27 @@ def layer_parameters(h: Num, heads: Num, kv_heads: Num, head_dim: Num, ffn: Num,
     30740800
     >>> layer_parameters(4096, 32, 32, 128, 11008, "swiglu", "rmsnorm", bias=False)   # Llama-2-7B
     202383360
+    >>> layer_parameters(3584, 16, 8, 256, 14336, "geglu", "rmsnorm", bias=False, layer_norms=4)   # Gemma 2 9B
+    198195200
     """
     qkv_bias = bias if qkv_bias is None else qkv_bias
     attn = h * (heads + 2 * kv_heads) * head_dim + heads * head_dim * h
-    mlp = ffn_matrices(ffn_type) * h * ffn
     biases: Num = 0
     if qkv_bias:
         biases = biases + (heads + 2 * kv_heads) * head_dim
     if bias:
-        biases = biases + h + (ffn_matrices(ffn_type) - 1) * ffn + h  # out-proj, fc1 (gate+up), fc2
-    return attn + mlp + biases + 2 * norm_parameters(h, norm)
+        biases = biases + h  # out-proj; the MLP's biases are in mlp_parameters
+    qk = 2 * head_dim if qk_norm else 0
+    return attn + mlp_parameters(h, ffn, ffn_type, bias) + biases + layer_norms * norm_parameters(h, norm) + qk
 
 
-def layer_parameters_replicated(h: Num, ffn_type: str = "gelu", norm: str = "layernorm", bias: bool = True) -> Num:
+def layer_parameters_replicated(h: Num, ffn_type: str = "gelu", norm: str = "layernorm", bias: bool = True, *,
+                                layer_norms: int = 2, qk_norm: bool = False, head_dim: Num = 0) -> Num:
     """Parameters of one layer that tensor parallelism does not split.
 
-    Formula: 2 norm + (2h if biases: the row-parallel out-proj and fc2 biases)
-    Source: Megatron-LM (Shoeybi et al. 2019, arXiv 1909.08053 §3): norms and row-parallel biases are replicated.
+    Formula: n_norm norm + (2h if biases: the row-parallel out-proj and fc2 biases) (+ 2d with QK-norm)
+    Source: Megatron-LM (Shoeybi et al. 2019, arXiv 1909.08053 §3): norms and row-parallel biases are replicated;
+    a QK-norm's weights act per head, shared by all heads (Megatron-Core qk_layernorm).
 
     Returns:
         parameters [count]
@@ -84,7 +110,7 @@ def layer_parameters_replicated(h: Num, ffn_type: str = "gelu", norm: str = "lay
     >>> layer_parameters_replicated(1600)   # GPT-2 XL: 2 LayerNorms + 2 biases
     9600
     """
-    return 2 * norm_parameters(h, norm) + (2 * h if bias else 0)
+    return layer_norms * norm_parameters(h, norm) + (2 * h if bias else 0) + (2 * head_dim if qk_norm else 0)
 
 
 def embedding_parameters(h: Num, vocab: Num, position_embeddings: Num = 0, token_types: Num = 0,
@@ -142,7 +168,7 @@ def parameter_count(layers: Num, h: Num, heads: Num, kv_heads: Num, head_dim: Nu
                     ffn_type: str = "gelu", norm: str = "layernorm", bias: bool = True, qkv_bias: bool | None = None,
                     position_embeddings: Num = 0, token_types: Num = 0, embedding_norm: bool = False,
                     tied: bool = True, final_norm: bool = True, pooler: bool = False, mlm_head: bool = False,
-                    nsp_head: bool = False) -> Num:
+                    nsp_head: bool = False, layer_norms: int = 2, qk_norm: bool = False) -> Num:
     """Total trainable parameters of the model.
 
     Formula: P = embeddings + L * layer + head. GPT: 12Lh^2 + 13Lh + (V + s)h + 2h
@@ -157,6 +183,8 @@ def parameter_count(layers: Num, h: Num, heads: Num, kv_heads: Num, head_dim: Nu
         pooler: BERT pooler [bool]
         mlm_head: BERT masked-LM head [bool]
         nsp_head: BERT next-sentence head [bool]
+        layer_norms: norms per layer [count]
+        qk_norm: per-head query and key norms [bool]
     Returns:
         parameters [count]
 
@@ -169,7 +197,8 @@ def parameter_count(layers: Num, h: Num, heads: Num, kv_heads: Num, head_dim: Nu
     array([ 6.73841562, 13.01586432, 68.97664819])
     """
     return (embedding_parameters(h, vocab, position_embeddings, token_types, embedding_norm, norm)
-            + layers * layer_parameters(h, heads, kv_heads, head_dim, ffn, ffn_type, norm, bias, qkv_bias)
+            + layers * layer_parameters(h, heads, kv_heads, head_dim, ffn, ffn_type, norm, bias, qkv_bias,
+                                        layer_norms=layer_norms, qk_norm=qk_norm)
             + head_parameters(h, vocab, tied, final_norm, norm, pooler, mlm_head, nsp_head))
 
 

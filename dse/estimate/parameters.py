@@ -1,0 +1,99 @@
+"""Parameter counts of a scenario: the model (total and active per token), one layer, and a pipeline stage's GPU.
+
+A dense model's layers are alike. An MoE model (:mod:`dse.formulas.transformer.moe`) has MoE layers (router and
+experts instead of the MLP) and possibly dense ones; the per-layer numbers are then the mean over the layers, so
+that L times a layer is the model's layers exactly (a stage holding more dense or more MoE layers than the mean
+is not modelled). Every expert is on every GPU (no expert parallelism) and splits over TP like the dense MLP.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from dse.estimate import frozen as _frozen
+from dse.estimate.memo import ints, remembered
+from dse.formulas import transformer as _transformer
+from dse.formulas._array import ceil, maximum, where
+
+if TYPE_CHECKING:
+    from dse.estimate.aliases import FormulaModule, Num, Section
+    from dse.specs.model import ModelSpec
+    from dse.specs.plan import Plan
+
+
+def parameters(model: ModelSpec, plan: Plan, T: FormulaModule = _transformer) -> Section:
+    """Parameters of the model, of one layer (per GPU) and of the first and last pipeline stage's GPU (shared)."""
+    t, p, v = plan.tp, plan.pp, plan.virtual_stages
+    ft = (plan.finetune, plan.lora_rank, plan.lora_targets)
+    if T is _transformer and ints(t, p, v):
+        key = ("parameters", id(model), t, p, v, ft, T.layer_parameters, T.layer_parameters_replicated,
+               T.embedding_parameters, T.head_parameters, T.norm_parameters, T.ffn_matrices, T.mlp_parameters,
+               T.moe_mlp_parameters, T.moe_mlp_parameters_replicated)
+        return remembered(key, model, lambda: _parameters(model, t, p, v, T, ft))
+    return _parameters(model, t, p, v, T, ft)
+
+
+def layer_counts(model: ModelSpec, T: FormulaModule = _transformer) -> Section:
+    """Parameters of the model's layers: ``dense`` and ``moe`` (one layer of each, total), ``moe_active`` (what a
+    token uses of an MoE layer), their replicated parts ``dense_rep``, ``moe_rep``, and ``moe_layers``."""
+    h = model.hidden
+    norms = {"layer_norms": model.layer_norms, "qk_norm": model.qk_norm}
+    dense = T.layer_parameters(h, model.heads, model.kv_heads, model.head_dim, model.ffn_hidden, model.ffn_type,
+                               model.norm, model.bias, model.qkv_bias, **norms)
+    dense_rep = T.layer_parameters_replicated(h, model.ffn_type, model.norm, model.bias, head_dim=model.head_dim,
+                                              **norms)
+    out = {"dense": dense, "dense_rep": dense_rep, "moe": dense, "moe_active": dense, "moe_rep": dense_rep,
+           "moe_layers": model.moe_layers}
+    if out["moe_layers"]:
+        E, k = model.experts, model.experts_per_token
+        attn = dense - T.mlp_parameters(h, model.ffn_hidden, model.ffn_type, model.bias)
+        moe = dict(shared_experts=model.shared_experts, shared_ffn=model.shared_expert_ffn or 0,
+                   shared_gate=model.shared_expert_gate)
+        out["moe"] = attn + T.moe_mlp_parameters(h, E, model.expert_ffn, model.ffn_type, **moe)
+        out["moe_active"] = attn + T.moe_mlp_parameters(h, E, model.expert_ffn, model.ffn_type, routed=k, **moe)
+        out["moe_rep"] = (dense_rep - (h if model.bias else 0)
+                          + T.moe_mlp_parameters_replicated(h, E, model.shared_expert_gate))
+    return out
+
+
+def _mean(model: ModelSpec, n_moe: int, dense: Num, moe: Num) -> Num:
+    """The mean over the layers of a dense and an MoE layer's number (the one, exactly, when all are alike)."""
+    L = model.layers
+    return dense if n_moe == 0 else (moe if n_moe == L else ((L - n_moe) * dense + n_moe * moe) / L)
+
+
+def _parameters(model: ModelSpec, t: Num, p: Num, v: Num, T: FormulaModule,
+                ft: tuple[str, Any, Any] = ("full", None, None)) -> Section:
+    L, h, V = model.layers, model.hidden, model.vocab
+    c = layer_counts(model, T)
+    n = c["moe_layers"]
+    p_layer = _mean(model, n, c["dense"], c["moe"])
+    p_layer_rep = _mean(model, n, c["dense_rep"], c["moe_rep"])
+    p_layer_gpu = (p_layer - p_layer_rep) / t + p_layer_rep
+    p_emb = T.embedding_parameters(h, V, model.position_embeddings, model.token_types, model.embedding_norm,
+                                   model.norm)
+    p_head = T.head_parameters(h, V, model.tied_embeddings, model.final_norm, model.norm, model.pooler,
+                               model.mlm_head, model.nsp_head)
+    l_stage = ceil(L / (p * v)) * v       # layers on the most loaded stage
+    tied_copy = V * h if model.tied_embeddings else 0
+    single = p == 1
+    p_first = l_stage * p_layer_gpu + p_emb / t + where(single, p_head / t, 0)
+    p_last = l_stage * p_layer_gpu + p_head / t + where(single, 0, tied_copy / t)
+    layers = (L - n) * c["dense"] + n * c["moe"]
+    active = (L - n) * c["dense"] + n * c["moe_active"]
+    out = {"params": p_emb + layers + p_head, "params_active": p_emb + active + p_head, "p_layer": p_layer,
+           "p_layer_gpu": p_layer_gpu, "p_emb": p_emb, "p_head": p_head, "l_stage": l_stage, "p_first": p_first,
+           "p_last": p_last, "p_gpu": maximum(p_first, p_last)}
+    if ft[0] == "full":
+        return {**out, "p_train": out["params"], "p_train_gpu": out["p_gpu"]}
+    return _frozen.with_adapters(out, model, t, ft[1] or 16, ft[2] or "all")
+
+
+def model_parameters(model: ModelSpec, T: FormulaModule = _transformer) -> tuple[Num, Num]:
+    """The model's parameters: (total, active per token). A dense model's are equal.
+
+    Formula: P = embeddings + (L - L_moe) P_dense + L_moe P_moe + head; active: P_moe with k of the E routed
+    experts (dse.formulas.transformer.moe_mlp_parameters)
+    """
+    prm = _parameters(model, 1, 1, 1, T)
+    return prm["params"], prm["params_active"]
