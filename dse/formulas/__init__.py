@@ -4,6 +4,7 @@ One module per concern:
 
 - :mod:`dse.formulas.transformer` — parameters, FLOPs, activation bytes per layer
 - :mod:`dse.formulas.precision` — precision recipes: bytes per tensor class, dtype per GEMM class
+- :mod:`dse.formulas.finetune` — fine-tuning with frozen weights: LoRA adapters, QLoRA's quantized weights
 - :mod:`dse.formulas.fp8` — FP8 training (Transformer Engine): cast kernels, FP8 weight copies, scaling metadata
 - :mod:`dse.formulas.optimizer` — the optimizers: states, bytes kept, bytes moved by the step
 - :mod:`dse.formulas.memory` — model-state bytes per tensor class and ZeRO stage
@@ -35,7 +36,8 @@ from types import ModuleType
 from dse.formulas._array import Num
 
 __all__ = ["transformer", "memory", "parallelism", "compute", "kernels", "cost", "offload", "near_storage",
-           "chiplet", "package_cost", "activation_offload", "energy", "precision", "fp8", "optimizer", "stacks",
+           "chiplet", "package_cost", "activation_offload", "energy", "precision", "finetune", "fp8", "optimizer",
+           "stacks",
            "Num"]
 
 

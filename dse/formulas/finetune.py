@@ -134,6 +134,9 @@ def adapter_parameters(adapters: dict[str, list[tuple[Num, Num]]], rank: Num, tp
     >>> a = adapted_linears(4096, 32, 32, 128, 11008, "swiglu", "separate", "all")
     >>> 32 * adapter_parameters(a, 16)   # Llama-2-7B, r 16, all linear layers (PEFT prints 39,976,960)
     39976960
+    >>> import numpy as np
+    >>> 32 * adapter_parameters(a, np.array([8, 16, 64])) / 1e6   # ranks 8, 16, 64: millions
+    array([ 19.98848,  39.97696, 159.90784])
     """
     total: Num = 0
     for row, shapes in adapters.items():
