@@ -32,6 +32,7 @@ app.command()(validation.validate)
 app.command()(validation.calibrate)
 app.command()(validation.measure)
 app.command("chiplet-scaling")(techniques.chiplet_scaling)
+app.command("chiplet-compare")(techniques.chiplet_compare)
 app.command()(search.search)
 
 

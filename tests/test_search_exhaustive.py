@@ -237,4 +237,6 @@ def test_chiplet_sram_costs_silicon_in_a_search():
     srams = [e["params"]["hardware.die.sram"] for e in out["ranked"]]
     costs = [e["metrics"]["cost.capital_usd"] for e in out["ranked"]]
     assert srams == sorted(srams) and costs == sorted(costs) and len(set(costs)) == len(costs)
-    assert srams[0] == 192 * 2**20          # 128 and 160 MiB do not hold the hecaton-2d working set
+    # 128 and 160 MiB do not hold the hecaton-2d working set (167 MiB): they spill through DRAM (issue 17), still
+    # feasible, so the cheapest die is the smallest
+    assert srams[0] == 128 * 2**20 and len(srams) == 5

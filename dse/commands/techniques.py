@@ -1,5 +1,5 @@
 """The technique commands: ``dse rok`` (activation offload), ``dse offload-compare`` (storage offload),
-``dse chiplet-scaling`` (chiplet weak scaling)."""
+``dse chiplet-scaling`` (chiplet weak scaling), ``dse chiplet-compare`` (2D scheme vs Megatron 1D)."""
 # ruff: noqa: UP006, UP035, UP045
 # (typer reads the annotations: Optional[...] and List[...] kept as they were in dse/cli.py)
 
@@ -183,3 +183,41 @@ def chiplet_scaling(
     render_scaling(con, rows)
     if plot:
         con.print(f"plot written to {plot}")
+
+
+def _quantities(text: str | None, kind: str, flag: str) -> list[float] | None:
+    from dse.units import parse
+
+    if not text:
+        return None
+    return [parse(item.strip(), kind, flag) for item in text.split(",") if item.strip()]
+
+
+def chiplet_compare(
+    hw: str = typer.Option("chiplet-train-8x8", "--hw", help="chiplet package (catalog name or YAML)"),
+    model: str = typer.Option("llama2-70b", "--model", "-m", help="model"),
+    seq_len: int = typer.Option(4096, "--seq-len", "-s", min=1, help="tokens per sequence"),
+    micro_batch: int = typer.Option(1, "--micro-batch", "-b", min=1, help="sequences per micro-batch"),
+    global_batch: int = typer.Option(16, "--global-batch", "-B", min=1,
+                                     help="sequences per iteration on the package (16: dse validate chiplet's "
+                                          "headline scenario)"),
+    recompute: Recompute = typer.Option("none", "--recompute", help="none | selective | full"),
+    sram: Optional[str] = typer.Option("32 MiB,64 MiB,96 MiB,128 MiB,192 MiB,256 MiB,384 MiB", "--sram",
+                                       help="SRAM per die to sweep, comma-separated ('' : the package's only)"),
+    dram_bandwidth: Optional[str] = typer.Option("409.5 GB/s,819 GB/s,1638 GB/s", "--dram-bandwidth",
+                                                 help="DRAM bandwidth per device to sweep ('' : the package's only)"),
+    set_: List[str] = typer.Option([], "--set", help="override fields: hardware.X=, model.X= (as dse estimate)"),
+    json_out: bool = typer.Option(False, "--json", help="print the result as JSON"),
+    plot: Optional[str] = typer.Option(None, "--plot", help="also write a PNG of the factors against SRAM per die "
+                                                            "(needs matplotlib)"),
+):
+    """The 2D weight-stationary scheme against Megatron 1D on one package: time and energy factors, what drives
+    them, and how they move with SRAM per die and DRAM bandwidth."""
+    from dse.estimate.chiplet_compare import compare
+
+    _check_plot(plot)
+    srams = _quantities(sram, "bytes", "--sram")
+    bws = _quantities(dram_bandwidth, "bytes/s", "--dram-bandwidth")
+    result = compare(model, hw, srams=srams, dram_bandwidths=bws, overrides=list(set_), global_batch=global_batch,
+                     micro_batch=micro_batch, seq_len=seq_len, recompute=recompute)
+    show(result, json_out, "dse.report.chiplet:render_compare", plot, "dse.report.plots:chiplet_compare")

@@ -31,6 +31,7 @@ from dse.formulas import (
     package_cost as _package_cost,
     transformer as _transformer,
 )
+from dse.formulas._array import minimum
 from dse.formulas.precision import recipe_of
 from dse.specs.chiplet import plan_mesh
 
@@ -123,6 +124,41 @@ def work(model: ModelSpec, plan: Plan, e: Num, M: Formulas) -> dict[str, Any]:
     }
 
 
+def sram_and_spill(model: ModelSpec, package: ChipletPackageSpec, plan: Plan, mesh: Mesh, e: Num, g: Num, m: Num,
+                   k: Num, K: FormulaModule) -> tuple[dict[str, Any], dict[str, Any]]:
+    """SRAM per die (working set, what stays resident, what spills) and the DRAM bytes the spills add.
+
+    A working set over the die's SRAM spills (:mod:`dse.formulas.chiplet.spill`); the estimate is infeasible only
+    when the die cannot hold the MAC array's double-buffered tiles.
+    """
+    rows, cols = mesh
+    scheme = scheme_of(plan)
+    tok = batch_of(plan)[1] * plan.micro_batch
+    shape = (model.hidden, model.heads, model.kv_heads, model.head_dim, model.ffn_hidden, model.ffn_type)
+    sram = K.sram_per_die(scheme, tok, *shape, rows, cols, e, g)
+    gemms = K.layer_gemms(*shape)
+    p_layer = K.gemm_parameters(gemms)
+    dies = rows * cols
+    ops = []
+    for _, kk, n, kind in gemms:
+        o = K.gemm_operand_bytes(scheme, tok, kk, n, kind, rows, cols, e)
+        ops.append(o["operands"] + o["buffers"])
+    sp = K.sram_spill(package.die.sram, p_layer * e / dies, p_layer * g / dies, tuple(ops),
+                      tok * model.hidden * e / dies, 2, K.min_tile_sram(package.die.tile, e))
+    traffic = K.spill_dram_traffic(sp, m, k, model.layers, dies, plan.recompute == "full")
+    # what stays resident, by class (the spilled bytes are in chiplet.sram_spilled, the full need in
+    # chiplet.sram_working_set); unchanged when nothing spills
+    weights = sram["weights"] - sp["prefetch"] - sp["weights"]
+    grads = sram["gradients"] - sp["gradients"]
+    left = sp["resident"] - weights - grads
+    acts = minimum(sram["activations"], left)
+    resident = {"weights": weights, "gradients": grads, "activations": acts, "buffers": left - acts,
+                "total": sp["resident"], "capacity": package.die.sram}
+    spill = {"working_set": sram["total"], "spilled": {c: sp[c] for c in ("prefetch", "weights", "gradients",
+                                                                          "activations")}, **traffic}
+    return resident, spill
+
+
 def phases(model: ModelSpec, package: ChipletPackageSpec, plan: Plan, w: dict[str, Any], mesh: Mesh, e: Num, g: Num,
            o: Num, step: Num, K: FormulaModule) -> dict[str, Any]:
     """NoP, DRAM and compute of the forward and backward phases and the optimizer step; the iteration time."""
@@ -144,6 +180,9 @@ def phases(model: ModelSpec, package: ChipletPackageSpec, plan: Plan, w: dict[st
     # DRAM
     k = minibatch_of(plan) if schedule == "minibatch" else 1
     dram = K.dram_traffic(m, k, L, w["p_layer"], w["params"], w["stored"], tok, h, e, g, o, step_bytes=step)
+    sram, spill = sram_and_spill(model, package, plan, mesh, e, g, m, k, K)
+    dram = {**dram, "forward": dram["forward"] + spill["forward"], "backward": dram["backward"] + spill["backward"],
+            "spill": spill["total"], "total": dram["total"] + spill["total"]}
     devices = K.dram_attach_points(rows, cols, dram_spec.placement, dram_spec.per_attach)
     dram_bw = devices * dram_spec.bandwidth
     # phases: compute, NoP (with the edge DRAM's injection) and DRAM overlap by chiplet_overlap
@@ -163,9 +202,11 @@ def phases(model: ModelSpec, package: ChipletPackageSpec, plan: Plan, w: dict[st
     time = {"iteration": t_iter, "forward": t_f, "backward": t_b, "optimizer": t_opt,
             "compute": c_f + c_b, "nop": n_f + n_b, "dram": d_f + d_b,
             "exposed": t_f + t_b - (c_f + c_b), "per_token": t_iter / (B * s),
+            "nop_collectives": m * L * (t_nop_f + t_nop_b), "nop_dram": inj["forward"] + inj["backward"],
             "phase_forward": {"compute": c_f, "nop": n_f, "dram": d_f},
             "phase_backward": {"compute": c_b, "nop": n_b, "dram": d_b}}
-    return {"time": time, "nop": nop, "dram": dram, "devices": devices, "dram_bw": dram_bw, "minibatch": k,
+    return {"time": time, "nop": nop, "dram": dram, "sram": sram, "spill": spill, "devices": devices,
+            "dram_bw": dram_bw, "minibatch": k,
             "footprint": K.dram_footprint(k, L, w["params"], w["stored"], tok, h, e, g, o),
             "ratio": 3 * w["gemm_fwd"] / dies / (nop["forward"] + nop["backward"])}   # = compute_to_communication
 
@@ -239,9 +280,7 @@ def compose(model: ModelSpec, package: ChipletPackageSpec, plan: Plan, M: Formul
     ph = phases(model, package, plan, w, (rows, cols), e, g, o, step, K)
     time, nop, dram = ph["time"], ph["nop"], ph["dram"]
     t_iter = time["iteration"]
-    sram = K.sram_per_die(scheme, tok, model.hidden, model.heads, model.kv_heads, model.head_dim, model.ffn_hidden,
-                          model.ffn_type, rows, cols, e, g)
-    sram["capacity"] = die.sram
+    sram = ph["sram"]
     nop_die = m * L * (nop["forward"] + nop["backward"] + (nop["forward"] if plan.recompute == "full" else 0.0))
     nop_total = dies * nop_die
     fl = w["flops"]
@@ -263,14 +302,15 @@ def compose(model: ModelSpec, package: ChipletPackageSpec, plan: Plan, M: Formul
                         "micro_batches": m, "minibatch": ph["minibatch"], "tokens_per_micro_batch": tok,
                         "compute_to_communication": ph["ratio"],
                         "layer_nop_bytes_per_die": {"forward": nop["forward"], "backward": nop["backward"]},
-                        "dram_devices": ph["devices"], "edge_hops": hops},
+                        "dram_devices": ph["devices"], "edge_hops": hops,
+                        "sram_working_set": ph["spill"]["working_set"], "sram_spilled": ph["spill"]["spilled"]},
             "flops": fl,
             "time": time,
             "memory": {"sram": sram, "dram": {**ph["footprint"], "capacity": dram_cap}},
             "traffic": {"nop_bytes_per_die": nop_die, "nop_bytes": nop_total, "dram_bytes": dram["total"],
                         "dram_weights": dram["weights"], "dram_gradients": dram["gradients"],
                         "dram_activations": dram["activations"], "dram_boundary": dram["boundary"],
-                        "dram_optimizer": dram["optimizer"]},
+                        "dram_optimizer": dram["optimizer"], "dram_spill": dram["spill"]},
             "throughput": {"tokens_per_s": tokens / t_iter,
                            "mfu": fl["model_per_iteration"] / (t_iter * dies * die.peak_flops),
                            "hfu": fl["hardware_per_iteration"] / (t_iter * dies * die.peak_flops)},

@@ -56,6 +56,10 @@ def memory_table(r: dict) -> Table:
     for name, a, b in rows:
         if a or b:
             tab.add_row(name, fmt(a, "bytes") if a else "-", fmt(b, "bytes") if b else "-")
+    spilled = r["chiplet"].get("sram_spilled", {})
+    if sum(spilled.values()) > 0:      # the working set exceeds SRAM: the classes above are what stays resident
+        tab.add_row("working set (spills)", fmt(r["chiplet"]["sram_working_set"], "bytes"), "-")
+        tab.add_row("  spilled to DRAM", fmt(sum(spilled.values()), "bytes"), "-")
     tab.add_row(Text("total", style="bold"), Text(fmt(sram["total"], "bytes"), style="bold"),
                 Text(fmt(dram["total"], "bytes"), style="bold"))
     cap = []
@@ -73,8 +77,8 @@ def traffic_table(r: dict) -> Table:
     tab.add_column("bytes", justify="right")
     tab.add_row("NoP, received per die", fmt(tr["nop_bytes_per_die"], "bytes"))
     tab.add_row("NoP, whole package", fmt(tr["nop_bytes"], "bytes"))
-    for k in ("weights", "gradients", "activations", "boundary", "optimizer"):
-        if tr["dram_" + k]:
+    for k in ("weights", "gradients", "activations", "boundary", "optimizer", "spill"):
+        if tr.get("dram_" + k):
             tab.add_row(f"DRAM {k}", fmt(tr["dram_" + k], "bytes"))
     tab.add_row(Text("DRAM total", style="bold"), Text(fmt(tr["dram_bytes"], "bytes"), style="bold"))
     return tab
@@ -152,3 +156,66 @@ def render_scaling(con, rows: list[dict]) -> None:
               "per layer vs 1st: time per token per layer relative to the first point (1.00x = ideal). "
               "Infeasible points are still timed.")
 
+
+
+# ------------------------------------------------------------------ 2D scheme vs Megatron 1D
+
+
+def _compare_rows(a: dict, b: dict) -> list[tuple[str, float, float, str]]:
+    rows = [("iteration", a["time_s"], b["time_s"], "s"),
+            ("  forward pass", a["phases"]["forward"]["time"], b["phases"]["forward"]["time"], "s"),
+            ("  backward pass", a["phases"]["backward"]["time"], b["phases"]["backward"]["time"], "s"),
+            ("  optimizer step", a["optimizer_s"], b["optimizer_s"], "s"),
+            ("compute (both passes)", a["compute_s"], b["compute_s"], "s"),
+            ("NoP: collectives", a["nop_collectives_s"], b["nop_collectives_s"], "s"),
+            ("NoP: edge DRAM to the dies", a["nop_dram_s"], b["nop_dram_s"], "s"),
+            ("DRAM (both passes)", a["dram_s"], b["dram_s"], "s"),
+            ("NoP bytes received per die", a["nop_bytes_per_die"], b["nop_bytes_per_die"], "bytes")]
+    rows += [(f"DRAM {k}", a["dram_bytes"][k], b["dram_bytes"][k], "bytes") for k in a["dram_bytes"]
+             if a["dram_bytes"][k] or b["dram_bytes"][k]]
+    rows += [("SRAM working set per die", a["sram_working_set"], b["sram_working_set"], "bytes"),
+             ("  spilled to DRAM", a["sram_spilled"], b["sram_spilled"], "bytes"),
+             ("energy per iteration", a["energy_j"], b["energy_j"], "J")]
+    rows += [(f"  {k[:-2]}", v, b["energy"][k], "J") for k, v in a["energy"].items() if v or b["energy"][k]]
+    return rows
+
+
+def render_compare(con, out: dict) -> None:
+    base = out["base"]
+    a, b = base["megatron-1d"], base["hecaton-2d"]
+    p = out["plan"]
+    con.print(f"[bold]{out['model']}[/] on [bold]{out['hardware']}[/]: Megatron 1D (micro-batch-major) vs the 2D "
+              f"weight-stationary scheme (layer-major, mini-batch of {b['minibatch']:g} tuned from "
+              f"{', '.join(str(k) for k in base['minibatches_tried'])})\nglobal batch {p.get('global_batch')} x seq "
+              f"{p.get('seq_len')}, micro-batch {p.get('micro_batch')}, recompute {p.get('recompute')}")
+    tab = Table(title="Where the factors come from (one iteration)", box=box.SIMPLE_HEAVY, title_justify="left")
+    for col in ("", "megatron-1d", "hecaton-2d", "1D / 2D"):
+        tab.add_column(col, justify="left" if not col else "right")
+    for name, x, y, unit in _compare_rows(a, b):
+        tab.add_row(name, fmt(x, unit), fmt(y, unit), f"{x / y:.2f}x" if y else "-")
+    tab.add_row("bound", a["bottleneck"], b["bottleneck"], "")
+    con.print(tab)
+    pub = out["published"]
+    con.print(f"[bold]time factor {base['time_factor']:.2f}x, energy factor {base['energy_factor']:.2f}x[/] "
+              f"(Hecaton v1 abstract: {pub['time_factor']}x and {pub['energy_factor']}x on hardware it does not "
+              "state). Time saved per phase: " + ", ".join(f"{k} {fmt(v, 's')}" for k, v in
+                                                           base["drivers"]["time_s"].items()) + ".")
+    if len(out["grid"]) > 1:
+        srams = list(dict.fromkeys(g["sram"] for g in out["grid"]))
+        bws = list(dict.fromkeys(g["dram_bandwidth"] for g in out["grid"]))
+        grid = Table(title="Time / energy factor (and tuned mini-batch) by SRAM per die and DRAM bandwidth per "
+                     "device", box=box.SIMPLE_HEAVY, title_justify="left")
+        grid.add_column("SRAM / die")
+        for bw in bws:
+            grid.add_column(fmt(bw, "bytes/s"), justify="right")
+        cell = {(g["sram"], g["dram_bandwidth"]): g for g in out["grid"]}
+        for sr in srams:
+            marks = []
+            for bw in bws:
+                g = cell[(sr, bw)]
+                flag = "" if g["feasible"] else " !"
+                marks.append(f"{g['time_factor']:.2f}x / {g['energy_factor']:.2f}x (k {g['minibatch']:g}){flag}")
+            grid.add_row(fmt(sr, "bytes"), *marks)
+        con.print(grid)
+        con.print("k: the 2D scheme's tuned mini-batch; !: a run is infeasible (timed anyway). Below a scheme's "
+                  "working set its blocks spill to DRAM (see docs/chiplets.md).")

@@ -122,6 +122,33 @@ def chiplet_scaling(rows: list[dict], path: str) -> str:
     return path
 
 
+def chiplet_compare(out: dict, path: str) -> str:
+    """Megatron 1D over the 2D scheme, time and energy factors against SRAM per die, one line per DRAM bandwidth."""
+    with figure(path, ncols=2, figsize=(10, 4), savefig={"dpi": 120}) as (fig, axes):
+        bws = list(dict.fromkeys(g["dram_bandwidth"] for g in out["grid"]))
+        for key, ax, title in (("time_factor", axes[0], "time"), ("energy_factor", axes[1], "energy")):
+            for i, bw in enumerate(bws):      # lines that coincide: DRAM bandwidth is not what limits
+                pts = sorted((g for g in out["grid"] if g["dram_bandwidth"] == bw), key=lambda g: g["sram"])
+                ax.plot([g["sram"] / 2**20 for g in pts], [g[key] for g in pts], marker="os^Dv"[i % 5],
+                        markersize=8 - 2 * (i % 3), linestyle=("-", "--", ":")[i % 3],
+                        label=f"DRAM {bw / 1e9:g} GB/s per device")
+            srams = sorted({g["sram"] / 2**20 for g in out["grid"]})
+            ax.axhline(out["published"][key], color="black", linestyle="--", linewidth=1,
+                       label=f"Hecaton v1 abstract {out['published'][key]}x (hardware not stated)")
+            ax.axvline(out["sram_per_die"] / 2**20, color="0.6", linestyle=":", linewidth=1,
+                       label=f"{out['hardware']} SRAM")
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(srams, [f"{x:g}" for x in srams])
+            ax.set_xlabel("SRAM per die (MiB)")
+            ax.set_ylabel(f"{title}: Megatron 1D / 2D (x)")
+            ax.set_title(f"{title} factor, {out['model']}")
+            ax.set_ylim(0, None)
+            ax.grid(alpha=0.3)
+        axes[0].legend(fontsize=7)
+        fig.tight_layout()
+    return path
+
+
 # ----------------------------------------------------------------------------- dse search
 
 

@@ -43,6 +43,8 @@ The equations live in one submodule per question; every name is importable from 
 - :mod:`~dse.formulas.chiplet.ratio`: the compute-to-communication ratio (and the note's worked check);
 - :mod:`~dse.formulas.chiplet.sram`: SRAM per die, smallest SRAM for a GEMM tile;
 - :mod:`~dse.formulas.chiplet.dram`: DRAM traffic per iteration and the DRAM footprint;
+- :mod:`~dse.formulas.chiplet.spill`: what a die evicts when a layer's working set exceeds its SRAM, and the DRAM
+  bytes that costs;
 - :mod:`~dse.formulas.chiplet.time_energy`: overlapped phase time, iteration energy, SRAM operand bytes.
 
 Symbols:
@@ -98,6 +100,7 @@ from dse.formulas.chiplet.nop import (
     SCHEMES,
     edge_injection_time,
     hecaton_2d_gemm_bytes,
+    hecaton_2d_gemm_passes,
     kv_gather_bytes,
     layer_nop,
     megatron_1d_gemm_bytes,
@@ -105,12 +108,15 @@ from dse.formulas.chiplet.nop import (
     summa_2d_gemm_bytes,
 )
 from dse.formulas.chiplet.ratio import compute_to_communication, worked_check_ratio
-from dse.formulas.chiplet.sram import min_tile_sram, sram_per_die
+from dse.formulas.chiplet.spill import spill_dram_traffic, sram_spill
+from dse.formulas.chiplet.sram import gemm_operand_bytes, min_tile_sram, sram_per_die
 from dse.formulas.chiplet.time_energy import iteration_energy, overlapped_time, sram_operand_bytes
 
 __all__ = ["SCHEMES", "DRAM_PLACEMENTS", "mesh_perimeter_sides", "dram_attach_points", "edge_hops",
            "interior_fraction", "inward_links", "ring_bandwidth_factor", "collective_bytes", "layer_gemms",
-           "gemm_parameters", "layer_gemm_flops", "megatron_1d_gemm_bytes", "hecaton_2d_gemm_bytes",
-           "summa_2d_gemm_bytes", "kv_gather_bytes", "layer_nop", "nop_time", "edge_injection_time",
-           "compute_to_communication", "worked_check_ratio", "sram_per_die", "min_tile_sram", "dram_traffic",
+           "gemm_parameters", "layer_gemm_flops", "megatron_1d_gemm_bytes", "hecaton_2d_gemm_passes",
+           "hecaton_2d_gemm_bytes", "summa_2d_gemm_bytes", "kv_gather_bytes", "layer_nop", "nop_time",
+           "edge_injection_time",
+           "compute_to_communication", "worked_check_ratio", "sram_per_die", "gemm_operand_bytes", "min_tile_sram",
+           "sram_spill", "spill_dram_traffic", "dram_traffic",
            "dram_footprint", "overlapped_time", "iteration_energy", "sram_operand_bytes"]

@@ -9,8 +9,8 @@ from dse.formulas._array import Num, maximum, where
 from dse.formulas.chiplet.gemms import layer_gemms
 from dse.formulas.chiplet.mesh import collective_bytes, interior_fraction, inward_links, ring_bandwidth_factor
 
-__all__ = ["SCHEMES", "megatron_1d_gemm_bytes", "hecaton_2d_gemm_bytes", "summa_2d_gemm_bytes", "kv_gather_bytes",
-           "layer_nop", "nop_time", "edge_injection_time"]
+__all__ = ["SCHEMES", "megatron_1d_gemm_bytes", "hecaton_2d_gemm_passes", "hecaton_2d_gemm_bytes",
+           "summa_2d_gemm_bytes", "kv_gather_bytes", "layer_nop", "nop_time", "edge_injection_time"]
 
 #: Ways to split a layer over the dies (see the package docstring).
 SCHEMES = ("megatron-1d", "summa-2d", "hecaton-2d")
@@ -46,13 +46,58 @@ def megatron_1d_gemm_bytes(tokens: Num, k: Num, n: Num, dies: Num, kind: str, by
     return {"forward": fwd, "backward": bwd, "forward_steps": n_fwd * (dies - 1), "backward_steps": n_bwd * (dies - 1)}
 
 
+def hecaton_2d_gemm_passes(tokens: Num, k: Num, n: Num, rows: Num, cols: Num, kind: str,
+                           bytes_per_element: Num = 2, regather: bool = True) -> dict[str, Num]:
+    """Bytes one die receives for each of a GEMM's three products under the 2D weight-stationary scheme.
+
+    Formula: column GEMM (row GEMM: swap R and C, h and v): forward: gather X along the row
+    T k e (C-1)/(RC) (h), reduce-scatter Y along the column T n e (R-1)/(RC) (v); dgrad: gather dY
+    T n e (R-1)/(RC) (v), reduce-scatter dX T k e (C-1)/(RC) (h); wgrad: regather X T k e (C-1)/(RC) (h), dY
+    reused, dW local
+    Source: research note chiplet.md §2c(3) (first-principles reconstruction of Hecaton, arXiv 2407.05784);
+    checked against a brute-force simulation of the algorithm on 2x2, 2x4 and 4x4 meshes
+    (tests/test_chiplet_nop_bruteforce.py).
+
+    Layout. A column GEMM Y[T x n] = X[T x k] W[k x n] keeps W[k_i, n_j] on die (i, j) (k split over the R
+    rows, n over the C columns): the weight, and so the weight gradient, is stationary. Its input X arrives
+    sharded as X[t_j, k_i] (tokens over the columns) and is all-gathered along the row; the partial
+    Y[:, n_j] (a sum over the R dies of the column) is reduce-scattered along the column, leaving
+    Y[t_i, n_j]: exactly the input layout of a row GEMM (k over the C columns, n over the R rows), whose
+    output Y[t_j, n_i] is again a column GEMM's input layout. Backward (dgrad) runs the two collectives
+    the other way: dY is all-gathered where Y was reduce-scattered, the partial dX reduce-scattered where
+    X was gathered. The weight gradient dW[k_i, n_j] = X[:, k_i]^T dY[:, n_j] needs the gathered X again
+    (``regather``: stored activations are kept sharded) and the dY the dgrad already gathered; its partial
+    sums stay on the die (no reduction crosses the NoP), and weights never do.
+
+    Returns:
+        dict forward_h, forward_v, dgrad_h, dgrad_v, wgrad_h, wgrad_v [bytes]
+
+    >>> p = hecaton_2d_gemm_passes(4096, 8192, 10240, 8, 8, "column")
+    >>> [round(p[x] / 1e6, 2) for x in ("forward_h", "forward_v", "dgrad_h", "dgrad_v", "wgrad_h", "wgrad_v")]
+    [7.34, 9.18, 7.34, 9.18, 7.34, 0.0]
+    """
+    e = bytes_per_element
+    rc = rows * cols
+    if kind == "column":                                   # input along the row (h), output along the column (v)
+        x_in, y_out = tokens * k * e * (cols - 1) / rc, tokens * n * e * (rows - 1) / rc
+        regathered = x_in if regather else 0 * x_in
+        return {"forward_h": x_in, "forward_v": y_out, "dgrad_h": x_in, "dgrad_v": y_out,
+                "wgrad_h": regathered, "wgrad_v": 0 * y_out}
+    x_in, y_out = tokens * k * e * (rows - 1) / rc, tokens * n * e * (cols - 1) / rc
+    regathered = x_in if regather else 0 * x_in
+    return {"forward_h": y_out, "forward_v": x_in, "dgrad_h": y_out, "dgrad_v": x_in,
+            "wgrad_h": 0 * y_out, "wgrad_v": regathered}
+
+
 def hecaton_2d_gemm_bytes(tokens: Num, k: Num, n: Num, rows: Num, cols: Num, kind: str, bytes_per_element: Num = 2,
                           regather: bool = True) -> dict[str, Num]:
     """Bytes one die receives for one GEMM under the 2D all-gather/reduce-scatter scheme, per mesh dimension.
 
-    Formula: column GEMM: horizontal T k e (C-1)/(RC), vertical T n e (R-1)/(RC); a row GEMM swaps R and C
+    Formula: column GEMM: horizontal T k e (C-1)/(RC), vertical T n e (R-1)/(RC); a row GEMM swaps R and C;
+    backward = dgrad + wgrad of :func:`hecaton_2d_gemm_passes`
     Source: research note chiplet.md §2c(3), the first-principles reconstruction of Hecaton's weight-stationary
-    scheme (arXiv 2407.05784; its body text was not readable).
+    scheme (arXiv 2407.05784; its body text was not readable); per-product layout in
+    :func:`hecaton_2d_gemm_passes`.
 
     A column GEMM all-gathers X[:, k/R] along its row (C dies) and
     reduce-scatters the partial Y[:, n/C] along its column (R dies).
@@ -65,21 +110,14 @@ def hecaton_2d_gemm_bytes(tokens: Num, k: Num, n: Num, rows: Num, cols: Num, kin
     >>> b["forward_h"] / 1e6, b["forward_v"] / 1e6   # MB
     (7.340032, 9.17504)
     """
-    e = bytes_per_element
-    rc = rows * cols
+    p = hecaton_2d_gemm_passes(tokens, k, n, rows, cols, kind, bytes_per_element, regather)
     n_in = 2 if regather else 1                           # backward collectives on the input side
-    if kind == "column":                                  # input gathered along the row (horizontal)
-        gather_in = tokens * k * e * (cols - 1) / rc
-        scatter_out = tokens * n * e * (rows - 1) / rc
-        return {"forward_h": gather_in, "forward_v": scatter_out,
-                "backward_h": n_in * gather_in, "backward_v": scatter_out,
-                "forward_steps_h": cols - 1, "forward_steps_v": rows - 1,
+    out = {"forward_h": p["forward_h"], "forward_v": p["forward_v"],
+           "backward_h": p["dgrad_h"] + p["wgrad_h"], "backward_v": p["dgrad_v"] + p["wgrad_v"]}
+    if kind == "column":
+        return {**out, "forward_steps_h": cols - 1, "forward_steps_v": rows - 1,
                 "backward_steps_h": n_in * (cols - 1), "backward_steps_v": rows - 1}
-    gather_in = tokens * k * e * (rows - 1) / rc          # row GEMM: input gathered along the column
-    scatter_out = tokens * n * e * (cols - 1) / rc
-    return {"forward_h": scatter_out, "forward_v": gather_in,
-            "backward_h": scatter_out, "backward_v": n_in * gather_in,
-            "forward_steps_h": cols - 1, "forward_steps_v": rows - 1,
+    return {**out, "forward_steps_h": cols - 1, "forward_steps_v": rows - 1,
             "backward_steps_h": cols - 1, "backward_steps_v": n_in * (rows - 1)}
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dse.formulas._array import Num, maximum
 from dse.formulas.chiplet.gemms import gemm_parameters, layer_gemms
 
-__all__ = ["sram_per_die", "min_tile_sram"]
+__all__ = ["sram_per_die", "gemm_operand_bytes", "min_tile_sram"]
 
 def sram_per_die(scheme: str, tokens: Num, h: Num, heads: Num, kv_heads: Num, head_dim: Num, ffn: Num, ffn_type: str,
                  rows: Num, cols: Num, bytes_per_element: Num = 2, grad_bytes: Num = 4,
@@ -44,20 +44,42 @@ def sram_per_die(scheme: str, tokens: Num, h: Num, heads: Num, kv_heads: Num, he
     act: Num = 0.0
     buffers: Num = 0.0
     for _, k, n, kind in gemms:
-        if scheme == "megatron-1d":
-            w = tokens * k * e + tokens * n * e / dies if kind == "column" else tokens * k * e / dies + tokens * n * e
-        elif scheme == "hecaton-2d":
-            w = (tokens * k * e / rows + tokens * n * e / cols if kind == "column"
-                 else tokens * k * e / cols + tokens * n * e / rows)
-        else:
-            w = tokens * (k + n) * e / dies
-            buffers = maximum(buffers, 2 * (tokens * k + k * n) * e / dies)
-        act = maximum(act, w)
+        ops = gemm_operand_bytes(scheme, tokens, k, n, kind, rows, cols, e)
+        act = maximum(act, ops["operands"])
+        buffers = maximum(buffers, ops["buffers"])
     act = act + tokens * h * e / dies
     weights = weight_buffers * p * e / dies
     grads = p * grad_bytes / dies
     return {"weights": weights, "gradients": grads, "activations": act, "buffers": buffers,
             "total": weights + grads + act + buffers}
+
+
+def gemm_operand_bytes(scheme: str, tokens: Num, k: Num, n: Num, kind: str, rows: Num, cols: Num,
+                       bytes_per_element: Num = 2) -> dict[str, Num]:
+    """Activation bytes one die holds while one GEMM of one micro-batch runs: its input and output operands.
+
+    Formula: 1D column T k e + T n e/N, row T k e/N + T n e; 2D AG/RS column T k e/R + T n e/C, row
+    T k e/C + T n e/R; SUMMA T (k + n) e/q^2 with broadcast buffers 2 (T k + k n) e/q^2
+    Source: this tool's accounting of the layouts of :func:`~dse.formulas.chiplet.megatron_1d_gemm_bytes`,
+    :func:`~dse.formulas.chiplet.hecaton_2d_gemm_passes` and :func:`~dse.formulas.chiplet.summa_2d_gemm_bytes`
+    (the gathered input and the partial output each die holds).
+
+    Returns:
+        dict operands, buffers [bytes]
+
+    >>> gemm_operand_bytes("hecaton-2d", 4096, 8192, 57344, "column", 8, 8)["operands"] / 2**20   # MiB
+    64.0
+    """
+    e = bytes_per_element
+    dies = rows * cols
+    if scheme == "megatron-1d":
+        ops = tokens * k * e + tokens * n * e / dies if kind == "column" else tokens * k * e / dies + tokens * n * e
+        return {"operands": ops, "buffers": 0 * ops}
+    if scheme == "hecaton-2d":
+        ops = (tokens * k * e / rows + tokens * n * e / cols if kind == "column"
+               else tokens * k * e / cols + tokens * n * e / rows)
+        return {"operands": ops, "buffers": 0 * ops}
+    return {"operands": tokens * (k + n) * e / dies, "buffers": 2 * (tokens * k + k * n) * e / dies}
 
 
 def min_tile_sram(tile: Num, bytes_per_element: Num = 2) -> Num:
