@@ -155,3 +155,21 @@ def test_bad_fine_tuning_flags_are_one_line_errors(args, needle):
     assert r.returncode == 2, r.stderr
     assert needle in r.stderr and "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) <= 3
+
+
+def test_saved_tensor_hooks_copy_what_a_lora_layer_packs():
+    """--activation-offload-mechanism hooks with frozen weights: the kernel table's packed bytes (an unadapted
+    linear layer packs no input) plus the weights, not full training's count."""
+    r, m, p = _estimate(finetune="lora", lora_targets="qv", micro_batch=4, offload_activations="host",
+                        activation_offload_mechanism="hooks")
+    from dse.formulas import transformer as T
+
+    layer = KT.kernel_tables(m, p, recipe_of(p))["layer"]
+    weights = 2 * T.layer_parameters(m.hidden, m.heads, m.kv_heads, m.head_dim, m.ffn_hidden, m.ffn_type, m.norm,
+                                     m.bias, m.qkv_bias)
+    adapters = 2 * FT.adapter_parameters(FT.adapted_linears(m.hidden, m.heads, m.kv_heads, m.head_dim, m.ffn_hidden,
+                                                            m.ffn_type, m.qkv_projection, "qv"), 16)
+    copied = r["activation_offload"]["copied_bytes_per_layer"]
+    assert copied == pytest.approx(K.packed_bytes(layer) + weights + adapters)
+    full, _, _ = _estimate(micro_batch=4, offload_activations="host", activation_offload_mechanism="hooks")
+    assert copied < full["activation_offload"]["copied_bytes_per_layer"]

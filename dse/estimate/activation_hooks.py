@@ -45,14 +45,18 @@ if TYPE_CHECKING:
 def copied_bytes_per_layer(c: Result, model: ModelSpec, plan: Plan, A: FormulaModule) -> Num:
     """Bytes the hooks copy per layer and micro-batch on one GPU (saved tensors, once per save, and weights).
 
-    Megatron's fused kernels: :func:`~dse.formulas.activation_offload.hooks_bytes_per_layer`. Another software
-    stack: what its kernel table's rows pack (:func:`~dse.formulas.kernels.packed_bytes`, the stack file's
-    ``packed``), plus the layer's weights, which every GEMM and norm saves (not under full recompute: the
-    checkpoint packs only the layer's input).
+    Megatron's fused kernels in full training: :func:`~dse.formulas.activation_offload.hooks_bytes_per_layer`.
+    Another software stack, or frozen weights (LoRA: a frozen linear layer saves no input, an adapter its ``A x``):
+    what the kernel table's rows pack (:func:`~dse.formulas.kernels.packed_bytes`, the stack file's ``packed``;
+    the Megatron table's rows pack what they keep), plus the layer's weights, which every GEMM and norm saves
+    (not under full recompute: the checkpoint packs only the layer's input).
     """
     i = c["terms"]
-    if plan.stack != "megatron":
-        weights = 0 if plan.recompute == "full" else i.layer_params_per_gpu * i.bytes_per_element
+    if plan.stack != "megatron" or plan.finetune != "full":
+        params = i.layer_params_per_gpu
+        if plan.finetune != "full":     # the adapters' A and B are saved too (their GEMMs' weights)
+            params = params + i.trainable_params_per_gpu / i.layers_per_stage
+        weights = 0 if plan.recompute == "full" else params * i.bytes_per_element
         return i.kernels["sums"]["a_packed"] + weights
     return A.hooks_bytes_per_layer(i.seq_len, i.micro_batch, model.hidden, model.heads, model.kv_heads,
                                    model.head_dim, model.ffn_hidden,
