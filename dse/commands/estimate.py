@@ -43,6 +43,7 @@ def estimate(
     tp: Optional[int] = flag.tp(),
     pp: Optional[int] = flag.pp(),
     dp: Optional[int] = flag.dp(),
+    cp: Optional[int] = flag.cp(),
     micro_batch: Optional[int] = flag.micro_batch(),
     global_batch: Optional[int] = flag.global_batch(),
     seq_len: Optional[int] = flag.seq_len(),
@@ -116,7 +117,8 @@ def estimate(
         check_path(html)                 # one line naming --html before any work
     fields = plan_fields(tp, pp, dp, micro_batch, global_batch, seq_len, recompute, attention, sequence_parallel,
                          zero, precision)
-    fields.update({k: v for k, v in (("chiplet_scheme", chiplet_scheme), ("chiplet_mesh", mesh), ("stack", stack))
+    fields.update({k: v for k, v in (("chiplet_scheme", chiplet_scheme), ("chiplet_mesh", mesh), ("stack", stack),
+                                     ("cp", cp))
                    if v is not None})
     fields.update(offload_fields(offload_optimizer, offload_params, gradient_compression, ssds, optimizer,
                                  exchange_dtype))

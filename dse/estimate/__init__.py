@@ -32,6 +32,7 @@ TIME_PARTS = {
     "compute": "GEMMs, attention and element-wise kernels",
     "recompute": "activation recomputation",
     "tp_communication": "tensor-parallel all-reduces",
+    "cp_communication": "the context-parallel K/V ring (exposed)",
     "pp_communication": "pipeline point-to-point transfers",
     "dp_communication": "data-parallel gradient reduction",
     "bubble": "the pipeline bubble",

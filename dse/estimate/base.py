@@ -17,7 +17,7 @@ from __future__ import annotations
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from dse.estimate import fp8 as _fp8, frozen as _frozen
+from dse.estimate import context as _context, fp8 as _fp8, frozen as _frozen
 from dse.estimate.kernel_table import Link, kernel_tables, kernel_times
 from dse.estimate.memo import ints, remembered
 from dse.estimate.parameters import parameters
@@ -105,7 +105,7 @@ def memory_tiers(model: ModelSpec, system: SystemSpec, plan: Plan, prm: Section,
     """
     node = system.node
     gpu = node.gpu
-    d: Num = plan.dp            # a resolved plan (Plan.resolved): dp, zero, seq_len and global_batch are set
+    d: Num = _context.grad_ranks(plan)   # dp x cp replicas of the states (a resolved plan: dp, zero set)
     zero: Num = plan.zero
     t = plan.tp
     w_bytes, g_bytes, opt_bytes = state_bytes["weights"], state_bytes["gradients"], state_bytes["optimizer"]
@@ -125,8 +125,8 @@ def memory_tiers(model: ModelSpec, system: SystemSpec, plan: Plan, prm: Section,
     first_is_max = total_first >= total_last
     pick = partial(where, first_is_max)     # (first, last) -> the fuller stage's value
 
-    bwd_work = T.backward_working_bytes(plan.seq_len, plan.micro_batch, model.hidden, _widest_mlp(model), tp=t,
-                                        sequence_parallel=plan.sequence_parallel, ffn_type=model.ffn_type,
+    bwd_work = T.backward_working_bytes(_context.local_seq(plan), plan.micro_batch, model.hidden, _widest_mlp(model),
+                                        tp=t, sequence_parallel=plan.sequence_parallel, ffn_type=model.ffn_type,
                                         bytes_per_element=r.activations)
     buffers = gpu.reserved + zero3_buf + bwd_work + fp8_meta
     if plan.finetune == "qlora":   # the dequantized copy of the largest linear weight, alive during its GEMM
@@ -170,19 +170,25 @@ def compose_memory(model: ModelSpec, system: SystemSpec, plan: Plan, F: Formulas
     B: Num = plan.global_batch
     b, t, p = plan.micro_batch, plan.tp, plan.pp
     m = B / (d * b)                       # micro-batches per replica per iteration
-    gpus = t * p * d
+    cp = plan.cp
+    gpus = t * p * d * cp
 
     tables = kernel_tables(model, plan, r, K)
     prm = parameters(model, plan, T)
     act = activations(tables["sums"], plan, m, prm["l_stage"], T)
     memory, stages = memory_tiers(model, system, plan, prm, act, r, state_bytes, T, M)
+    if "cp_kv" in tables["layer"].get("attention", {}):   # context parallelism: the ring's receive buffers
+        kv_buffers = _context.kv_buffers(tables)
+        memory["gpu"]["buffers"] = memory["gpu"]["buffers"] + kv_buffers
+        memory["gpu"]["total"] = memory["gpu"]["total"] + kv_buffers
     act_opts = dict(tp=t, sequence_parallel=plan.sequence_parallel, recompute=plan.recompute,
                     attention=plan.attention, ffn_type=model.ffn_type, norm=model.norm, position=model.position,
                     dropout=model.dropout > 0, bytes_per_element=e)
     terms = BaseTerms(  # intermediate terms that technique modules (dse/estimate/*.py) build on
         seq_len=s, micro_batch=b, tp=t, pp=p, dp=d, virtual_stages=plan.virtual_stages, global_batch=B,
         micro_batches=m, bytes_per_element=e, grad_bytes=g_bytes, optimizer_bytes=opt_bytes, peak_flops=peak,
-        tokens=B * s, tokens_per_microbatch=s * b, layer_params=prm["p_layer"], layer_params_per_gpu=prm["p_layer_gpu"],
+        tokens=B * s, tokens_per_microbatch=_context.local_seq(plan) * b, layer_params=prm["p_layer"],
+        layer_params_per_gpu=prm["p_layer_gpu"],
         embedding_params=prm["p_emb"], head_params=prm["p_head"], params_per_gpu=prm["p_gpu"],
         layers_per_stage=prm["l_stage"], layer_activation_bytes=act["a_layer"], recompute_working_bytes=act["a_work"],
         head_activation_bytes=act["a_head"], embedding_activation_bytes=act["a_emb"],
@@ -212,28 +218,32 @@ def compose_memory(model: ModelSpec, system: SystemSpec, plan: Plan, F: Formulas
 
 
 def links(system: SystemSpec, plan: Plan, P: FormulaModule = _parallelism) -> dict[str, Link]:
-    """Bandwidth and latency of the TP, DP and PP groups (Megatron rank order: tp fastest, then dp, then pp).
+    """Bandwidth and latency of the TP, CP, DP and PP groups (Megatron rank order: tp fastest, then cp, dp, pp).
 
     A group runs at the intra-node link's rate while its ranks fit in one node, at the network's otherwise.
-    A scalar plan's links are kept per system (:mod:`dse.estimate.memo`) and shared: read them, do not change them.
+    The ``dp`` group reduces gradients over dp x cp ranks (contiguous after tp). A scalar plan's links are kept
+    per system (:mod:`dse.estimate.memo`) and shared: read them, do not change them.
     """
-    t, d = plan.tp, plan.dp
-    if P is _parallelism and ints(t, d):
-        return remembered(("links", id(system), t, d, P.group_bandwidth), system, lambda: _links(system, t, d, P))
-    return _links(system, t, d, P)
+    t, d, cp = plan.tp, plan.dp, plan.cp
+    if P is _parallelism and ints(t, d, cp):
+        return remembered(("links", id(system), t, d, cp, P.group_bandwidth), system,
+                          lambda: _links(system, t, d, P, cp))
+    return _links(system, t, d, P, cp)
 
 
-def _links(system: SystemSpec, t: Num, d: Num, P: FormulaModule) -> dict[str, Link]:
+def _links(system: SystemSpec, t: Num, d: Num, P: FormulaModule, cp: Num = 1) -> dict[str, Link]:
     node = system.node
     G = node.gpus_per_node
     intra = node.gpu_link.bandwidth * node.gpu_link.efficiency if node.gpu_link else float("inf")
     intra_lat = node.gpu_link.latency if node.gpu_link else 0.0
     inter = node.network.bandwidth * node.network.efficiency if node.network else intra / 1e3
     inter_lat = node.network.latency if node.network else 0.0
-    tp_in, dp_in, pp_in = t <= G, t * d <= G, t * d * 2 <= G
+    dc = d * cp                 # the gradient group: dp x cp ranks, tp apart
+    tp_in, cp_in, dp_in, pp_in = t <= G, t * cp <= G, t * dc <= G, t * dc * 2 <= G
     return {"tp": Link(t, P.group_bandwidth(t, 1, G, intra, inter), where(tp_in, intra_lat, inter_lat), tp_in),
-            "dp": Link(d, P.group_bandwidth(d, t, G, intra, inter), where(dp_in, intra_lat, inter_lat), dp_in),
-            "pp": Link(2, P.group_bandwidth(2, t * d, G, intra, inter), where(pp_in, intra_lat, inter_lat), pp_in)}
+            "cp": Link(cp, P.group_bandwidth(cp, t, G, intra, inter), where(cp_in, intra_lat, inter_lat), cp_in),
+            "dp": Link(dc, P.group_bandwidth(dc, t, G, intra, inter), where(dp_in, intra_lat, inter_lat), dp_in),
+            "pp": Link(2, P.group_bandwidth(2, t * dc, G, intra, inter), where(pp_in, intra_lat, inter_lat), pp_in)}
 
 
 def pipeline(model: ModelSpec, system: SystemSpec, plan: Plan, i: BaseTerms, r: Recipe, kt: Section,
@@ -270,7 +280,7 @@ def data_parallel(model: ModelSpec, plan: Plan, i: BaseTerms, r: Recipe, kt: Sec
     more often, under the same overlap rule.
     """
     zero: Num = plan.zero       # a resolved plan: zero and dp are set
-    d: Num = plan.dp
+    d: Num = _context.grad_ranks(plan)
     m, l_stage = i.micro_batches, i.layers_per_stage
     bw_dp, lat_dp = lk["dp"].bandwidth, lk["dp"].latency
     train = i.trainable_params_per_gpu          # LoRA: the adapters; ZeRO-3 still gathers every weight
@@ -306,10 +316,19 @@ def optimizer_step(system: SystemSpec, plan: Plan, i: BaseTerms, r: Recipe, C: F
     """The optimizer step on the GPU: its ZeRO partition of the parameters, HBM-bound (the plan's optimizer)."""
     gpu = system.node.gpu
     zero: Num = plan.zero       # a resolved plan: zero and dp are set
-    d: Num = plan.dp
+    d: Num = _context.grad_ranks(plan)
     opt_params = i.trainable_params_per_gpu / where(zero >= 1, d, 1)
     t_opt = C.memory_time(O.step_bytes(opt_params, plan.optimizer, r), gpu.hbm_bandwidth, gpu.efficiency.memory)
     return {"opt_params": opt_params, "t_opt": t_opt}
+
+
+def _attention_cost(system: SystemSpec, plan: Plan, peak: Num) -> Any:
+    """The kernel costs of the plan's GEMM classes on the system's GPU (:func:`dse.estimate.kernel_table.cost_of`)."""
+    from dse.estimate.kernel_table import cost_of
+
+    r = recipe_of(plan)
+    g = system.node.gpu.peak_flops
+    return cost_of(system.node.gpu, peak, peak_flops(g, r.attention_dtype), peak_flops(g, r.head_dtype), r.activations)
 
 
 def compose_time(c: Result, model: ModelSpec, system: SystemSpec, plan: Plan, F: Formulas | None = None) -> Result:
@@ -326,6 +345,9 @@ def compose_time(c: Result, model: ModelSpec, system: SystemSpec, plan: Plan, F:
     tables = i.kernels
     lk = links(system, plan, P)
     kt = kernel_times(tables, system, plan, i.peak_flops, lk, C, P)
+    if "cp_kv" in tables["layer"].get("attention", {}):   # context parallelism: the K/V ring's exposed time
+        kt = _context.add_ring(kt, _context.ring_times(tables, _attention_cost(system, plan, i.peak_flops),
+                                                       lk["cp"], plan, C, P))
     pp = pipeline(model, system, plan, i, r, kt, lk, P)
     dp = data_parallel(model, plan, i, r, kt, lk, P)
     opt = optimizer_step(system, plan, i, r, C, O)

@@ -45,8 +45,10 @@ def filled(model: Any, system: Any, plan: Any, given: Any) -> Defaults:
     add("global_batch", _batch_rule(plan))
     if gpu:
         per_node = system.node.gpus_per_node
-        add("dp", f"fills one {per_node}-GPU node" if plan.tp * plan.pp * plan.dp == per_node
-            else "one replica (tp·pp does not divide a node)")
+        cp = getattr(plan, "cp", 1)
+        add("dp", f"fills one {per_node}-GPU node" if plan.tp * plan.pp * plan.dp * cp == per_node
+            else "one replica (tp·pp does not divide a node)" if cp == 1
+            else "one replica (tp·cp·pp does not divide a node)")
         add("zero", "distributed optimizer, Megatron's default" if plan.zero == 1
             else "ZeRO stage")
     add("precision", "mixed precision recipe")
@@ -58,7 +60,7 @@ def filled(model: Any, system: Any, plan: Any, given: Any) -> Defaults:
     add("schedule", "pipeline schedule", when=plan.pp > 1)
     if gpu:
         add("overlap_grad_reduce", "data-parallel communication exposed (Megatron's default)",
-            when=plan.dp > 1 and not plan.overlap_grad_reduce)
+            when=plan.dp * getattr(plan, "cp", 1) > 1 and not plan.overlap_grad_reduce)
     if gpu and (offload or plan.offload_activations == "ssd"):
         from dse.estimate.offload import drives_used
 

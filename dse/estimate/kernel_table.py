@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from dse.estimate import context as _context
 from dse.formulas import compute as _compute, kernels as _kernels, parallelism as _parallelism, stacks as _stacks
 from dse.formulas._array import Num, maximum, where
 from dse.formulas.precision import Recipe, peak_flops, recipe_of
@@ -199,13 +200,13 @@ def kernel_tables(model: ModelSpec, plan: Plan, r: Recipe, K: Module = _kernels)
     TP degree and recompute mode again and again); array plans and traced runs build afresh. The tables are
     shared: read them, do not change them.
     """
-    s, b, t, sp = plan.seq_len, plan.micro_batch, plan.tp, plan.sequence_parallel
+    s, b, t, sp = _context.local_seq(plan), plan.micro_batch, plan.tp, plan.sequence_parallel   # s/cp tokens
     e, comm, logits = r.activations, r.tp_messages, r.logits   # bytes per element (the precision recipe)
     stack = getattr(plan, "stack", "megatron")
     fp8 = plan.fp8_scaling if r.gemm_dtype == "fp8" else None     # FP8 linear layers (dse.formulas.fp8)
     key = None
     if K is _kernels:                      # not when traced: the trace records every formula call
-        key = (id(model), s, b, t, sp, plan.recompute, plan.attention, e, comm, logits, stack, r.gradients,
+        key = (id(model), s, plan.cp, b, t, sp, plan.recompute, plan.attention, e, comm, logits, stack, r.gradients,
                plan.finetune, plan.lora_rank, plan.lora_targets, plan.quantization, fp8,
                *map(K.__getattribute__, _FORMULAS))
         try:
@@ -226,6 +227,7 @@ def kernel_tables(model: ModelSpec, plan: Plan, r: Recipe, K: Module = _kernels)
     n_moe = model.moe_layers
     layer = K.layer_kernels(*shape, **opts, moe=moe_options(model) if n_moe else None)
     dense = K.layer_kernels(*shape, **opts) if 0 < n_moe < model.layers else None
+    layer, dense = _context.split_tables(layer, dense, model, plan, e)   # cp: attention over the whole sequence
     embedding = K.embedding_kernels(s, b, h, tp=t, sequence_parallel=sp, dropout=dropout, position=model.position,
                                     bytes_per_element=e, comm_bytes_per_element=comm)
     head = K.head_kernels(s, b, h, model.vocab, tp=t, sequence_parallel=sp, norm=model.norm,
@@ -303,7 +305,7 @@ def _stack_inputs(model: ModelSpec, plan: Plan, stack: str) -> tuple[Any, Any, A
     kv: Any = model.kv_heads          # resolved specs: set (Optional only before resolution)
     d: Any = model.head_dim
     ffn: Any = model.ffn_hidden
-    s: Any = plan.seq_len
+    s: Any = _context.local_seq(plan)
     from dse.estimate.parameters import layer_counts
 
     lc = layer_counts(model, T)   # the MoE layer's where the model has them (the table is an MoE layer's)

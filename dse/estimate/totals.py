@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from dse.estimate import context as _context
 from dse.formulas._array import maximum, where
 
 if TYPE_CHECKING:
@@ -25,22 +26,25 @@ def breakdown(plan: Plan, i: BaseTerms, kt: Section, pp: Section, dp: Section, t
     single = plan.pp == 1
     t_iter = pp["t_pipe"] + dp["dp_exposed"] + dp["emb_sync"] + t_opt
     t_embed, t_head = kt["t_embed"], kt["t_head"]
-    compute_mb = (l_stage * (kt["gpu_fwd"] - kt["tp_fwd"] + kt["gpu_bwd"] - kt["tp_bwd"])
+    cp_f, cp_b, cp_r = kt.get("cp_fwd", 0.0), kt.get("cp_bwd", 0.0), kt.get("cp_rec", 0.0)   # the K/V ring
+    compute_mb = (l_stage * (kt["gpu_fwd"] - kt["tp_fwd"] - cp_f + kt["gpu_bwd"] - kt["tp_bwd"] - cp_b)
                   + where(single, t_embed + t_head, maximum(t_embed, t_head)))
-    recompute_mb = l_stage * (kt["gpu_rec"] - kt["tp_fwd"] if full else kt["gpu_rec"])
+    recompute_mb = l_stage * ((kt["gpu_rec"] - kt["tp_fwd"] if full else kt["gpu_rec"]) - cp_r)
     tp_mb = l_stage * (kt["tp_fwd"] + kt["tp_bwd"] + (kt["tp_fwd"] if full else 0.0))
+    cp_mb = l_stage * (cp_f + cp_b + cp_r)
     overhead_mb = l_stage * kt["layer_host_excess"] + pp["t_mb_fixed"]
     return {
         "iteration": t_iter,
         "compute": m * compute_mb,
         "recompute": m * recompute_mb,
-        "communication": m * (tp_mb + pp["t_p2p"]) + dp["dp_exposed"] + dp["emb_sync"],
+        "communication": m * (tp_mb + cp_mb + pp["t_p2p"]) + dp["dp_exposed"] + dp["emb_sync"],
         "bubble": pp["bubble"],
         "optimizer": t_opt,
         "overhead": m * overhead_mb,
         "io_exposed": 0.0,
         "tp_communication": m * tp_mb,
         "pp_communication": m * pp["t_p2p"],
+        "cp_communication": m * cp_mb,
         "dp_communication": dp["dp_exposed"],
         "embedding_sync": dp["emb_sync"],
         "per_microbatch": pp["stage_max"],
@@ -56,7 +60,7 @@ def flops(model: ModelSpec, plan: Plan, sums: Section) -> Section:
     hardware FLOPs add what recomputation runs again.
     """
     B: Num = plan.global_batch  # a resolved plan: set
-    ranks = B / plan.micro_batch * plan.tp     # micro-batches of the iteration x TP ranks each
+    ranks = B / plan.micro_batch * plan.tp * plan.cp   # micro-batches of the iteration x TP and CP ranks each
     f_model = ranks * (model.layers * (sums["flops_layer"] + sums["flops_backward_layer"]) + sums["flops_head"]
                        + sums["flops_backward_head"])
     f_hw = f_model + ranks * model.layers * sums["flops_recompute"]
@@ -66,7 +70,7 @@ def flops(model: ModelSpec, plan: Plan, sums: Section) -> Section:
 def traffic(model: ModelSpec, plan: Plan, i: BaseTerms, lk: dict[str, Link], pp: Section, dp: Section) -> Section:
     """Bytes per iteration per GPU on each parallel group and on the intra- and inter-node links."""
     zero: Num = plan.zero       # a resolved plan: zero and dp are set
-    d: Num = plan.dp
+    d: Num = _context.grad_ranks(plan)     # the gradient group: dp x cp
     t, m = plan.tp, i.micro_batches
     ring = where(t > 1, 2 * (t - 1) / t, 0.0)      # an all-reduce moves 2 (t-1)/t of its message through each rank
     tp_bytes = m * i.layers_per_stage * ring * i.kernels["sums"]["tp_messages"]
@@ -74,12 +78,21 @@ def traffic(model: ModelSpec, plan: Plan, i: BaseTerms, lk: dict[str, Link], pp:
     dp_bytes = where(d > 1, (d - 1) / d, 0.0) * where(zero == 0, 2 * grad_b, where(zero < 3, grad_b + gather_b,
                                                                                    m * (grad_b + 2 * gather_b)))
     pp_bytes = where(plan.pp == 1, 0.0, 2 * m * pp["pp_msg"] + dp["emb_bytes"])   # activations both ways + embedding
+    attention = i.kernels["layer"].get("attention", {})
+    cp_bytes = 0.0
+    if "cp_kv" in attention:   # the K/V ring: cp-1 sends of S_kv forward (and recompute), of 2 S_kv backward
+        sends = 3 + (1 if plan.recompute != "none" else 0)
+        cp_bytes = m * i.layers_per_stage * (plan.cp - 1) * sends * attention["cp_kv"]
     tp_in, dp_in, pp_in = lk["tp"].inside, lk["dp"].inside, lk["pp"].inside
+    cp_in = lk["cp"].inside if "cp" in lk else True
     return {
-        "intra_node": where(tp_in, tp_bytes, 0.0) + where(dp_in, dp_bytes, 0.0) + where(pp_in, pp_bytes, 0.0),
-        "inter_node": where(tp_in, 0.0, tp_bytes) + where(dp_in, 0.0, dp_bytes) + where(pp_in, 0.0, pp_bytes),
+        "intra_node": where(tp_in, tp_bytes, 0.0) + where(dp_in, dp_bytes, 0.0) + where(pp_in, pp_bytes, 0.0)
+        + where(cp_in, cp_bytes, 0.0),
+        "inter_node": where(tp_in, 0.0, tp_bytes) + where(dp_in, 0.0, dp_bytes) + where(pp_in, 0.0, pp_bytes)
+        + where(cp_in, 0.0, cp_bytes),
         "gpu_host": 0.0,
         "tp": tp_bytes,
         "dp": dp_bytes,
         "pp": pp_bytes,
+        "cp": cp_bytes,
     }

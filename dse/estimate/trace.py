@@ -76,9 +76,9 @@ def composition_rows(r: dict[str, Any]) -> list[dict[str, Any]]:
         add("time.iteration", "compute + recompute + communication + bubble + optimizer + overhead + io_exposed "
             "(dse/estimate/base.py: pipeline of m micro-batches + exposed data-parallel + embedding sync + "
             "optimizer step; techniques add exposed I/O)", {k: t[k] for k in parts}, t["iteration"])
-    comm = ("tp_communication", "pp_communication", "dp_communication", "embedding_sync")
+    comm = ("tp_communication", "cp_communication", "pp_communication", "dp_communication", "embedding_sync")
     if all(k in t for k in comm + ("communication",)):
-        add("time.communication", "tp + pp point-to-point + exposed data-parallel + tied-embedding sync",
+        add("time.communication", "tp + cp K/V ring + pp point-to-point + exposed data-parallel + tied-embedding sync",
             {k: t[k] for k in comm}, t["communication"])
     th, fl, par = r.get("throughput", {}), r.get("flops", {}), r.get("parallelism", {})
     plan = r.get("plan", {})

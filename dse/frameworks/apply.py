@@ -129,8 +129,9 @@ def _fill(imp: Imported, m, s, data: dict, explicit: dict, notes: list[str]) -> 
         data["sequence_parallel"] = False
         notes.append("sequence parallelism needs tp > 1: off (as Megatron turns it off)")
     if "dp" not in data:
-        per = tp * pp * imp.context_parallel
-        what = "tp x pp" + (" x cp" if imp.context_parallel > 1 else "")
+        cp = data.get("cp", imp.context_parallel)
+        per = tp * pp * cp
+        what = "tp x pp" + (" x cp" if cp > 1 else "")
         if imp.world_size is not None:
             if imp.world_size % per:
                 raise bad(imp.source, imp.world_key, f"{imp.world_size} GPUs is not a multiple of {what} = {per}")

@@ -44,7 +44,7 @@ class Imported:
     world_key: str = ""                            # where the world size came from
     accumulation: int | None = None                # micro-batches per replica per iteration, when the config
     #                                                gives no global batch (global = micro x this x dp)
-    context_parallel: int = 1                      # GPUs per replica beyond tp x pp (not modelled)
+    context_parallel: int = 1                      # GPUs per replica beyond tp x pp: the plan's cp
     layers_per_virtual_stage: int | None = None    # interleaved schedule: virtual_stages = layers / (pp x this)
     ignored: list[str] = field(default_factory=list)     # read but not modelled, or unknown: by name
     notes: list[str] = field(default_factory=list)       # assumptions and approximations, one sentence each
@@ -186,4 +186,7 @@ def plan_limits(plan, framework: str) -> list[str]:
         out.append(f"{what} (offload_activations {plan.offload_activations}) is not a {framework} setting")
     if plan.ssds is not None:
         out.append(f"ssds {plan.ssds}: the drives used are set by the file system (nvme_path), not by {framework}")
+    if plan.cp > 1 and framework not in ("Megatron-LM", "torchtitan"):
+        out.append(f"context parallelism (cp {plan.cp}, ring attention) is not a {framework} setting (DeepSpeed's "
+                   "Ulysses sequence parallelism is another scheme, all-to-all over the heads)")
     return out

@@ -108,8 +108,7 @@ def _parallelism(imp: Imported, get) -> None:
     cp = get("--context-parallel-size", 1)
     if cp > 1:
         imp.context_parallel = cp
-        imp.ignore("--context-parallel-size", f"context parallelism over {cp} GPUs is not modelled: the "
-                                              "estimate runs each replica's full sequence on tp x pp GPUs")
+        imp.set("cp", cp, "--context-parallel-size")
     vpp, per_chunk = get("--num-virtual-stages-per-pipeline-rank"), get("--num-layers-per-virtual-pipeline-stage")
     if per_chunk is not None:
         imp.layers_per_virtual_stage = per_chunk
@@ -266,8 +265,9 @@ def emit(model, system, plan) -> tuple[str, list[str]]:
     from dse.frameworks.common import gpu_layout, plan_limits
 
     warnings = plan_limits(plan, "Megatron-LM")
-    nodes, per_node = gpu_layout(plan.tp * plan.pp * plan.dp, system.node.gpus_per_node)
-    args = [f"--tensor-model-parallel-size {plan.tp} --pipeline-model-parallel-size {plan.pp}"]
+    nodes, per_node = gpu_layout(plan.gpus, system.node.gpus_per_node)
+    args = [f"--tensor-model-parallel-size {plan.tp} --pipeline-model-parallel-size {plan.pp}"
+            + f" --context-parallel-size {plan.cp}" * (plan.cp > 1)]
     if plan.schedule == "interleaved" and plan.virtual_stages > 1:
         args.append(f"--num-virtual-stages-per-pipeline-rank {plan.virtual_stages}")
     elif plan.schedule == "gpipe" and plan.pp > 1:
@@ -284,7 +284,7 @@ def emit(model, system, plan) -> tuple[str, list[str]]:
     if plan.stack != "megatron":
         warnings.append(f"the estimate used the {plan.stack} stack; Megatron-LM runs its own fused kernels "
                         "(estimate with --stack megatron to compare)")
-    head = [f"# dse: Megatron-LM launch of {model.name} on {system.name}: {plan.tp * plan.pp * plan.dp} GPUs "
+    head = [f"# dse: Megatron-LM launch of {model.name} on {system.name}: {plan.gpus} GPUs "
             f"({nodes} node(s) x {per_node})"]
     head += [f"# dse: warning: {w}" for w in warnings]
     head.append("# add your data and tokenizer arguments (--data-path, --tokenizer-type, --tokenizer-model, ...); "

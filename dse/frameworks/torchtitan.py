@@ -101,7 +101,7 @@ def _parallelism(imp: Imported, t: Tree) -> None:
     cp = as_int(src, f"{p}.context_parallel_degree", t.get(f"{p}.context_parallel_degree", 1))
     if cp > 1:
         imp.context_parallel = cp
-        imp.ignore(f"{p}.context_parallel_degree", f"context parallelism over {cp} GPUs is not modelled")
+        imp.set("cp", cp, f"{p}.context_parallel_degree")
     reshard = t.get(f"{p}.fsdp_reshard_after_forward", "default")
     reshard = as_choice(src, f"{p}.fsdp_reshard_after_forward", reshard, ("default", "always", "never"))
     if shard == 1:
@@ -169,7 +169,7 @@ def emit(model, system, plan) -> tuple[str, list[str]]:
     from dse.frameworks.common import gpu_layout, plan_limits
 
     warnings = plan_limits(plan, "torchtitan")
-    world = plan.tp * plan.pp * plan.dp
+    world = plan.gpus
     nodes, per_node = gpu_layout(world, system.node.gpus_per_node)
     flavor = {v: k for k, v in TORCHTITAN_MODELS.items()}.get(model.name)
     lines = [f"# dse: torchtitan job for {model.name} on {system.name}: {world} GPUs; launch with "
@@ -232,4 +232,4 @@ def _parallelism_section(model, plan, warnings: list[str]) -> list[str]:
             out.append(f"pipeline_parallel_layers_per_stage = {model.layers // (plan.pp * plan.virtual_stages)}")
         if plan.global_batch % plan.dp:
             warnings.append(f"global batch {plan.global_batch} is not a multiple of dp {plan.dp}")
-    return out + ["context_parallel_degree = 1", ""]
+    return out + [f"context_parallel_degree = {plan.cp}", ""]

@@ -12,6 +12,7 @@ TIME_ROWS = [
     ("compute", "compute (GEMM, attention, element-wise)"),
     ("recompute", "activation recompute"),
     ("tp_communication", "tensor-parallel communication"),
+    ("cp_communication", "context-parallel K/V ring (exposed)"),
     ("pp_communication", "pipeline point-to-point"),
     ("dp_communication", "data-parallel reduction (exposed)"),
     ("embedding_sync", "tied-embedding gradient sync"),
@@ -44,6 +45,8 @@ def header(r: dict) -> str:
     bits = [f"tp {p['tp']}", f"pp {p['pp']}", f"dp {p['dp']}", f"micro-batch {p['micro_batch']}",
             f"global batch {p['global_batch']}", f"seq {p['seq_len']}", f"recompute {p['recompute']}",
             f"{p['attention']} attention", f"ZeRO-{p['zero']}", p["precision"]]
+    if p.get("cp", 1) > 1:
+        bits.insert(1, f"cp {p['cp']}")
     if p.get("stack", "megatron") != "megatron":
         bits.append(f"{p['stack']} stack")
     if p.get("sequence_parallel"):

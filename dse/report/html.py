@@ -13,7 +13,8 @@ from dse.units import fmt
 
 # (key in the time section, label): as the console report's rows (dse/report/console.py)
 _TIME = (("compute", "compute"), ("recompute", "recompute"), ("tp_communication", "tensor-parallel communication"),
-         ("pp_communication", "pipeline point-to-point"), ("dp_communication", "data-parallel reduction (exposed)"),
+         ("cp_communication", "context-parallel K/V ring"), ("pp_communication", "pipeline point-to-point"),
+         ("dp_communication", "data-parallel reduction (exposed)"),
          ("embedding_sync", "tied-embedding sync"), ("bubble", "pipeline bubble"), ("optimizer", "optimizer step"),
          ("overhead", "host overhead"), ("io_exposed", "storage / host I/O (exposed)"))
 _CLASSES = ("weights", "gradients", "optimizer", "activations", "buffers")
@@ -37,7 +38,8 @@ def estimate_html(r: dict[str, Any]) -> str:
         return _array_estimate_html(r)
     p, par = r["plan"], r["parallelism"]
     parts = [f"<p><b>{escape(str(r['model']['name']))}</b> ({fmt(r['model']['params'], 'count')} parameters) on "
-             f"<b>{escape(str(r['hardware']['name']))}</b>: {int(par['gpus'])} GPUs, tp {p['tp']} · pp {p['pp']} · "
+             f"<b>{escape(str(r['hardware']['name']))}</b>: {int(par['gpus'])} GPUs, tp {p['tp']} · "
+             + (f"cp {p['cp']} · " if p.get("cp", 1) > 1 else "") + f"pp {p['pp']} · "
              f"dp {p['dp']} · micro-batch {p['micro_batch']} · global batch {p['global_batch']} · seq "
              f"{p['seq_len']} · recompute {escape(str(p['recompute']))} · ZeRO-{p['zero']} · "
              f"{escape(str(p['precision']))}</p>"]

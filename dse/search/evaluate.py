@@ -150,7 +150,7 @@ class Evaluator(PointEvaluation, BlockEvaluation, VectorCheck):
         if gpus is None:                    # gpus grouped in Python: part of the group's values
             gpus = g.values.get("gpus")
         if gpus is not None:
-            tp_pp = plan.tp * plan.pp
+            tp_pp = plan.tp * plan.pp * plan.cp     # the GPUs of one replica (cp ranks replicate it like tp)
             rules[GPUS_RULE] = gpus % tp_pp == 0
             scalar = isinstance(tp_pp, int) and isinstance(gpus, int)     # dp >= 1 also where the rule fails
             plan = dataclasses.replace(plan, dp=max(gpus // tp_pp, 1) if scalar

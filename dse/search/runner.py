@@ -297,7 +297,8 @@ def _verify(space, ev, cands, notes, vector_values: bool) -> list[dict]:
 
 # ----------------------------------------------------------------------------- re-running the best
 
-FLAGS = {"plan.tp": "--tp", "plan.pp": "--pp", "plan.dp": "--dp", "plan.micro_batch": "--micro-batch",
+FLAGS = {"plan.tp": "--tp", "plan.pp": "--pp", "plan.dp": "--dp", "plan.cp": "--cp",
+         "plan.micro_batch": "--micro-batch",
          "plan.global_batch": "--global-batch", "plan.seq_len": "--seq-len", "plan.recompute": "--recompute",
          "plan.attention": "--attention", "plan.zero": "--zero", "plan.precision": "--precision"}
 
@@ -317,7 +318,7 @@ def point_settings(space, config: dict) -> dict:
     if "gpus" in settings:
         gpus = settings.pop("gpus")
         tp, pp = settings.get("plan.tp", 1), settings.get("plan.pp", 1)
-        settings["plan.dp"] = gpus // (tp * pp)
+        settings["plan.dp"] = gpus // (tp * pp * settings.get("plan.cp", 1))
     return settings
 
 

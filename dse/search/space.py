@@ -4,7 +4,7 @@ A space names a model and a hardware system (each one name or a list of names),
 fixed overrides, and *parameters*. A parameter is any dotted path that
 ``dse estimate --set`` accepts (``model.*``, ``hardware.*``, ``plan.*``), plus
 ``model`` / ``hardware`` (catalog choices) and ``gpus`` (total GPUs: the plan's
-``dp`` becomes ``gpus / (tp x pp)``). New plan options and hardware fields are
+``dp`` becomes ``gpus / (tp x pp x cp)``). New plan options and hardware fields are
 searchable as soon as the spec classes have them; nothing here lists fields.
 
 Values are given as

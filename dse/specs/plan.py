@@ -47,6 +47,8 @@ QUANTIZATIONS = ("nf4", "int8")
 class Plan:
     tp: int = spec_field(1, gt=0, help="tensor-parallel degree")
     pp: int = spec_field(1, gt=0, help="pipeline-parallel stages")
+    cp: int = spec_field(1, gt=0, help="context-parallel degree (Megatron --context-parallel-size): the sequence is "
+                         "split over cp GPUs, ring attention exchanges K/V; docs/long-context.md")
     dp: int | None = spec_field(None, gt=0, help="data-parallel replicas; default: fill one node of the system")
     micro_batch: int = spec_field(1, gt=0, help="sequences per micro-batch b")
     global_batch: int | None = spec_field(None, gt=0,
@@ -164,7 +166,7 @@ class Plan:
 
     @property
     def gpus(self) -> int:
-        return self.tp * self.pp * (self.dp or 1)
+        return self.tp * self.cp * self.pp * (self.dp or 1)
 
     def resolved(self, model, system=None) -> Plan:
         """Fill the defaults that depend on the model (and, for dp, on the system)."""
@@ -195,7 +197,7 @@ def _derived(f: dict, model, system) -> dict:
     tp, pp = f["tp"], f["pp"]
     if dp is None:   # array-safe throughout: the vectorised search resolves plans whose fields are arrays
         per_node = system.node.gpus_per_node if system is not None and system.kind == GPU_SYSTEM else 1
-        tp_pp = tp * pp
+        tp_pp = tp * f["cp"] * pp    # the GPUs of one replica: tp x cp x pp (Megatron order tp, cp, dp, pp)
         dp = maximum(where(per_node % tp_pp == 0, per_node // tp_pp, 1), 1)
     gb = f["global_batch"]
     if gb is None:
@@ -231,7 +233,7 @@ def check_plan(plan: Plan, model, where: str = "plan", system=None) -> None:
     also check that the hardware has the tiers the plan offloads to.
     Rules: :data:`dse.specs.rules.OFFLOAD_RULES` and :data:`~dse.specs.rules.MODEL_RULES`.
     """
-    rules.check((*rules.OFFLOAD_RULES, *rules.MODEL_RULES), plan, model, system, where)
+    rules.check((*rules.OFFLOAD_RULES, *rules.MODEL_RULES, *rules.CONTEXT_RULES), plan, model, system, where)
 
 
 def check_offload(plan: Plan, system=None, where: str = "plan") -> None:

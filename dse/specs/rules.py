@@ -12,7 +12,7 @@ hardware spec (or None where a caller checks a plan without hardware).
 :func:`check` raises the first broken rule of a table as :class:`~dse.errors.InputError`
 (``dse estimate``, the library, the search's scalar path); :func:`holds` evaluates every rule
 that applies as ``{name: ok}`` (the vectorised search). The tables, in the order a plan is
-checked: :data:`GPU_SYSTEM_RULES` (:data:`OFFLOAD_RULES`, :data:`MODEL_RULES`, the
+checked: :data:`GPU_SYSTEM_RULES` (:data:`OFFLOAD_RULES`, :data:`MODEL_RULES`, :data:`CONTEXT_RULES`, the
 chiplet-only fields, :data:`ACTIVATION_OFFLOAD_RULES`) and :data:`CHIPLET_PACKAGE_RULES`
 (:data:`CHIPLET_RULES`, then the activation-offload rules); the hardware backend of each
 kind (:mod:`dse.estimate.backends`) holds its table.
@@ -155,6 +155,37 @@ MODEL_RULES = (
 )
 
 
+# ----------------------------------------------------------------------------- context parallelism (ring attention)
+
+
+def _not_modelled_with_cp(p) -> str:
+    """The first plan choice that context parallelism is not modelled with ('' if none)."""
+    for flag, value, allowed in (("--offload-optimizer", p.offload_optimizer, "gpu"),
+                                 ("--offload-params", p.offload_params, "gpu"),
+                                 ("--offload-activations", p.offload_activations, "none"),
+                                 ("--finetune", p.finetune, "full")):
+        if value != allowed:
+            return f"{flag} {value}"
+    return ""
+
+
+CONTEXT_RULES = (
+    Rule("context parallelism needs flash attention", ("cp", "attention"),
+         when=lambda p, m, s: p.attention != "flash", ok=lambda p, m, s: p.cp == 1,
+         message=lambda p, m, s: f"--cp {p.cp} needs --attention flash (ring attention is a fused kernel per K/V "
+                                 f"chunk; a materialised score matrix is not split), got --attention {p.attention}"),
+    Rule("2 cp does not divide seq_len", ("cp", "seq_len"),
+         when=lambda p, m, s: p.seq_len is not None, ok=lambda p, m, s: (p.cp == 1) | (p.seq_len % (2 * p.cp) == 0),
+         message=lambda p, m, s: f"--cp {p.cp} needs seq_len {p.seq_len} divisible by 2 cp = {2 * p.cp} (each rank "
+                                 "holds two chunks of s/(2 cp) tokens, Megatron's load-balanced causal split)"),
+    Rule("context parallelism with offload or fine-tuning is not modelled",
+         ("cp", "offload_optimizer", "offload_params", "offload_activations", "finetune"),
+         when=lambda p, m, s: bool(_not_modelled_with_cp(p)), ok=lambda p, m, s: p.cp == 1,
+         message=lambda p, m, s: f"--cp {p.cp} with {_not_modelled_with_cp(p)} is not modelled yet; allowed: --cp 1, "
+                                 "or gpu/none/full for the offload and fine-tuning options"),
+)
+
+
 # ----------------------------------------------------------------------------- plan fields of the other kind
 
 CHIPLET_ONLY_FLAGS = {"chiplet_scheme": "--chiplet-scheme", "chiplet_mesh": "--mesh",
@@ -251,9 +282,9 @@ CHIPLET_RULES = (
          when=lambda p, m, s: p.chiplet_scheme == "summa-2d", ok=lambda p, m, s: _mesh(p, s)[0] == _mesh(p, s)[1],
          message=lambda p, m, s: "--chiplet-scheme summa-2d needs a square mesh (q x q), got {}x{}; use megatron-1d or "
                                  "hecaton-2d, or a square --mesh".format(*_mesh(p, s))),
-    Rule("tp, pp, dp must be 1 on a chiplet package", ("tp", "pp", "dp"),
-         ok=lambda p, m, s: (p.tp == 1) & (p.pp == 1) & (p.dp == 1),
-         message=lambda p, m, s: _first((("--tp", p.tp, 1), ("--pp", p.pp, 1), ("--dp", p.dp, 1)))
+    Rule("tp, pp, dp must be 1 on a chiplet package", ("tp", "pp", "dp", "cp"),
+         ok=lambda p, m, s: (p.tp == 1) & (p.pp == 1) & (p.dp == 1) & (p.cp == 1),
+         message=lambda p, m, s: _first((("--tp", p.tp, 1), ("--pp", p.pp, 1), ("--dp", p.dp, 1), ("--cp", p.cp, 1)))
                                  + " does not apply to a chiplet package; its dies are split by --chiplet-scheme and "
                                    "--mesh (one package, tp = pp = dp = 1)"),
     Rule("ZeRO does not apply to a chiplet package", ("zero",),
@@ -351,6 +382,6 @@ FP8_NOT_ON_CHIPLETS = Rule(
     "fp8 on chiplet packages is not modelled", ("precision",), when=_fp8, ok=lambda p, m, s: False,
     message=lambda p, m, s: "--precision fp8 is not modelled on chiplet packages; allowed: bf16, fp16, bf16-pure")
 
-GPU_SYSTEM_RULES = (*OFFLOAD_RULES, *MODEL_RULES, NO_CHIPLET_FIELDS, *ACTIVATION_OFFLOAD_RULES, *FINETUNE_RULES,
-                    *FP8_RULES)
+GPU_SYSTEM_RULES = (*OFFLOAD_RULES, *MODEL_RULES, *CONTEXT_RULES, NO_CHIPLET_FIELDS, *ACTIVATION_OFFLOAD_RULES,
+                    *FINETUNE_RULES, *FP8_RULES)
 CHIPLET_PACKAGE_RULES = (*CHIPLET_RULES, *ACTIVATION_OFFLOAD_RULES, NOT_ON_CHIPLETS, FP8_NOT_ON_CHIPLETS)
