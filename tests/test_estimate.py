@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from dse.estimate import base, resolve, run
+from dse.estimate import base, estimate, resolve, run
 from dse.specs.plan import Plan
 
 REQUIRED = {
@@ -96,7 +96,10 @@ def test_the_time_table_rows_add_up_to_the_iteration(gpt_small, cluster):
     r = est(gpt_small, cluster, tp=2, pp=4, dp=2, micro_batch=2, global_batch=64)
     t = r["time"]
     assert t["embedding_sync"] > 0
-    assert sum(t[k] for k, _ in TIME_ROWS) == pytest.approx(t["iteration"], rel=1e-9)
+    assert sum(t.get(k, 0.0) for k, _ in TIME_ROWS) == pytest.approx(t["iteration"], rel=1e-9)   # ep: MoE only
+    moe = estimate("mixtral-8x7b", "h100-cluster", tp=2, dp=16, ep=8, recompute="full")["time"]   # EP across nodes
+    assert moe["ep_communication"] > 0
+    assert sum(moe[k] for k, _ in TIME_ROWS) == pytest.approx(moe["iteration"], rel=1e-9)
 
 
 def r_params(model):

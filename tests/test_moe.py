@@ -139,6 +139,7 @@ def test_one_expert_top1_prices_as_the_dense_layer(plan):
     dense, moe = _dense_and_one_expert(**plan)
     d, m = dict(leaves(dense)), dict(leaves(moe))
     d.pop(".model.params"), m.pop(".model.params")
+    assert m.pop(".time.ep_communication") == 0 and m.pop(".traffic.ep") == 0    # an MoE model names its EP share
     m = {k: v for k, v in m.items() if not k.startswith(".model.")}
     assert set(m) <= set(d)
     for k, v in m.items():

@@ -44,6 +44,8 @@ def estimate(
     pp: Optional[int] = flag.pp(),
     dp: Optional[int] = flag.dp(),
     cp: Optional[int] = flag.cp(),
+    ep: Optional[int] = typer.Option(None, "--ep", min=1, help="expert-parallel degree of an MoE model (divides "
+                                     "--dp and the experts; default 1)"),
     micro_batch: Optional[int] = flag.micro_batch(),
     global_batch: Optional[int] = flag.global_batch(),
     seq_len: Optional[int] = flag.seq_len(),
@@ -127,6 +129,8 @@ def estimate(
     fields.update(finetune_fields(finetune, lora_rank, lora_targets, quantization))
     if fp8_scaling is not None:
         fields["fp8_scaling"] = fp8_scaling
+    if ep is not None:
+        fields["ep"] = ep
     imported = None
     if from_ and from_[0] is not None:
         from dse.frameworks.apply import apply, read

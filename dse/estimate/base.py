@@ -96,6 +96,24 @@ def _widest_mlp(model: ModelSpec) -> Num:
     return maximum(widest, dense) if model.moe_layers < model.layers else widest
 
 
+def _expert_parallel(plan: Plan, model: ModelSpec) -> bool:
+    """Expert parallelism applies: an MoE model and ep not the Python int 1 (``p_expert_gpu`` then counts)."""
+    return bool(model.moe_layers) and not (type(plan.ep) is int and plan.ep == 1)
+
+
+def _expert_states(M: FormulaModule, p_stage: Num, p_expert: Num, d: Num, ep: Num, zero: Num,
+                   state_bytes: Section) -> Section:
+    """Model states of a stage's GPU under expert parallelism: dense parameters sharded over dp, experts over dp/ep.
+
+    Megatron-Core: an expert's replicas are the dp/ep ranks of the expert-data-parallel group, which reduce its
+    gradients and shard its optimizer states (distributed optimizer, ``expert_data_parallel_group``).
+    """
+    w, g, o = state_bytes["weights"], state_bytes["gradients"], state_bytes["optimizer"]
+    dense = M.model_state_bytes(p_stage - p_expert, d, zero, w, g, o)
+    experts = M.model_state_bytes(p_expert, d / ep, zero, w, g, o)
+    return {k: dense[k] + experts[k] for k in dense}
+
+
 def memory_tiers(model: ModelSpec, system: SystemSpec, plan: Plan, prm: Section, act: Section, r: Recipe,
                  state_bytes: Section, T: FormulaModule = _transformer, M: FormulaModule = _memory
                  ) -> tuple[dict[str, Section], Section]:
@@ -112,6 +130,10 @@ def memory_tiers(model: ModelSpec, system: SystemSpec, plan: Plan, prm: Section,
     if plan.finetune == "full":
         states_first = M.model_state_bytes(prm["p_first"], d, zero, w_bytes, g_bytes, opt_bytes)
         states_last = M.model_state_bytes(prm["p_last"], d, zero, w_bytes, g_bytes, opt_bytes)
+        pe = prm["p_expert_gpu"]
+        if _expert_parallel(plan, model):   # the experts' ZeRO shards split over the dp/ep ranks holding them
+            states_first, states_last = (_expert_states(M, prm[stage], pe, d, plan.ep, zero, state_bytes)
+                                         for stage in ("p_first", "p_last"))
     else:
         states_first, states_last = (_frozen.states(prm, stage, model, plan, r, state_bytes, M)
                                      for stage in ("p_first", "p_last"))
@@ -224,14 +246,14 @@ def links(system: SystemSpec, plan: Plan, P: FormulaModule = _parallelism) -> di
     The ``dp`` group reduces gradients over dp x cp ranks (contiguous after tp). A scalar plan's links are kept
     per system (:mod:`dse.estimate.memo`) and shared: read them, do not change them.
     """
-    t, d, cp = plan.tp, plan.dp, plan.cp
-    if P is _parallelism and ints(t, d, cp):
-        return remembered(("links", id(system), t, d, cp, P.group_bandwidth), system,
-                          lambda: _links(system, t, d, P, cp))
-    return _links(system, t, d, P, cp)
+    t, d, cp, ep = plan.tp, plan.dp, plan.cp, plan.ep
+    if P is _parallelism and ints(t, d, cp, ep):
+        return remembered(("links", id(system), t, d, cp, ep, P.group_bandwidth), system,
+                          lambda: _links(system, t, d, P, cp, ep))
+    return _links(system, t, d, P, cp, ep)
 
 
-def _links(system: SystemSpec, t: Num, d: Num, P: FormulaModule, cp: Num = 1) -> dict[str, Link]:
+def _links(system: SystemSpec, t: Num, d: Num, P: FormulaModule, cp: Num = 1, ep: Num = 1) -> dict[str, Link]:
     node = system.node
     G = node.gpus_per_node
     intra = node.gpu_link.bandwidth * node.gpu_link.efficiency if node.gpu_link else float("inf")
@@ -243,7 +265,21 @@ def _links(system: SystemSpec, t: Num, d: Num, P: FormulaModule, cp: Num = 1) ->
     return {"tp": Link(t, P.group_bandwidth(t, 1, G, intra, inter), where(tp_in, intra_lat, inter_lat), tp_in),
             "cp": Link(cp, P.group_bandwidth(cp, t, G, intra, inter), where(cp_in, intra_lat, inter_lat), cp_in),
             "dp": Link(dc, P.group_bandwidth(dc, t, G, intra, inter), where(dp_in, intra_lat, inter_lat), dp_in),
-            "pp": Link(2, P.group_bandwidth(2, t * dc, G, intra, inter), where(pp_in, intra_lat, inter_lat), pp_in)}
+            "pp": Link(2, P.group_bandwidth(2, t * dc, G, intra, inter), where(pp_in, intra_lat, inter_lat), pp_in),
+            **_expert_links(P, G, t, dc, ep, intra, inter, intra_lat, inter_lat)}
+
+
+def _expert_links(P: FormulaModule, G: Num, t: Num, dc: Num, ep: Num, intra: Num, inter: Num, intra_lat: Num,
+                  inter_lat: Num) -> dict[str, Link]:
+    """The expert-parallel group ``ep`` (ranks tp apart) and the expert-data-parallel group ``edp`` (dc/ep ranks,
+    tp ep apart; dc = dp cp, the gradient group): Megatron-Core's expert rank order tp-ep-dp-pp. None with ep the
+    Python int 1."""
+    if type(ep) is int and ep == 1:
+        return {}
+    ep_in, edp_in = t * ep <= G, t * dc <= G
+    return {"ep": Link(ep, P.group_bandwidth(ep, t, G, intra, inter), where(ep_in, intra_lat, inter_lat), ep_in),
+            "edp": Link(dc / ep, P.group_bandwidth(dc / ep, t * ep, G, intra, inter),
+                        where(edp_in, intra_lat, inter_lat), edp_in)}
 
 
 def pipeline(model: ModelSpec, system: SystemSpec, plan: Plan, i: BaseTerms, r: Recipe, kt: Section,
@@ -277,19 +313,31 @@ def data_parallel(model: ModelSpec, plan: Plan, i: BaseTerms, r: Recipe, kt: Sec
     micro-batch's backward, ZeRO-1/2's weight gather with the next forward, ZeRO-3's prefetch with each phase),
     except the first gather / last reduction of a stage (one layer's share), plus a 5 % contention tax on what
     is overlapped. ZeRO-3 therefore never beats ZeRO-1/2 on time for the same plan: it moves more, as often or
-    more often, under the same overlap rule.
+    more often, under the same overlap rule. With expert parallelism the experts' share of each collective runs
+    over the dp/ep ranks holding the same experts (link ``edp``), after the dense share over dp.
     """
     zero: Num = plan.zero       # a resolved plan: zero and dp are set
     d: Num = _context.grad_ranks(plan)
     m, l_stage = i.micro_batches, i.layers_per_stage
     bw_dp, lat_dp = lk["dp"].bandwidth, lk["dp"].latency
     train = i.trainable_params_per_gpu          # LoRA: the adapters; ZeRO-3 still gathers every weight
+    gathered = i.params_per_gpu if plan.finetune == "full" else where(zero >= 3, i.params_per_gpu, train)
+    ep_on = _expert_parallel(plan, model)
+    expert = i.expert_params_per_gpu if ep_on else 0.0
+    if ep_on:   # the experts' gradients and weights go over the dp/ep ranks that hold them
+        train, gathered = train - expert, gathered - expert
     grad_b = train * r.dp_gradients
-    gather_b = (i.params_per_gpu if plan.finetune == "full" else where(zero >= 3, i.params_per_gpu, train)
-                ) * r.weight_gathers
+    gather_b = gathered * r.weight_gathers
     dp_ar = P.allreduce_time(grad_b, d, bw_dp, lat_dp)
     rs_grads = P.allgather_time(grad_b, d, bw_dp, lat_dp)             # reduce-scatter of the gradients
     ag_weights = P.allgather_time(gather_b, d, bw_dp, lat_dp)         # all-gather of the weights
+    exp_grad_b, exp_gather_b = expert * r.dp_gradients, expert * r.weight_gathers
+    if ep_on:
+        n_e, bw_e, lat_e, _ = lk["edp"]
+        lat_e = where(plan.ep > 1, lat_e, 0.0)   # an array's ep 1: one group, whose latency the dense share paid
+        dp_ar = dp_ar + P.allreduce_time(exp_grad_b, n_e, bw_e, lat_e)
+        rs_grads = rs_grads + P.allgather_time(exp_grad_b, n_e, bw_e, lat_e)
+        ag_weights = ag_weights + P.allgather_time(exp_gather_b, n_e, bw_e, lat_e)
     dp_time = where(zero == 0, dp_ar, where(zero < 3, rs_grads + ag_weights, m * (2 * ag_weights + rs_grads)))
     fwd_window = l_stage * kt["layer_fwd"]
     bwd_window = l_stage * kt["layer_bwd"]
@@ -307,17 +355,18 @@ def data_parallel(model: ModelSpec, plan: Plan, i: BaseTerms, r: Recipe, kt: Sec
     else:
         emb_bytes, emb_sync = 0.0, 0.0
     return {"grad_b": grad_b, "gather_b": gather_b, "dp_time": dp_time, "dp_exposed": dp_exposed,
-            "emb_bytes": emb_bytes,
-            "emb_sync": emb_sync}
+            "emb_bytes": emb_bytes, "emb_sync": emb_sync, "expert_grad_b": exp_grad_b, "expert_gather_b": exp_gather_b}
 
 
 def optimizer_step(system: SystemSpec, plan: Plan, i: BaseTerms, r: Recipe, C: FormulaModule = _compute,
-                   O: FormulaModule = _optimizer) -> Section:
+                   O: FormulaModule = _optimizer, model: ModelSpec | None = None) -> Section:
     """The optimizer step on the GPU: its ZeRO partition of the parameters, HBM-bound (the plan's optimizer)."""
     gpu = system.node.gpu
     zero: Num = plan.zero       # a resolved plan: zero and dp are set
     d: Num = _context.grad_ranks(plan)
     opt_params = i.trainable_params_per_gpu / where(zero >= 1, d, 1)
+    if model is not None and _expert_parallel(plan, model):   # the experts' ZeRO shard: over dp/ep ranks
+        opt_params = opt_params + i.expert_params_per_gpu * (plan.ep - 1) / where(zero >= 1, d, 1)
     t_opt = C.memory_time(O.step_bytes(opt_params, plan.optimizer, r), gpu.hbm_bandwidth, gpu.efficiency.memory)
     return {"opt_params": opt_params, "t_opt": t_opt}
 
@@ -350,9 +399,10 @@ def compose_time(c: Result, model: ModelSpec, system: SystemSpec, plan: Plan, F:
                                                        lk["cp"], plan, C, P))
     pp = pipeline(model, system, plan, i, r, kt, lk, P)
     dp = data_parallel(model, plan, i, r, kt, lk, P)
-    opt = optimizer_step(system, plan, i, r, C, O)
+    opt = optimizer_step(system, plan, i, r, C, O, model)
     t_cast = _fp8.weight_cast_time(model, plan, system.node.gpu, r, i.layers_per_stage) if r.weight_copies else 0.0
-    time = breakdown(plan, i, kt, pp, dp, opt["t_opt"] + t_cast)   # FP8: the weights' cast follows the step
+    # FP8: the weights' cast follows the step
+    time = breakdown(plan, i, kt, pp, dp, opt["t_opt"] + t_cast, bool(model.moe_layers))
     fl = flops(model, plan, tables["sums"])
     t_iter = time["iteration"]
     i.time = TimeTerms(

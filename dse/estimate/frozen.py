@@ -67,3 +67,22 @@ def dequantized_buffer(model: ModelSpec, r: Recipe, t: Num) -> Num:
     d: Any = model.head_dim
     ffn: Any = model.ffn_hidden
     return r.weights * _finetune.largest_linear(model.hidden, model.heads, kv, d, ffn, model.qkv_projection, t)
+
+
+def kernel_inputs(model: ModelSpec, plan: Plan) -> dict[str, Any] | None:
+    """The fine-tuning keywords of :func:`dse.formulas.kernels.layer_kernels` (None: full training)."""
+    if plan.finetune == "full":
+        return None
+    kv: Any = model.kv_heads          # resolved specs: set
+    d: Any = model.head_dim
+    ffn: Any = model.ffn_hidden
+    adapters = _finetune.adapted_linears(model.hidden, model.heads, kv, d, ffn, model.ffn_type,
+                                         model.qkv_projection, plan.lora_targets or "all")
+    out: dict[str, Any] = {"adapters": adapters, "rank": plan.lora_rank}
+    if plan.finetune == "qlora":
+        # int8: d_in ~ h
+        out["quantized_bytes"] = _finetune.quantized_bytes_per_param(plan.quantization or "nf4", model.hidden)
+        out["layer_linear_params"] = _finetune.linear_parameters(model.hidden, model.heads, kv, d, ffn,
+                                                                 model.ffn_type, plan.tp)
+        out["linears"] = _finetune.linear_count(model.ffn_type, model.qkv_projection)
+    return out

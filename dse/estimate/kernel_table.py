@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from dse.estimate import context as _context
+from dse.estimate import context as _context, frozen as _frozen
 from dse.formulas import compute as _compute, kernels as _kernels, parallelism as _parallelism, stacks as _stacks
 from dse.formulas._array import Num, maximum, where
 from dse.formulas.precision import Recipe, peak_flops, recipe_of
@@ -118,22 +118,26 @@ def kernel_count(row: Row) -> tuple[Num, Num]:
 
 
 def collective_time(row: Row, link: Link, P: Module) -> Num:
-    """Time of one collective of a table on its group's link: a ring all-reduce, all-gather or reduce-scatter."""
+    """Time of one collective on its group's link: ring all-reduce, all-gather or reduce-scatter, or an all-to-all."""
     t: Num
     if row["op"] == "allreduce":
         t = P.allreduce_time(row["comm"], link.ranks, link.bandwidth, link.latency)
+    elif row["op"] == "alltoall":   # the MoE token dispatch and combine over the ep group
+        t = P.alltoall_time(row["comm"], link.ranks, link.bandwidth, link.latency)
     else:   # all-gather, reduce-scatter
         t = P.allgather_time(row["comm"], link.ranks, link.bandwidth, link.latency)
     return t
 
 
 def table_time(table: Table, hw: KernelCost, link: Link, C: Module, P: Module, *, recompute: str = "none",
-               async_tp: bool = False, count: bool = False) -> dict[str, Num]:
+               async_tp: bool = False, count: bool = False, ep_link: Link | None = None) -> dict[str, Num]:
     """Forward, backward and recompute time of the kernels of ``table`` on one GPU (``P``: parallelism module).
 
     Returns ``forward``, ``backward``, ``recompute`` (GPU time, collectives included) and ``tp_forward``,
-    ``tp_backward`` (the collectives' share); with ``count``, also ``kernels_forward`` and ``kernels_backward``
-    (:func:`kernel_count`, for the host's launch floor). Collectives run on ``link`` (:func:`collective_time`);
+    ``tp_backward`` (the collectives' share), ``ep_forward`` and ``ep_backward`` (the expert-parallel all-to-alls'
+    share: rows of group ``ep`` run on ``ep_link``); with ``count``, also ``kernels_forward`` and
+    ``kernels_backward`` (:func:`kernel_count`, for the host's launch floor). Other collectives run on ``link``
+    (:func:`collective_time`);
     with ``async_tp``
     a backward one hides behind the weight-gradient GEMM it names (``hidden_by``), which takes as long as
     that GEMM's forward. Full recompute runs the whole forward again, collectives included; selective runs
@@ -144,6 +148,8 @@ def table_time(table: Table, hw: KernelCost, link: Link, C: Module, P: Module, *
     sel: Num = 0.0
     tp_f: Num = 0.0
     tp_b: Num = 0.0
+    ep_f: Num = 0.0
+    ep_b: Num = 0.0
     times: dict[str, tuple[Num, Num]] = {}
     hidden: list[tuple[Num, str]] = []
     msg: Any = None
@@ -155,6 +161,13 @@ def table_time(table: Table, hw: KernelCost, link: Link, C: Module, P: Module, *
             fwd, bwd = fwd + f, bwd + b
             if "selective" in row:
                 sel = sel + f
+            continue
+        if row["group"] == "ep":
+            a2a = collective_time(row, ep_link or link, P)
+            if row["pass"] == "forward":
+                ep_f = ep_f + a2a
+            else:
+                ep_b = ep_b + a2a
             continue
         if row["comm"] is not msg or row["op"] != op:   # a layer's collectives share one message: one time
             msg, op = row["comm"], row["op"]
@@ -168,9 +181,10 @@ def table_time(table: Table, hw: KernelCost, link: Link, C: Module, P: Module, *
     for ar, gemm in hidden:                   # after the loop: the GEMM may come later in the table
         wgrad = 0.0 if "frozen" in table[gemm] else times[gemm][0]   # a frozen weight has no gradient GEMM
         tp_b = tp_b + maximum(ar - wgrad, 0.0)
-    fwd, bwd = fwd + tp_f, bwd + tp_b
+    fwd, bwd = fwd + tp_f + ep_f, bwd + tp_b + ep_b
     rec = fwd if recompute == "full" else (sel if recompute == "selective" else 0.0)
-    out = {"forward": fwd, "backward": bwd, "recompute": rec, "tp_forward": tp_f, "tp_backward": tp_b}
+    out = {"forward": fwd, "backward": bwd, "recompute": rec, "tp_forward": tp_f, "tp_backward": tp_b,
+           "ep_forward": ep_f, "ep_backward": ep_b}
     if count:
         kf: Num = 0
         kb: Num = 0
@@ -206,7 +220,8 @@ def kernel_tables(model: ModelSpec, plan: Plan, r: Recipe, K: Module = _kernels)
     fp8 = plan.fp8_scaling if r.gemm_dtype == "fp8" else None     # FP8 linear layers (dse.formulas.fp8)
     key = None
     if K is _kernels:                      # not when traced: the trace records every formula call
-        key = (id(model), s, plan.cp, b, t, sp, plan.recompute, plan.attention, e, comm, logits, stack, r.gradients,
+        key = (id(model), s, plan.cp, b, t, getattr(plan, "ep", 1), sp, plan.recompute, plan.attention, e, comm,
+               logits, stack, r.gradients,
                plan.finetune, plan.lora_rank, plan.lora_targets, plan.quantization, fp8,
                *map(K.__getattribute__, _FORMULAS))
         try:
@@ -222,10 +237,10 @@ def kernel_tables(model: ModelSpec, plan: Plan, r: Recipe, K: Module = _kernels)
                 ffn_type=model.ffn_type, norm=model.norm, position=model.position, dropout=dropout,
                 causal=model.architecture == "decoder", bytes_per_element=e, comm_bytes_per_element=comm, stack=ops,
                 stack_sizes=size, stack_choices=choices, grad_bytes=r.gradients, layer_norms=model.layer_norms,
-                qk_norm=model.qk_norm, finetune=_finetune_inputs(model, plan), fp8=fp8)
+                qk_norm=model.qk_norm, finetune=_frozen.kernel_inputs(model, plan), fp8=fp8)
     shape = (s, b, h, model.heads, model.kv_heads, model.head_dim, model.ffn_hidden)
     n_moe = model.moe_layers
-    layer = K.layer_kernels(*shape, **opts, moe=moe_options(model) if n_moe else None)
+    layer = K.layer_kernels(*shape, **opts, moe=moe_options(model, getattr(plan, "ep", 1)) if n_moe else None)
     dense = K.layer_kernels(*shape, **opts) if 0 < n_moe < model.layers else None
     layer, dense = _context.split_tables(layer, dense, model, plan, e)   # cp: attention over the whole sequence
     embedding = K.embedding_kernels(s, b, h, tp=t, sequence_parallel=sp, dropout=dropout, position=model.position,
@@ -255,36 +270,16 @@ def kernel_tables(model: ModelSpec, plan: Plan, r: Recipe, K: Module = _kernels)
     return out
 
 
-def _finetune_inputs(model: ModelSpec, plan: Plan) -> dict[str, Any] | None:
-    """The fine-tuning keywords of :func:`dse.formulas.kernels.layer_kernels` (None: full training)."""
-    if plan.finetune == "full":
-        return None
-    from dse.formulas import finetune as FT
-
-    kv: Any = model.kv_heads          # resolved specs: set
-    d: Any = model.head_dim
-    ffn: Any = model.ffn_hidden
-    adapters = FT.adapted_linears(model.hidden, model.heads, kv, d, ffn, model.ffn_type, model.qkv_projection,
-                                  plan.lora_targets or "all")
-    out: dict[str, Any] = {"adapters": adapters, "rank": plan.lora_rank}
-    if plan.finetune == "qlora":
-        out["quantized_bytes"] = FT.quantized_bytes_per_param(plan.quantization or "nf4", model.hidden)  # int8: d_in~h
-        out["layer_linear_params"] = FT.linear_parameters(model.hidden, model.heads, kv, d, ffn, model.ffn_type,
-                                                          plan.tp)
-        out["linears"] = FT.linear_count(model.ffn_type, model.qkv_projection)
-    return out
-
-
 #: the sums of table_sums that belong to the embedding and the head; the others belong to one layer (a mixed
 #: dense/MoE model averages those over its layers)
 _END_SUMS = ("a_head", "a_emb", "flops_head", "flops_backward_head")
 
 
-def moe_options(model: ModelSpec) -> dict[str, Any]:
+def moe_options(model: ModelSpec, ep: Num = 1) -> dict[str, Any]:
     """The MoE keyword arguments of :func:`dse.formulas.kernels.layer_kernels` (``moe``) of an MoE model."""
     return {"experts": model.experts, "experts_per_token": model.experts_per_token, "expert_ffn": model.expert_ffn,
             "shared_experts": model.shared_experts, "shared_ffn": model.shared_expert_ffn or 0,
-            "shared_gate": model.shared_expert_gate, "imbalance": model.expert_imbalance}
+            "shared_gate": model.shared_expert_gate, "imbalance": model.expert_imbalance, "ep": ep}
 
 
 def _stack_spec(name: str) -> StackSpec:
@@ -335,7 +330,8 @@ def table_sums(tables: dict[str, Table], recompute: str, K: Module = _kernels) -
             "a_emb": K.saved_bytes(tables["embedding"]),
             "flops_layer": K.forward_flops(layer), "flops_head": K.forward_flops(tables["head"]),
             "flops_recompute": K.recomputed_flops(layer, recompute),
-            "tp_messages": K.message_bytes(layer, "tp", recompute)}
+            "tp_messages": K.message_bytes(layer, "tp", recompute),
+            "ep_messages": K.message_bytes(layer, "ep", recompute)}
 
 
 def kernel_times(tables: dict[str, Any], system: SystemSpec, plan: Plan, peak: Num, lk: dict[str, Link],
@@ -347,7 +343,7 @@ def kernel_times(tables: dict[str, Any], system: SystemSpec, plan: Plan, peak: N
     """
     gpu = system.node.gpu
     async_tp = plan.async_tp_allreduce and not plan.sequence_parallel   # hidden behind the weight-gradient GEMMs
-    key = _times_key(tables, gpu, plan, peak, lk["tp"], async_tp, C, P)
+    key = _times_key(tables, gpu, plan, peak, lk["tp"], async_tp, C, P, lk.get("ep"))
     hit = _TIMES.get(key) if key is not None else None
     if hit is not None and hit[0] is tables and hit[1] is gpu:
         return hit[2]
@@ -358,7 +354,8 @@ def kernel_times(tables: dict[str, Any], system: SystemSpec, plan: Plan, peak: N
     stack = getattr(plan, "stack", "megatron")
     dispatch = 0.0 if stack == "megatron" else _stack_spec(stack).dispatch
     count = bool(dispatch)
-    lt = table_time(tables["layer"], hw, lk["tp"], C, P, recompute=plan.recompute, async_tp=async_tp, count=count)
+    lt = table_time(tables["layer"], hw, lk["tp"], C, P, recompute=plan.recompute, async_tp=async_tp, count=count,
+                    ep_link=lk.get("ep"))
     if "dense_layer" in tables:   # a mixed dense/MoE model: the mean layer's time
         dt = table_time(tables["dense_layer"], hw, lk["tp"], C, P, recompute=plan.recompute, async_tp=async_tp,
                         count=count)
@@ -379,7 +376,8 @@ def kernel_times(tables: dict[str, Any], system: SystemSpec, plan: Plan, peak: N
     layer_rec = maximum(lt["recompute"], host_rec)
     layer_total = layer_fwd + layer_bwd + layer_rec
     out = {"gpu_fwd": lt["forward"], "gpu_bwd": lt["backward"], "gpu_rec": lt["recompute"],
-            "tp_fwd": lt["tp_forward"], "tp_bwd": lt["tp_backward"], "layer_fwd": layer_fwd, "layer_bwd": layer_bwd,
+            "tp_fwd": lt["tp_forward"], "tp_bwd": lt["tp_backward"], "ep_fwd": lt["ep_forward"],
+            "ep_bwd": lt["ep_backward"], "layer_fwd": layer_fwd, "layer_bwd": layer_bwd,
             "layer_rec": layer_rec, "layer_total": layer_total,
             "layer_host_excess": layer_total - (lt["forward"] + lt["backward"] + lt["recompute"]),
             "t_head": head["forward"] + head["backward"], "t_embed": emb["forward"] + emb["backward"]}
@@ -396,17 +394,17 @@ _SCALARS = frozenset((int, float, bool))
 
 
 def _times_key(tables: dict[str, Any], gpu: GPUSpec, plan: Plan, peak: Num, link: Link, async_tp: bool,
-               C: Module, P: Module) -> tuple[Any, ...] | None:
+               C: Module, P: Module, ep_link: Link | None = None) -> tuple[Any, ...] | None:
     """The memo key of :func:`kernel_times`, or None when it is not memoised (arrays, traced or replaced formulas).
 
     Every input of the times is in it: the tables and the GPU spec (by identity: the tables come from the
     :func:`kernel_tables` memo, the frozen spec from the catalog; a hit must be for the same objects), the
     precision recipe the GPU's kernel costs are read with (the plan's precision and gradient dtype), the GEMM
-    peak, the TP link, the recompute mode, async TP, and the formulas called (so that a replaced one is never
+    peak, the TP and EP links, the recompute mode, async TP, and the formulas called (so that a replaced one is never
     served a stale time). Only Python numbers: a search's numpy values (arrays, or numpy scalars whose results
     keep their type) are computed afresh, and times that come out as arrays (a vector system's GPU) are not kept.
     """
-    if C is not _compute or P is not _parallelism or not set(map(type, (peak, *link))) <= _SCALARS:
+    if C is not _compute or P is not _parallelism or not set(map(type, (peak, *link, *(ep_link or ())))) <= _SCALARS:
         return None
-    return (id(tables), id(gpu), plan.precision, plan.grad_dtype, peak, link, plan.recompute, async_tp, C.gemm_time,
-            C.memory_time, P.allreduce_time, P.allgather_time)
+    return (id(tables), id(gpu), plan.precision, plan.grad_dtype, peak, link, ep_link, plan.recompute, async_tp,
+            C.gemm_time, C.memory_time, P.allreduce_time, P.allgather_time, P.alltoall_time)

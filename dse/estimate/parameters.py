@@ -3,7 +3,10 @@
 A dense model's layers are alike. An MoE model (:mod:`dse.formulas.transformer.moe`) has MoE layers (router and
 experts instead of the MLP) and possibly dense ones; the per-layer numbers are then the mean over the layers, so
 that L times a layer is the model's layers exactly (a stage holding more dense or more MoE layers than the mean
-is not modelled). Every expert is on every GPU (no expert parallelism) and splits over TP like the dense MLP.
+is not modelled). The routed experts split over TP like the dense MLP and, with expert parallelism (``plan.ep``),
+over the ep ranks too: a GPU holds E/ep experts (Megatron-Core's expert tensor parallelism = tp), so its expert
+parameters are the experts' / (tp ep); ``p_expert_gpu`` counts them on a stage's GPU (their gradients are reduced
+and their ZeRO shards split over the dp/ep ranks that hold the same experts, :mod:`dse.estimate.base`).
 """
 
 from __future__ import annotations
@@ -23,19 +26,20 @@ if TYPE_CHECKING:
 
 def parameters(model: ModelSpec, plan: Plan, T: FormulaModule = _transformer) -> Section:
     """Parameters of the model, of one layer (per GPU) and of the first and last pipeline stage's GPU (shared)."""
-    t, p, v = plan.tp, plan.pp, plan.virtual_stages
+    t, p, v, ep = plan.tp, plan.pp, plan.virtual_stages, plan.ep
     ft = (plan.finetune, plan.lora_rank, plan.lora_targets)
-    if T is _transformer and ints(t, p, v):
-        key = ("parameters", id(model), t, p, v, ft, T.layer_parameters, T.layer_parameters_replicated,
+    if T is _transformer and ints(t, p, v, ep):
+        key = ("parameters", id(model), t, p, v, ep, ft, T.layer_parameters, T.layer_parameters_replicated,
                T.embedding_parameters, T.head_parameters, T.norm_parameters, T.ffn_matrices, T.mlp_parameters,
                T.moe_mlp_parameters, T.moe_mlp_parameters_replicated)
-        return remembered(key, model, lambda: _parameters(model, t, p, v, T, ft))
-    return _parameters(model, t, p, v, T, ft)
+        return remembered(key, model, lambda: _parameters(model, t, p, v, T, ft, ep))
+    return _parameters(model, t, p, v, T, ft, ep)
 
 
 def layer_counts(model: ModelSpec, T: FormulaModule = _transformer) -> Section:
     """Parameters of the model's layers: ``dense`` and ``moe`` (one layer of each, total), ``moe_active`` (what a
-    token uses of an MoE layer), their replicated parts ``dense_rep``, ``moe_rep``, and ``moe_layers``."""
+    token uses of an MoE layer), their replicated parts ``dense_rep``, ``moe_rep``, the routed experts' parameters of
+    an MoE layer ``moe_experts`` and ``moe_layers``."""
     h = model.hidden
     norms = {"layer_norms": model.layer_norms, "qk_norm": model.qk_norm}
     dense = T.layer_parameters(h, model.heads, model.kv_heads, model.head_dim, model.ffn_hidden, model.ffn_type,
@@ -43,7 +47,7 @@ def layer_counts(model: ModelSpec, T: FormulaModule = _transformer) -> Section:
     dense_rep = T.layer_parameters_replicated(h, model.ffn_type, model.norm, model.bias, head_dim=model.head_dim,
                                               **norms)
     out = {"dense": dense, "dense_rep": dense_rep, "moe": dense, "moe_active": dense, "moe_rep": dense_rep,
-           "moe_layers": model.moe_layers}
+           "moe_experts": 0, "moe_layers": model.moe_layers}
     if out["moe_layers"]:
         E, k = model.experts, model.experts_per_token
         attn = dense - T.mlp_parameters(h, model.ffn_hidden, model.ffn_type, model.bias)
@@ -51,6 +55,8 @@ def layer_counts(model: ModelSpec, T: FormulaModule = _transformer) -> Section:
                    shared_gate=model.shared_expert_gate)
         out["moe"] = attn + T.moe_mlp_parameters(h, E, model.expert_ffn, model.ffn_type, **moe)
         out["moe_active"] = attn + T.moe_mlp_parameters(h, E, model.expert_ffn, model.ffn_type, routed=k, **moe)
+        out["moe_experts"] = (T.moe_mlp_parameters(h, E, model.expert_ffn, model.ffn_type, **moe)
+                              - T.moe_mlp_parameters(h, E, model.expert_ffn, model.ffn_type, routed=0, **moe))
         out["moe_rep"] = (dense_rep - (h if model.bias else 0)
                           + T.moe_mlp_parameters_replicated(h, E, model.shared_expert_gate))
     return out
@@ -63,13 +69,17 @@ def _mean(model: ModelSpec, n_moe: int, dense: Num, moe: Num) -> Num:
 
 
 def _parameters(model: ModelSpec, t: Num, p: Num, v: Num, T: FormulaModule,
-                ft: tuple[str, Any, Any] = ("full", None, None)) -> Section:
+                ft: tuple[str, Any, Any] = ("full", None, None), ep: Num = 1) -> Section:
     L, h, V = model.layers, model.hidden, model.vocab
     c = layer_counts(model, T)
     n = c["moe_layers"]
     p_layer = _mean(model, n, c["dense"], c["moe"])
     p_layer_rep = _mean(model, n, c["dense_rep"], c["moe_rep"])
     p_layer_gpu = (p_layer - p_layer_rep) / t + p_layer_rep
+    split = n > 0 and not (type(ep) is int and ep == 1)   # expert parallelism: the experts also split over ep
+    p_exp = _mean(model, n, 0, c["moe_experts"]) / (t * ep) if split else 0.0   # a layer's experts on one GPU
+    if split:
+        p_layer_gpu = p_layer_gpu - p_exp * (ep - 1)
     p_emb = T.embedding_parameters(h, V, model.position_embeddings, model.token_types, model.embedding_norm,
                                    model.norm)
     p_head = T.head_parameters(h, V, model.tied_embeddings, model.final_norm, model.norm, model.pooler,
@@ -83,7 +93,7 @@ def _parameters(model: ModelSpec, t: Num, p: Num, v: Num, T: FormulaModule,
     active = (L - n) * c["dense"] + n * c["moe_active"]
     out = {"params": p_emb + layers + p_head, "params_active": p_emb + active + p_head, "p_layer": p_layer,
            "p_layer_gpu": p_layer_gpu, "p_emb": p_emb, "p_head": p_head, "l_stage": l_stage, "p_first": p_first,
-           "p_last": p_last, "p_gpu": maximum(p_first, p_last)}
+           "p_last": p_last, "p_gpu": maximum(p_first, p_last), "p_expert_gpu": l_stage * p_exp}
     if ft[0] == "full":
         return {**out, "p_train": out["params"], "p_train_gpu": out["p_gpu"]}
     return _frozen.with_adapters(out, model, t, ft[1] or 16, ft[2] or "all")

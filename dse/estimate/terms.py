@@ -121,6 +121,8 @@ class BaseTerms(_Mappable):
     kernels: dict[str, Any]                     # kernel tables of one micro-batch: layer, embedding, head
     trainable_params_per_gpu: Num = 0           # parameters with gradients and optimizer states on that GPU (LoRA:
                                                 # the adapters; full training: params_per_gpu)
+    expert_params_per_gpu: Num = 0.0            # of those, the routed experts' under expert parallelism (ep > 1;
+                                                # their replicas: dp/ep ranks), else 0
     time: TimeTerms | None = None     # the time side, once compose_time ran
     drive_writes: dict[str, Any] = dataclasses.field(default_factory=dict)   # technique name -> its DriveWrites
 

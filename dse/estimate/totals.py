@@ -19,25 +19,31 @@ if TYPE_CHECKING:
     from dse.specs.plan import Plan
 
 
-def breakdown(plan: Plan, i: BaseTerms, kt: Section, pp: Section, dp: Section, t_opt: Num) -> Section:
-    """The iteration time and its parts (what each share of the critical path is spent on)."""
+def breakdown(plan: Plan, i: BaseTerms, kt: Section, pp: Section, dp: Section, t_opt: Num,
+              moe: bool = False) -> Section:
+    """The iteration time and its parts (what each share of the critical path is spent on).
+
+    ``moe``: an MoE model's breakdown also names its expert-parallel all-to-alls (``ep_communication``).
+    """
     m, l_stage = i.micro_batches, i.layers_per_stage
     full = plan.recompute == "full"     # a string field: never an array
     single = plan.pp == 1
     t_iter = pp["t_pipe"] + dp["dp_exposed"] + dp["emb_sync"] + t_opt
     t_embed, t_head = kt["t_embed"], kt["t_head"]
     cp_f, cp_b, cp_r = kt.get("cp_fwd", 0.0), kt.get("cp_bwd", 0.0), kt.get("cp_rec", 0.0)   # the K/V ring
-    compute_mb = (l_stage * (kt["gpu_fwd"] - kt["tp_fwd"] - cp_f + kt["gpu_bwd"] - kt["tp_bwd"] - cp_b)
+    ep_f, ep_b = kt["ep_fwd"], kt["ep_bwd"]                                                 # the MoE all-to-alls
+    compute_mb = (l_stage * (kt["gpu_fwd"] - kt["tp_fwd"] - cp_f - ep_f + kt["gpu_bwd"] - kt["tp_bwd"] - cp_b - ep_b)
                   + where(single, t_embed + t_head, maximum(t_embed, t_head)))
-    recompute_mb = l_stage * ((kt["gpu_rec"] - kt["tp_fwd"] if full else kt["gpu_rec"]) - cp_r)
+    recompute_mb = l_stage * ((kt["gpu_rec"] - kt["tp_fwd"] - ep_f if full else kt["gpu_rec"]) - cp_r)
     tp_mb = l_stage * (kt["tp_fwd"] + kt["tp_bwd"] + (kt["tp_fwd"] if full else 0.0))
     cp_mb = l_stage * (cp_f + cp_b + cp_r)
+    ep_mb = l_stage * (ep_f + ep_b + (ep_f if full else 0.0))
     overhead_mb = l_stage * kt["layer_host_excess"] + pp["t_mb_fixed"]
-    return {
+    out = {
         "iteration": t_iter,
         "compute": m * compute_mb,
         "recompute": m * recompute_mb,
-        "communication": m * (tp_mb + cp_mb + pp["t_p2p"]) + dp["dp_exposed"] + dp["emb_sync"],
+        "communication": m * (tp_mb + cp_mb + pp["t_p2p"] + ep_mb) + dp["dp_exposed"] + dp["emb_sync"],
         "bubble": pp["bubble"],
         "optimizer": t_opt,
         "overhead": m * overhead_mb,
@@ -51,6 +57,9 @@ def breakdown(plan: Plan, i: BaseTerms, kt: Section, pp: Section, dp: Section, t
         "layer_forward": kt["layer_fwd"],
         "layer_backward": kt["layer_bwd"],
     }
+    if moe:
+        out["ep_communication"] = m * ep_mb
+    return out
 
 
 def flops(model: ModelSpec, plan: Plan, sums: Section) -> Section:
@@ -67,16 +76,24 @@ def flops(model: ModelSpec, plan: Plan, sums: Section) -> Section:
     return {"model_per_iteration": f_model, "hardware_per_iteration": f_hw}
 
 
+def _dp_bytes(n: Num, zero: Num, m: Num, grad_b: Num, gather_b: Num) -> Num:
+    """Bytes through each of n data-parallel ranks per iteration: a ring moves (n-1)/n of each message."""
+    return where(n > 1, (n - 1) / n, 0.0) * where(zero == 0, 2 * grad_b, where(zero < 3, grad_b + gather_b,
+                                                                           m * (grad_b + 2 * gather_b)))
+
+
 def traffic(model: ModelSpec, plan: Plan, i: BaseTerms, lk: dict[str, Link], pp: Section, dp: Section) -> Section:
-    """Bytes per iteration per GPU on each parallel group and on the intra- and inter-node links."""
+    """Bytes per iteration per GPU on each parallel group and on the intra- and inter-node links.
+
+    An MoE model also has ``ep``: the bytes its all-to-alls send to other ranks, (ep-1)/ep of each message; with
+    expert parallelism the experts' gradient and weight traffic (over the dp/ep ranks holding them) counts in ``dp``.
+    """
     zero: Num = plan.zero       # a resolved plan: zero and dp are set
     d: Num = _context.grad_ranks(plan)     # the gradient group: dp x cp
     t, m = plan.tp, i.micro_batches
     ring = where(t > 1, 2 * (t - 1) / t, 0.0)      # an all-reduce moves 2 (t-1)/t of its message through each rank
     tp_bytes = m * i.layers_per_stage * ring * i.kernels["sums"]["tp_messages"]
-    grad_b, gather_b = dp["grad_b"], dp["gather_b"]
-    dp_bytes = where(d > 1, (d - 1) / d, 0.0) * where(zero == 0, 2 * grad_b, where(zero < 3, grad_b + gather_b,
-                                                                                   m * (grad_b + 2 * gather_b)))
+    dp_bytes = _dp_bytes(d, zero, m, dp["grad_b"], dp["gather_b"])
     pp_bytes = where(plan.pp == 1, 0.0, 2 * m * pp["pp_msg"] + dp["emb_bytes"])   # activations both ways + embedding
     attention = i.kernels["layer"].get("attention", {})
     cp_bytes = 0.0
@@ -85,7 +102,7 @@ def traffic(model: ModelSpec, plan: Plan, i: BaseTerms, lk: dict[str, Link], pp:
         cp_bytes = m * i.layers_per_stage * (plan.cp - 1) * sends * attention["cp_kv"]
     tp_in, dp_in, pp_in = lk["tp"].inside, lk["dp"].inside, lk["pp"].inside
     cp_in = lk["cp"].inside if "cp" in lk else True
-    return {
+    out = {
         "intra_node": where(tp_in, tp_bytes, 0.0) + where(dp_in, dp_bytes, 0.0) + where(pp_in, pp_bytes, 0.0)
         + where(cp_in, cp_bytes, 0.0),
         "inter_node": where(tp_in, 0.0, tp_bytes) + where(dp_in, 0.0, dp_bytes) + where(pp_in, 0.0, pp_bytes)
@@ -96,3 +113,15 @@ def traffic(model: ModelSpec, plan: Plan, i: BaseTerms, lk: dict[str, Link], pp:
         "pp": pp_bytes,
         "cp": cp_bytes,
     }
+    if "ep" in lk:   # expert parallelism: the all-to-alls, and the experts' share of the data-parallel traffic
+        ep, (n_e, _, _, edp_in) = plan.ep, lk["edp"]
+        ep_bytes = m * i.layers_per_stage * (ep - 1) / ep * i.kernels["sums"]["ep_messages"]
+        edp_bytes = _dp_bytes(n_e, zero, m, dp["expert_grad_b"], dp["expert_gather_b"])
+        ep_in = lk["ep"].inside
+        out["intra_node"] = out["intra_node"] + where(ep_in, ep_bytes, 0.0) + where(edp_in, edp_bytes, 0.0)
+        out["inter_node"] = out["inter_node"] + where(ep_in, 0.0, ep_bytes) + where(edp_in, 0.0, edp_bytes)
+        out["dp"] = dp_bytes + edp_bytes
+        out["ep"] = ep_bytes
+    elif model.moe_layers:
+        out["ep"] = 0.0
+    return out

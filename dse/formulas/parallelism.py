@@ -38,8 +38,9 @@ from __future__ import annotations
 
 from dse.formulas._array import Num, clip, floor, maximum, minimum, where
 
-__all__ = ["allreduce_time", "allgather_time", "p2p_time", "group_bandwidth", "pipeline_bubble_fraction",
-           "pipeline_time", "context_parallel_kv_bytes", "context_parallel_attention_flops", "ring_attention_time"]
+__all__ = ["allreduce_time", "allgather_time", "alltoall_time", "p2p_time", "group_bandwidth",
+           "pipeline_bubble_fraction", "pipeline_time", "context_parallel_kv_bytes", "context_parallel_attention_flops",
+           "ring_attention_time"]
 
 
 def allreduce_time(nbytes: Num, n: Num, bandwidth: Num, latency: Num = 0.0) -> Num:
@@ -73,6 +74,28 @@ def allgather_time(nbytes: Num, n: Num, bandwidth: Num, latency: Num = 0.0) -> N
     5.833
     """
     return where(n > 1, (n - 1) / maximum(n, 1) * nbytes / bandwidth + (n - 1) * latency, 0 * nbytes)
+
+
+def alltoall_time(nbytes: Num, n: Num, bandwidth: Num, latency: Num = 0.0) -> Num:
+    """All-to-all of S bytes per rank over n ranks (each rank sends S/n to every other rank).
+
+    Formula: (n-1)/n S / B + (n-1) alpha; 0 when n = 1 (the S/n a rank keeps never leaves it)
+    Source: pairwise-exchange all-to-all, n-1 steps of S/n bytes each (Thakur, Rabenseifner & Gropp 2005,
+    "Optimization of Collective Communication Operations in MPICH", IJHPCA 19(1), §3.5); NCCL implements
+    all-to-all as n-1 ncclSend/ncclRecv pairs of S/n bytes in one group (NCCL docs, "Point-to-point
+    communication: all-to-all"); the MoE token dispatch and combine of Megatron-Core's alltoall dispatcher and
+    DeepSpeed-MoE (Rajbhandari et al. 2022, arXiv 2201.05596 §5) use it. B is the per-rank bandwidth of the group
+    (:func:`group_bandwidth`): a group that spans nodes runs at its NIC share (no hierarchical all-to-all).
+
+    Returns:
+        time [s]
+
+    >>> round(alltoall_time(64e6, 8, 150e9) * 1e6, 1)   # 64 MB per GPU over 8 NVLink ranks: us
+    373.3
+    >>> alltoall_time(64e6, 1, 150e9)
+    0.0
+    """
+    return allgather_time(nbytes, n, bandwidth, latency)   # the same (n-1)/n S and n-1 steps as a ring all-gather
 
 
 def p2p_time(nbytes: Num, bandwidth: Num, latency: Num = 0.0) -> Num:

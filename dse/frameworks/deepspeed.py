@@ -200,6 +200,9 @@ def emit(model, system, plan) -> tuple[str, list[str]]:
     from dse.frameworks.common import plan_limits
 
     warnings = plan_limits(plan, "DeepSpeed")
+    if plan.ep > 1:
+        warnings.append(f"expert parallelism ep {plan.ep} is not a ds_config.json setting: DeepSpeed-MoE takes it "
+                        f"in the model code (deepspeed.moe.layer.MoE(ep_size={plan.ep}))")
     gas, rest = divmod(plan.global_batch, plan.micro_batch * plan.dp)
     if rest:
         warnings.append(f"global batch {plan.global_batch} is not micro-batch x dp ({plan.micro_batch} x {plan.dp}) "

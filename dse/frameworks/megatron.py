@@ -45,6 +45,7 @@ OPTIONS = {
     "--attention-dropout": "float", "--hidden-dropout": "float", "--vocab-size": "int",
     "--padded-vocab-size": "int", "--make-vocab-size-divisible-by": "int", "--tokenizer-type": "str",
     "--vocab-file": "str", "--merge-file": "str", "--rampup-batch-size": 3, "--num-experts": "int",
+    "--expert-model-parallel-size": "int",
     # torchrun (the launcher in front of pretrain_gpt.py) and a plain world size
     "--nnodes": "int", "--nproc_per_node": "int", "--nproc-per-node": "int", "--world-size": "int",
 }
@@ -92,7 +93,8 @@ def _getter(values: dict, source: str):
 
 def _parallelism(imp: Imported, get) -> None:
     for opt, name in (("--tensor-model-parallel-size", "tp"), ("--pipeline-model-parallel-size", "pp"),
-                      ("--micro-batch-size", "micro_batch"), ("--global-batch-size", "global_batch"),
+                      ("--expert-model-parallel-size", "ep"), ("--micro-batch-size", "micro_batch"),
+                      ("--global-batch-size", "global_batch"),
                       ("--seq-length", "seq_len")):
         if get(opt) is not None:
             imp.set(name, get(opt), opt)
@@ -281,6 +283,8 @@ def emit(model, system, plan) -> tuple[str, list[str]]:
                 f"--seq-length {plan.seq_len}")
     args.append(_precision_args(plan, warnings))
     args += _model_args(model, warnings)
+    if model.experts:   # expert parallelism: ep ranks carved out of the data-parallel ones, as dse prices it
+        args.append(f"--expert-model-parallel-size {plan.ep}" + " --moe-token-dispatcher-type alltoall" * (plan.ep > 1))
     if plan.stack != "megatron":
         warnings.append(f"the estimate used the {plan.stack} stack; Megatron-LM runs its own fused kernels "
                         "(estimate with --stack megatron to compare)")
@@ -354,7 +358,7 @@ def _model_args(m, warnings: list[str]) -> list[str]:
 
 
 def _moe_args(m, warnings: list[str]) -> str:
-    """Megatron-Core's MoE arguments of an MoE model (no expert parallelism: --expert-model-parallel-size 1)."""
+    """Megatron-Core's MoE arguments of an MoE model (the expert-parallel size is a plan argument, :func:`emit`)."""
     out = (f"--num-experts {m.experts} --moe-router-topk {m.experts_per_token} --moe-ffn-hidden-size {m.expert_ffn} "
            "--moe-grouped-gemm")
     if m.shared_experts:

@@ -12,7 +12,8 @@ is the shape of a file). What maps:
   Interleaved1F1B), ``data_parallel_replicate_degree`` x ``data_parallel_shard_degree`` -> dp (-1: the
   GPUs left over; the TOML does not hold the world size, so: all of the hardware's), FSDP sharding ->
   ZeRO-3 (``fsdp_reshard_after_forward = "never"`` keeps the gathered weights from forward to backward:
-  ZeRO-2's memory and traffic), replication only (DDP) -> ZeRO-0;
+  ZeRO-2's memory and traffic), replication only (DDP) -> ZeRO-0; ``expert_parallel_degree`` -> ep (torchtitan
+  borrows the expert-parallel ranks from the data-parallel ones, as Megatron-Core and dse do);
 - ``[training]``: ``local_batch_size`` (``batch_size`` before 2025) per data-parallel rank and step,
   ``global_batch_size`` (-1: local x dp; more: gradient accumulation), ``seq_len``,
   ``mixed_precision_param`` bfloat16 -> bf16 (float32: not modelled), ``enable_cpu_offload`` -> FSDP's
@@ -95,6 +96,9 @@ def _parallelism(imp: Imported, t: Tree) -> None:
     imp.set("tp", tp, f"{p}.tensor_parallel_degree")
     imp.set("pp", pp, f"{p}.pipeline_parallel_degree")
     imp.set("sequence_parallel", tp > 1, f"{p}.tensor_parallel_degree")
+    if t.get(f"{p}.expert_parallel_degree") is not None:   # torchtitan's dp2ep: EP borrowed from the FSDP ranks
+        imp.set("ep", as_int(src, f"{p}.expert_parallel_degree", t.get(f"{p}.expert_parallel_degree")),
+                f"{p}.expert_parallel_degree")
     replicate = as_int(src, f"{p}.data_parallel_replicate_degree", t.get(f"{p}.data_parallel_replicate_degree", 1))
     shard = t.get(f"{p}.data_parallel_shard_degree", -1)
     shard = -1 if shard == -1 else as_int(src, f"{p}.data_parallel_shard_degree", shard)
@@ -225,6 +229,8 @@ def _parallelism_section(model, plan, warnings: list[str]) -> list[str]:
     out = ["[parallelism]", f"data_parallel_replicate_degree = {replicate}", f"data_parallel_shard_degree = {shard}",
            f'fsdp_reshard_after_forward = "{"never" if plan.zero in (1, 2) else "default"}"',
            f"tensor_parallel_degree = {plan.tp}", f"pipeline_parallel_degree = {plan.pp}"]
+    if model.experts:
+        out.append(f"expert_parallel_degree = {plan.ep}")
     if plan.pp > 1:
         sched = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "Interleaved1F1B"}[plan.schedule]
         out += [f"pipeline_parallel_microbatch_size = {plan.micro_batch}", f'pipeline_parallel_schedule = "{sched}"']

@@ -13,6 +13,7 @@ TIME_ROWS = [
     ("recompute", "activation recompute"),
     ("tp_communication", "tensor-parallel communication"),
     ("cp_communication", "context-parallel K/V ring (exposed)"),
+    ("ep_communication", "expert-parallel all-to-all"),
     ("pp_communication", "pipeline point-to-point"),
     ("dp_communication", "data-parallel reduction (exposed)"),
     ("embedding_sync", "tied-embedding gradient sync"),
@@ -42,7 +43,8 @@ def _pct(x: float, total: float) -> str:
 def header(r: dict) -> str:
     p = r["plan"]
     par = r["parallelism"]
-    bits = [f"tp {p['tp']}", f"pp {p['pp']}", f"dp {p['dp']}", f"micro-batch {p['micro_batch']}",
+    bits = [f"tp {p['tp']}", f"pp {p['pp']}", f"dp {p['dp']}", *([f"ep {p['ep']}"] if p.get("ep", 1) > 1 else []),
+            f"micro-batch {p['micro_batch']}",
             f"global batch {p['global_batch']}", f"seq {p['seq_len']}", f"recompute {p['recompute']}",
             f"{p['attention']} attention", f"ZeRO-{p['zero']}", p["precision"]]
     if p.get("cp", 1) > 1:

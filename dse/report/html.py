@@ -13,7 +13,8 @@ from dse.units import fmt
 
 # (key in the time section, label): as the console report's rows (dse/report/console.py)
 _TIME = (("compute", "compute"), ("recompute", "recompute"), ("tp_communication", "tensor-parallel communication"),
-         ("cp_communication", "context-parallel K/V ring"), ("pp_communication", "pipeline point-to-point"),
+         ("cp_communication", "context-parallel K/V ring"), ("ep_communication", "expert-parallel all-to-all"),
+         ("pp_communication", "pipeline point-to-point"),
          ("dp_communication", "data-parallel reduction (exposed)"),
          ("embedding_sync", "tied-embedding sync"), ("bubble", "pipeline bubble"), ("optimizer", "optimizer step"),
          ("overhead", "host overhead"), ("io_exposed", "storage / host I/O (exposed)"))

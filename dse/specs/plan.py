@@ -50,6 +50,9 @@ class Plan:
     cp: int = spec_field(1, gt=0, help="context-parallel degree (Megatron --context-parallel-size): the sequence is "
                          "split over cp GPUs, ring attention exchanges K/V; docs/long-context.md")
     dp: int | None = spec_field(None, gt=0, help="data-parallel replicas; default: fill one node of the system")
+    ep: int = spec_field(1, gt=0, help="expert-parallel degree of an MoE model: its experts split over ep ranks "
+                         "carved out of the data-parallel ones (Megatron-Core --expert-model-parallel-size; ep "
+                         "divides dp and the experts); docs/moe.md")
     micro_batch: int = spec_field(1, gt=0, help="sequences per micro-batch b")
     global_batch: int | None = spec_field(None, gt=0,
                                           help="sequences per iteration B; default b*dp (pp=1) or b*dp*4*pp")

@@ -124,6 +124,17 @@ MODEL_RULES = (
          ok=lambda p, m, s: (m.expert_ffn % p.tp == 0) & ((m.shared_expert_ffn or 0) % p.tp == 0),
          message=lambda p, m, s: f"--tp {p.tp} does not divide the experts' FFN size (expert_ffn {m.expert_ffn}, "
                                  f"shared_expert_ffn {m.shared_expert_ffn})"),
+    Rule("ep > 1 needs an MoE model", ("ep", "model.experts"),
+         ok=lambda p, m, s: (p.ep == 1) | bool(m.experts),
+         message=lambda p, m, s: f"--ep {p.ep}: expert parallelism needs an MoE model; {m.name} is dense "
+                                 "(allowed: --ep 1)"),
+    Rule("ep does not divide the experts", ("ep", "model.experts"),
+         when=lambda p, m, s: bool(m.experts), ok=lambda p, m, s: m.experts % p.ep == 0,
+         message=lambda p, m, s: f"--ep {p.ep} does not divide the model's {m.experts} experts"),
+    Rule("ep does not divide dp", ("ep", "dp"),
+         ok=lambda p, m, s: p.dp % p.ep == 0,
+         message=lambda p, m, s: f"--ep {p.ep} does not divide --dp {p.dp} (expert-parallel ranks are carved out of "
+                                 "the data-parallel ones, as in Megatron-Core)"),
     Rule("pp exceeds the layers", ("pp", "model.layers"),
          ok=lambda p, m, s: p.pp <= m.layers,
          message=lambda p, m, s: f"--pp {p.pp} is larger than the model's {m.layers} layers"),
@@ -287,6 +298,10 @@ CHIPLET_RULES = (
          message=lambda p, m, s: _first((("--tp", p.tp, 1), ("--pp", p.pp, 1), ("--dp", p.dp, 1), ("--cp", p.cp, 1)))
                                  + " does not apply to a chiplet package; its dies are split by --chiplet-scheme and "
                                    "--mesh (one package, tp = pp = dp = 1)"),
+    Rule("ep must be 1 on a chiplet package", ("ep",),
+         ok=lambda p, m, s: p.ep == 1,
+         message=lambda p, m, s: f"--ep {p.ep} does not apply to a chiplet package (expert parallelism is modelled "
+                                 "on GPU systems)"),
     Rule("ZeRO does not apply to a chiplet package", ("zero",),
          ok=lambda p, m, s: p.zero == 0,
          message=lambda p, m, s: f"--zero {p.zero} does not apply to a chiplet package (one package holds every "
@@ -333,6 +348,10 @@ FINETUNE_RULES = (
          message=lambda p, m, s: f"--finetune {p.finetune} with --offload-optimizer {p.offload_optimizer} "
                                  f"--offload-params {p.offload_params} is not modelled yet; allowed: gpu and gpu "
                                  "(LoRA's optimizer states are a fraction of a percent of full training's)"),
+    Rule("expert parallelism with storage offload is not modelled", ("ep", "offload_optimizer", "offload_params"),
+         when=lambda p, m, s: p.offload_optimizer != "gpu" or p.offload_params != "gpu", ok=lambda p, m, s: p.ep == 1,
+         message=lambda p, m, s: f"--ep {p.ep} with --offload-optimizer {p.offload_optimizer} --offload-params "
+                                 f"{p.offload_params} is not modelled yet; allowed: --ep 1, or gpu and gpu"),
     Rule("LoRA of an MoE model is not modelled", ("finetune", "model.experts"),
          when=lambda p, m, s: p.finetune != "full", ok=lambda p, m, s: not m.experts,
          message=lambda p, m, s: f"--finetune {p.finetune}: adapters on the experts of an MoE model are not modelled "

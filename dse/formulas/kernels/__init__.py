@@ -66,7 +66,7 @@ Symbols:
     finetune: frozen weights and LoRA adapters: dse.formulas.finetune.apply_layer's keywords (None: full training) [dict]
     grad_bytes: bytes per gradient element [bytes]
     fp8: FP8 linear layers' scaling, delayed or current (None: GEMMs in the activations' dtype; dse.formulas.fp8) [choice]
-    group: the parallel group of a collective (tp: tensor parallel) [choice]
+    group: the parallel group of a collective (tp: tensor parallel; ep: expert parallel) [choice]
     layer_norms: norms per layer (2 pre-LN; 4 Gemma 2) [count]
     qk_norm: an RMSNorm of each query and key head (Qwen3) [bool]
     moe: the MoE MLP's keyword arguments (experts, experts_per_token, expert_ffn, ...); None: a dense MLP [dict]
@@ -77,6 +77,7 @@ Symbols:
     shared_ffn: F_s, FFN inner size of one shared expert [count]
     shared_gate: a sigmoid gate (h x 1) on the shared experts' output [bool]
     imbalance: c, tokens of the busiest expert over the mean T k / E [ratio]
+    ep: expert-parallel degree: E/ep experts per GPU, routed tokens exchanged by all-to-all over ep ranks [count]
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """The MLP of a Mixture-of-Experts layer as kernels: router, top-k, permutation, expert and shared-expert GEMMs.
 
-Part of :mod:`dse.formulas.kernels` (the row format and the symbols are there). One GPU, no expert
-parallelism: every expert's weights are on every GPU and split over tensor parallelism like the dense MLP
-(Megatron-Core MoE with expert tensor parallelism equal to tp and the all-gather token dispatcher).
+Part of :mod:`dse.formulas.kernels` (the row format and the symbols are there). One GPU. Without expert
+parallelism (``ep`` 1) every expert's weights are on every GPU and split over tensor parallelism like the dense
+MLP (Megatron-Core MoE with expert tensor parallelism equal to tp and the all-gather token dispatcher); with
+``ep`` > 1 a GPU holds E/ep experts and the routed tokens reach them by all-to-all (the alltoall dispatcher).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ __all__ = ["moe_mlp_kernels"]
 def moe_mlp_kernels(s: Num, b: Num, h: Num, experts: int, experts_per_token: Num, expert_ffn: Num, *, tp: Num = 1,
                     sequence_parallel: bool = False, ffn_type: str = "swiglu", shared_experts: Num = 0,
                     shared_ffn: Num = 0, shared_gate: bool = False, imbalance: Num = 1.0,
-                    bytes_per_element: Num = 2) -> Table:
+                    bytes_per_element: Num = 2, ep: Num = 1) -> Table:
     """The kernels of one MoE layer's MLP on one GPU for one micro-batch (balanced routing, the busiest expert's share).
 
     Formula: T = s b, r = 1/t with SP (else 1), k top-k, E experts, c the busiest expert's tokens over the mean.
@@ -32,9 +33,17 @@ def moe_mlp_kernels(s: Num, b: Num, h: Num, experts: int, experts_per_token: Num
     a software stack's activation op scales with). One expert
     (E = 1) routes nothing: no router, no permutation, and the expert keeps the layer input like a dense fc1,
     so that E = k = 1 prices as the dense MLP.
+    Expert parallelism (ep > 1): the GPU holds E/ep experts, each with c T k ep / E tokens (the tokens of all ep
+    ranks routed to the local experts; the FLOPs per GPU stay T k's); the permuted tokens go out by an all-to-all
+    over the ep group before the experts (``ep_dispatch``) and come back by one after them (``ep_combine``), and
+    backward runs both again on the gradients: 4 all-to-alls of e T r k h bytes per GPU, of which (ep-1)/ep cross
+    to other ranks (:func:`dse.formulas.parallelism.alltoall_time` applies that share). Saved bytes are unchanged:
+    a GPU still holds T k routed tokens under balanced routing.
     Source: Megatron-Core MoE (``TopKRouter``, ``MoEAllGatherTokenDispatcher``, ``GroupedMLP``; Shoeybi et al.
     2019 for the TP split); Hugging Face MixtralSparseMoeBlock (fp32 softmax, top-k, index_add_ combine);
-    Fedus et al. 2021 (Switch Transformer, arXiv 2101.03961) §2.2 for the capacity of the busiest expert.
+    Fedus et al. 2021 (Switch Transformer, arXiv 2101.03961) §2.2 for the capacity of the busiest expert;
+    Lepikhin et al. 2020 (GShard, arXiv 2006.16668) §2.2 and Rajbhandari et al. 2022 (DeepSpeed-MoE,
+    arXiv 2201.05596) §5 for the dispatch and combine all-to-alls; Megatron-Core ``MoEAlltoAllTokenDispatcher``.
 
     Returns:
         kernel name -> row, in execution order [dict]
@@ -44,6 +53,9 @@ def moe_mlp_kernels(s: Num, b: Num, h: Num, experts: int, experts_per_token: Num
     ['router', 'routing', 'permute', 'expert_fc1', 'expert_activation', 'expert_fc2', 'unpermute']
     >>> k["expert_fc1"]["m"], k["expert_fc1"]["n"], k["expert_fc1"]["batch"]
     (1024.0, 28672, 8)
+    >>> k = moe_mlp_kernels(4096, 1, 4096, 8, 2, 14336, ep=8)   # one expert per GPU
+    >>> k["expert_fc1"]["m"], k["expert_fc1"]["batch"], k["ep_dispatch"]["comm"] / 2**20   # tokens, MiB per GPU
+    (8192.0, 1.0, 64.0)
     """
     e = bytes_per_element
     tok = s * b
@@ -56,6 +68,8 @@ def moe_mlp_kernels(s: Num, b: Num, h: Num, experts: int, experts_per_token: Num
     k = experts_per_token
     x_in = e * tok * h * r
     routed = experts > 1
+    parallel = routed and not (type(ep) is int and ep == 1)    # expert parallelism: all-to-all rows
+    local = experts / ep if parallel else experts              # experts on this GPU
     t: Table = {}
     if routed:
         t["router"] = {"kind": "gemm", "m": tok * r, "k": h, "n": experts, "batch": 1, "split": "", "saved": x_in,
@@ -63,14 +77,25 @@ def moe_mlp_kernels(s: Num, b: Num, h: Num, experts: int, experts_per_token: Num
         t["routing"] = {"kind": "elementwise", "bytes": tok * r * (experts * (e + 8) + 12 * k),
                         "saved": tok * r * (4 * experts + 8 * k)}
         t["permute"] = {"kind": "elementwise", "bytes": e * tok * h * (1 + k), "saved": 0}
-    per_expert = imbalance * tok * k / experts
-    t["expert_fc1"] = {"kind": "gemm", "m": per_expert, "k": h, "n": n_up * f_loc, "batch": experts,
+    a2a = e * tok * r * k * h                                  # the routed copies a GPU sends in one all-to-all
+    if parallel:
+        t["ep_dispatch"] = {"kind": "collective", "op": "alltoall", "group": "ep", "comm": a2a, "pass": "forward",
+                            "saved": 0}
+    per_expert = imbalance * tok * k * ep / experts if parallel else imbalance * tok * k / experts
+    t["expert_fc1"] = {"kind": "gemm", "m": per_expert, "k": h, "n": n_up * f_loc, "batch": local,
                        "split": "column", "saved": e * tok * k * h if routed else x_in,
                        "flops": 2 * tok * k * h * n_up * f_loc}
     t["expert_activation"] = {"kind": "elementwise", "bytes": (3 if gated else 2) * e * tok * k * f_loc,
                               "saved": kept * e * tok * k * f_loc, "elements": tok * k * f_loc}
-    t["expert_fc2"] = {"kind": "gemm", "m": per_expert, "k": f_loc, "n": h, "batch": experts, "split": "row",
+    t["expert_fc2"] = {"kind": "gemm", "m": per_expert, "k": f_loc, "n": h, "batch": local, "split": "row",
                        "saved": 0, "flops": 2 * tok * k * f_loc * h}
+    if parallel:   # the combine, then backward's two: the gradients of the combine's and the dispatch's outputs
+        t["ep_combine"] = {"kind": "collective", "op": "alltoall", "group": "ep", "comm": a2a, "pass": "forward",
+                           "saved": 0}
+        t["ep_combine_backward"] = {"kind": "collective", "op": "alltoall", "group": "ep", "comm": a2a,
+                                    "pass": "backward", "saved": 0}
+        t["ep_dispatch_backward"] = {"kind": "collective", "op": "alltoall", "group": "ep", "comm": a2a,
+                                     "pass": "backward", "saved": 0}
     if routed:
         t["unpermute"] = {"kind": "elementwise", "bytes": e * tok * h * (k + 1), "saved": e * tok * k * h}
     if shared_experts:
