@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from dse.estimate import context as _context, frozen as _frozen
+from dse.estimate.table_inputs import moe_options, stack_inputs, stack_spec
 from dse.formulas import compute as _compute, kernels as _kernels, parallelism as _parallelism, stacks as _stacks
 from dse.formulas._array import Num, maximum, where
 from dse.formulas.precision import Recipe, peak_flops, recipe_of
@@ -25,7 +26,6 @@ if TYPE_CHECKING:
     from dse.specs.hardware import GPUSpec, SystemSpec
     from dse.specs.model import ModelSpec
     from dse.specs.plan import Plan
-    from dse.specs.stack import StackSpec
 
 #: A kernel-table row and a table (dse.formulas.kernels), and a formulas module or its tracer (--explain).
 Row = dict[str, Any]
@@ -232,7 +232,7 @@ def kernel_tables(model: ModelSpec, plan: Plan, r: Recipe, K: Module = _kernels)
             return hit[1]
     h = model.hidden
     dropout = model.dropout > 0
-    ops, size, choices = _stack_inputs(model, plan, stack)
+    ops, size, choices = stack_inputs(model, plan, stack)
     opts = dict(tp=t, sequence_parallel=sp, recompute=plan.recompute, attention=plan.attention,
                 ffn_type=model.ffn_type, norm=model.norm, position=model.position, dropout=dropout,
                 causal=model.architecture == "decoder", bytes_per_element=e, comm_bytes_per_element=comm, stack=ops,
@@ -250,7 +250,7 @@ def kernel_tables(model: ModelSpec, plan: Plan, r: Recipe, K: Module = _kernels)
     if ops:
         embedding = _stacks.apply_embedding(embedding, ops, size, bytes_per_element=e)
         head = _stacks.apply_head(head, ops, size, bytes_per_element=e)
-        if not _stack_spec(stack).pads_vocab:    # an unpadded vocabulary: the LM-head GEMM's n may be unaligned
+        if not stack_spec(stack).pads_vocab:    # an unpadded vocabulary: the LM-head GEMM's n may be unaligned
             head["lm_head"] = {**head["lm_head"], "aligned": _stacks.aligned(head["lm_head"]["n"], e)}
     if plan.finetune != "full":   # the LM head's weight and the embedding table are frozen too
         head = {**head, "lm_head": {**head["lm_head"], "frozen": True}}
@@ -273,46 +273,6 @@ def kernel_tables(model: ModelSpec, plan: Plan, r: Recipe, K: Module = _kernels)
 #: the sums of table_sums that belong to the embedding and the head; the others belong to one layer (a mixed
 #: dense/MoE model averages those over its layers)
 _END_SUMS = ("a_head", "a_emb", "flops_head", "flops_backward_head")
-
-
-def moe_options(model: ModelSpec, ep: Num = 1) -> dict[str, Any]:
-    """The MoE keyword arguments of :func:`dse.formulas.kernels.layer_kernels` (``moe``) of an MoE model."""
-    return {"experts": model.experts, "experts_per_token": model.experts_per_token, "expert_ffn": model.expert_ffn,
-            "shared_experts": model.shared_experts, "shared_ffn": model.shared_expert_ffn or 0,
-            "shared_gate": model.shared_expert_gate, "imbalance": model.expert_imbalance, "ep": ep}
-
-
-def _stack_spec(name: str) -> StackSpec:
-    from dse.specs.stack import load
-
-    return load(name)
-
-
-def _stack_inputs(model: ModelSpec, plan: Plan, stack: str) -> tuple[Any, Any, Any]:
-    """The resolved ops of a non-Megatron stack, the tensor sizes its amounts name, and the plan's choices."""
-    if stack == "megatron":
-        return None, None, None
-    from dse.formulas import transformer as T
-
-    spec = _stack_spec(stack)
-    ops = spec.ops(model.norm, model.activation_kind, model.qkv_projection, model.softmax_dtype)
-    t = plan.tp
-    kv: Any = model.kv_heads          # resolved specs: set (Optional only before resolution)
-    d: Any = model.head_dim
-    ffn: Any = model.ffn_hidden
-    s: Any = _context.local_seq(plan)
-    from dse.estimate.parameters import layer_counts
-
-    lc = layer_counts(model, T)   # the MoE layer's where the model has them (the table is an MoE layer's)
-    p_layer, p_rep = (lc["moe"], lc["moe_rep"]) if lc["moe_layers"] else (lc["dense"], lc["dense_rep"])
-    size = _stacks.sizes(s, plan.micro_batch, model.hidden, model.heads, kv, d, ffn, model.vocab, tp=t,
-                         sequence_parallel=plan.sequence_parallel,
-                         layer_params=(p_layer - p_rep) / t + p_rep, param_tensors=model.layer_param_tensors)
-    choices = {"attention": plan.attention, "recompute": plan.recompute, "bias": bool(model.bias),
-               "dropout": model.dropout > 0, "qkv": model.qkv_projection, "grouped": kv < model.heads,
-               "scale_query": model.scale_query, "rotary": model.position == "rotary",
-               "frozen": plan.finetune != "full"}
-    return ops, size, choices
 
 
 def table_sums(tables: dict[str, Table], recompute: str, K: Module = _kernels) -> dict[str, Num]:
@@ -352,7 +312,7 @@ def kernel_times(tables: dict[str, Any], system: SystemSpec, plan: Plan, peak: N
     hw = cost_of(gpu, peak, peak_flops(gpu.peak_flops, r.attention_dtype), peak_flops(gpu.peak_flops, r.head_dtype),
                  r.activations)
     stack = getattr(plan, "stack", "megatron")
-    dispatch = 0.0 if stack == "megatron" else _stack_spec(stack).dispatch
+    dispatch = 0.0 if stack == "megatron" else stack_spec(stack).dispatch
     count = bool(dispatch)
     lt = table_time(tables["layer"], hw, lk["tp"], C, P, recompute=plan.recompute, async_tp=async_tp, count=count,
                     ep_link=lk.get("ep"))

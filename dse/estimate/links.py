@@ -1,0 +1,63 @@
+"""Bandwidth and latency of each parallel group of a plan on a GPU system (TP, CP, DP, PP, and EP's two groups).
+
+Megatron's rank order puts tp fastest, then cp, dp, pp (experts: tp, ep, dp, pp); a group runs at the
+intra-node link's rate while its ranks fit in one node, at its share of the network otherwise
+(:func:`dse.formulas.parallelism.group_bandwidth`). Used by the time side of :mod:`dse.estimate.base`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from dse.estimate.kernel_table import Link
+from dse.estimate.memo import ints, remembered
+from dse.formulas import parallelism as _parallelism
+from dse.formulas._array import where
+
+if TYPE_CHECKING:
+    from dse.estimate.aliases import FormulaModule, Num
+    from dse.specs.hardware import SystemSpec
+    from dse.specs.plan import Plan
+
+
+def links(system: SystemSpec, plan: Plan, P: FormulaModule = _parallelism) -> dict[str, Link]:
+    """Bandwidth and latency of the TP, CP, DP and PP groups (Megatron rank order: tp fastest, then cp, dp, pp).
+
+    A group runs at the intra-node link's rate while its ranks fit in one node, at the network's otherwise.
+    The ``dp`` group reduces gradients over dp x cp ranks (contiguous after tp). A scalar plan's links are kept
+    per system (:mod:`dse.estimate.memo`) and shared: read them, do not change them.
+    """
+    t, d, cp, ep = plan.tp, plan.dp, plan.cp, plan.ep
+    if P is _parallelism and ints(t, d, cp, ep):
+        return remembered(("links", id(system), t, d, cp, ep, P.group_bandwidth), system,
+                          lambda: _links(system, t, d, P, cp, ep))
+    return _links(system, t, d, P, cp, ep)
+
+
+def _links(system: SystemSpec, t: Num, d: Num, P: FormulaModule, cp: Num = 1, ep: Num = 1) -> dict[str, Link]:
+    node = system.node
+    G = node.gpus_per_node
+    intra = node.gpu_link.bandwidth * node.gpu_link.efficiency if node.gpu_link else float("inf")
+    intra_lat = node.gpu_link.latency if node.gpu_link else 0.0
+    inter = node.network.bandwidth * node.network.efficiency if node.network else intra / 1e3
+    inter_lat = node.network.latency if node.network else 0.0
+    dc = d * cp                 # the gradient group: dp x cp ranks, tp apart
+    tp_in, cp_in, dp_in, pp_in = t <= G, t * cp <= G, t * dc <= G, t * dc * 2 <= G
+    return {"tp": Link(t, P.group_bandwidth(t, 1, G, intra, inter), where(tp_in, intra_lat, inter_lat), tp_in),
+            "cp": Link(cp, P.group_bandwidth(cp, t, G, intra, inter), where(cp_in, intra_lat, inter_lat), cp_in),
+            "dp": Link(dc, P.group_bandwidth(dc, t, G, intra, inter), where(dp_in, intra_lat, inter_lat), dp_in),
+            "pp": Link(2, P.group_bandwidth(2, t * dc, G, intra, inter), where(pp_in, intra_lat, inter_lat), pp_in),
+            **_expert_links(P, G, t, dc, ep, intra, inter, intra_lat, inter_lat)}
+
+
+def _expert_links(P: FormulaModule, G: Num, t: Num, dc: Num, ep: Num, intra: Num, inter: Num, intra_lat: Num,
+                  inter_lat: Num) -> dict[str, Link]:
+    """The expert-parallel group ``ep`` (ranks tp apart) and the expert-data-parallel group ``edp`` (dc/ep ranks,
+    tp ep apart; dc = dp cp, the gradient group): Megatron-Core's expert rank order tp-ep-dp-pp. None with ep the
+    Python int 1."""
+    if type(ep) is int and ep == 1:
+        return {}
+    ep_in, edp_in = t * ep <= G, t * dc <= G
+    return {"ep": Link(ep, P.group_bandwidth(ep, t, G, intra, inter), where(ep_in, intra_lat, inter_lat), ep_in),
+            "edp": Link(dc / ep, P.group_bandwidth(dc / ep, t * ep, G, intra, inter),
+                        where(edp_in, intra_lat, inter_lat), edp_in)}
