@@ -104,6 +104,15 @@ def test_reader_refuses_what_it_does_not_model():
     (["model.experts_per_token=2"], "experts_per_token is an MoE field"),
     (["model.shared_experts=1"], "shared_experts is an MoE field"),
     (["model.experts=8", "model.experts_per_token=2", "model.dense_layers=[40]"], "dense_layers [40] are not layers"),
+    (["model.expert_groups=2"], "expert_groups is an MoE field"),
+    (["model.experts=8", "model.experts_per_token=2", "model.expert_groups=3"], "expert_groups (3) does not divide "
+                                                                                 "experts (8)"),
+    (["model.experts=8", "model.experts_per_token=2", "model.expert_groups=4", "model.expert_groups_per_token=5"],
+     "expert_groups_per_token (5) exceeds expert_groups (4)"),
+    (["model.experts=8", "model.experts_per_token=2", "model.expert_groups_per_token=1"],
+     "expert_groups_per_token (1) needs expert_groups"),
+    (["model.experts=8", "model.experts_per_token=4", "model.expert_groups=4", "model.expert_groups_per_token=1"],
+     "experts_per_token (4) exceeds the experts of expert_groups_per_token (1) groups of 2"),
 ])
 def test_bad_moe_fields_are_one_line_errors(capsys, sets, message):
     argv = ["estimate", "--model", "llama2-7b", "--hw", "dgx-h100"]
@@ -112,6 +121,22 @@ def test_bad_moe_fields_are_one_line_errors(capsys, sets, message):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0]
+
+
+def test_expert_groups_change_routing_not_parameters(capsys):
+    """Group-limited routing (DeepSeek-V3 n_group / topk_group) leaves the parameter count as it is."""
+    base = estimate("qwen3-30b-a3b", "dgx-h100", recompute="full")
+    grouped = estimate("qwen3-30b-a3b", "dgx-h100", recompute="full",
+                       overrides=["model.expert_groups=8", "model.expert_groups_per_token=4"])
+    assert grouped["model"]["params"] == base["model"]["params"] == 30_532_122_624
+    assert grouped["model"]["active_params"] == base["model"]["active_params"]
+    argv = ["estimate", "--model", "qwen3-30b-a3b", "--hw", "dgx-h100", "--emit", "megatron"]
+    assert main([*argv, "--set", "model.expert_groups=8"]) == 0
+    assert "--moe-router-num-groups 8 --moe-router-group-topk 8" in capsys.readouterr().out   # default: no limit
+    assert main([*argv, "--set", "model.expert_groups=8", "--set", "model.expert_groups_per_token=4"]) == 0
+    assert "--moe-router-num-groups 8 --moe-router-group-topk 4" in capsys.readouterr().out
+    assert main(argv) == 0
+    assert "--moe-router-num-groups" not in capsys.readouterr().out
 
 
 def test_chiplet_packages_refuse_moe_models(capsys):

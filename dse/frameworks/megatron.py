@@ -369,5 +369,7 @@ def _moe_args(m, warnings: list[str]) -> str:
         pattern = [0 if i < m.first_dense_layers or (i + 1) % m.moe_layer_step or i in m.dense_layers else 1
                    for i in range(m.layers)]
         out += f" --moe-layer-freq '{pattern}'"
+    if m.expert_groups:   # group-limited routing (Megatron-Core's TopKRouter group_limited_topk)
+        out += f" --moe-router-num-groups {m.expert_groups} --moe-router-group-topk {m.expert_groups_per_token}"
     warnings.append("MoE arguments: the read side (--from megatron) still ignores them")
     return out

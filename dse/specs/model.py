@@ -7,7 +7,10 @@ notation (Korthikanti et al. 2022, Table 1): ``layers`` L, ``hidden`` h,
 :meth:`ModelSpec.resolved`. A Mixture-of-Experts model (``experts`` > 0) replaces the MLP of its MoE
 layers by a router and ``experts`` routed experts of which ``experts_per_token`` run per token, plus
 ``shared_experts`` that every token runs (docs/moe.md); which layers are MoE follows the Hugging Face
-configs (``first_dense_layers``, ``moe_layer_step``, ``dense_layers``).
+configs (``first_dense_layers``, ``moe_layer_step``, ``dense_layers``). Group-limited routing (DeepSeek-V3,
+Liu et al. 2024, arXiv 2412.19437, §2.1.2 and §3.2: "node-limited routing") splits the experts into
+``expert_groups`` and sends each token to experts of at most ``expert_groups_per_token`` of them; it changes where
+the routed tokens go, not the parameters.
 """
 
 from __future__ import annotations
@@ -98,6 +101,10 @@ class ModelSpec:
                                                    "(Qwen2-MoE: decoder_sparse_step)")
     dense_layers: tuple[int, ...] = spec_field((), ge=0, help="layer indices (from 0) with a dense MLP "
                                                               "(Qwen2-MoE: mlp_only_layers)")
+    expert_groups: int | None = spec_field(None, gt=0, help="groups the routed experts are split into for "
+                                           "group-limited routing (DeepSeek-V3: n_group, one group per node)")
+    expert_groups_per_token: int | None = spec_field(None, gt=0, help="groups a token's experts may lie in "
+                                                     "(DeepSeek-V3: topk_group M); needs expert_groups")
     expert_imbalance: float = spec_field(1.0, ge=1.0, help="tokens of the busiest expert over the "
                                          "mean T k / E (1: balanced routing); the busiest expert sets the time")
     source: str = spec_field("", help="where the architecture numbers come from")
@@ -116,7 +123,8 @@ class ModelSpec:
             raise InputError(f"{where}: seq_len {self.seq_len} exceeds the learned position table ({table})")
 
     def _check_experts(self, where: str) -> None:
-        moe_fields = ("experts_per_token", "expert_ffn", "shared_expert_ffn")
+        moe_fields = ("experts_per_token", "expert_ffn", "shared_expert_ffn", "expert_groups",
+                      "expert_groups_per_token")
         if not self.experts:
             for name in moe_fields + ("shared_experts",):
                 if getattr(self, name):
@@ -126,6 +134,7 @@ class ModelSpec:
             raise InputError(f"{where}: experts_per_token (top-k) is required with experts ({self.experts})")
         if self.experts_per_token > self.experts:
             raise InputError(f"{where}: experts_per_token ({self.experts_per_token}) exceeds experts ({self.experts})")
+        self._check_expert_groups(where)
         if self.shared_expert_gate and not self.shared_experts:
             raise InputError(f"{where}: shared_expert_gate needs shared_experts > 0")
         if self.first_dense_layers > self.layers:
@@ -133,6 +142,22 @@ class ModelSpec:
         bad = [i for i in self.dense_layers if i >= self.layers]
         if bad:
             raise InputError(f"{where}: dense_layers {bad} are not layers (0 to {self.layers - 1})")
+
+    def _check_expert_groups(self, where: str) -> None:
+        """Group-limited routing (DeepSeek-V3 §2.1.2): E experts in G groups, a token's top-k within M of them."""
+        g, m = self.expert_groups, self.expert_groups_per_token
+        if m is not None and g is None:
+            raise InputError(f"{where}: expert_groups_per_token ({m}) needs expert_groups (the groups it limits)")
+        if g is None:
+            return
+        if self.experts % g:
+            raise InputError(f"{where}: expert_groups ({g}) does not divide experts ({self.experts})")
+        m = g if m is None else m
+        if m > g:
+            raise InputError(f"{where}: expert_groups_per_token ({m}) exceeds expert_groups ({g})")
+        if m * (self.experts // g) < (self.experts_per_token or 0):
+            raise InputError(f"{where}: experts_per_token ({self.experts_per_token}) exceeds the experts of "
+                             f"expert_groups_per_token ({m}) groups of {self.experts // g}")
 
     @property
     def moe(self) -> bool:
@@ -179,6 +204,7 @@ class ModelSpec:
             expert_ffn=(self.expert_ffn or self.ffn_hidden or 4 * self.hidden) if self.experts else None,
             shared_expert_ffn=(self.shared_expert_ffn or self.expert_ffn or self.ffn_hidden or 4 * self.hidden)
             if self.shared_experts else None,
+            expert_groups_per_token=self.expert_groups_per_token or self.expert_groups,
             qkv_bias=self.bias if self.qkv_bias is None else self.qkv_bias,
             position_embeddings=(self.position_embeddings or self.max_seq_len) if self.position == "learned" else 0,
             seq_len=self.seq_len or min(TRAINING_SEQ_LEN, self.max_seq_len),
