@@ -1,0 +1,55 @@
+"""Read a Hugging Face ``config.json`` into model-spec fields, offline.
+
+No network and no ``transformers`` package: the field names of each supported
+``model_type`` are mapped by hand, following the configuration classes'
+documented defaults (GPT2Config, LlamaConfig, MistralConfig, Qwen2Config,
+OPTConfig, BertConfig, MixtralConfig, Qwen2MoeConfig, Qwen3Config, Qwen3MoeConfig, Gemma2Config).
+How each family's modules are written where it changes an eager stack's kernels
+(``qkv_projection``, ``softmax_dtype``) follows the modeling files of Transformers 5.24: GPT-2's fused
+``c_attn``, the separate ``q_proj``/``k_proj``/``v_proj`` (``query``/``key``/``value``) of the others, and the
+``softmax(..., dtype=torch.float32)`` of the Llama, Mistral, Qwen2 and OPT eager attention.
+
+One module per family (``classic``, ``llama_like``, ...): a reader is ``read(cfg, model_type, where, name, g) ->
+fields``, registered in :data:`READERS`; what all share (refused keys, activation names, generic warnings) is in
+:mod:`dse.specs.hf.common`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from dse.errors import InputError
+from dse.specs.hf import classic, llama_like
+from dse.specs.hf.common import MOE_KEYS, UNMODELLED, Get, get, notes, refuse_unmodelled
+
+__all__ = ["MOE_KEYS", "READERS", "SUPPORTED", "UNMODELLED", "from_hf_config"]
+
+#: model_type -> its reader.
+READERS: dict[str, Callable[[dict, str, str, str, Get], dict]] = {
+    "gpt2": classic.gpt2, "opt": classic.opt, "bert": classic.bert,
+    **dict.fromkeys(llama_like.TYPES, llama_like.read),
+}
+SUPPORTED = tuple(READERS)
+
+
+def from_hf_config(cfg: dict, where: str, default_name: str = "hf-model") -> dict:
+    """Model-spec fields (a dict for :func:`dse.specs._schema.build`) from a HF config.
+
+    A key that changes the architecture and is not modelled is an error (:data:`UNMODELLED`) or, where the
+    estimate prices it approximately, a note in the spec's ``unmodelled`` (reported as a warning with every
+    estimate; a ``sliding_window`` shorter than the sequence is one, see :mod:`dse.estimate.defaults`).
+    """
+    if not isinstance(cfg, dict):
+        raise InputError(f"{where}: expected a JSON object")
+    mt = cfg.get("model_type")
+    if mt not in READERS:
+        raise InputError(f"{where}: unsupported model_type {mt!r}; supported: {', '.join(SUPPORTED)}")
+    refuse_unmodelled(cfg, where)
+    name = cfg.get("_name_or_path") or default_name
+    name = str(name).rstrip("/").split("/")[-1] or default_name
+    g = lambda k, d=None, req=False: get(cfg, k, where, d, req)  # noqa: E731
+    fields = READERS[mt](cfg, mt, where, name, g)
+    found = notes(cfg, mt)
+    if found:
+        fields["unmodelled"] = [f"{where}: {n}" for n in found]
+    return fields

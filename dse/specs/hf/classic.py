@@ -1,0 +1,65 @@
+"""config.json readers of the classic architectures: GPT-2, OPT and BERT (GPT2Config, OPTConfig, BertConfig)."""
+
+from __future__ import annotations
+
+from dse.errors import InputError
+from dse.specs.hf.common import Get, activation as _activation
+
+
+def gpt2(cfg: dict, mt: str, where: str, name: str, g: Get) -> dict:
+    """GPT2LMHeadModel: fused c_attn, learned positions, tied head."""
+    h = g("n_embd", req=True)
+    act = str(g("activation_function", "gelu_new"))
+    return dict(
+        name=name, layers=g("n_layer", req=True), hidden=h, heads=g("n_head", req=True),
+        vocab=g("vocab_size", req=True), max_seq_len=g("n_positions", 1024),
+        ffn_hidden=g("n_inner") or 4 * h, ffn_type="relu" if act == "relu" else "gelu",
+        activation=_activation(act, where, "activation_function"),
+        norm="layernorm", bias=True, position="learned", tied_embeddings=g("tie_word_embeddings", True),
+        dropout=float(g("resid_pdrop", 0.1)), source=f"Hugging Face config {where}",
+    )
+
+
+def opt(cfg: dict, mt: str, where: str, name: str, g: Get) -> dict:
+    """OPTForCausalLM (pre-LN, unprojected embeddings; learned positions offset by 2)."""
+    h = g("hidden_size", req=True)
+    if g("word_embed_proj_dim", h) != h:
+        raise InputError(f"{where}: OPT with word_embed_proj_dim != hidden_size (projected embeddings) "
+                         "is not supported")
+    if not g("do_layer_norm_before", True):
+        raise InputError(f"{where}: post-LN OPT (do_layer_norm_before=false) is not supported")
+    act = str(g("activation_function", "relu"))
+    _activation(act, where, "activation_function")
+    maxpos = g("max_position_embeddings", 2048)
+    return dict(
+        name=name, layers=g("num_hidden_layers", req=True), hidden=h, heads=g("num_attention_heads", req=True),
+        ffn_hidden=g("ffn_dim", 4 * h), ffn_type="relu" if act == "relu" else "gelu", norm="layernorm",
+        bias=bool(g("enable_bias", True)), vocab=g("vocab_size", req=True), max_seq_len=maxpos,
+        position="learned", position_embeddings=maxpos + 2,  # OPTLearnedPositionalEmbedding offsets by 2
+        tied_embeddings=bool(g("tie_word_embeddings", True)),
+        final_norm=not bool(g("_remove_final_layer_norm", False)), qkv_projection="separate", softmax_dtype="fp32",
+        scale_query=True,
+        dropout=float(g("dropout", 0.1)), source=f"Hugging Face config {where}",
+    )
+
+
+def bert(cfg: dict, mt: str, where: str, name: str, g: Get) -> dict:
+    """BERT encoders; the heads follow ``architectures[0]``."""
+    h = g("hidden_size", req=True)
+    act = str(g("hidden_act", "gelu"))
+    if act not in ("gelu", "gelu_new", "gelu_pytorch_tanh"):
+        raise InputError(f"{where}: hidden_act {act!r} is not supported for bert (expected gelu)")
+    archs = g("architectures", ["BertForPreTraining"]) or ["BertForPreTraining"]
+    arch = archs[0]
+    pooler = arch in ("BertForPreTraining", "BertModel", "BertForNextSentencePrediction",
+                      "BertForSequenceClassification")
+    mlm = arch in ("BertForPreTraining", "BertForMaskedLM")
+    return dict(
+        name=name, layers=g("num_hidden_layers", req=True), hidden=h, heads=g("num_attention_heads", req=True),
+        ffn_hidden=g("intermediate_size", 4 * h), ffn_type="gelu", norm="layernorm", bias=True,
+        vocab=g("vocab_size", req=True), max_seq_len=g("max_position_embeddings", 512), position="learned",
+        tied_embeddings=True, dropout=float(g("hidden_dropout_prob", 0.1)), architecture="encoder",
+        token_types=g("type_vocab_size", 2), embedding_norm=True, final_norm=False, pooler=pooler,
+        mlm_head=mlm, nsp_head=arch == "BertForPreTraining", qkv_projection="separate",
+        source=f"Hugging Face config {where}",
+    )
