@@ -290,7 +290,7 @@ def data_parallel(model: ModelSpec, plan: Plan, i: BaseTerms, r: Recipe, kt: Sec
     ag_weights = P.allgather_time(gather_b, d, bw_dp, lat_dp)         # all-gather of the weights
     exp_grad_b, exp_gather_b = expert * r.dp_gradients, expert * r.weight_gathers
     if ep_on:
-        n_e, bw_e, lat_e, _ = lk["edp"]
+        n_e, bw_e, lat_e = lk["edp"][:3]
         lat_e = where(plan.ep > 1, lat_e, 0.0)   # an array's ep 1: one group, whose latency the dense share paid
         dp_ar = dp_ar + P.allreduce_time(exp_grad_b, n_e, bw_e, lat_e)
         rs_grads = rs_grads + P.allgather_time(exp_grad_b, n_e, bw_e, lat_e)
@@ -349,7 +349,7 @@ def compose_time(c: Result, model: ModelSpec, system: SystemSpec, plan: Plan, F:
     i = c["terms"]
     r = recipe_of(plan)
     tables = i.kernels
-    lk = links(system, plan, P)
+    lk = links(system, plan, P, model)
     kt = kernel_times(tables, system, plan, i.peak_flops, lk, C, P)
     if "cp_kv" in tables["layer"].get("attention", {}):   # context parallelism: the K/V ring's exposed time
         kt = _context.add_ring(kt, _context.ring_times(tables, _attention_cost(system, plan, i.peak_flops),

@@ -59,6 +59,9 @@ class Link(NamedTuple):
     bandwidth: Num     # [bytes/s]
     latency: Num       # per step [s]
     inside: Num = True   # the group's ranks share a node (bool, or an array of them)
+    per_node: Num = 1    # ep only: ranks of the group in one node
+    share: Num = 0.0     # ep only: share of an all-to-all's bytes that leave the node
+    network: Num = 0.0   # ep only: the GPU's share of its node's network bandwidth [bytes/s]
 
 
 def cost_of(gpu: GPUSpec, peak: Num, attention_peak: Num | None = None, head_peak: Num | None = None,
@@ -122,8 +125,9 @@ def collective_time(row: Row, link: Link, P: Module) -> Num:
     t: Num
     if row["op"] == "allreduce":
         t = P.allreduce_time(row["comm"], link.ranks, link.bandwidth, link.latency)
-    elif row["op"] == "alltoall":   # the MoE token dispatch and combine over the ep group
-        t = P.alltoall_time(row["comm"], link.ranks, link.bandwidth, link.latency)
+    elif row["op"] == "alltoall":   # the MoE token dispatch and combine over the ep group: NVLink, then the network
+        t = P.hierarchical_alltoall_time(row["comm"], link.ranks, link.per_node, link.share, link.network,
+                                         link.bandwidth, link.latency)
     else:   # all-gather, reduce-scatter
         t = P.allgather_time(row["comm"], link.ranks, link.bandwidth, link.latency)
     return t
@@ -367,4 +371,4 @@ def _times_key(tables: dict[str, Any], gpu: GPUSpec, plan: Plan, peak: Num, link
     if C is not _compute or P is not _parallelism or not set(map(type, (peak, *link, *(ep_link or ())))) <= _SCALARS:
         return None
     return (id(tables), id(gpu), plan.precision, plan.grad_dtype, peak, link, ep_link, plan.recompute, async_tp,
-            C.gemm_time, C.memory_time, P.allreduce_time, P.allgather_time, P.alltoall_time)
+            C.gemm_time, C.memory_time, P.allreduce_time, P.allgather_time, P.hierarchical_alltoall_time)

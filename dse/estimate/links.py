@@ -12,29 +12,41 @@ from typing import TYPE_CHECKING
 from dse.estimate.kernel_table import Link
 from dse.estimate.memo import ints, remembered
 from dse.formulas import parallelism as _parallelism
-from dse.formulas._array import where
+from dse.formulas._array import clip, floor, where
 
 if TYPE_CHECKING:
     from dse.estimate.aliases import FormulaModule, Num
     from dse.specs.hardware import SystemSpec
+    from dse.specs.model import ModelSpec
     from dse.specs.plan import Plan
 
 
-def links(system: SystemSpec, plan: Plan, P: FormulaModule = _parallelism) -> dict[str, Link]:
+def links(system: SystemSpec, plan: Plan, P: FormulaModule = _parallelism, model: ModelSpec | None = None
+          ) -> dict[str, Link]:
     """Bandwidth and latency of the TP, CP, DP and PP groups (Megatron rank order: tp fastest, then cp, dp, pp).
 
     A group runs at the intra-node link's rate while its ranks fit in one node, at the network's otherwise.
-    The ``dp`` group reduces gradients over dp x cp ranks (contiguous after tp). A scalar plan's links are kept
-    per system (:mod:`dse.estimate.memo`) and shared: read them, do not change them.
+    The ``dp`` group reduces gradients over dp x cp ranks (contiguous after tp). With expert parallelism, the
+    ``ep`` link also carries what its hierarchical all-to-all needs (the model's routing: :func:`_expert_links`).
+    A scalar plan's links are kept per system (:mod:`dse.estimate.memo`) and shared: read them, do not change them.
     """
     t, d, cp, ep = plan.tp, plan.dp, plan.cp, plan.ep
+    route = _routing(model)
     if P is _parallelism and ints(t, d, cp, ep):
-        return remembered(("links", id(system), t, d, cp, ep, P.group_bandwidth), system,
-                          lambda: _links(system, t, d, P, cp, ep))
-    return _links(system, t, d, P, cp, ep)
+        return remembered(("links", id(system), t, d, cp, ep, route, P.group_bandwidth, P.internode_share), system,
+                          lambda: _links(system, t, d, P, cp, ep, route))
+    return _links(system, t, d, P, cp, ep, route)
 
 
-def _links(system: SystemSpec, t: Num, d: Num, P: FormulaModule, cp: Num = 1, ep: Num = 1) -> dict[str, Link]:
+def _routing(model: ModelSpec | None) -> tuple[int, int, int, int]:
+    """(E, k, G, M): the routed experts, top-k and expert groups of an MoE model (zeros for a dense one)."""
+    if model is None or not model.experts:
+        return 0, 0, 0, 0
+    return model.experts, model.experts_per_token or 0, model.expert_groups or 0, model.expert_groups_per_token or 0
+
+
+def _links(system: SystemSpec, t: Num, d: Num, P: FormulaModule, cp: Num = 1, ep: Num = 1,
+           route: tuple[int, int, int, int] = (0, 0, 0, 0)) -> dict[str, Link]:
     node = system.node
     G = node.gpus_per_node
     intra = node.gpu_link.bandwidth * node.gpu_link.efficiency if node.gpu_link else float("inf")
@@ -47,17 +59,27 @@ def _links(system: SystemSpec, t: Num, d: Num, P: FormulaModule, cp: Num = 1, ep
             "cp": Link(cp, P.group_bandwidth(cp, t, G, intra, inter), where(cp_in, intra_lat, inter_lat), cp_in),
             "dp": Link(dc, P.group_bandwidth(dc, t, G, intra, inter), where(dp_in, intra_lat, inter_lat), dp_in),
             "pp": Link(2, P.group_bandwidth(2, t * dc, G, intra, inter), where(pp_in, intra_lat, inter_lat), pp_in),
-            **_expert_links(P, G, t, dc, ep, intra, inter, intra_lat, inter_lat)}
+            **_expert_links(P, G, t, dc, ep, (intra, inter, intra_lat, inter_lat), route)}
 
 
-def _expert_links(P: FormulaModule, G: Num, t: Num, dc: Num, ep: Num, intra: Num, inter: Num, intra_lat: Num,
-                  inter_lat: Num) -> dict[str, Link]:
+def _expert_links(P: FormulaModule, G: Num, t: Num, dc: Num, ep: Num, rates: tuple[Num, Num, Num, Num],
+                  route: tuple[int, int, int, int]) -> dict[str, Link]:
     """The expert-parallel group ``ep`` (ranks tp apart) and the expert-data-parallel group ``edp`` (dc/ep ranks,
     tp ep apart; dc = dp cp, the gradient group): Megatron-Core's expert rank order tp-ep-dp-pp. None with ep the
-    Python int 1."""
+    Python int 1. ``rates``: the intra-node and network bandwidths (whole node) and latencies.
+
+    The ``ep`` group's all-to-all is hierarchical (:func:`dse.formulas.parallelism.hierarchical_alltoall_time`):
+    q = clip(floor(G/t), 1, ep) of its ranks share a node, N = ep/q nodes; the NVLink stage runs at the intra-node
+    rate, the network stage at the GPU's share of its node's network (all G GPUs of a node run their groups'
+    all-to-alls at once) with the share of bytes that leave the node (:func:`dse.formulas.parallelism.
+    internode_share` of the model's routing ``route``)."""
     if type(ep) is int and ep == 1:
         return {}
+    intra, inter, intra_lat, inter_lat = rates
     ep_in, edp_in = t * ep <= G, t * dc <= G
-    return {"ep": Link(ep, P.group_bandwidth(ep, t, G, intra, inter), where(ep_in, intra_lat, inter_lat), ep_in),
+    q = clip(floor(G / t), 1, ep)
+    E, k, groups, per_token = route
+    share = P.internode_share(E, k, ep / q, groups, per_token) if E else 0.0
+    return {"ep": Link(ep, intra, where(ep_in, intra_lat, inter_lat), ep_in, q, share, inter / G),
             "edp": Link(dc / ep, P.group_bandwidth(dc / ep, t * ep, G, intra, inter),
                         where(edp_in, intra_lat, inter_lat), edp_in)}

@@ -85,8 +85,11 @@ def _dp_bytes(n: Num, zero: Num, m: Num, grad_b: Num, gather_b: Num) -> Num:
 def traffic(model: ModelSpec, plan: Plan, i: BaseTerms, lk: dict[str, Link], pp: Section, dp: Section) -> Section:
     """Bytes per iteration per GPU on each parallel group and on the intra- and inter-node links.
 
-    An MoE model also has ``ep``: the bytes its all-to-alls send to other ranks, (ep-1)/ep of each message; with
-    expert parallelism the experts' gradient and weight traffic (over the dp/ep ranks holding them) counts in ``dp``.
+    An MoE model also has ``ep``: the bytes its all-to-alls send, over NVLink (the (q-1)/q of each message that
+    does not land on the GPU it arrives at) and over the network (the share that leaves the node, once per
+    destination node; :func:`dse.formulas.parallelism.hierarchical_alltoall_time`); in one node (q = ep) that is
+    (ep-1)/ep of each message; with expert parallelism the experts' gradient and weight traffic (over the dp/ep
+    ranks holding them) counts in ``dp``.
     """
     zero: Num = plan.zero       # a resolved plan: zero and dp are set
     d: Num = _context.grad_ranks(plan)     # the gradient group: dp x cp
@@ -114,14 +117,14 @@ def traffic(model: ModelSpec, plan: Plan, i: BaseTerms, lk: dict[str, Link], pp:
         "cp": cp_bytes,
     }
     if "ep" in lk:   # expert parallelism: the all-to-alls, and the experts' share of the data-parallel traffic
-        ep, (n_e, _, _, edp_in) = plan.ep, lk["edp"]
-        ep_bytes = m * i.layers_per_stage * (ep - 1) / ep * i.kernels["sums"]["ep_messages"]
+        n_e, edp_in, q = lk["edp"].ranks, lk["edp"].inside, lk["ep"].per_node
+        messages = m * i.layers_per_stage * i.kernels["sums"]["ep_messages"]
+        nvlink_bytes, network_bytes = (q - 1) / q * messages, lk["ep"].share * messages
         edp_bytes = _dp_bytes(n_e, zero, m, dp["expert_grad_b"], dp["expert_gather_b"])
-        ep_in = lk["ep"].inside
-        out["intra_node"] = out["intra_node"] + where(ep_in, ep_bytes, 0.0) + where(edp_in, edp_bytes, 0.0)
-        out["inter_node"] = out["inter_node"] + where(ep_in, 0.0, ep_bytes) + where(edp_in, 0.0, edp_bytes)
+        out["intra_node"] = out["intra_node"] + nvlink_bytes + where(edp_in, edp_bytes, 0.0)
+        out["inter_node"] = out["inter_node"] + network_bytes + where(edp_in, 0.0, edp_bytes)
         out["dp"] = dp_bytes + edp_bytes
-        out["ep"] = ep_bytes
+        out["ep"] = nvlink_bytes + network_bytes
     elif model.moe_layers:
         out["ep"] = 0.0
     return out

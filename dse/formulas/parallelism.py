@@ -26,6 +26,15 @@ Symbols:
     bytes_per_element: e, bytes per K/V element [bytes]
     step_bytes: bytes one rank sends per ring step [bytes]
     step_compute: attention compute of one ring step, the time a step's transfer hides behind [s]
+    experts: E, routed experts of an MoE layer [count]
+    experts_per_token: k, routed experts a token runs (top-k) [count]
+    nodes: N, nodes an expert-parallel group spans [count]
+    groups: expert groups of group-limited routing (0: none) [count]
+    groups_per_token: M, groups a token's experts may lie in [count]
+    per_node: q, ranks of the group in one node [count]
+    share: x, share of an all-to-all's bytes that leave the node [fraction]
+    network_bandwidth: B_net, a GPU's share of its node's network bandwidth [bytes/s]
+    intra_bandwidth: B_intra, per-GPU bandwidth inside a node (NVLink) [bytes/s]
 
 Context parallelism (Megatron-LM ``--context-parallel-size``; Transformer Engine's
 ``AttnFuncWithCPAndKVP2P``): the sequence is cut into 2 cp chunks of s/(2 cp) tokens and rank i holds chunks
@@ -38,7 +47,8 @@ from __future__ import annotations
 
 from dse.formulas._array import Num, clip, floor, maximum, minimum, where
 
-__all__ = ["allreduce_time", "allgather_time", "alltoall_time", "p2p_time", "group_bandwidth",
+__all__ = ["allreduce_time", "allgather_time", "alltoall_time", "expert_nodes_per_token", "internode_share",
+           "hierarchical_alltoall_time", "p2p_time", "group_bandwidth",
            "pipeline_bubble_fraction", "pipeline_time", "context_parallel_kv_bytes", "context_parallel_attention_flops",
            "ring_attention_time"]
 
@@ -96,6 +106,113 @@ def alltoall_time(nbytes: Num, n: Num, bandwidth: Num, latency: Num = 0.0) -> Nu
     0.0
     """
     return allgather_time(nbytes, n, bandwidth, latency)   # the same (n-1)/n S and n-1 steps as a ring all-gather
+
+
+def _ratio_of_combinations(a: Num, b: Num, k: int) -> Num:
+    """C(a, k) / C(b, k) = prod_{i<k} (a - i)/(b - i) for integer-valued a <= b (0 when a < k)."""
+    out: Num = 1.0
+    for i in range(k):
+        out = out * maximum(a - i, 0) / (b - i)
+    return out
+
+
+def _combinations(a: Num, m: int) -> Num:
+    """C(a, m) = prod_{i<m} (a - i)/(i + 1) for integer-valued a >= 0 (0 when a < m)."""
+    out: Num = 1.0
+    for i in range(m):
+        out = out * maximum(a - i, 0) / (i + 1)
+    return out
+
+
+def expert_nodes_per_token(experts: int, experts_per_token: int, nodes: Num, groups: int = 0,
+                           groups_per_token: int = 0) -> Num:
+    """Expected number of nodes a token's top-k routed experts lie on (uniform, independent routing).
+
+    Formula: the E experts lie in order on the N nodes, u = E/N per node. Without group limits the k experts are
+    k of E drawn uniformly: P0 = C(E - u, k)/C(E, k) is the chance a node holds none, D = N (1 - P0).
+    Group-limited routing (G groups of w = E/G consecutive experts, M groups drawn uniformly, then the k experts
+    uniformly among their M w): a node meets a = max(u/w, 1) groups and holds c = min(u, w) experts of each, so
+    P0 = sum_{m=0}^{min(a, M)} C(a, m) C(G - a, M - m)/C(G, M) C(M w - m c, k)/C(M w, k) (hypergeometric in
+    the m chosen groups it meets) and D = N (1 - P0) <= min(N, M a). Used where groups and nodes nest (G a multiple
+    of N or N of G); otherwise the unlimited count.
+    Source: DeepSeek-V3 (Liu et al. 2024, arXiv 2412.19437) §2.1.2 and §3.2 (node-limited routing: each token's
+    experts on at most M = 4 nodes, M groups chosen by affinity, then top-k within them); uniform routing stands
+    for balanced load (its auxiliary-loss-free balancing); counting by hypergeometric sums (this tool's derivation,
+    checked by enumeration in tests/test_moe_mechanics.py).
+
+    Returns:
+        expected nodes per token [count]
+
+    >>> round(expert_nodes_per_token(256, 8, 8), 2)            # DeepSeek-V3's experts over 8 nodes, no limit
+    5.29
+    >>> round(expert_nodes_per_token(256, 8, 8, 8, 4), 2)      # ... node-limited to 4 groups of 32 (one a node)
+    3.63
+    """
+    u = experts / nodes
+    unlimited = 1 - _ratio_of_combinations(experts - u, experts, experts_per_token)
+    if not groups or groups_per_token >= groups:
+        return nodes * unlimited
+    w = experts / groups
+    a, c, chosen = maximum(u / w, 1.0), minimum(u, w), groups_per_token * w
+    none: Num = 0.0
+    for m in range(groups_per_token + 1):
+        pick = _combinations(a, m) * _combinations(groups - a, groups_per_token - m) / _combinations(groups,
+                                                                                                    groups_per_token)
+        none = none + pick * _ratio_of_combinations(chosen - m * c, chosen, experts_per_token)
+    nests = (floor(u / w) * w == u) | (floor(w / u) * u == w)
+    return nodes * where(nests, 1 - none, unlimited)
+
+
+def internode_share(experts: int, experts_per_token: int, nodes: Num, groups: int = 0,
+                    groups_per_token: int = 0) -> Num:
+    """Share of a GPU's routed-token bytes that leave its node when each token goes once to each other node.
+
+    Formula: x = D (N - 1)/(N k), D = :func:`expert_nodes_per_token`: a token of h e bytes crosses to the
+    D (N-1)/N other nodes it has experts on, against the k copies of it in the dispatch message; 0 for N = 1
+    Source: DeepEP's normal (NVLink + RDMA forwarding) kernels: a token is sent over RDMA once per destination
+    node, to the GPU of the same local index, which forwards it over NVLink (deepseek-ai/DeepEP README, "Normal
+    kernels with NVLink and RDMA forwarding"; DeepSeek-V3 arXiv 2412.19437 §3.2.2); the combine returns the same
+    bytes the other way (reduced within the node first).
+
+    Returns:
+        share of the dispatch message [fraction]
+
+    >>> round(internode_share(256, 8, 8, 8, 4), 3)   # DeepSeek-V3 over 8 nodes: 3.63 * 7/8 of 8 copies
+    0.397
+    >>> internode_share(8, 2, 1)
+    0.0
+    """
+    return expert_nodes_per_token(experts, experts_per_token, nodes, groups, groups_per_token) * (nodes - 1) / (
+        nodes * experts_per_token)
+
+
+def hierarchical_alltoall_time(nbytes: Num, n: Num, per_node: Num, share: Num, network_bandwidth: Num,
+                               intra_bandwidth: Num, latency: Num = 0.0) -> Num:
+    """The MoE dispatch (or combine) all-to-all of S bytes of routed copies per GPU over n ranks, q per node.
+
+    Formula: max(x S / B_net, (q-1)/q S / B_intra) + (n-1) alpha; 0 when n = 1. The network stage sends the
+    x S bytes that leave the node (:func:`internode_share`) at the GPU's own share of the node's NICs B_net (every
+    GPU of the node runs its group's all-to-all at once); the NVLink stage moves every copy that does not land on
+    the GPU it arrives at, (q-1)/q of S (a copy from another node arrives at the GPU of its sender's local index;
+    one on this node starts here): the two stages are pipelined (chunks forwarded as they arrive). In one node
+    (q = n, x = 0) it is :func:`alltoall_time`.
+    Source: DeepEP normal kernels (NVLink and RDMA forwarding, pipelined; deepseek-ai/DeepEP README: on H800 the
+    internode dispatch runs at 43-58 GB/s "RDMA bottleneck bandwidth" against a ~50 GB/s CX7 NIC per GPU); the
+    two-level (intra-node, then inter-node) all-to-all of DeepSpeed-MoE (Rajbhandari et al. 2022, arXiv
+    2201.05596, §5.2 "hierarchical all-to-all") and Tutel (Hwang et al. 2023, arXiv 2206.03382, §3.3 "2DH
+    all-to-all"), which run the two stages one after the other instead.
+
+    Returns:
+        time [s]
+
+    >>> round(hierarchical_alltoall_time(64e6, 8, 8, 0.0, 50e9, 150e9) * 1e6, 1)   # one node: alltoall_time
+    373.3
+    >>> round(hierarchical_alltoall_time(64e6, 64, 8, 0.397, 50e9, 150e9) * 1e6, 1)   # 8 nodes, node-limited: us
+    508.2
+    """
+    stages = maximum(share * nbytes / network_bandwidth, (per_node - 1) / maximum(per_node, 1) * nbytes
+                     / intra_bandwidth)
+    return where(n > 1, stages + (n - 1) * latency, 0 * nbytes)
 
 
 def p2p_time(nbytes: Num, bandwidth: Num, latency: Num = 0.0) -> Num:

@@ -45,7 +45,7 @@ OPTIONS = {
     "--attention-dropout": "float", "--hidden-dropout": "float", "--vocab-size": "int",
     "--padded-vocab-size": "int", "--make-vocab-size-divisible-by": "int", "--tokenizer-type": "str",
     "--vocab-file": "str", "--merge-file": "str", "--rampup-batch-size": 3, "--num-experts": "int",
-    "--expert-model-parallel-size": "int",
+    "--expert-model-parallel-size": "int", "--moe-token-dispatcher-type": "str", "--moe-enable-deepep": "flag",
     # torchrun (the launcher in front of pretrain_gpt.py) and a plain world size
     "--nnodes": "int", "--nproc_per_node": "int", "--nproc-per-node": "int", "--world-size": "int",
 }
@@ -284,7 +284,7 @@ def emit(model, system, plan) -> tuple[str, list[str]]:
     args.append(_precision_args(plan, warnings))
     args += _model_args(model, warnings)
     if model.experts:   # expert parallelism: ep ranks carved out of the data-parallel ones, as dse prices it
-        args.append(f"--expert-model-parallel-size {plan.ep}" + " --moe-token-dispatcher-type alltoall" * (plan.ep > 1))
+        args.append(f"--expert-model-parallel-size {plan.ep}" + _dispatcher(plan, system))
     if plan.stack != "megatron":
         warnings.append(f"the estimate used the {plan.stack} stack; Megatron-LM runs its own fused kernels "
                         "(estimate with --stack megatron to compare)")
@@ -295,6 +295,16 @@ def emit(model, system, plan) -> tuple[str, list[str]]:
                 "--padded-vocab-size keeps the vocabulary the estimate used")
     lines = [f"torchrun --nnodes {nodes} --nproc_per_node {per_node} pretrain_gpt.py"] + [a for a in args if a]
     return "\n".join(head) + "\n" + " \\\n    ".join(lines) + "\n", warnings
+
+
+def _dispatcher(plan, system) -> str:
+    """The token dispatcher dse prices: NCCL's all-to-all in one node, DeepEP's NVLink + RDMA forwarding (sent once
+    per destination node, :func:`dse.formulas.parallelism.hierarchical_alltoall_time`) when the group spans nodes."""
+    if plan.ep == 1:
+        return ""
+    if plan.tp * plan.ep <= system.node.gpus_per_node:
+        return " --moe-token-dispatcher-type alltoall"
+    return " --moe-token-dispatcher-type flex --moe-enable-deepep"
 
 
 def _precision_args(plan, warnings: list[str]) -> str:
