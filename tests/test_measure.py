@@ -31,10 +31,11 @@ def test_smoke_mode_round_trips_through_calibrate(dse, tmp_path):
     # stack's per-kernel dispatch floor, so no GPU efficiency changes its predicted time: calibrate refuses.
     c = dse("calibrate", "--data", out, "--hw", "dgx-h100", "--params", "memory,gemm_overhead", "--folds", "2")
     assert c.code == 2 and "not identifiable" in c.err and c.err.count("\n") == 1
-    # Priced as the megatron stack (a row may name its stack) the GPU efficiencies matter and the round trip works.
+    # Priced as the megatron stack (a row may name its stack) the model is host-bound too (its launch floor), so the
+    # host's per-layer time is what a fit can see: the round trip works with layer_overhead.
     meg = tmp_path / "smoke-megatron.jsonl"
     meg.write_text("".join(json.dumps({**x, "stack": "megatron"} if x["kind"] == "base" else x) + "\n" for x in rows))
-    c = dse("calibrate", "--data", meg, "--hw", "dgx-h100", "--params", "memory,gemm_overhead", "--folds", "2",
+    c = dse("calibrate", "--data", meg, "--hw", "dgx-h100", "--params", "layer_overhead", "--folds", "2",
             "--out", tmp_path / "cal.yaml", "--json")
     assert c.code == 0, c.err
     assert json.loads(c.out)["points"] == 8

@@ -20,7 +20,7 @@ def test_every_catalog_stack_loads(name):
     spec = stack_spec.load(name)
     assert spec.name == name and spec.source
     if name == "megatron":
-        assert spec.rows == {} and spec.pads_vocab and spec.dispatch == 0
+        assert spec.rows == {} and spec.pads_vocab and spec.dispatch > 0   # the launch floor (test_host_floor)
     else:
         assert spec.rows and not spec.pads_vocab and spec.dispatch > 0
 

@@ -110,16 +110,6 @@ def kernel_time(row: Row, hw: KernelCost, C: Module) -> tuple[Num, Num]:
     return f, 2 * f
 
 
-def kernel_count(row: Row) -> tuple[Num, Num]:
-    """(forward, backward) kernels one row launches: a GEMM 1 and 2, flash 1 and 2, element-wise as stated (1, 1)."""
-    kind = row["kind"]
-    if kind in ("gemm", "flash"):
-        return 1, 2
-    if kind == "collective":
-        return 1, 0
-    return row.get("kernels", 1), row.get("kernels_backward", 1)
-
-
 def collective_time(row: Row, link: Link, P: Module) -> Num:
     """Time of one collective on its group's link: ring all-reduce, all-gather or reduce-scatter, or an all-to-all."""
     t: Num
@@ -134,13 +124,15 @@ def collective_time(row: Row, link: Link, P: Module) -> Num:
 
 
 def table_time(table: Table, hw: KernelCost, link: Link, C: Module, P: Module, *, recompute: str = "none",
-               async_tp: bool = False, count: bool = False, ep_link: Link | None = None) -> dict[str, Num]:
+               async_tp: bool = False, count: bool = False, ep_link: Link | None = None,
+               launches: dict[str, tuple[int, int]] | None = None) -> dict[str, Num]:
     """Forward, backward and recompute time of the kernels of ``table`` on one GPU (``P``: parallelism module).
 
     Returns ``forward``, ``backward``, ``recompute`` (GPU time, collectives included) and ``tp_forward``,
     ``tp_backward`` (the collectives' share), ``ep_forward`` and ``ep_backward`` (the expert-parallel all-to-alls'
     share: rows of group ``ep`` run on ``ep_link``); with ``count``, also ``kernels_forward`` and
-    ``kernels_backward`` (:func:`kernel_count`, for the host's launch floor). Other collectives run on ``link``
+    ``kernels_backward`` (the host's launches: :func:`dse.formulas.kernels.table_launches` with the stack's
+    ``launches``, for the launch floor). Other collectives run on ``link``
     (:func:`collective_time`);
     with ``async_tp``
     a backward one hides behind the weight-gradient GEMM it names (``hidden_by``), which takes as long as
@@ -190,12 +182,8 @@ def table_time(table: Table, hw: KernelCost, link: Link, C: Module, P: Module, *
     out = {"forward": fwd, "backward": bwd, "recompute": rec, "tp_forward": tp_f, "tp_backward": tp_b,
            "ep_forward": ep_f, "ep_backward": ep_b}
     if count:
-        kf: Num = 0
-        kb: Num = 0
-        for row in table.values():
-            f, b = kernel_count(row)
-            kf, kb = kf + f, kb + b
-        out["kernels_forward"], out["kernels_backward"] = kf, kb
+        out["kernels_forward"], out["kernels_backward"] = _kernels.table_launches(
+            table, launches, link.ranks, link.ranks if ep_link is None else ep_link.ranks)
     return out
 
 
@@ -241,7 +229,8 @@ def kernel_tables(model: ModelSpec, plan: Plan, r: Recipe, K: Module = _kernels)
                 ffn_type=model.ffn_type, norm=model.norm, position=model.position, dropout=dropout,
                 causal=model.architecture == "decoder", bytes_per_element=e, comm_bytes_per_element=comm, stack=ops,
                 stack_sizes=size, stack_choices=choices, grad_bytes=r.gradients, layer_norms=model.layer_norms,
-                qk_norm=model.qk_norm, finetune=_frozen.kernel_inputs(model, plan), fp8=fp8)
+                qk_norm=model.qk_norm, finetune=_frozen.kernel_inputs(model, plan), fp8=fp8,
+                softmax_fallback=stack == "megatron")
     shape = (s, b, h, model.heads, model.kv_heads, model.head_dim, model.ffn_hidden)
     n_moe = model.moe_layers
     layer = K.layer_kernels(*shape, **opts, moe=moe_options(model, getattr(plan, "ep", 1)) if n_moe else None)
@@ -316,24 +305,27 @@ def kernel_times(tables: dict[str, Any], system: SystemSpec, plan: Plan, peak: N
     hw = cost_of(gpu, peak, peak_flops(gpu.peak_flops, r.attention_dtype), peak_flops(gpu.peak_flops, r.head_dtype),
                  r.activations)
     stack = getattr(plan, "stack", "megatron")
-    dispatch = 0.0 if stack == "megatron" else stack_spec(stack).dispatch
+    dispatch = stack_spec(stack).dispatch
     count = bool(dispatch)
+    launches = _kernels.MEGATRON_LAUNCHES if stack == "megatron" else None
     lt = table_time(tables["layer"], hw, lk["tp"], C, P, recompute=plan.recompute, async_tp=async_tp, count=count,
-                    ep_link=lk.get("ep"))
+                    ep_link=lk.get("ep"), launches=launches)
     if "dense_layer" in tables:   # a mixed dense/MoE model: the mean layer's time
         dt = table_time(tables["dense_layer"], hw, lk["tp"], C, P, recompute=plan.recompute, async_tp=async_tp,
-                        count=count)
+                        count=count, launches=launches)
         share = tables["moe_share"]
         lt = {k: v * share + dt[k] * (1 - share) for k, v in lt.items()}
-    head = table_time(tables["head"], hw, lk["tp"], C, P, count=count)
-    emb = table_time(tables["embedding"], hw, lk["tp"], C, P, count=count)
-    if count:   # the host launches every kernel (dispatch each): the GPU waits when the kernels are shorter
-        host_f, host_b = dispatch * lt["kernels_forward"], dispatch * lt["kernels_backward"]
+    head = table_time(tables["head"], hw, lk["tp"], C, P, count=count, launches=launches)
+    emb = table_time(tables["embedding"], hw, lk["tp"], C, P, count=count, launches=launches)
+    # the host launches every kernel (dispatch each) and spends the GPU spec's layer_overhead per layer pass: the
+    # GPU waits when its kernels are shorter (asynchronous execution: time = max(GPU, host) per pass)
+    host_f: Num = eff.layer_overhead
+    host_b: Num = 2 * eff.layer_overhead
+    if count:
+        host_f, host_b = host_f + dispatch * lt["kernels_forward"], host_b + dispatch * lt["kernels_backward"]
         for part in (head, emb):
             part["forward"] = maximum(part["forward"], dispatch * part["kernels_forward"])
             part["backward"] = maximum(part["backward"], dispatch * part["kernels_backward"])
-    else:       # the GPU spec's host time per layer (fitted with the Megatron runs)
-        host_f, host_b = eff.layer_overhead, 2 * eff.layer_overhead
     host_rec = host_f if plan.recompute == "full" else 0.0
     layer_fwd = maximum(lt["forward"], host_f)
     layer_bwd = maximum(lt["backward"], host_b)

@@ -11,7 +11,8 @@ head with its loss. The estimate's numbers are reductions over the table:
 - activation memory: the sum of ``saved`` (:func:`saved_bytes`), plus ``rerun`` while a
   layer is recomputed (:func:`rerun_bytes`); what saved-tensor hooks copy: ``packed`` (:func:`packed_bytes`);
 - FLOPs: the sum of ``flops`` (:func:`forward_flops`, :func:`recomputed_flops`);
-- tensor-parallel traffic: the collectives' ``comm`` (:func:`message_bytes`).
+- tensor-parallel traffic: the collectives' ``comm`` (:func:`message_bytes`);
+- the host's launches, which a launch floor multiplies by the host time per launch (:func:`table_launches`).
 
 A row is a dict; every row has ``kind`` and ``saved``, the other keys belong to its kind:
 
@@ -78,12 +79,19 @@ Symbols:
     shared_gate: a sigmoid gate (h x 1) on the shared experts' output [bool]
     imbalance: c, tokens of the busiest expert over the mean T k / E [ratio]
     ep: expert-parallel degree: E/ep experts per GPU, routed tokens exchanged by all-to-all over ep ranks [count]
+    softmax_fallback: price Megatron's unfused fp32 softmax where its fused kernel does not run (megatron stack) [bool]
+    name: a kernel-table row's name [str]
+    row: one kernel-table row [dict]
+    launches: a stack's (forward, backward) launches per row name (None: by kind) [dict]
+    ranks: ranks of the tensor-parallel group (a collective launches only when > 1) [count]
+    ep_ranks: ranks of the expert-parallel group [count]
 """
 
 from __future__ import annotations
 
 from dse.formulas.kernels.ends import embedding_kernels, head_kernels
-from dse.formulas.kernels.layer import layer_kernels
+from dse.formulas.kernels.launches import MEGATRON_LAUNCHES, row_launches, table_launches
+from dse.formulas.kernels.layer import fused_softmax_available, layer_kernels, softmax_row
 from dse.formulas.kernels.moe import moe_mlp_kernels
 from dse.formulas.kernels.rows import KINDS, Row, Table  # noqa: F401 (Row, Table: the types, as before the split)
 from dse.formulas.kernels.sums import (
@@ -100,4 +108,5 @@ from dse.formulas.kernels.sums import (
 
 __all__ = ["KINDS", "layer_kernels", "moe_mlp_kernels", "embedding_kernels", "head_kernels", "weight_gemms",
            "forward_flops", "recomputed_flops", "executed_flops", "backward_flops", "saved_bytes", "packed_bytes",
-           "rerun_bytes", "message_bytes"]
+           "rerun_bytes", "message_bytes", "MEGATRON_LAUNCHES", "row_launches", "table_launches", "softmax_row",
+           "fused_softmax_available"]

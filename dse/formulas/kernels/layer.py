@@ -10,14 +10,70 @@ from typing import Any
 from dse.formulas import compute as _compute, finetune as _finetune, fp8 as _fp8, stacks as _stacks
 from dse.formulas._array import Num, where
 from dse.formulas.kernels.moe import moe_mlp_kernels
-from dse.formulas.kernels.rows import Table
+from dse.formulas.kernels.rows import Row, Table
 
-__all__ = ["layer_kernels"]
+__all__ = ["layer_kernels", "softmax_row", "fused_softmax_available"]
 
 
 def _per_gpu(x: Num, tp: Num) -> Num:
     """x / t, leaving x an integer when the layer is not split (t = 1)."""
     return x if type(tp) is int and tp == 1 else x / tp
+
+
+def fused_softmax_available(s: Num, b: Num, heads: Num, bytes_per_element: Num = 2) -> Any:
+    """Whether Megatron-LM's fused scaled masked softmax kernel runs (else the unfused fp32 path).
+
+    Formula: 16 < s <= 2048 and s mod 4 = 0 and (b a/t) mod 4 = 0, with 16-bit inputs
+    Source: FusedScaleMaskSoftmax.forward, ``custom_kernel_constraint`` (key length in (16, 2048], query length and
+    attention batch b x np multiples of 4; ``input_in_float16``): NVIDIA Megatron-LM megatron/model/fused_softmax.py,
+    as microsoft/Megatron-DeepSpeed and vTrain's model code (VIA-Research/vTrain src/model/fused_softmax.py) carry it.
+
+    Args:
+        heads: a/t, attention heads on this GPU [count]
+    Returns:
+        the fused kernel runs [bool, or an array of them]
+
+    >>> fused_softmax_available(2048, 1, 16 / 8), fused_softmax_available(2048, 2, 2), fused_softmax_available(4096, 4, 4)
+    (False, True, False)
+    """
+    ok = (b * heads) % 4 == 0
+    if type(ok) is bool:
+        return ok and 16 < s <= 2048 and s % 4 == 0 and bytes_per_element == 2
+    return ok & (s > 16) & (s <= 2048) & (s % 4 == 0) & (bytes_per_element == 2)
+
+
+def softmax_row(s: Num, b: Num, heads: Num, bytes_per_element: Num = 2, kept: bool = True) -> Row:
+    """The attention softmax of Megatron-LM's math attention: the fused kernel, or its unfused fp32 fallback.
+
+    Formula: fused (:func:`fused_softmax_available`): one kernel each way, 2e bytes per score forward and 4e
+    backward, keeps the e-byte probabilities; unfused: .float() (e + 4), x scale (8), masked_fill_ (8), fp32
+    softmax (8), .half() (4 + e) = 2e + 32 bytes per score in 5 kernels forward; backward the same chain's
+    gradients: to fp32 (e + 4), softmax backward (12), masked fill (8), x scale (8), to half (4 + e) = 2e + 36 in 5
+    kernels; keeps the fp32 probabilities (4 bytes per score)
+    Source: FusedScaleMaskSoftmax.forward's fallback with ``softmax_in_fp32`` and a scale (query-key layer scaling,
+    coeff = layer number: vTrain's model code, VIA-Research/vTrain src/model/gpt_modeling.py, which the measured
+    Megatron runs of ``dse validate megatron-a100`` come from); bytes: each op reads its input and writes its output
+    once (the torch.nn.Softmax kernel and its backward read their inputs once per row).
+
+    Args:
+        heads: a/t, attention heads on this GPU [count]
+        kept: the probabilities are kept for backward (no recomputation of the attention core) [bool]
+    Returns:
+        the row (kind elementwise, with backward bytes and kernels) [dict]
+
+    >>> r = softmax_row(2048, 1, 2)   # 16 heads on tp 8, micro-batch 1: b a/t = 2, the unfused path
+    >>> r["bytes"] / (2 * 2048 ** 2), r["bytes_backward"] / (2 * 2048 ** 2), r["kernels"], r["saved"] / 2048 ** 2
+    (36.0, 40.0, 5, 8.0)
+    """
+    e = bytes_per_element
+    scores = heads * s * s * b
+    fused = fused_softmax_available(s, b, heads, e)
+    if fused is True:    # the fused kernel: the row as before (backward bytes twice the forward's)
+        return {"kind": "elementwise", "bytes": 2 * e * scores, "saved": e * scores if kept else 0, "selective": True}
+    return {"kind": "elementwise", "bytes": where(fused, 2 * e, 2 * e + 32) * scores,
+            "bytes_backward": where(fused, 4 * e, 2 * e + 36) * scores, "kernels": where(fused, 1, 5),
+            "kernels_backward": where(fused, 1, 5), "saved": where(fused, e, 4) * scores if kept else 0,
+            "selective": True}
 
 
 def layer_kernels(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: Num, ffn: Num, *, tp: Num = 1,
@@ -27,7 +83,8 @@ def layer_kernels(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: N
                   stack: dict[str, Any] | None = None, stack_sizes: dict[str, Num] | None = None,
                   stack_choices: dict[str, Any] | None = None,
                   grad_bytes: Num = 2, finetune: dict[str, Any] | None = None, fp8: str | None = None,
-                  layer_norms: int = 2, qk_norm: bool = False, moe: dict[str, Any] | None = None) -> Table:
+                  layer_norms: int = 2, qk_norm: bool = False, moe: dict[str, Any] | None = None,
+                  softmax_fallback: bool = False) -> Table:
     """The kernels of one transformer layer on one GPU for one micro-batch (Megatron-LM's fused kernels).
 
     Formula: T = s b, r = 1/t with SP (else 1); GEMMs QKV (T, h, (a+2kv)d/t), out (T, a d/t, h), fc1 (T, h, n_g F/t),
@@ -52,7 +109,9 @@ def layer_kernels(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: N
     Gemma 2's extra norms (``layer_norms`` 4: after the attention and after the MLP) are norm rows of their own;
     a QK-norm (Qwen3) reads and writes Q and K (2e T (a+kv) d/t) and keeps its input and fp32 statistics.
     ``moe`` (the keyword arguments of :func:`dse.formulas.kernels.moe.moe_mlp_kernels` after h) replaces fc1,
-    the activation and fc2 by an MoE MLP's kernels.
+    the activation and fc2 by an MoE MLP's kernels. ``softmax_fallback`` (math attention, no other stack): where
+    Megatron's fused softmax kernel does not run (:func:`fused_softmax_available`), the softmax row is its unfused
+    fp32 fallback (:func:`softmax_row`); off, the row is always the fused kernel, as the closed forms count it.
 
     The attention rows' ``flops`` (the model's FLOPs, what MFU counts) count the unmasked half of a causal score
     matrix, as the flash kernel executes it (FlashAttention-2, Dao 2023, arXiv 2307.08691 §4.1: "with causal
@@ -116,8 +175,8 @@ def layer_kernels(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: N
         t["score"] = {"kind": "gemm", "m": s, "k": head_dim, "n": s, "batch": batch, "split": "", "class": "attention",
                       "saved": qkv_kept + e * tok * hd_q * expanded, "selective": True,
                       "flops": 2 * s * head_dim * s * batch * half}
-        t["softmax"] = {"kind": "elementwise", "bytes": 2 * e * scores, "saved": e * scores if math_kept else 0,
-                        "selective": True}
+        t["softmax"] = softmax_row(s, b, a_loc, e, math_kept) if softmax_fallback and not stack else {
+            "kind": "elementwise", "bytes": 2 * e * scores, "saved": e * scores if math_kept else 0, "selective": True}
         if dropout:
             t["attn_dropout"] = {"kind": "elementwise", "bytes": (2 * e + 1) * scores,
                                  "saved": (e + 1) * scores if math_kept else 0, "selective": True}

@@ -1,0 +1,240 @@
+"""Host (CPU) time per launched op of eager PyTorch: the provenance of the stacks' ``dispatch`` (stacks/*.yaml).
+
+A GPU runs what the host issues; the host issues a kernel per op after Python, the module call, autograd and the
+dispatcher have run. When a layer's kernels are shorter than that issue time the GPU waits (dse prices a layer as
+max(GPU time, host time)). This script measures the host side on the CPU build of torch with tensors so small that
+the CPU kernels themselves take a negligible share: what remains is the framework's issue cost per op. It is a
+host-side measurement: it does not contain the CUDA driver's cudaLaunchKernel, the caching allocator's CUDA path
+or the NCCL enqueue, which the stack files add from their published figures.
+
+What it times (the fastest of repeats of an inner loop, after warm-up; one thread):
+- ``aten_op``: ``y = x * x`` on a one-element tensor, without and with autograd recording (pytorch/pytorch#41383
+  reports 2 and 7 us on a 2020 CPU for the same loop);
+- ``linear_module``: an ``nn.Linear`` call on a (4, 8) input (module call, F.linear, autograd node);
+- ``megatron_layer``: a Megatron-LM GPT layer as megatron/model/transformer.py (microsoft/Megatron-DeepSpeed) writes
+  it -- fused-LayerNorm, column-parallel QKV linear behind the identity autograd function of the tensor-parallel
+  region, baddbmm scores, the scaled causal masked softmax, dropout, bmm context, permute + contiguous, row-parallel
+  output linear behind the all-reduce autograd function (identity here: one process), bias-dropout-add, the MLP with
+  bias-GeLU -- in forward, in the backward of a reentrant checkpoint (the recompute and the backward, as
+  Megatron's ``mpu.checkpoint`` runs them), at hidden 64, 4 heads, sequence 16: each pass's host time, and the aten
+  ops it dispatched (TorchDispatchMode, a separate run: its own overhead is not in the times);
+- ``gpt2_block``: the same for Transformers' GPT2Block (the ``pytorch`` stack), without checkpointing.
+
+Usage:  python scripts/measure_host.py [--repeats N] > data/host_dispatch_cpu.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import time
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _best_us(fn, inner: int, repeats: int) -> float:
+    fn()
+    fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        times.append((time.perf_counter() - t0) / inner)
+    return min(times) * 1e6     # the least-disturbed repeat: the machine may be shared
+
+
+def megatron_layer(h: int = 64, heads: int = 4):
+    """A Megatron-LM GPT layer (microsoft/Megatron-DeepSpeed megatron/model/transformer.py, mpu/layers.py), tp = 1."""
+    import torch
+    import torch.nn.functional as F
+
+    class _Copy(torch.autograd.Function):      # mpu.mappings._CopyToModelParallelRegion: identity, all-reduce back
+        @staticmethod
+        def forward(ctx, x):
+            return x
+
+        @staticmethod
+        def backward(ctx, g):
+            return g
+
+    class _Reduce(torch.autograd.Function):    # mpu.mappings._ReduceFromModelParallelRegion: all-reduce, identity back
+        @staticmethod
+        def forward(ctx, x):
+            return x
+
+        @staticmethod
+        def backward(ctx, g):
+            return g
+
+    class Column(torch.nn.Module):
+        def __init__(self, i, o, skip_bias):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.randn(o, i) * 0.02)
+            self.bias = torch.nn.Parameter(torch.zeros(o))
+            self.skip = skip_bias
+
+        def forward(self, x):
+            x = _Copy.apply(x)
+            out = F.linear(x, self.weight, None if self.skip else self.bias)
+            return out, (self.bias if self.skip else None)
+
+    class Row(torch.nn.Module):
+        def __init__(self, i, o):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.randn(o, i) * 0.02)
+            self.bias = torch.nn.Parameter(torch.zeros(o))
+
+        def forward(self, x):
+            return _Reduce.apply(F.linear(x, self.weight)), self.bias
+
+    def bias_dropout_add(x, bias, residual, prob):
+        return residual + F.dropout(x + bias, p=prob, training=True)
+
+    def bias_gelu(y, bias):
+        x = bias + y
+        return x * 0.5 * (1.0 + torch.tanh(0.79788456 * x * (1 + 0.044715 * x * x)))
+
+    class Layer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1 = torch.nn.LayerNorm(h)
+            self.qkv = Column(h, 3 * h, skip_bias=False)
+            self.dense = Row(h, h)
+            self.ln2 = torch.nn.LayerNorm(h)
+            self.fc1 = Column(h, 4 * h, skip_bias=True)
+            self.fc2 = Row(4 * h, h)
+            self.drop = torch.nn.Dropout(0.1)
+            self.d = h // heads
+
+        def forward(self, x, mask):
+            s, b, _ = x.shape
+            y = self.ln1(x)
+            mixed, _ = self.qkv(y)
+            mixed = mixed.view(s, b, heads, 3 * self.d)
+            q, k, v = torch.split(mixed, self.d, dim=-1)
+            q = q.reshape(s, b * heads, self.d)
+            k = k.reshape(s, b * heads, self.d)
+            buf = torch.empty(b * heads, s, s, dtype=x.dtype)
+            scores = torch.baddbmm(buf, q.transpose(0, 1), k.transpose(0, 1).transpose(1, 2), beta=0.0,
+                                   alpha=1.0 / math.sqrt(self.d))
+            scores = scores.view(b, heads, s, s)
+            probs = torch.softmax(scores.masked_fill(mask, -10000.0), dim=-1)   # the fused kernel: one op on CUDA
+            probs = self.drop(probs)
+            v = v.reshape(s, b * heads, self.d)
+            ctx = torch.bmm(probs.view(b * heads, s, s), v.transpose(0, 1))
+            ctx = ctx.view(b, heads, s, self.d).permute(2, 0, 1, 3).contiguous().view(s, b, h)
+            out, bias = self.dense(ctx)
+            x = bias_dropout_add(out, bias.expand_as(x), x, 0.1)
+            y = self.ln2(x)
+            inter, b1 = self.fc1(y)
+            inter = bias_gelu(inter, b1)
+            out, bias = self.fc2(inter)
+            return bias_dropout_add(out, bias.expand_as(x), x, 0.1)
+
+    return Layer()
+
+
+def layer_passes(layer, x, mask, checkpoint: bool):
+    """Callables for the forward pass and for forward + backward (with a reentrant checkpoint when asked)."""
+    import torch
+    from torch.utils.checkpoint import checkpoint as ckpt
+
+    def fwd():
+        with torch.no_grad() if checkpoint else torch.enable_grad():
+            return layer(x, mask) if mask is not None else layer(x)
+
+    def step():
+        if checkpoint:
+            y = ckpt(layer, x, mask, use_reentrant=True)
+        else:
+            y = layer(x, mask) if mask is not None else layer(x)
+            y = y[0] if isinstance(y, tuple) else y
+        y.sum().backward()
+
+    return fwd, step
+
+
+def count_ops(fn) -> int:
+    """Aten ops (non-view) dispatched by fn()."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Count(TorchDispatchMode):
+        n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if not getattr(func, "is_view", False) and "view" not in func.__name__ and func.__name__ not in (
+                    "detach.default", "t.default", "transpose.int", "expand.default", "permute.default",
+                    "split.Tensor", "split_with_sizes.default", "_unsafe_view.default", "unsqueeze.default",
+                    "empty.memory_format", "alias.default", "slice.Tensor", "select.int"):
+                Count.n += 1
+            return func(*args, **(kwargs or {}))
+
+    with Count():
+        fn()
+    return Count.n
+
+
+def main() -> None:
+    import torch
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeats", type=int, default=15)
+    ap.add_argument("--hidden", type=int, default=16)
+    ap.add_argument("--seq", type=int, default=4)
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    out = {"what": "host-side (CPU) time of eager PyTorch per op, tiny tensors on the CPU build of torch; no CUDA "
+                   "driver, allocator or NCCL time", "cpu": _cpu_model(), "torch": torch.__version__,
+           "python": platform.python_version(), "threads": 1}
+    x = torch.ones(1)
+    xg = torch.ones(1, requires_grad=True)
+    out["aten_op_us"] = _best_us(lambda: x * x, 2000, args.repeats)
+    out["aten_op_grad_us"] = _best_us(lambda: xg * xg, 2000, args.repeats)
+    lin = torch.nn.Linear(8, 8)
+    inp = torch.randn(4, 8)
+    out["linear_module_us"] = _best_us(lambda: lin(inp), 1000, args.repeats)
+
+    s, b, h = args.seq, 1, args.hidden
+    layer = megatron_layer(h, heads=2)
+    xs = torch.randn(s, b, h, requires_grad=True)
+    mask = torch.triu(torch.ones(s, s, dtype=torch.bool), 1)
+    fwd, step = layer_passes(layer, xs, mask, checkpoint=True)
+    t_f = _best_us(fwd, 50, args.repeats)
+    t_step = _best_us(step, 20, args.repeats)
+    n_f, n_step = count_ops(fwd), count_ops(step)
+    out["megatron_layer"] = {"forward_us": t_f, "checkpointed_step_us": t_step, "forward_ops": n_f,
+                             "checkpointed_step_ops": n_step, "us_per_op_forward": t_f / n_f,
+                             "us_per_op_step": t_step / n_step}
+    try:
+        from transformers import GPT2Config
+        from transformers.models.gpt2.modeling_gpt2 import GPT2Block
+
+        cfg = GPT2Config(n_embd=h, n_head=2, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+        cfg._attn_implementation = "sdpa"
+        blk = GPT2Block(cfg).train()
+        xb = torch.randn(b, s, h, requires_grad=True)
+        f2, st2 = layer_passes(blk, xb, None, checkpoint=False)
+        t_f2, t_s2 = _best_us(f2, 50, args.repeats), _best_us(st2, 20, args.repeats)
+        n_f2, n_s2 = count_ops(f2), count_ops(st2)
+        out["gpt2_block"] = {"forward_us": t_f2, "step_us": t_s2, "forward_ops": n_f2, "step_ops": n_s2,
+                             "us_per_op_forward": t_f2 / n_f2, "us_per_op_step": t_s2 / n_s2}
+    except ImportError:
+        out["gpt2_block"] = None
+    print(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
