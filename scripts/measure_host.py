@@ -60,16 +60,10 @@ def megatron_layer(h: int = 64, heads: int = 4):
     import torch
     import torch.nn.functional as F
 
-    class _Copy(torch.autograd.Function):      # mpu.mappings._CopyToModelParallelRegion: identity, all-reduce back
-        @staticmethod
-        def forward(ctx, x):
-            return x
-
-        @staticmethod
-        def backward(ctx, g):
-            return g
-
-    class _Reduce(torch.autograd.Function):    # mpu.mappings._ReduceFromModelParallelRegion: all-reduce, identity back
+    class _Region(torch.autograd.Function):
+        # mpu.mappings._CopyToModelParallelRegion (identity forward, all-reduce backward) and
+        # _ReduceFromModelParallelRegion (all-reduce forward, identity backward): identity both ways on one process,
+        # the Python autograd function's host cost is what remains
         @staticmethod
         def forward(ctx, x):
             return x
@@ -86,7 +80,7 @@ def megatron_layer(h: int = 64, heads: int = 4):
             self.skip = skip_bias
 
         def forward(self, x):
-            x = _Copy.apply(x)
+            x = _Region.apply(x)
             out = F.linear(x, self.weight, None if self.skip else self.bias)
             return out, (self.bias if self.skip else None)
 
@@ -97,7 +91,7 @@ def megatron_layer(h: int = 64, heads: int = 4):
             self.bias = torch.nn.Parameter(torch.zeros(o))
 
         def forward(self, x):
-            return _Reduce.apply(F.linear(x, self.weight)), self.bias
+            return _Region.apply(F.linear(x, self.weight)), self.bias
 
     def bias_dropout_add(x, bias, residual, prob):
         return residual + F.dropout(x + bias, p=prob, training=True)

@@ -160,12 +160,20 @@ def test_full_recompute_of_a_one_layer_stage_holds_the_checkpoint_and_the_larger
 @given(scenarios)
 def test_eager_pytorch_is_never_faster_or_smaller_than_fused_kernels(sc):
     """Eager modules launch every op as its own kernel and save every op's inputs: neither Megatron's fused kernels
-    nor torch.compile's fusion can take longer or hold more activations for the same plan."""
+    nor torch.compile's fusion can take longer or hold more activations for the same plan. Except Megatron's time
+    where its fused softmax does not run (math attention, s > 2048 or b a/t not a multiple of 4): its unfused fallback
+    with query-key layer scaling (.float(), scale, mask, softmax, .half(): 36 bytes per score) moves more than
+    Transformers' eager softmax (about 18)."""
+    from dse.formulas.kernels import fused_softmax_available
+
     model, system, layers, plan = sc
     runs = {st_: estimate(model, system, layers, plan, stack=st_) for st_ in ("megatron", "compiled", "pytorch")}
     time = {k: r["time"]["compute"] + r["time"]["recompute"] for k, r in runs.items()}
     acts = {k: r["memory"]["gpu"]["activations"] for k, r in runs.items()}
-    assert time["megatron"] <= time["pytorch"] * (1 + REL) and time["compiled"] <= time["pytorch"] * (1 + REL), time
+    heads = dse.catalog.load_model(model).heads / plan["tp"] if plan["attention"] == "math" else 4
+    if fused_softmax_available(plan["seq_len"], plan["micro_batch"], heads):
+        assert time["megatron"] <= time["pytorch"] * (1 + REL), time
+    assert time["compiled"] <= time["pytorch"] * (1 + REL), time
     assert acts["megatron"] <= acts["pytorch"] * (1 + REL) and acts["compiled"] <= acts["pytorch"] * (1 + REL), acts
 
 
