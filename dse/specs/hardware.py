@@ -50,8 +50,8 @@ class GPUEfficiency:
     memory: float = spec_field(0.694, unit="fraction", gt=0, le=1,
                                help="fraction of HBM bandwidth reached by element-wise kernels")
     layer_overhead: float = spec_field(0.0, unit="s", ge=0,
-                                       help="host-side (launch/framework) time per layer per forward pass; backward "
-                                            "counts twice")
+                                       help="host-side (framework) time per layer per forward pass beyond the "
+                                            "stack's per-kernel dispatch (stacks/*.yaml); backward counts twice")
     microbatch_overhead: float = spec_field(0.0, unit="s", ge=0,
                                             help="fixed time per micro-batch per pipeline stage (data broadcast, "
                                                  "schedule, synchronisation)")
