@@ -92,6 +92,8 @@ WITNESSES = {
                                                                   {"precision": "fp8", "finetune": "lora"}),
     "fp8 of an MoE model is not modelled": ("mixtral-8x7b", (), "dgx-h100", {"precision": "fp8"}),
     "fp8 with ZeRO-3 or offload is not modelled": ("llama2-7b", (), "dgx-h100", {"precision": "fp8", "zero": 3}),
+    "fp8_param_gather needs fp8 and the distributed optimizer": ("llama2-7b", (), "dgx-h100",
+                                                                {"fp8_param_gather": True}),
     "fp8 on chiplet packages is not modelled": ("llama2-70b", (), PKG, {**CHIPLET, "precision": "fp8"}),
     "LoRA of an MoE model is not modelled": ("mixtral-8x7b", (), GPU, {"finetune": "lora"}),
 }

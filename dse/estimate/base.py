@@ -284,7 +284,8 @@ def data_parallel(model: ModelSpec, plan: Plan, i: BaseTerms, r: Recipe, kt: Sec
     if ep_on:   # the experts' gradients and weights go over the dp/ep ranks that hold them
         train, gathered = train - expert, gathered - expert
     grad_b = train * r.dp_gradients
-    gather_b = gathered * r.weight_gathers
+    gather_b = gathered * r.weight_gathers - (_fp8.gathered_fp8_bytes(model, plan, r, l_stage) if r.weight_copies
+                                              else 0.0)   # FP8 weights gathered at 1 B (fp8_param_gather)
     dp_ar = P.allreduce_time(grad_b, d, bw_dp, lat_dp)
     rs_grads = P.allgather_time(grad_b, d, bw_dp, lat_dp)             # reduce-scatter of the gradients
     ag_weights = P.allgather_time(gather_b, d, bw_dp, lat_dp)         # all-gather of the weights
@@ -357,7 +358,8 @@ def compose_time(c: Result, model: ModelSpec, system: SystemSpec, plan: Plan, F:
     pp = pipeline(model, system, plan, i, r, kt, lk, P)
     dp = data_parallel(model, plan, i, r, kt, lk, P)
     opt = optimizer_step(system, plan, i, r, C, O, model)
-    t_cast = _fp8.weight_cast_time(model, plan, system.node.gpu, r, i.layers_per_stage) if r.weight_copies else 0.0
+    t_cast = (_fp8.weight_cast_time(model, plan, system.node.gpu, r, i.layers_per_stage, _context.grad_ranks(plan))
+              if r.weight_copies else 0.0)
     # FP8: the weights' cast follows the step
     time = breakdown(plan, i, kt, pp, dp, opt["t_opt"] + t_cast, bool(model.moe_layers))
     fl = flops(model, plan, tables["sums"])

@@ -35,20 +35,39 @@ def linear_params_gpu(model: ModelSpec, plan: Plan) -> Num:
 def memory(model: ModelSpec, plan: Plan, r: Recipe, l_stage: Num) -> tuple[Num, Num]:
     """(FP8 weight copies, scaling metadata) of a stage's GPU, in bytes.
 
-    Formula: copies = L_stage P_lin,gpu w_copies (1 + 1 B: the FP8 weight and its transpose); metadata =
+    Formula: copies = L_stage P_lin,gpu (w_copies - e 1_param_gather) (1 + 1 B: the FP8 weight and its transpose;
+    with ``fp8_param_gather`` they replace the e-byte bf16 weight, which is not kept); metadata =
     amax_bytes(4 L_stage) (four TE linear modules per layer)
     """
-    copies = l_stage * linear_params_gpu(model, plan) * r.weight_copies
+    kept = r.weight_copies - (r.weights if plan.fp8_param_gather else 0)
+    copies = l_stage * linear_params_gpu(model, plan) * kept
     return copies, _fp8.amax_bytes(4 * l_stage, plan.fp8_scaling)
 
 
-def weight_cast_time(model: ModelSpec, plan: Plan, gpu: GPUSpec, r: Recipe, l_stage: Num) -> Num:
+def weight_cast_time(model: ModelSpec, plan: Plan, gpu: GPUSpec, r: Recipe, l_stage: Num, shard_ranks: Num
+                     ) -> Num:
     """Time of casting a stage's linear weights to FP8 (weight and transpose) once per iteration, HBM-bound.
 
-    Formula: weight_cast_bytes(L_stage P_lin,gpu) / (B_hbm eta_mem)
+    Formula: weight_cast_bytes(L_stage P_lin,gpu) / (B_hbm eta_mem); with ``fp8_param_gather``
+    param_gather_cast_bytes(L_stage P_lin,gpu, d): the fp32 shard cast straight to FP8, then the transposes
     """
-    moved = _fp8.weight_cast_bytes(l_stage * linear_params_gpu(model, plan), plan.fp8_scaling, r.activations)
+    lin = l_stage * linear_params_gpu(model, plan)
+    if plan.fp8_param_gather:
+        moved = _fp8.param_gather_cast_bytes(lin, shard_ranks, plan.fp8_scaling, r.master_weights)
+    else:
+        moved = _fp8.weight_cast_bytes(lin, plan.fp8_scaling, r.activations)
     return _compute.memory_time(moved, gpu.hbm_bandwidth, gpu.efficiency.memory)
+
+
+def gathered_fp8_bytes(model: ModelSpec, plan: Plan, r: Recipe, l_stage: Num) -> Num:
+    """Bytes the ZeRO-1/2 weight all-gather saves per GPU when the linear weights are gathered in FP8.
+
+    Formula: L_stage P_lin,gpu (w_gather - 1) with ``fp8_param_gather`` (1 B per linear weight instead of the
+    w_gather-byte bf16 one), else 0
+    """
+    if not plan.fp8_param_gather:
+        return 0.0
+    return l_stage * linear_params_gpu(model, plan) * (r.weight_gathers - _fp8.FP8_BYTES)
 
 
 def breakdown(layer: dict[str, Any], gpu: GPUSpec, r: Recipe, peak: Num, t_weight_cast: Num, t_iteration: Num

@@ -48,6 +48,8 @@ Symbols:
     elements: elements of the tensor cast to FP8 [count]
     transpose: the cast also writes the FP8 transpose (Hopper's weight-gradient layout) [bool]
     linear_params: linear weights on one GPU (those with FP8 copies) [count]
+    shard_ranks: d, data-parallel ranks sharing the optimizer states (the fp32 master shards) [count]
+    master_bytes: m, bytes of an fp32 master weight [bytes]
     linears: linear layers (TE modules with FP8 metadata) [count]
     history: amax history length (TE ``amax_history_len``) [count]
 """
@@ -58,7 +60,8 @@ from typing import Any
 
 from dse.formulas._array import Num
 
-__all__ = ["SCALINGS", "LINEAR_ROWS", "cast_bytes", "weight_cast_bytes", "amax_bytes", "apply_layer"]
+__all__ = ["SCALINGS", "LINEAR_ROWS", "cast_bytes", "weight_cast_bytes", "param_gather_cast_bytes", "amax_bytes",
+           "apply_layer"]
 
 SCALINGS = ("delayed", "current")
 #: The linear GEMM rows of a layer's kernel table: their GEMMs run in FP8.
@@ -104,6 +107,30 @@ def weight_cast_bytes(linear_params: Num, scaling: str = "delayed", bytes_per_el
     array([6., 6.])
     """
     return cast_bytes(linear_params, scaling, bytes_per_element)
+
+
+def param_gather_cast_bytes(linear_params: Num, shard_ranks: Num, scaling: str = "delayed",
+                            master_bytes: Num = 4) -> Num:
+    """HBM bytes of producing the FP8 linear weights once per iteration when they live in FP8 only.
+
+    Formula: linear_params / d (m + 1 + m_current) + linear_params (1 + 1), m_current = m for current scaling
+    Source: Megatron-LM ``--fp8-param-gather`` (``megatron/core/fp8_utils.py``, ``quantize_param_shard``; set by
+    Megatron-Bridge's FP8 recipes, ``training/mixed_precision.py``): after the step each data-parallel rank casts
+    its fp32 master shard (d = the ranks sharing the optimizer states) straight into the FP8 parameter (read m,
+    write 1; current scaling first reduces the shard's amax: read m), the distributed optimizer all-gathers the
+    FP8 bytes, and Transformer Engine builds each weight's transpose for the backward GEMMs once per iteration
+    (read 1, write 1: Hopper's "TN"-only FP8 tensor cores, as in :func:`cast_bytes`). No bf16 weight is kept.
+
+    Returns:
+        bytes per iteration [bytes]
+
+    >>> param_gather_cast_bytes(202375168, 8) / 1e9   # Llama-2-7B's linear weights of one layer, 8 ranks
+    0.531234816
+    >>> weight_cast_bytes(202375168) / 1e9            # the same weights cast from their bf16 copy
+    0.809500672
+    """
+    current = master_bytes if scaling == "current" else 0
+    return linear_params / shard_ranks * (master_bytes + FP8_BYTES + current) + linear_params * 2 * FP8_BYTES
 
 
 def amax_bytes(linears: Num, scaling: str = "delayed", history: Num = 1024) -> Num:

@@ -34,7 +34,8 @@ OPTIONS = {
     "--use-megatron-fsdp": "flag", "--data-parallel-sharding-strategy": "str", "--overlap-grad-reduce": "flag",
     "--overlap-param-gather": "flag", "--recompute-granularity": "str", "--recompute-activations": "flag",
     "--recompute-method": "str", "--recompute-num-layers": "int", "--bf16": "flag", "--fp16": "flag",
-    "--grad-reduce-in-bf16": "flag", "--optimizer": "str", "--optimizer-cpu-offload": "flag",
+    "--grad-reduce-in-bf16": "flag", "--fp8-format": "str", "--fp8-recipe": "str", "--fp8-param-gather": "flag",
+    "--optimizer": "str", "--optimizer-cpu-offload": "flag",
     "--optimizer-offload-fraction": "float", "--use-flash-attn": "flag", "--attention-backend": "str",
     "--transformer-impl": "str", "--num-layers": "int", "--hidden-size": "int", "--num-attention-heads": "int",
     "--ffn-hidden-size": "int", "--kv-channels": "int", "--group-query-attention": "flag",
@@ -145,6 +146,22 @@ def _parallelism(imp: Imported, get) -> None:
                                   "momentum state per parameter (sgd-momentum)")
 
 
+def _fp8(imp: Imported, get) -> None:
+    """Transformer Engine FP8 (``--fp8-format``, ``--fp8-recipe``, ``--fp8-param-gather``; Megatron-LM
+    ``megatron/training/arguments.py``): precision fp8 on the bf16/fp16 base, delayed or current scaling."""
+    fmt = as_choice(imp.source, "--fp8-format", get("--fp8-format"), ("hybrid", "e4m3"))
+    imp.set("precision", "fp8", "--fp8-format")
+    if fmt == "e4m3":
+        imp.ignore("--fp8-format e4m3", "E4M3 gradients as well: priced as hybrid, 1 B per element either way")
+    recipe = as_choice(imp.source, "--fp8-recipe", get("--fp8-recipe", "delayed"),
+                       ("delayed", "tensorwise", "mxfp8", "blockwise"))
+    imp.set("fp8_scaling", "delayed" if recipe == "delayed" else "current", "--fp8-recipe")
+    if recipe in ("mxfp8", "blockwise"):
+        imp.ignore(f"--fp8-recipe {recipe}", "block scaling is not modelled: priced as per-tensor current scaling")
+    if get("--fp8-param-gather"):
+        imp.set("fp8_param_gather", True, "--fp8-param-gather")
+
+
 def _precision_recompute(imp: Imported, get) -> None:
     if get("--bf16"):
         imp.set("precision", "bf16", "--bf16")
@@ -154,6 +171,8 @@ def _precision_recompute(imp: Imported, get) -> None:
         imp.ignore("precision fp32", "neither --bf16 nor --fp16: fp32 training is not modelled; estimated as bf16")
     if get("--grad-reduce-in-bf16"):
         imp.set("grad_dtype", "half", "--grad-reduce-in-bf16")
+    if get("--fp8-format") is not None:
+        _fp8(imp, get)
     granularity = get("--recompute-granularity")
     if granularity is None and get("--recompute-activations"):
         granularity = "selective"
@@ -313,6 +332,9 @@ def _precision_args(plan, warnings: list[str]) -> str:
         warnings.append("bf16-pure (no fp32 master weights) is not a Megatron-LM option: --bf16 keeps them")
     if plan.grad_dtype == "half" and plan.precision != "bf16-pure":
         out.append("--grad-reduce-in-bf16")
+    if plan.precision == "fp8":
+        out.append("--fp8-format hybrid --fp8-recipe " + ("delayed" if plan.fp8_scaling == "delayed" else "tensorwise")
+                   + " --fp8-param-gather" * plan.fp8_param_gather)
     out.append({"none": "", "selective": "--recompute-granularity selective",
                 "full": "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1"}[
         plan.recompute])

@@ -46,7 +46,8 @@ def header(r: dict) -> str:
     bits = [f"tp {p['tp']}", f"pp {p['pp']}", f"dp {p['dp']}", *([f"ep {p['ep']}"] if p.get("ep", 1) > 1 else []),
             f"micro-batch {p['micro_batch']}",
             f"global batch {p['global_batch']}", f"seq {p['seq_len']}", f"recompute {p['recompute']}",
-            f"{p['attention']} attention", f"ZeRO-{p['zero']}", p["precision"]]
+            f"{p['attention']} attention", f"ZeRO-{p['zero']}",
+            p["precision"] + (" (FP8 weights only)" if p.get("fp8_param_gather") else "")]
     if p.get("cp", 1) > 1:
         bits.insert(1, f"cp {p['cp']}")
     if p.get("stack", "megatron") != "megatron":

@@ -76,6 +76,10 @@ class Plan:
     fp8_scaling: str = spec_field("delayed", choices=FP8_SCALINGS, help="precision fp8's scaling recipe: delayed "
                                   "(amax history; casts fused into the norms and the activation) or current (each "
                                   "tensor's own amax: an extra pass per cast); dse/formulas/fp8.py")
+    fp8_param_gather: bool = spec_field(False, help="precision fp8: the linear weights live in FP8 only (Megatron "
+                                        "--fp8-param-gather, set by Megatron-Bridge's FP8 recipes): no bf16 copy, "
+                                        "the optimizer casts its fp32 shard and the distributed optimizer "
+                                        "all-gathers 1 B per weight; needs ZeRO-1/2; dse/formulas/fp8.py")
     grad_dtype: str | None = spec_field(None, choices=GRAD_DTYPE, help="dtype gradients are accumulated and reduced "
                                         "in; default fp32 for mixed precision, half for bf16-pure")
     optimizer: str = spec_field("adam", choices=OPTIMIZERS)

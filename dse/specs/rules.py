@@ -31,35 +31,12 @@ dse.errors.InputError: plan: --tp 2 does not divide the model's 25 attention hea
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable
-from dataclasses import dataclass
 
-from dse.errors import InputError
+from dse.specs.fp8_rules import FP8_NOT_ON_CHIPLETS, FP8_RULES
 from dse.specs.hardware import GPU_SYSTEM
+from dse.specs.rule import Rule, check, holds
 
-
-@dataclass(frozen=True)
-class Rule:
-    name: str                                  # the search's exclusion reason
-    fields: tuple[str, ...]                    # plan fields, model.<field>, hardware.<field> it concerns
-    ok: Callable                               # (plan, model, system) -> bool or bool array: the rule holds
-    message: Callable[..., str]                # (plan, model, system) -> one line, for a scalar plan that breaks it
-    when: Callable[..., bool] | None = None    # (plan, model, system) -> the rule applies (scalar fields only)
-
-    def applies(self, plan, model, system) -> bool:
-        return self.when is None or bool(self.when(plan, model, system))
-
-
-def holds(rules, plan, model, system) -> dict:
-    """``{rule name: ok}`` for every rule of the table that applies (array-safe in the numeric plan fields)."""
-    return {r.name: r.ok(plan, model, system) for r in rules if r.applies(plan, model, system)}
-
-
-def check(rules, plan, model, system, where: str = "plan") -> None:
-    """Raise :class:`InputError` with the message of the first rule of the table a scalar plan breaks."""
-    for r in rules:   # r.applies inlined: check runs on every scalar estimate
-        if (r.when is None or r.when(plan, model, system)) and not r.ok(plan, model, system):
-            raise InputError(f"{where}: {r.message(plan, model, system)}")
+__all__ = ["Rule", "check", "holds"]
 
 
 def _gpu(s) -> bool:
@@ -358,48 +335,10 @@ FINETUNE_RULES = (
                                  f"yet (model {m.name} has {m.experts} experts); allowed: full"),
 )
 
-# ----------------------------------------------------------------------------- FP8 training (Transformer Engine)
-
-def _fp8(p, m, s) -> bool:
-    return p.precision == "fp8"
-
-
-def _gpu_name(s) -> str:
-    return s.node.gpu.name
-
-
-FP8_RULES = (
-    Rule("fp8 needs FP8 tensor cores and their stated GEMM efficiency",
-         ("precision", "hardware.node.gpu.peak_flops", "hardware.node.gpu.efficiency.gemm_fp8"),
-         when=lambda p, m, s: _fp8(p, m, s) and s is not None,
-         ok=lambda p, m, s: "fp8" in s.node.gpu.peak_flops and s.node.gpu.efficiency.gemm_fp8 is not None,
-         message=lambda p, m, s: f"--precision fp8: GPU '{_gpu_name(s)}' has no FP8 tensor cores (no peak_flops.fp8 "
-                                 "in its spec); allowed precisions: bf16, fp16, bf16-pure"
-                                 if "fp8" not in s.node.gpu.peak_flops else
-                                 f"--precision fp8: GPU '{_gpu_name(s)}' states no efficiency.gemm_fp8 (the share of "
-                                 "its fp8 peak an FP8 GEMM reaches); set it in the GPU spec or with --set "
-                                 "hardware.node.gpu.efficiency.gemm_fp8=0.7"),
-    Rule("fp8 is modelled for full training with Megatron's kernels", ("precision", "finetune", "stack"),
-         when=_fp8, ok=lambda p, m, s: p.finetune == "full" and p.stack == "megatron",
-         message=lambda p, m, s: f"--precision fp8 with --finetune {p.finetune} --stack {p.stack} is not modelled; "
-                                 "allowed: --finetune full --stack megatron (Transformer Engine's layers)"),
-    Rule("fp8 of an MoE model is not modelled", ("precision", "model.experts"),
-         when=_fp8, ok=lambda p, m, s: not m.experts,
-         message=lambda p, m, s: f"--precision fp8: FP8 expert GEMMs are not modelled yet (model {m.name} has "
-                                 f"{m.experts} experts); allowed: bf16, fp16, bf16-pure"),
-    Rule("fp8 with ZeRO-3 or offload is not modelled", ("precision", "zero", "offload_optimizer"),
-         when=_fp8, ok=lambda p, m, s: (p.zero < 3) & (p.offload_optimizer == "gpu"),
-         message=lambda p, m, s: f"--precision fp8 with --zero {p.zero} --offload-optimizer {p.offload_optimizer} is "
-                                 "not modelled; allowed: --zero 0, 1 or 2 with --offload-optimizer gpu"),
-)
 NOT_ON_CHIPLETS = Rule(
     "fine-tuning on chiplet packages is not modelled", ("finetune",), when=lambda p, m, s: p.finetune != "full",
     ok=lambda p, m, s: False,
     message=lambda p, m, s: f"--finetune {p.finetune} is not modelled on chiplet packages; allowed: full")
-
-FP8_NOT_ON_CHIPLETS = Rule(
-    "fp8 on chiplet packages is not modelled", ("precision",), when=_fp8, ok=lambda p, m, s: False,
-    message=lambda p, m, s: "--precision fp8 is not modelled on chiplet packages; allowed: bf16, fp16, bf16-pure")
 
 GPU_SYSTEM_RULES = (*OFFLOAD_RULES, *MODEL_RULES, *CONTEXT_RULES, NO_CHIPLET_FIELDS, *ACTIVATION_OFFLOAD_RULES,
                     *FINETUNE_RULES, *FP8_RULES)

@@ -25,6 +25,7 @@ SUITES = {
     "smart-infinity": "dse.validate.smart_infinity",
     "ssdtrain": "dse.validate.ssdtrain",
     "h100-hf": "dse.validate.h100_hf",
+    "megatron-bridge": "dse.validate.megatron_bridge",
 }
 
 
