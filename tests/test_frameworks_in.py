@@ -179,6 +179,7 @@ def test_torchtitan_llama3_8b(dse):
     plan, out = _plan(dse("estimate", "--from", "torchtitan", TITAN_8B, "--hw", "dgx-h100", "--json"))
     assert out["model"]["name"] == "llama3-8b" and out["imported"]["model"] == "llama3-8b"
     assert (plan["tp"], plan["pp"], plan["dp"], plan["zero"]) == (1, 1, 8, 3)     # FSDP over the node's 8 GPUs
+    assert plan["overlap_grad_reduce"]            # FSDP2 prefetches and overlaps its collectives, always
     assert (plan["micro_batch"], plan["global_batch"], plan["seq_len"]) == (1, 8, 8192)
     assert (plan["recompute"], plan["stack"], plan["attention"], plan["precision"]) == \
         ("selective", "pytorch", "flash", "bf16")

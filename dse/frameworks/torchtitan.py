@@ -12,7 +12,8 @@ is the shape of a file). What maps:
   Interleaved1F1B), ``data_parallel_replicate_degree`` x ``data_parallel_shard_degree`` -> dp (-1: the
   GPUs left over; the TOML does not hold the world size, so: all of the hardware's), FSDP sharding ->
   ZeRO-3 (``fsdp_reshard_after_forward = "never"`` keeps the gathered weights from forward to backward:
-  ZeRO-2's memory and traffic), replication only (DDP) -> ZeRO-0; ``expert_parallel_degree`` -> ep (torchtitan
+  ZeRO-2's memory and traffic), replication only (DDP) -> ZeRO-0; either overlaps its communication with
+  compute (overlap_grad_reduce, always on); ``expert_parallel_degree`` -> ep (torchtitan
   borrows the expert-parallel ranks from the data-parallel ones, as Megatron-Core and dse do);
 - ``[training]``: ``local_batch_size`` (``batch_size`` before 2025) per data-parallel rank and step,
   ``global_batch_size`` (-1: local x dp; more: gradient accumulation), ``seq_len``,
@@ -112,6 +113,10 @@ def _parallelism(imp: Imported, t: Tree) -> None:
         imp.set("zero", 0, f"{p}.data_parallel_shard_degree")
     else:
         imp.set("zero", 2 if reshard == "never" else 3, f"{p}.data_parallel_shard_degree")
+    # FSDP2's fully_shard prefetches the next module's all-gather and overlaps each reduce-scatter with backward;
+    # DDP overlaps its bucketed all-reduce with backward (Li et al. 2020, "PyTorch Distributed", VLDB, sec. 3.2.3):
+    # torchtitan has no switch that turns either off
+    imp.set("overlap_grad_reduce", True, f"{p}.data_parallel_shard_degree")
     if shard != -1:
         imp.set("dp", replicate * shard, f"{p}.data_parallel_replicate_degree x data_parallel_shard_degree")
     if replicate > 1 and shard != 1:
@@ -193,6 +198,9 @@ def emit(model, system, plan) -> tuple[str, list[str]]:
     body += ["[activation_checkpoint]"] + ac
     if plan.attention != "flash":
         warnings.append("math attention: torchtitan runs scaled_dot_product_attention (flash)")
+    if not plan.overlap_grad_reduce and plan.dp > 1:
+        warnings.append("no DP overlap: torchtitan's FSDP2/DDP always overlap their communication with compute "
+                        "(estimate with --set plan.overlap_grad_reduce=true to compare)")
     if plan.stack == "megatron":
         warnings.append("the estimate used the megatron stack; torchtitan runs eager or compiled PyTorch "
                         "(estimate with --stack pytorch or compiled)")
