@@ -60,6 +60,11 @@ REFERENCE = {
                      "(MixtralForCausalLM)"),
     "qwen3-30b-a3b": (30_532_122_624, "Qwen3 model card: 30.5B total, 29.9B non-embedding; transformers 5.24.0 "
                       "meta-device count (Qwen3MoeForCausalLM)"),
+    "gpt-oss-120b": (116_829_156_672, "gpt-oss model card (arXiv 2508.10925) Table 1: 116.83B total; transformers "
+                     "5.24.0 meta-device count (GptOssForCausalLM)"),
+    "llama4-scout": (107_769_861_120, "Llama 4 model card: 109B total with the vision encoder; transformers 5.24.0 "
+                     "meta-device count of the text decoder (Llama4ForCausalLM)"),
+    "gemma3-27b": (27_009_346_304, "transformers 5.24.0 meta-device count of the text decoder (Gemma3ForCausalLM)"),
     # Smart-Infinity's evaluation models, reconstructed from their sizes (see the model files).
     "smart-infinity-gpt2-4.0b": (3_986_552_320, HF_META + " (GPT2LMHeadModel, 49 x 2560, V 50304, 1024 positions)"),
     "smart-infinity-gpt2-8.4b": (8_392_435_200, HF_META + " (GPT2LMHeadModel, 105 x 2560, V 50304, 1024 positions)"),
@@ -70,7 +75,10 @@ REFERENCE = {
 }
 
 # MoE models: parameters a token uses (all but the k-of-E routed experts' unused ones), against the model cards.
-ACTIVE = {"mixtral-8x7b": (12_879_925_248, 12.9e9), "qwen3-30b-a3b": (3_353_032_704, 3.3e9)}
+ACTIVE = {"mixtral-8x7b": (12_879_925_248, 12.9e9), "qwen3-30b-a3b": (3_353_032_704, 3.3e9),
+          # gpt-oss: the model card's 5.13B active excludes the unembedding (201,088 x 2,880 = 579,133,440)
+          "gpt-oss-120b": (5_711_982_912, 5.13e9 + 579_133_440),
+          "llama4-scout": (17_172_894_720, 17.2e9)}   # the card: "17B" (17.17 B)
 
 # Size labels the papers use; the exact counts must round to them (tolerance: the rounding
 # of the label, 1 %). Korthikanti et al. 2022 Table 3, Brown et al. 2020 Table 2.1.
@@ -86,7 +94,7 @@ def parameters(spec) -> int:
         mlp = T.mlp_parameters(spec.hidden, spec.ffn_hidden, spec.ffn_type, spec.bias)
         moe = T.moe_mlp_parameters(spec.hidden, spec.experts, spec.expert_ffn, spec.ffn_type,
                                    shared_experts=spec.shared_experts, shared_ffn=spec.shared_expert_ffn or 0,
-                                   shared_gate=spec.shared_expert_gate)
+                                   shared_gate=spec.shared_expert_gate, bias=spec.bias)
         return dense_parameters(spec) + n * (moe - mlp)
     return dense_parameters(spec)
 
@@ -98,7 +106,7 @@ def dense_parameters(spec) -> int:
         position_embeddings=spec.position_embeddings, token_types=spec.token_types,
         embedding_norm=spec.embedding_norm, tied=spec.tied_embeddings, final_norm=spec.final_norm,
         pooler=spec.pooler, mlm_head=spec.mlm_head, nsp_head=spec.nsp_head, layer_norms=spec.layer_norms,
-        qk_norm=spec.qk_norm))
+        qk_norm=spec.qk_norm and spec.qk_norm_weight)) + (spec.layers * spec.heads if spec.attention_sinks else 0)
 
 
 def run(capsys, *argv) -> tuple[int, str, str]:

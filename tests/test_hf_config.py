@@ -17,6 +17,14 @@ the ``transformers_version`` stamp is left out):
 - Qwen3-30B-A3B: Qwen/Qwen3-30B-A3B (qwen3_moe: 128 experts, top-8, QK-norm, head_dim 128 != hidden / heads)
 - Qwen3-8B: Qwen/Qwen3-8B (qwen3: QK-norm)
 - gemma-2-9b: google/gemma-2-9b (gemma2: GeGLU, head_dim 256, tied, four norms per layer)
+- gpt-oss-120b: openai/gpt-oss-120b (gpt_oss: 128 biased experts, top-4, attention sinks, 128-token window on
+  alternate layers, mxfp4 checkpoint); Llama-4-Scout-17B-16E: meta-llama/Llama-4-Scout-17B-16E (llama4: the
+  text_config read; 16 experts, top-1, a shared expert, chunked attention on 3 of 4 layers), and its text_config as
+  a standalone llama4_text config (Llama-4-Scout-17B-16E-text, the form text-only fine-tunes publish);
+  gemma-3-1b-pt: google/gemma-3-1b-pt (gemma3_text: 5 local layers of 512 per global one, QK-norm);
+  gemma-3-27b-pt: google/gemma-3-27b-pt (gemma3: its text_config). These five are the published configs'
+  architecture fields as written out here from the model pages (Llama 4's as quoted in vLLM issue reports), not
+  downloads; their counts are transformers' own.
 
 REFERENCE below gives each exact count with its source; every one was also
 reproduced by building the transformers class on the meta device
@@ -55,6 +63,13 @@ REFERENCE = {
     "Qwen1.5-MoE-A2.7B": ("qwen2_moe", 14_315_784_192, "model card 14.3B; transformers 5.24.0 meta-device count"),
     "Qwen3-30B-A3B": ("qwen3_moe", 30_532_122_624, "model card 30.5B; transformers 5.24.0 meta-device count"),
     "Qwen3-8B": ("qwen3", 8_190_735_360, "model card 8.2B; transformers 5.24.0 meta-device count"),
+    "gpt-oss-120b": ("gpt_oss", 116_829_156_672, "gpt-oss model card 116.83B; transformers 5.24.0 meta-device count"),
+    "Llama-4-Scout-17B-16E": ("llama4", 107_769_861_120, "its text_config: transformers 5.24.0 meta-device count of "
+                              "Llama4ForCausalLM (the vision encoder is not counted)"),
+    "Llama-4-Scout-17B-16E-text": ("llama4_text", 107_769_861_120, "transformers 5.24.0 meta-device count"),
+    "gemma-3-1b-pt": ("gemma3_text", 999_885_952, "transformers 5.24.0 meta-device count (Gemma3ForCausalLM)"),
+    "gemma-3-27b-pt": ("gemma3", 27_009_346_304, "its text_config: transformers 5.24.0 meta-device count of "
+                       "Gemma3ForCausalLM (the vision tower is not counted)"),
     "gemma-2-9b": ("gemma2", 9_241_705_984, "KerasHub gemma_presets.py gemma2_9b_en params; transformers 5.24.0 "
                    "meta-device count"),
     "bert-large-uncased": ("bert", 335_174_458, "transformers BertForMaskedLM meta-device count; = KerasHub "

@@ -65,25 +65,21 @@ def test_unknown_activation_is_an_error_not_gelu(tmp_path):
         load_model(config(tmp_path, "bert-large-uncased", hidden_act="relu"))
 
 
-def test_sliding_window_shorter_than_the_sequence_is_a_visible_warning(capsys):
+def test_a_sliding_window_shorter_than_the_sequence_is_priced_not_a_warning():
     path = str(FIXTURES / "Mistral-7B-v0.1" / "config.json")              # sliding_window 4096
-    assert dse.estimate(path, "dgx-h100", tp=8)["warnings"] == []          # default seq 4096: the window is all
+    assert dse.estimate(path, "dgx-h100", tp=8)["warnings"] == []
     r = dse.estimate(path, "dgx-h100", tp=8, seq_len=8192)
-    assert len(r["warnings"]) == 1 and "sliding_window 4096 is shorter than the sequence (8192)" in r["warnings"][0]
-    assert "priced as full causal" in r["warnings"][0]
-    code, out, err = run(capsys, "estimate", "--model", path, "--hw", "dgx-h100", "--tp", "8", "--seq-len", "8192",
-                         "--json")
-    assert code == 0 and json.loads(out)["warnings"] == r["warnings"]
-    assert err.startswith("dse: warning: ") and "sliding_window" in err
-    code, out, err = run(capsys, "estimate", "--model", path, "--hw", "dgx-h100", "--tp", "8", "--seq-len", "8192")
-    assert code == 0 and "warning: " in out and "priced as full causal" in " ".join(out.split())
+    full = dse.estimate(path, "dgx-h100", tp=8, seq_len=8192, overrides=["model.sliding_window=8192"])
+    assert r["warnings"] == [] and r["flops"]["model_per_iteration"] < full["flops"]["model_per_iteration"]
 
 
 def test_qwen2_window_applies_only_when_used(tmp_path):
     path = str(FIXTURES / "Qwen2-7B" / "config.json")                     # use_sliding_window false
     assert load_model(path).sliding_window is None
     on = load_model(config(tmp_path, "Qwen2-7B", use_sliding_window=True, sliding_window=2048))
-    assert on.sliding_window == 2048
+    assert on.sliding_window == 2048 and on.attention_layers["sliding"] == 0   # layers >= max_window_layers (28)
+    some = load_model(config(tmp_path, "Qwen2-7B", use_sliding_window=True, sliding_window=2048, max_window_layers=20))
+    assert some.attention_layers == {"full": 20, "sliding": 8, "chunked": 0}
 
 
 @pytest.mark.parametrize("changes, words", [

@@ -283,8 +283,9 @@ def test_moe_keys_on_a_type_that_does_not_read_them_are_still_errors():
         from_hf_config({**mixtral, "kv_lora_rank": 512}, "c.json")
 
 
-def test_gemma2_approximations_are_warnings():
+def test_gemma2_windows_and_soft_capping_are_read_and_priced_not_warnings():
     path = str(FIXTURES / "gemma-2-9b" / "config.json")
-    w = estimate(path, "dgx-h100", tp=8, seq_len=8192)["warnings"]
-    assert any("sliding_window 4096" in x for x in w)
-    assert any("attn_logit_softcapping" in x for x in w) and any("final_logit_softcapping" in x for x in w)
+    assert estimate(path, "dgx-h100", tp=8, seq_len=8192)["warnings"] == []
+    m = catalog.load_model(path)
+    assert (m.attn_softcap, m.logit_softcap, m.embedding_scale) == (50.0, 30.0, True)
+    assert m.attention_layers == {"full": 21, "sliding": 21, "chunked": 0} and m.layer_types[0] == "sliding_attention"

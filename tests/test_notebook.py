@@ -30,12 +30,15 @@ def test_an_estimate_renders_its_numbers_as_tables():
     assert "seq 4096" in html and "defaults: " in html and "global batch 4 = b·dp" in html
 
 
-def test_an_estimate_shows_its_warnings_escaped():
+def test_an_estimate_shows_its_warnings_escaped(tmp_path):
+    import json
     from pathlib import Path
 
-    path = str(Path(__file__).parent / "fixtures" / "hf" / "Mistral-7B-v0.1" / "config.json")
-    html = dse.estimate(path, "dgx-h100", tp=8, seq_len=8192)._repr_html_()
-    assert "<b>warning:</b>" in html and "sliding_window 4096 is shorter than the sequence (8192)" in html
+    cfg = json.loads((Path(__file__).parent / "fixtures" / "hf" / "Mistral-7B-v0.1" / "config.json").read_text())
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**cfg, "quantization_config": {"quant_method": "<gptq>"}}))
+    html = dse.estimate(str(path), "dgx-h100", tp=8, seq_len=8192)._repr_html_()
+    assert "<b>warning:</b>" in html and "quantization_config (&lt;gptq&gt;) is not modelled" in html
 
 
 def test_an_array_estimate_renders_one_row_per_scenario():

@@ -174,7 +174,7 @@ def estimate(
 
         trace.rows.extend(composition_rows(result))
     result["defaults"] = filled_defaults(m, s, p, data)
-    result["warnings"] = input_warnings(m, p)
+    result["warnings"] = input_warnings(m, p, s)
     if html:
         _write_html(html, result)
     if json_out:

@@ -274,7 +274,7 @@ def estimate(model: Any, hardware: Any, plan: Any = None, *, overrides: Any = ()
     p = make_plan(m, s, data)
     r = Estimate(run(m, s, p, trace=trace))
     r["defaults"] = filled_defaults(m, s, p, data)
-    r["warnings"] = input_warnings(m, p)
+    r["warnings"] = input_warnings(m, p, s)
     return r
 
 

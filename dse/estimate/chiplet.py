@@ -90,7 +90,7 @@ def work(model: ModelSpec, plan: Plan, e: Num, M: Formulas) -> dict[str, Any]:
 
         raise InputError(f"model {model.name}: Mixture-of-Experts models are not modelled on chiplet packages "
                          "(experts: GPU systems only)")
-    norms = {"layer_norms": model.layer_norms, "qk_norm": model.qk_norm}
+    norms = {"layer_norms": model.layer_norms, "qk_norm": model.qk_norm and model.qk_norm_weight}
     B, s = batch_of(plan)
     b = plan.micro_batch
     m = B / b

@@ -50,8 +50,14 @@ def split_attention(layer: dict[str, Any], model: Any, plan: Any, e: Num, P: Any
     causal = model.architecture == "decoder"
     row = dict(layer["attention"])
     f = P.context_parallel_attention_flops(s, b, a_loc, model.head_dim, cp, causal)
-    row.update(flops=f, executed=f, executed_backward=P.context_parallel_attention_flops(
-        s, b, a_loc, model.head_dim, cp, causal, backward=True))
+    f_b = P.context_parallel_attention_flops(s, b, a_loc, model.head_dim, cp, causal, backward=True)
+    from dse.estimate.table_inputs import attention_shares  # (table_inputs imports this module)
+
+    share, executed = attention_shares(model, plan, getattr(plan, "stack", "megatron"))
+    if share is not None:   # sliding-window / chunked layers: the windowed work, balanced over the ranks
+        row.update(flops=f * 2 * share, executed=f * 2 * executed, executed_backward=f_b * 2 * executed)
+    else:
+        row.update(flops=f, executed=f, executed_backward=f_b)
     row["cp_kv"] = P.context_parallel_kv_bytes(s, b, model.kv_heads * model.head_dim / t, cp, e)
     return {**layer, "attention": row}
 

@@ -95,17 +95,20 @@ def line(defaults: Defaults) -> str:
     return "defaults: " + ", ".join(bits) if bits else ""
 
 
-def input_warnings(model: Any, plan: Any) -> list[str]:
+def input_warnings(model: Any, plan: Any, system: Any = None) -> list[str]:
     """What the estimate prices approximately because the model has it and dse does not model it.
 
     The notes of the model's source (:attr:`~dse.specs.model.ModelSpec.unmodelled`, e.g. a ``config.json``'s
-    quantization), and a sliding attention window shorter than the sequence: each token attends to at most
-    ``window`` keys (Beltagy et al. 2020, arXiv 2004.05150; Mistral 7B, arXiv 2310.06825 §2), fewer FLOPs than
-    the full causal attention the estimate prices (an upper bound on attention time and FLOPs).
+    quantization). Sliding-window and chunked attention are priced on GPU systems (docs/attention.md); a chiplet
+    package's attention is full causal, so a window or chunk shorter than the sequence is a warning there.
     """
     out = list(model.unmodelled)
-    w = model.sliding_window
-    if w is not None and w < plan.seq_len:
-        out.append(f"{model.name}: sliding_window {w} is shorter than the sequence ({plan.seq_len}); attention is "
-                   "priced as full causal (the window is not modelled)")
+    if system is not None and getattr(system, "kind", GPU_SYSTEM) != GPU_SYSTEM:
+        n = model.attention_layers
+        short = [f"{name} {v}" for name, v, k in (("sliding_window", model.sliding_window, "sliding"),
+                                                 ("attention_chunk", model.attention_chunk, "chunked"))
+                 if n[k] and v < plan.seq_len]
+        if short:
+            out.append(f"{model.name}: {', '.join(short)} shorter than the sequence ({plan.seq_len}); a chiplet "
+                       "package's attention is priced as full causal (an upper bound)")
     return out

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from dse.estimate import context as _context, frozen as _frozen
-from dse.estimate.table_inputs import moe_options, stack_inputs, stack_spec
+from dse.estimate.table_inputs import attention_shares, moe_options, stack_inputs, stack_spec
 from dse.formulas import compute as _compute, kernels as _kernels, parallelism as _parallelism, stacks as _stacks
 from dse.formulas._array import Num, maximum, where
 from dse.formulas.precision import Recipe, peak_flops, recipe_of
@@ -225,12 +225,15 @@ def kernel_tables(model: ModelSpec, plan: Plan, r: Recipe, K: Module = _kernels)
     h = model.hidden
     dropout = model.dropout > 0
     ops, size, choices = stack_inputs(model, plan, stack)
+    share, executed = attention_shares(model, plan, stack)   # sliding-window / chunked layers (None: all full)
     opts = dict(tp=t, sequence_parallel=sp, recompute=plan.recompute, attention=plan.attention,
                 ffn_type=model.ffn_type, norm=model.norm, position=model.position, dropout=dropout,
                 causal=model.architecture == "decoder", bytes_per_element=e, comm_bytes_per_element=comm, stack=ops,
                 stack_sizes=size, stack_choices=choices, grad_bytes=r.gradients, layer_norms=model.layer_norms,
                 qk_norm=model.qk_norm, finetune=_frozen.kernel_inputs(model, plan), fp8=fp8,
                 softmax_fallback=stack == "megatron")
+    if share is not None:
+        opts.update(attention_share=share, executed_share=executed)
     shape = (s, b, h, model.heads, model.kv_heads, model.head_dim, model.ffn_hidden)
     n_moe = model.moe_layers
     layer = K.layer_kernels(*shape, **opts, moe=moe_options(model, getattr(plan, "ep", 1)) if n_moe else None)
@@ -241,8 +244,8 @@ def kernel_tables(model: ModelSpec, plan: Plan, r: Recipe, K: Module = _kernels)
     head = K.head_kernels(s, b, h, model.vocab, tp=t, sequence_parallel=sp, norm=model.norm,
                           final_norm=model.final_norm, bytes_per_element=e, logits_bytes=logits)
     if ops:
-        embedding = _stacks.apply_embedding(embedding, ops, size, bytes_per_element=e)
-        head = _stacks.apply_head(head, ops, size, bytes_per_element=e)
+        embedding = _stacks.apply_embedding(embedding, ops, size, bytes_per_element=e, choices=choices)
+        head = _stacks.apply_head(head, ops, size, bytes_per_element=e, choices=choices)
         if not stack_spec(stack).pads_vocab:    # an unpadded vocabulary: the LM-head GEMM's n may be unaligned
             head["lm_head"] = {**head["lm_head"], "aligned": _stacks.aligned(head["lm_head"]["n"], e)}
     if plan.finetune != "full":   # the LM head's weight and the embedding table are frozen too

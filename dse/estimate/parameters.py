@@ -41,9 +41,10 @@ def layer_counts(model: ModelSpec, T: FormulaModule = _transformer) -> Section:
     token uses of an MoE layer), their replicated parts ``dense_rep``, ``moe_rep``, the routed experts' parameters of
     an MoE layer ``moe_experts`` and ``moe_layers``."""
     h = model.hidden
-    norms = {"layer_norms": model.layer_norms, "qk_norm": model.qk_norm}
+    norms = {"layer_norms": model.layer_norms, "qk_norm": model.qk_norm and model.qk_norm_weight}
     dense = T.layer_parameters(h, model.heads, model.kv_heads, model.head_dim, model.ffn_hidden, model.ffn_type,
-                               model.norm, model.bias, model.qkv_bias, **norms)
+                               model.norm, model.bias, model.qkv_bias, **norms,
+                               **({"sinks": True} if model.attention_sinks else {}))
     dense_rep = T.layer_parameters_replicated(h, model.ffn_type, model.norm, model.bias, head_dim=model.head_dim,
                                               **norms)
     out = {"dense": dense, "dense_rep": dense_rep, "moe": dense, "moe_active": dense, "moe_rep": dense_rep,
@@ -52,13 +53,14 @@ def layer_counts(model: ModelSpec, T: FormulaModule = _transformer) -> Section:
         E, k = model.experts, model.experts_per_token
         attn = dense - T.mlp_parameters(h, model.ffn_hidden, model.ffn_type, model.bias)
         moe = dict(shared_experts=model.shared_experts, shared_ffn=model.shared_expert_ffn or 0,
-                   shared_gate=model.shared_expert_gate)
+                   shared_gate=model.shared_expert_gate, **({"bias": True} if model.bias else {}))
         out["moe"] = attn + T.moe_mlp_parameters(h, E, model.expert_ffn, model.ffn_type, **moe)
         out["moe_active"] = attn + T.moe_mlp_parameters(h, E, model.expert_ffn, model.ffn_type, routed=k, **moe)
         out["moe_experts"] = (T.moe_mlp_parameters(h, E, model.expert_ffn, model.ffn_type, **moe)
                               - T.moe_mlp_parameters(h, E, model.expert_ffn, model.ffn_type, routed=0, **moe))
         out["moe_rep"] = (dense_rep - (h if model.bias else 0)
-                          + T.moe_mlp_parameters_replicated(h, E, model.shared_expert_gate))
+                          + T.moe_mlp_parameters_replicated(h, E, model.shared_expert_gate,
+                                                            **({"bias": True} if model.bias else {})))
     return out
 
 

@@ -1,5 +1,6 @@
-"""What a layer's kernel table is built from besides its shapes: a software stack's ops, sizes and choices, and
-the MoE options (:func:`dse.estimate.kernel_table.kernel_tables` reads them)."""
+"""What a layer's kernel table is built from besides its shapes: a software stack's ops, sizes and choices, the
+MoE options and the attention's share of the score matrix (:func:`dse.estimate.kernel_table.kernel_tables` reads
+them)."""
 
 from __future__ import annotations
 
@@ -52,5 +53,34 @@ def stack_inputs(model: ModelSpec, plan: Plan, stack: str) -> tuple[Any, Any, An
     choices = {"attention": plan.attention, "recompute": plan.recompute, "bias": bool(model.bias),
                "dropout": model.dropout > 0, "qkv": model.qkv_projection, "grouped": kv < model.heads,
                "scale_query": model.scale_query, "rotary": model.position == "rotary",
-               "frozen": plan.finetune != "full"}
+               "frozen": plan.finetune != "full", "softcap": model.attn_softcap is not None,
+               "logit_softcap": model.logit_softcap is not None, "embedding_scale": model.embedding_scale}
     return ops, size, choices
+
+
+def attention_shares(model: ModelSpec, plan: Plan, stack: str) -> tuple[Any, Any]:
+    """(model share, executed share) of the s x s score matrix per layer (:func:`dse.formulas.transformer.
+    attention_share`), or (None, None) where every layer is full causal attention over the whole sequence.
+
+    The model's share (its FLOPs, what MFU counts) is the windowed work; the flash kernel executes it where the
+    stack's kernel skips the tiles outside the window (``flash_window``: Megatron / Transformer Engine
+    ``window_size``), else the whole matrix of each windowed layer (SDPA with an explicit mask: pytorch, compiled).
+    Eager (math) attention always computes the whole matrix: its GEMMs' shapes set its time.
+    """
+    n = model.attention_layers
+    if model.architecture != "decoder" or n["full"] == model.layers:
+        return None, None
+    s: Any = plan.seq_len                     # the window counts positions of the whole sequence (cp: global)
+    w, c = model.sliding_window, model.attention_chunk
+    if not ((n["sliding"] and _below(w, s)) or (n["chunked"] and _below(c, s))):
+        return None, None
+    from dse.formulas import transformer as T
+
+    share = T.attention_share(s, n["full"], n["sliding"], n["chunked"], w, c)
+    skips = stack == "megatron" or stack_spec(stack).flash_window
+    return share, (share if skips else T.attention_share(s, n["full"], n["sliding"], n["chunked"], w, c, skips=False))
+
+
+def _below(x: Any, s: Any) -> bool:
+    """Some sequence length of ``s`` (a number or an array of them) is longer than ``x``."""
+    return bool(x < s) if isinstance(s, (int, float)) else bool((x < s).any())

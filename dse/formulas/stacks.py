@@ -162,7 +162,7 @@ def apply_layer(table: Table, ops: dict[str, Op], size: Sizes, choices: dict[str
     ``norm``; the residual adds: ``residual``; ``activation``; ``rotary``); the attention core's saved bytes and its
     copies from ``flash`` or ``math`` (eager attention's dropout: ``score_dropout``); added rows (``dropout``,
     ``kv_copy``, ``kv_repeat``, ``qkv_inputs``, ``qkv_grads``, ``rotary_grads``, ``query_scale``, ``bias_grads``,
-    ``grad_accumulate``) where enabled
+    ``grad_accumulate``, eager attention's logit soft-capping ``softcap``) where enabled
     Source: the framework's op trace, as recorded in the stack file (stacks/*.yaml).
 
     GEMM rows keep their shapes and what they save (their inputs); fc2's input is counted by ``activation``. An MoE
@@ -209,18 +209,21 @@ def apply_layer(table: Table, ops: dict[str, Op], size: Sizes, choices: dict[str
         else:
             out[name] = row
     for name in ("dropout", "kv_copy", "kv_repeat", "qkv_inputs", "qkv_grads", "rotary_grads", "query_scale",
-                 "bias_grads", "grad_accumulate"):
+                 "bias_grads", "grad_accumulate", "softcap"):
         if name in ops and _enabled(ops[name], choices):
             out[name] = _elementwise(ops[name], size, e, g)
+            if name == "softcap":         # part of the attention core: selective recompute runs it again
+                out[name]["selective"] = True
     return out
 
 
-def apply_head(table: Table, ops: dict[str, Op], size: Sizes, *, bytes_per_element: Num = 2) -> Table:
+def apply_head(table: Table, ops: dict[str, Op], size: Sizes, *, bytes_per_element: Num = 2,
+               choices: dict[str, Any] | None = None) -> Table:
     """The output side's table with a stack's final norm and loss (the loss adds what is live beside it).
 
     Formula: final_norm and loss rows' bytes, kernels and saved bytes from the stack; the loss row's
     ``transient``: tensors live at the start of the backward pass beside everything saved (the gradient of the
-    log-softmax output and its input gradient)
+    log-softmax output and its input gradient); the final-logit soft-capping ``logit_softcap`` where enabled
     Source: the framework's op trace (stacks/*.yaml); PyTorch's log_softmax/nll_loss autograd formulas.
 
     Returns:
@@ -239,14 +242,18 @@ def apply_head(table: Table, ops: dict[str, Op], size: Sizes, *, bytes_per_eleme
     if "loss" in ops:
         loss = _elementwise(ops["loss"], size, e, e)
         loss["transient"] = amount(ops["loss"].get("transient", {}), size, e, e)
+        if "logit_softcap" in ops and _enabled(ops["logit_softcap"], choices or {}):
+            out["logit_softcap"] = _elementwise(ops["logit_softcap"], size, e, e)
         out["loss"] = loss
     return out
 
 
-def apply_embedding(table: Table, ops: dict[str, Op], size: Sizes, *, bytes_per_element: Num = 2) -> Table:
+def apply_embedding(table: Table, ops: dict[str, Op], size: Sizes, *, bytes_per_element: Num = 2,
+                    choices: dict[str, Any] | None = None) -> Table:
     """The input side's table with a stack's embedding kernels (time; the saved token ids stay as counted).
 
-    Formula: the embedding row's bytes and kernels from the stack's ``embedding`` op
+    Formula: the embedding row's bytes and kernels from the stack's ``embedding`` op; the scale by sqrt(h)
+    ``embedding_scale`` (Gemma) where enabled
     Source: the framework's op trace (stacks/*.yaml).
 
     Returns:
@@ -262,6 +269,8 @@ def apply_embedding(table: Table, ops: dict[str, Op], size: Sizes, *, bytes_per_
     if "embedding" in ops and "embedding" in out:
         out["embedding"] = _elementwise(ops["embedding"], size, bytes_per_element, bytes_per_element,
                                         saved=out["embedding"]["saved"])
+    if "embedding_scale" in ops and _enabled(ops["embedding_scale"], choices or {}):
+        out["embedding_scale"] = _elementwise(ops["embedding_scale"], size, bytes_per_element, bytes_per_element)
     return out
 
 

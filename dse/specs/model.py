@@ -28,6 +28,8 @@ ARCHITECTURES = ("decoder", "encoder")
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_tanh", "relu", "silu")
 QKV_PROJECTIONS = ("fused", "separate")
 SOFTMAX_DTYPES = ("activation", "fp32")
+#: The attention of a layer, as Hugging Face configs' ``layer_types`` name it (docs/attention.md).
+LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention")
 #: The default training sequence length when the model states none: a training length, not the longest context
 #: the positions support (32,768 for Mistral-7B, 131,072 for Llama 3.1 and 1,024,000 for Mistral-NeMo are the
 #: context-extension limits; pre-training runs at 4,096 (Llama 2, Touvron et al. 2023, arXiv 2307.09288, §2.2)
@@ -76,9 +78,28 @@ class ModelSpec:
     pooler: bool = spec_field(False, help="BERT pooler (h x h dense)")
     mlm_head: bool = spec_field(False, help="BERT masked-LM transform (dense + norm + output bias)")
     nsp_head: bool = spec_field(False, help="BERT next-sentence classifier (h x 2)")
-    sliding_window: int | None = spec_field(None, gt=0, help="attention window in tokens (Mistral, Qwen2, Gemma 2); "
-                                            "not modelled: attention is priced as full causal, with a warning when "
-                                            "the window is shorter than the sequence")
+    sliding_window: int | None = spec_field(None, gt=0, help="attention window in tokens of the sliding-window "
+                                            "layers (Mistral: every layer; Gemma 2/3, gpt-oss: the "
+                                            "sliding_attention layers of layer_types): query i attends to "
+                                            "min(i+1, window) keys (docs/attention.md)")
+    attention_chunk: int | None = spec_field(None, gt=0, help="chunk of the chunked_attention layers in tokens "
+                                             "(Llama 4 attention_chunk_size): a query attends to the keys of its "
+                                             "own chunk up to itself")
+    layer_types: tuple[str, ...] = spec_field((), choices=LAYER_TYPES,
+                                              help="attention of each layer, as Hugging Face's layer_types names it "
+                                                   "(one per layer); empty: sliding_attention everywhere when "
+                                                   "sliding_window is set, else full_attention")
+    attn_softcap: float | None = spec_field(None, gt=0, help="attention-logit soft-capping c: scores -> c tanh(scores "
+                                            "/ c) (Gemma 2 attn_logit_softcapping); eager attention's extra passes")
+    logit_softcap: float | None = spec_field(None, gt=0, help="final-logit soft-capping c (Gemma 2 "
+                                             "final_logit_softcapping): three element-wise passes over the logits "
+                                             "in an eager stack")
+    embedding_scale: bool = spec_field(False, help="the embeddings are multiplied by sqrt(h) by a kernel of their "
+                                                   "own (Gemma): an eager stack's extra pass")
+    attention_sinks: bool = spec_field(False, help="a learned sink logit per head joins each softmax (gpt-oss): "
+                                                   "a parameters per layer")
+    qk_norm_weight: bool = spec_field(True, help="the QK-norm has a weight over head_dim (RMSNorm: Qwen3, Gemma 3); "
+                                                 "false: Llama 4's L2 norm without parameters")
     unmodelled: tuple[str, ...] = spec_field((), help="architecture details of the source read but not modelled "
                                              "(the config.json reader fills it); each is a warning with every "
                                              "estimate")
@@ -118,6 +139,7 @@ class ModelSpec:
         if self.ffn_type in ("swiglu", "geglu") and self.ffn_hidden is None:
             raise InputError(f"{where}: ffn_hidden is required when ffn_type is {self.ffn_type}")
         self._check_experts(where)
+        self._check_layer_types(where)
         table = self.position_embeddings or self.max_seq_len
         if self.seq_len is not None and self.position == "learned" and self.seq_len > table:
             raise InputError(f"{where}: seq_len {self.seq_len} exceeds the learned position table ({table})")
@@ -158,6 +180,23 @@ class ModelSpec:
         if m * (self.experts // g) < (self.experts_per_token or 0):
             raise InputError(f"{where}: experts_per_token ({self.experts_per_token}) exceeds the experts of "
                              f"expert_groups_per_token ({m}) groups of {self.experts // g}")
+
+    def _check_layer_types(self, where: str) -> None:
+        types = self.layer_types
+        if types and len(types) != self.layers:
+            raise InputError(f"{where}: layer_types has {len(types)} entries; it needs one per layer ({self.layers})")
+        if "sliding_attention" in types and self.sliding_window is None:
+            raise InputError(f"{where}: layer_types has sliding_attention layers; set sliding_window")
+        if "chunked_attention" in types and self.attention_chunk is None:
+            raise InputError(f"{where}: layer_types has chunked_attention layers; set attention_chunk")
+        if self.attention_chunk is not None and "chunked_attention" not in types:
+            raise InputError(f"{where}: attention_chunk needs chunked_attention layers in layer_types")
+
+    @property
+    def attention_layers(self) -> dict[str, int]:
+        """Layers of each attention kind: ``full``, ``sliding`` and ``chunked`` (:data:`LAYER_TYPES`)."""
+        types = self.layer_types or (("sliding_attention" if self.sliding_window else "full_attention"),) * self.layers
+        return {kind.split("_")[0]: types.count(kind) for kind in LAYER_TYPES}
 
     @property
     def moe(self) -> bool:

@@ -25,13 +25,14 @@ ENTRIES: dict[str, tuple[str, ...] | None] = {
     "rotary": None, "flash": ("fused", "separate"), "math": ("activation", "fp32"), "dropout": None,
     "score_dropout": None, "kv_copy": ("fused", "separate"), "kv_repeat": None, "qkv_inputs": None, "qkv_grads": None,
     "rotary_grads": None, "query_scale": None, "bias_grads": None, "grad_accumulate": None, "embedding": None,
-    "final_norm": None, "loss": None}
+    "final_norm": None, "loss": None, "softcap": None, "logit_softcap": None, "embedding_scale": None}
 #: Which model property picks an entry's variant (an entry without variants applies as written).
 VARIANT_OF = {"norm": "norm", "activation": "activation", "flash": "qkv", "kv_copy": "qkv", "math": "softmax"}
 _OP_KEYS = ("forward", "backward", "saved", "packed", "transient", "when", "frozen")
 _CHOICES = {"attention": ("flash", "math"), "recompute": ("none", "selective", "full"), "bias": (True, False),
             "dropout": (True, False), "qkv": ("fused", "separate"), "grouped": (True, False),
-            "scale_query": (True, False), "rotary": (True, False), "frozen": (True, False)}
+            "scale_query": (True, False), "rotary": (True, False), "frozen": (True, False),
+            "softcap": (True, False), "logit_softcap": (True, False), "embedding_scale": (True, False)}
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,7 @@ class StackSpec:
     source: str = ""
     dispatch: float = 0.0          # host time per kernel launched [s]; 0: the GPU spec's layer_overhead floor
     pads_vocab: bool = True        # the LM head's vocabulary is padded to an aligned size (Megatron: 128 t)
+    flash_window: bool = True      # its flash kernel skips the tiles outside a sliding window or chunk (false: masks)
     rows: dict = field(default_factory=dict)
 
     def ops(self, norm: str, activation: str, qkv: str = "fused", softmax: str = "activation") -> dict:
@@ -119,7 +121,7 @@ def parse(data: dict, where: str) -> StackSpec:
     """A :class:`StackSpec` from a stack file's mapping; a bad entry is a one-line :class:`InputError`."""
     from dse.units import parse as parse_unit
 
-    allowed = ("name", "title", "source", "dispatch", "pads_vocab", "rows")
+    allowed = ("name", "title", "source", "dispatch", "pads_vocab", "flash_window", "rows")
     for key in data:
         if key not in allowed:
             raise InputError(f"{where}: unknown field '{key}'; allowed: {', '.join(allowed)}")
@@ -146,7 +148,8 @@ def parse(data: dict, where: str) -> StackSpec:
     return StackSpec(name=str(data.get("name", "")), title=str(data.get("title", "")),
                      source=str(data.get("source", "")),
                      dispatch=parse_unit(dispatch, "s", f"{where}.dispatch") if dispatch else 0.0,
-                     pads_vocab=bool(data.get("pads_vocab", True)), rows=_freeze(rows))
+                     pads_vocab=bool(data.get("pads_vocab", True)),
+                     flash_window=bool(data.get("flash_window", True)), rows=_freeze(rows))
 
 
 class _FrozenDict(dict):

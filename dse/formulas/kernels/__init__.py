@@ -71,6 +71,10 @@ Symbols:
     layer_norms: norms per layer (2 pre-LN; 4 Gemma 2) [count]
     qk_norm: an RMSNorm of each query and key head (Qwen3) [bool]
     moe: the MoE MLP's keyword arguments (experts, experts_per_token, expert_ffn, ...); None: a dense MLP [dict]
+    attention_share: the share of the s x s score matrix the model's attention computes, mean over the layers
+        (transformer.attention_share; None: 1/2 causal, 1 bidirectional) [fraction]
+    executed_share: the share a flash kernel executes (None: attention_share; SDPA's explicit window mask: the
+        whole matrix of each windowed layer) [fraction]
     experts: E, routed experts of an MoE layer [count]
     experts_per_token: k, routed experts each token runs (top-k) [count]
     expert_ffn: F_e, FFN inner size of a routed expert [count]

@@ -84,7 +84,8 @@ def layer_kernels(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: N
                   stack_choices: dict[str, Any] | None = None,
                   grad_bytes: Num = 2, finetune: dict[str, Any] | None = None, fp8: str | None = None,
                   layer_norms: int = 2, qk_norm: bool = False, moe: dict[str, Any] | None = None,
-                  softmax_fallback: bool = False) -> Table:
+                  softmax_fallback: bool = False, attention_share: Num | None = None,
+                  executed_share: Num | None = None) -> Table:
     """The kernels of one transformer layer on one GPU for one micro-batch (Megatron-LM's fused kernels).
 
     Formula: T = s b, r = 1/t with SP (else 1); GEMMs QKV (T, h, (a+2kv)d/t), out (T, a d/t, h), fc1 (T, h, n_g F/t),
@@ -117,6 +118,9 @@ def layer_kernels(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: N
     matrix, as the flash kernel executes it (FlashAttention-2, Dao 2023, arXiv 2307.08691 §4.1: "with causal
     mask, we divide the FLOPs count by 2"); math attention's GEMMs still execute the whole matrix (their time
     and :func:`executed_flops` use m, k, n), so the model's FLOPs and its time count attention alike.
+    ``attention_share`` (sliding-window and chunked layers, :func:`dse.formulas.transformer.attention_share`; None:
+    1/2 causal, else 1) replaces that half: the model's attention FLOPs are 4 s^2 b a d share / t; a flash kernel
+    executes ``executed_share`` of the matrix (None: the same; 1 for a windowed layer under SDPA's explicit mask).
 
     Returns:
         kernel name -> row (see the module docstring) [dict]
@@ -167,7 +171,9 @@ def layer_kernels(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: N
                         "saved": (e * head_dim + 4) * tok * (hd_q + hd_kv) / head_dim}
     if rotary:
         t["rotary"] = {"kind": "elementwise", "bytes": 2 * e * tok * (hd_q + hd_kv), "saved": 0}
-    half = 0.5 if causal else 1          # a causal mask leaves half of the score matrix to compute
+    half: Num = 0.5 if causal else 1     # a causal mask leaves half of the score matrix to compute
+    if attention_share is not None:      # sliding-window / chunked layers: the mean share over the layers
+        half = attention_share
     attn_flops = 4 * s * s * b * a_loc * head_dim * half
     if math:
         batch = b * a_loc
@@ -185,11 +191,15 @@ def layer_kernels(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: N
                         "flops": 2 * s * s * head_dim * batch * half}
     else:
         lse = 0 if selective else 4 * tok * a_loc
-        t["attention"] = {"kind": "flash", "class": "attention", "flops": attn_flops,
-                          "executed": _compute.flash_attention_flops(s, b, a_loc, head_dim, causal),
-                          "executed_backward": _compute.flash_attention_flops(s, b, a_loc, head_dim, causal,
-                                                                              backward=True),
-                          "saved": qkv_kept + lse, "selective": True}
+        if attention_share is None:
+            run = _compute.flash_attention_flops(s, b, a_loc, head_dim, causal)
+            run_b = _compute.flash_attention_flops(s, b, a_loc, head_dim, causal, backward=True)
+        else:
+            ran = attention_share if executed_share is None else executed_share
+            run = _compute.flash_attention_flops(s, b, a_loc, head_dim, False) * ran
+            run_b = _compute.flash_attention_flops(s, b, a_loc, head_dim, False, backward=True) * ran
+        t["attention"] = {"kind": "flash", "class": "attention", "flops": attn_flops, "executed": run,
+                          "executed_backward": run_b, "saved": qkv_kept + lse, "selective": True}
     t["out"] = {"kind": "gemm", "m": tok, "k": hd_q, "n": h, "batch": 1, "split": "row", "saved": e * tok * hd_q,
                 "flops": 2 * tok * hd_q * h}
     t["attn_allreduce"] = {"kind": "collective", "op": "allreduce", "group": "tp", "comm": msg, "pass": "forward",

@@ -39,6 +39,8 @@ Symbols:
     layer_norms: norms per layer (2 pre-LN; 4 Gemma 2: also after the attention and the MLP) [count]
     qk_norm: an RMSNorm of each query and key head over d (Qwen3) [bool]
     experts: E, routed experts of an MoE layer [count]
+    window: w, sliding attention window in tokens [count]
+    chunk: c, attention chunk in tokens (Llama 4) [count]
     shared_gate: a sigmoid gate (h x 1) on the shared experts' output (Qwen2-MoE) [bool]
 """
 
@@ -55,6 +57,8 @@ from dse.formulas.transformer.activations import (
 )
 from dse.formulas.transformer.flops import (
     attention_flops_per_token,
+    attention_pairs,
+    attention_share,
     layer_gemm_flops_per_token,
     logits_flops_per_token,
     model_flops,
@@ -82,6 +86,6 @@ __all__ = ["GATED_FFN", "norm_parameters", "ffn_matrices", "mlp_parameters", "la
            "layer_parameters_replicated", "moe_layer_count", "router_parameters", "moe_mlp_parameters",
            "moe_mlp_parameters_replicated",
            "embedding_parameters", "head_parameters", "parameter_count", "layer_gemm_flops_per_token",
-           "attention_flops_per_token", "logits_flops_per_token", "model_flops", "recompute_flops",
+           "attention_flops_per_token", "attention_pairs", "attention_share", "logits_flops_per_token", "model_flops", "recompute_flops",
            "activation_terms", "activation_bytes_per_layer", "recompute_working_bytes", "backward_working_bytes",
            "head_activation_bytes", "embedding_activation_bytes", "interleave_factor"]

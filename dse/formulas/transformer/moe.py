@@ -46,12 +46,17 @@ def moe_layer_count(layers: int, first_dense: int = 0, step: int = 1, dense_laye
     return sum(1 for i in range(first_dense, layers) if (i + 1) % step == 0 and i not in dense)
 
 
-def router_parameters(h: Num, experts: Num) -> Num:
-    """Parameters of the router: one linear h -> E without bias; none for a single expert (nothing to route).
+def router_parameters(h: Num, experts: Num, bias: bool = False) -> Num:
+    """Parameters of the router: one linear h -> E (with a bias: gpt-oss); none for a single expert (nothing to
+    route).
 
-    Formula: E h for E > 1, else 0 (one expert is the dense MLP: a softmax over one expert is 1)
+    Formula: E h (+ E with a bias) for E > 1, else 0 (one expert is the dense MLP: a softmax over one expert is 1)
     Source: Fedus et al. 2021 (Switch Transformer, arXiv 2101.03961) §2.1 (router weights W_r); Hugging Face
-    MixtralSparseMoeBlock.gate = nn.Linear(hidden_size, num_local_experts, bias=False).
+    MixtralSparseMoeBlock.gate = nn.Linear(hidden_size, num_local_experts, bias=False); GptOssTopKRouter (weight
+    E x h and bias E).
+
+    Args:
+        bias: the router has a bias (gpt-oss) [bool]
 
     Returns:
         parameters [count]
@@ -59,19 +64,21 @@ def router_parameters(h: Num, experts: Num) -> Num:
     >>> router_parameters(4096, 8), router_parameters(4096, 1)   # Mixtral 8x7B; one expert
     (32768, 0)
     """
-    return where(experts > 1, experts * h, 0)
+    return where(experts > 1, experts * (h + 1) if bias else experts * h, 0)
 
 
 def moe_mlp_parameters(h: Num, experts: Num, expert_ffn: Num, ffn_type: str = "swiglu", *, shared_experts: Num = 0,
-                       shared_ffn: Num = 0, shared_gate: bool = False, routed: Num | None = None) -> Num:
+                       shared_ffn: Num = 0, shared_gate: bool = False, routed: Num | None = None,
+                       bias: bool = False) -> Num:
     """Parameters of the MLP of one MoE layer: the router, the routed experts (all, or those a token runs) and the
     shared experts.
 
     Formula: E h + n_r n_m h F_e + S n_m h F_s + (h if the shared experts are gated); n_r = E (total) or k (active
-    per token: ``routed``); n_m = 3 gated, 2 otherwise
+    per token: ``routed``); n_m = 3 gated, 2 otherwise; with biases (gpt-oss) + E (router) + n_r ((n_m - 1) F_e + h)
     Source: Hugging Face MixtralSparseMoeBlock, Qwen2MoeSparseMoeBlock (shared_expert, shared_expert_gate),
-    Qwen3MoeSparseMoeBlock, DeepseekV3MoE (shared_experts: one MLP of n_shared_experts x moe_intermediate_size);
-    no biases in any of them.
+    Qwen3MoeSparseMoeBlock, DeepseekV3MoE (shared_experts: one MLP of n_shared_experts x moe_intermediate_size),
+    Llama4TextMoe (one shared expert of intermediate_size); no biases in any of them. GptOssMLP: a router with a
+    bias and experts with biases (gate_up_proj_bias E x 2 F_e, down_proj_bias E x h).
 
     Args:
         experts: E, routed experts [count]
@@ -80,6 +87,7 @@ def moe_mlp_parameters(h: Num, experts: Num, expert_ffn: Num, ffn_type: str = "s
         shared_ffn: F_s, inner size of one shared expert [count]
         shared_gate: a sigmoid gate h -> 1 on the shared experts' output (Qwen2-MoE) [bool]
         routed: n_r, routed experts counted (None: all E; k: the parameters a token uses) [count]
+        bias: the router and the routed experts have biases (gpt-oss) [bool]
     Returns:
         parameters [count]
 
@@ -90,11 +98,12 @@ def moe_mlp_parameters(h: Num, experts: Num, expert_ffn: Num, ffn_type: str = "s
     """
     n = experts if routed is None else routed
     m = ffn_matrices(ffn_type)
-    return (router_parameters(h, experts) + n * m * h * expert_ffn + shared_experts * m * h * shared_ffn
+    per_expert = m * h * expert_ffn + (((m - 1) * expert_ffn + h) if bias else 0)
+    return (router_parameters(h, experts, bias) + n * per_expert + shared_experts * m * h * shared_ffn
             + (h if shared_gate else 0))
 
 
-def moe_mlp_parameters_replicated(h: Num, experts: Num, shared_gate: bool = False) -> Num:
+def moe_mlp_parameters_replicated(h: Num, experts: Num, shared_gate: bool = False, bias: bool = False) -> Num:
     """Parameters of an MoE MLP that tensor parallelism does not split: the router (and the shared experts' gate).
 
     Formula: E h (+ h)
@@ -107,4 +116,4 @@ def moe_mlp_parameters_replicated(h: Num, experts: Num, shared_gate: bool = Fals
     >>> moe_mlp_parameters_replicated(2048, 60, shared_gate=True)   # Qwen1.5-MoE-A2.7B
     124928
     """
-    return router_parameters(h, experts) + (h if shared_gate else 0)
+    return router_parameters(h, experts, bias) + (h if shared_gate else 0)

@@ -62,18 +62,21 @@ def mlp_parameters(h: Num, ffn: Num, ffn_type: str = "gelu", bias: bool = True) 
 
 def layer_parameters(h: Num, heads: Num, kv_heads: Num, head_dim: Num, ffn: Num, ffn_type: str = "gelu",
                      norm: str = "layernorm", bias: bool = True, qkv_bias: bool | None = None, *,
-                     layer_norms: int = 2, qk_norm: bool = False) -> Num:
+                     layer_norms: int = 2, qk_norm: bool = False, sinks: bool = False) -> Num:
     """Parameters of one transformer layer (attention + MLP + its norms).
 
-    Formula: h(a+2kv)d + a d h + n_m h F + biases + n_norm norm (+ 2d with QK-norm); n_m = 3 gated, 2 otherwise
+    Formula: h(a+2kv)d + a d h + n_m h F + biases + n_norm norm (+ 2d with QK-norm) (+ a attention sinks); n_m = 3
+    gated, 2 otherwise
     Source: Narayanan et al. 2021 (arXiv 2104.04473) Eq. 2 without the embedding term: 12h^2 + 13h for GPT
     (kv = a, d = h/a, F = 4h, biases, LayerNorm); Megatron-LM theoretical_memory_usage.py for GQA and SwiGLU;
     Hugging Face Gemma2DecoderLayer (n_norm = 4: input, post-attention, pre- and post-feedforward RMSNorms) and
-    Qwen3Attention (q_norm, k_norm: RMSNorm over head_dim, shared by the heads).
+    Qwen3Attention (q_norm, k_norm: RMSNorm over head_dim, shared by the heads); GptOssAttention (``sinks``: one
+    learned logit per head, Xiao et al. 2023, arXiv 2309.17453).
 
     Args:
         layer_norms: n_norm, norms per layer (2 pre-LN; 4 Gemma 2) [count]
         qk_norm: an RMSNorm of each query and key head (Qwen3) [bool]
+        sinks: a learned attention-sink logit per head (gpt-oss) [bool]
 
     Returns:
         parameters [count]
@@ -93,7 +96,8 @@ def layer_parameters(h: Num, heads: Num, kv_heads: Num, head_dim: Num, ffn: Num,
     if bias:
         biases = biases + h  # out-proj; the MLP's biases are in mlp_parameters
     qk = 2 * head_dim if qk_norm else 0
-    return attn + mlp_parameters(h, ffn, ffn_type, bias) + biases + layer_norms * norm_parameters(h, norm) + qk
+    sink = heads if sinks else 0
+    return attn + mlp_parameters(h, ffn, ffn_type, bias) + biases + layer_norms * norm_parameters(h, norm) + qk + sink
 
 
 def layer_parameters_replicated(h: Num, ffn_type: str = "gelu", norm: str = "layernorm", bias: bool = True, *,

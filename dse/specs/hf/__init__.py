@@ -3,7 +3,8 @@
 No network and no ``transformers`` package: the field names of each supported
 ``model_type`` are mapped by hand, following the configuration classes'
 documented defaults (GPT2Config, LlamaConfig, MistralConfig, Qwen2Config,
-OPTConfig, BertConfig, MixtralConfig, Qwen2MoeConfig, Qwen3Config, Qwen3MoeConfig, Gemma2Config).
+OPTConfig, BertConfig, MixtralConfig, Qwen2MoeConfig, Qwen3Config, Qwen3MoeConfig, Gemma2Config, Gemma3TextConfig,
+GptOssConfig, Llama4TextConfig).
 How each family's modules are written where it changes an eager stack's kernels
 (``qkv_projection``, ``softmax_dtype``) follows the modeling files of Transformers 5.24: GPT-2's fused
 ``c_attn``, the separate ``q_proj``/``k_proj``/``v_proj`` (``query``/``key``/``value``) of the others, and the
@@ -19,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from dse.errors import InputError
-from dse.specs.hf import classic, llama_like
+from dse.specs.hf import classic, gemma3, gpt_oss, llama4, llama_like
 from dse.specs.hf.common import MOE_KEYS, UNMODELLED, Get, get, notes, refuse_unmodelled
 
 __all__ = ["MOE_KEYS", "READERS", "SUPPORTED", "UNMODELLED", "from_hf_config"]
@@ -28,6 +29,8 @@ __all__ = ["MOE_KEYS", "READERS", "SUPPORTED", "UNMODELLED", "from_hf_config"]
 READERS: dict[str, Callable[[dict, str, str, str, Get], dict]] = {
     "gpt2": classic.gpt2, "opt": classic.opt, "bert": classic.bert,
     **dict.fromkeys(llama_like.TYPES, llama_like.read),
+    **dict.fromkeys(gemma3.TYPES, gemma3.read), **dict.fromkeys(gpt_oss.TYPES, gpt_oss.read),
+    **dict.fromkeys(llama4.TYPES, llama4.read),
 }
 SUPPORTED = tuple(READERS)
 
@@ -37,7 +40,7 @@ def from_hf_config(cfg: dict, where: str, default_name: str = "hf-model") -> dic
 
     A key that changes the architecture and is not modelled is an error (:data:`UNMODELLED`) or, where the
     estimate prices it approximately, a note in the spec's ``unmodelled`` (reported as a warning with every
-    estimate; a ``sliding_window`` shorter than the sequence is one, see :mod:`dse.estimate.defaults`).
+    estimate, see :mod:`dse.estimate.defaults`).
     """
     if not isinstance(cfg, dict):
         raise InputError(f"{where}: expected a JSON object")

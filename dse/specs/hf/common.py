@@ -29,7 +29,9 @@ UNMODELLED = {
 MOE_KEYS = {"mixtral": ("num_local_experts", "num_experts_per_tok"),
             "qwen2_moe": ("num_experts", "num_experts_per_tok", "moe_intermediate_size",
                           "shared_expert_intermediate_size"),
-            "qwen3_moe": ("num_experts", "num_experts_per_tok", "moe_intermediate_size")}
+            "qwen3_moe": ("num_experts", "num_experts_per_tok", "moe_intermediate_size"),
+            "gpt_oss": ("num_local_experts", "num_experts_per_tok"),
+            "llama4_text": ("num_local_experts", "num_experts_per_tok")}
 #: Transformers' activation_function names -> the model spec's activation (how the framework writes it).
 _ACTIVATIONS = {"gelu_new": "gelu_new", "gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu",
                 "silu": "silu", "swish": "silu"}
@@ -81,12 +83,52 @@ def notes(cfg: dict, mt: str) -> list[str]:
         if cfg.get(key):
             out.append(f"{key}: true is not modelled: attention and MLP priced as sequential blocks "
                          "(same FLOPs and parameters)")
-    if mt == "gemma2":   # Gemma2Config defaults: 50 and 30
-        for key, default in (("attn_logit_softcapping", 50.0), ("final_logit_softcapping", 30.0)):
-            if cfg.get(key, default):
-                out.append(f"{key} is not modelled: the element-wise tanh cap is not priced")
     pos = cfg.get("position_embedding_type", "absolute")
     if mt == "bert" and pos not in (None, "absolute"):
         out.append(f"position_embedding_type {pos!r} is not modelled: priced as absolute positions (the "
                      "relative-distance table and its score term are not counted)")
     return out
+
+
+def layer_types(cfg: dict, layers: int, where: str, default=None) -> list[str] | None:
+    """The attention of each layer: the config's ``layer_types`` as written, else ``default(i, cfg)`` (true: a
+    sliding_attention layer) as the configuration class fills it in, else None (every layer alike).
+
+    A list of the wrong length or with an unknown kind is an error naming ``layer_types``.
+    """
+    from dse.specs.model import LAYER_TYPES
+
+    types = cfg.get("layer_types")
+    if types is None:
+        if default is None:
+            return None
+        return ["sliding_attention" if default(i, cfg) else "full_attention" for i in range(layers)]
+    if not isinstance(types, list) or len(types) != layers:
+        n = len(types) if isinstance(types, list) else "not a list"
+        raise InputError(f"{where}: layer_types has {n} entries; it needs one per layer ({layers})")
+    bad = [t for t in types if t not in LAYER_TYPES]
+    if bad:
+        raise InputError(f"{where}: layer_types {bad[0]!r} is not modelled; allowed: {', '.join(LAYER_TYPES)}")
+    return list(types)
+
+
+def text_config(cfg: dict, mt: str, multimodal: str, text_type: str, where: str, g: Get) -> tuple[dict, Get]:
+    """The config and field lookup a text-decoder reader reads: a multimodal config's (``mt`` == ``multimodal``:
+    Gemma 3, Llama 4) ``text_config`` as a config of ``text_type``, its unmodelled keys refused; else ``cfg``
+    and ``g`` as they are. A missing text_config is an error naming it."""
+    if mt != multimodal:
+        return cfg, g
+    text = cfg.get("text_config")
+    if not isinstance(text, dict):
+        raise InputError(f"{where}: missing field 'text_config' for model_type {mt!r}")
+    text = {**text, "model_type": text_type}
+    refuse_unmodelled(text, where)
+    return text, lambda k, d=None, req=False: get(text, k, where, d, req)
+
+
+def expect(g: Get, key: str, default: str, where: str, mt: str) -> None:
+    """An error naming ``key`` unless the config's ``key`` (``default`` when unset) is ``default``: the one
+    activation a family's reader models."""
+    value = str(g(key, default))
+    if value != default:
+        raise InputError(f"{where}: {key} {value!r} is not supported for {mt} (expected {default})")

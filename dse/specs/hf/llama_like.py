@@ -5,7 +5,7 @@ Llama, Mistral, Qwen2, Qwen3, Gemma 2 and the MoE variants Mixtral, Qwen2-MoE an
 from __future__ import annotations
 
 from dse.errors import InputError
-from dse.specs.hf.common import Get
+from dse.specs.hf.common import Get, layer_types
 
 #: The model_types this module reads.
 TYPES = ("llama", "mistral", "qwen2", "mixtral", "qwen2_moe", "qwen3", "qwen3_moe", "gemma2")
@@ -17,7 +17,23 @@ def read(cfg: dict, mt: str, where: str, name: str, g: Get) -> dict:
     window = _sliding_window(cfg, mt)
     if window:
         out["sliding_window"] = window
+        types = layer_types(cfg, out["layers"], where, _DEFAULT_TYPES.get(mt))
+        if types is not None:
+            out["layer_types"] = types
+    if mt == "gemma2":   # Gemma2Config defaults: attention 50, final logits 30 (null: off)
+        out.update(attn_softcap=cfg.get("attn_logit_softcapping", 50.0),
+                   logit_softcap=cfg.get("final_logit_softcapping", 30.0), embedding_scale=True)
     return out
+
+
+#: The configuration classes' default layer_types (Transformers 5.24) of the families whose windows are per layer;
+#: the others (Mistral, Mixtral, Qwen3-MoE) window every layer. i: the layer index, c: the config.
+_DEFAULT_TYPES = {
+    "gemma2": lambda i, c: (i + 1) % 2,
+    "qwen2": lambda i, c: i >= c.get("max_window_layers", 28),
+    "qwen3": lambda i, c: i >= c.get("max_window_layers", 28),
+    "qwen2_moe": lambda i, c: (i + 1) % 2 and i < c.get("max_window_layers", 28),
+}
 
 
 def _llama_like(cfg: dict, mt: str, where: str, name: str, g: Get) -> dict:
