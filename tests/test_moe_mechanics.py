@@ -4,12 +4,17 @@ moves across nodes and over NVLink, counted on simulated routings."""
 from __future__ import annotations
 
 import itertools
+import json
+import math
 from fractions import Fraction
 
 import numpy as np
 import pytest
 
-from dse.formulas import parallelism as P
+from dse.cli import main
+from dse.errors import InputError
+from dse.estimate import estimate
+from dse.formulas import parallelism as P, transformer as T_
 
 
 def _enumerated_nodes(E: int, k: int, N: int, G: int, M: int) -> Fraction:
@@ -96,3 +101,168 @@ def test_group_limits_cut_the_network_bytes():
     limited = P.internode_share(256, 8, 8, 8, 4)
     assert limited < free
     assert P.internode_share(256, 8, 8, 8, 1) == pytest.approx(7 / 8 / 8, rel=1e-12)   # one node a token
+
+
+# ----------------------------------------------------------------------------------------- capacity, dropped tokens
+
+
+def _exact_dropped(T: int, E: int, k: int, C: float) -> float:
+    """E[(X - a)+] / mu for X ~ Binomial(T, k/E), a = ceil(C T k / E): the exact sum."""
+    p, mu = k / E, T * k / E
+    a = math.ceil(C * mu)
+    log = math.log
+    total = sum((x - a) * math.exp(math.lgamma(T + 1) - math.lgamma(x + 1) - math.lgamma(T - x + 1) + x * log(p)
+                                   + (T - x) * log(1 - p)) for x in range(a + 1, T + 1))
+    return total / mu
+
+
+@pytest.mark.parametrize("T, E, k, C", [(4096, 8, 2, 1.0), (4096, 8, 2, 1.05), (4096, 128, 8, 1.0),
+                                        (16384, 128, 8, 1.1), (512, 64, 6, 1.0), (2048, 64, 6, 1.25)])
+def test_dropped_fraction_matches_the_exact_binomial_sum(T, E, k, C):
+    exact = _exact_dropped(T, E, k, C)
+    got = T_.dropped_token_fraction(T, E, k, C)
+    assert got == pytest.approx(exact, rel=0.05, abs=2e-5)     # the normal approximation, tail included
+
+
+def test_dropped_fraction_matches_simulated_routing():
+    rng = np.random.default_rng(1)
+    T, E, k, C = 1024, 16, 2, 1.0
+    cap = math.ceil(C * T * k / E)
+    dropped = 0
+    trials = 200
+    for _ in range(trials):
+        picks = np.argsort(rng.random((T, E)), axis=1)[:, :k]          # k distinct experts per token, uniform
+        load = np.bincount(picks.ravel(), minlength=E)
+        dropped += np.maximum(load - cap, 0).sum()
+    assert dropped / (trials * T * k) == pytest.approx(T_.dropped_token_fraction(T, E, k, C), rel=0.05)
+
+
+def test_a_skewed_expert_drops_at_least_its_excess():
+    assert T_.dropped_token_fraction(4096, 8, 2, 1.0, imbalance=1.5) == pytest.approx(0.5 / 8)
+    arr = T_.dropped_token_fraction(np.array([1024, 4096]), 8, 2, np.array([1.0, 2.0]))
+    assert arr[0] > 0 and arr[1] == pytest.approx(0.0, abs=1e-12)
+
+
+def _expert_rows(**plan):
+    from dse.estimate import load, make_plan
+    from dse.estimate.kernel_table import kernel_tables
+    from dse.formulas.precision import recipe_of
+
+    m, s, data = load("mixtral-8x7b", "dgx-h100", None, ["model.expert_imbalance=1.5"], **plan)
+    p = make_plan(m, s, data)
+    return kernel_tables(m, p, recipe_of(p))["layer"]
+
+
+def test_capacity_caps_the_busiest_expert_and_padding_fills_every_expert():
+    tok, k, E = 4096, 2, 8
+    free = _expert_rows(tp=1, dp=8, ep=8)
+    capped = _expert_rows(tp=1, dp=8, ep=8, expert_capacity=1.25)
+    padded = _expert_rows(tp=1, dp=8, ep=8, expert_capacity=1.25, pad_to_capacity=True)
+    assert free["expert_fc1"]["m"] == 1.5 * tok * k * 8 / E                 # imbalance 1.5 sets the time
+    assert capped["expert_fc1"]["m"] == 1.25 * tok * k * 8 / E              # ... capped at C
+    assert padded["expert_fc1"]["m"] == 1.25 * tok * k * 8 / E
+    assert capped["ep_dispatch"]["comm"] == free["ep_dispatch"]["comm"]
+    assert padded["ep_dispatch"]["comm"] == 1.25 * free["ep_dispatch"]["comm"]   # the padded buffers travel
+    assert padded["expert_fc1"]["saved"] == 1.25 * free["expert_fc1"]["saved"]
+    assert capped["expert_fc1"]["flops"] == free["expert_fc1"]["flops"]         # model FLOPs: unchanged
+
+
+def test_the_estimate_reports_dropped_tokens(capsys):
+    r = estimate("mixtral-8x7b", "dgx-h100", tp=1, dp=8, ep=8, recompute="full",
+                 overrides=["plan.expert_capacity=1.0"])
+    assert r["model"]["dropped_tokens"] == pytest.approx(T_.dropped_token_fraction(4096, 8, 2, 1.0))
+    assert "dropped_tokens" not in estimate("mixtral-8x7b", "dgx-h100", tp=8, recompute="full")["model"]
+    slow = estimate("mixtral-8x7b", "dgx-h100", tp=1, dp=8, ep=8, recompute="full",
+                    overrides=["model.expert_imbalance=1.5"])
+    capped = estimate("mixtral-8x7b", "dgx-h100", tp=1, dp=8, ep=8, recompute="full",
+                      overrides=["model.expert_imbalance=1.5", "plan.expert_capacity=1.0"])
+    assert capped["time"]["iteration"] < slow["time"]["iteration"]
+    assert capped["model"]["dropped_tokens"] == pytest.approx(0.5 / 8)
+    arr = estimate("mixtral-8x7b", "dgx-h100", tp=1, dp=8, ep=8, recompute="full", expert_capacity=[1.0, 1.25],
+                   overrides=["model.expert_imbalance=1.5"])      # a numpy column of capacities: one per scenario
+    assert np.asarray(arr["time"]["iteration"]).ravel()[0] == pytest.approx(capped["time"]["iteration"], rel=1e-9)
+    assert np.asarray(arr["model"]["dropped_tokens"]).ravel() == pytest.approx([0.5 / 8, 0.25 / 8])
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--model", "llama2-7b", "--set", "plan.expert_capacity=1.0"], "a capacity factor needs an MoE model"),
+    (["--model", "mixtral-8x7b", "--set", "plan.pad_to_capacity=true"], "needs plan.expert_capacity"),
+    (["--model", "mixtral-8x7b", "--from", "megatron", "--num-experts 16"],
+     "--num-experts: 16, but model mixtral-8x7b has experts 8"),
+    (["--model", "llama2-7b", "--from", "megatron", "--num-experts 8"], "model llama2-7b has experts 0"),
+    (["--model", "mixtral-8x7b", "--from", "megatron", "--num-experts 8 --moe-router-topk 4"],
+     "--moe-router-topk: 4, but model mixtral-8x7b has experts_per_token 2"),
+    (["--model", "mixtral-8x7b", "--from", "megatron", "--moe-expert-capacity-factor -1"],
+     "--moe-expert-capacity-factor"),
+])
+def test_bad_capacity_and_megatron_moe_arguments(capsys, argv, message):
+    assert main(["estimate", "--hw", "dgx-h100", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
+
+
+def test_megatron_reads_and_writes_the_moe_arguments(capsys, tmp_path):
+    argv = ["estimate", "--model", "qwen3-30b-a3b", "--hw", "h100-cluster", "--tp", "1", "--dp", "16", "--ep", "16",
+            "--set", "plan.expert_capacity=1.5", "--set", "plan.pad_to_capacity=true",
+            "--set", "model.expert_groups=8", "--set", "model.expert_groups_per_token=4", "--emit", "megatron"]
+    assert main(argv) == 0
+    script = capsys.readouterr().out
+    assert "--moe-token-dispatcher-type flex --moe-enable-deepep" in script           # 16 ranks over 2 nodes
+    assert "--moe-expert-capacity-factor 1.5 --moe-pad-expert-input-to-capacity" in script
+    path = tmp_path / "run.sh"
+    path.write_text(script)
+    assert main(["estimate", "--hw", "h100-cluster", "--json", "--from", "megatron", str(path)]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert (r["plan"]["expert_capacity"], r["plan"]["pad_to_capacity"], r["plan"]["ep"]) == (1.5, True, 16)
+    qk_norms = 48 * 2 * 128          # Megatron's reader ignores --qk-layernorm (its own warning says so)
+    assert (r["model"]["params"], r["model"]["active_params"]) == (30_532_122_624 - qk_norms,
+                                                                    3_353_032_704 - qk_norms)
+    assert (r["model"]["experts"], r["model"]["experts_per_token"]) == (128, 8)
+    # the same --num-experts as the --model: accepted
+    assert main(["estimate", "--model", "mixtral-8x7b", "--hw", "dgx-h100", "--json", "--from", "megatron",
+                 "--num-experts 8 --moe-router-topk 2"]) == 0
+    capsys.readouterr()
+
+
+def test_moe_layer_freq_patterns():
+    from dse.frameworks.megatron_moe import layer_pattern
+
+    assert layer_pattern("s", "1", 4) == [1, 1, 1, 1]
+    assert layer_pattern("s", "2", 4) == [1, 0, 1, 0]                       # Megatron: i % n == 0
+    assert layer_pattern("s", "'([0]*3+[1]*2)'", 5) == [0, 0, 0, 1, 1]
+    assert layer_pattern("s", "[0, 1, 0, 1]", 4) == [0, 1, 0, 1]
+    assert layer_pattern("s", "([1]*3+[0]*1)*3", 12) == [1, 1, 1, 0] * 3              # Megatron's README example
+    for bad in ("__import__('os')", "[2]*4", "[0]*3"):
+        with pytest.raises(InputError, match="--moe-layer-freq"):
+            layer_pattern("s", bad, 4)
+
+
+# ----------------------------------------------------------------------------------------- search
+
+
+def test_search_excludes_invalid_ep_and_reruns_with_the_ep_flag(cli):
+    from pathlib import Path
+
+    space = Path(__file__).resolve().parent.parent / "examples" / "spaces" / "moe-expert-parallel.yaml"
+    rc, out, err = cli("search", "--space", space, "--engine", "exhaustive", "--json", "-", "-q")
+    assert rc == 0, err
+    res = json.loads(out)
+    excluded = res["excluded"]
+    assert excluded["ep does not divide the experts"] == 4          # ep 16 with each of the 4 tp
+    assert excluded["ep does not divide dp"] == 3                   # ep 4 at tp 8 (dp 2), ep 8 at tp 4 and 8
+    assert all(t["params"]["plan.ep"] != 16 for t in res["trials"] if t.get("valid", True))
+    rc, out, err = cli("search", "--space", space, "--engine", "exhaustive", "--top", "1", "-q")
+    cmd = out.strip().splitlines()[-1]
+    assert " --ep 8" in cmd and "plan.ep" not in cmd
+    rc, js, _ = cli(*cmd.split()[1:], "--json")
+    assert json.loads(js)["plan"]["ep"] == 8
+
+
+def test_expert_parallelism_composes_with_context_parallelism():
+    """The MoE layers of a cp rank run its s/cp tokens: the dispatch and combine carry 1/cp of the bytes."""
+    runs = [estimate("mixtral-8x7b", "h100-cluster", tp=1, dp=8, ep=8, cp=cp, seq_len=32768, recompute="full")
+            for cp in (1, 2, 4)]
+    for cp, r in zip((1, 2, 4), runs):
+        assert r["traffic"]["ep"] == pytest.approx(runs[0]["traffic"]["ep"] / cp, rel=1e-12)
+        assert r["parallelism"]["gpus"] == 8 * cp
+    assert runs[2]["memory"]["gpu"]["total"] < runs[1]["memory"]["gpu"]["total"] < runs[0]["memory"]["gpu"]["total"]

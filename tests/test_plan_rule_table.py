@@ -44,6 +44,8 @@ WITNESSES = {
     "expert parallelism with storage offload is not modelled": ("mixtral-8x7b", (), DRIVES,
                                                                 {"ep": 2, "dp": 2, "zero": 3,
                                                                  "offload_optimizer": "cpu"}),
+    "expert capacity needs an MoE model": ("llama2-7b", (), GPU, {"expert_capacity": 1.25}),
+    "pad_to_capacity needs expert_capacity": ("mixtral-8x7b", (), GPU, {"pad_to_capacity": True}),
     "pp exceeds the layers": ("llama2-70b", (), GPU, {"pp": 81}),
     "interleaving needs virtual_stages >= 2": ("llama2-70b", (), GPU, {"schedule": "interleaved", "pp": 2}),
     "pp x virtual_stages exceeds the layers": ("llama2-70b", (), GPU,

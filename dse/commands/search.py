@@ -16,7 +16,7 @@ def search(
     model: Optional[str] = typer.Option(None, "--model", "-m",
                                         help="model (catalog name or file); overrides the space's"),
     hw: Optional[str] = typer.Option(None, "--hw", help="hardware system; overrides the space's"),
-    gpus: Optional[int] = typer.Option(None, "--gpus", min=1, help="total GPUs; dp = gpus / (tp x pp)"),
+    gpus: Optional[int] = typer.Option(None, "--gpus", min=1, help="total GPUs; dp = gpus / (tp x pp x cp)"),
     global_batch: Optional[int] = typer.Option(None, "--global-batch", "-B", min=1,
                                                help="sequences per iteration (flag space default: >= 512, a "
                                                     "multiple of --gpus)"),

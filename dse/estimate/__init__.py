@@ -139,6 +139,8 @@ def numbers(model: ModelSpec, system: SystemSpec, plan: Plan, *, trace: Trace | 
     if model.experts:   # an MoE model: what a token uses, and its experts
         r["model"].update(active_params=c["params_active"], experts=model.experts,
                           experts_per_token=model.experts_per_token, moe_layers=model.moe_layers)
+        if plan.expert_capacity is not None:   # a capacity factor: the routed copies its experts drop
+            r["model"]["dropped_tokens"] = _dropped(model, plan)
     r["parallelism"] = {"gpus": c["gpus"], "nodes": c["nodes"], "micro_batches": c["micro_batches"],
                         "layers_per_stage": c["layers_per_stage"], "params_per_gpu": c["params_per_gpu"]}
     r["peak_flops_per_gpu"] = c["peak_flops"]
@@ -151,6 +153,18 @@ def numbers(model: ModelSpec, system: SystemSpec, plan: Plan, *, trace: Trace | 
                      "nodes": system.nodes}
     r["plan"] = vars(plan).copy()   # plan fields are scalars: a shallow copy is the whole plan
     return r, list(c.get("extra_violations", []))
+
+
+def _dropped(model: ModelSpec, plan: Plan) -> Any:
+    """:func:`dse.formulas.transformer.dropped_token_fraction` of the tokens a GPU's router sees per micro-batch."""
+    from dse.estimate.context import local_seq
+    from dse.formulas.transformer import dropped_token_fraction
+
+    tokens = local_seq(plan) * plan.micro_batch / (plan.tp if plan.sequence_parallel else 1)
+    k: Any = model.experts_per_token           # set on an MoE model, and the capacity on this plan
+    capacity: Any = plan.expert_capacity
+    out = dropped_token_fraction(tokens, model.experts, k, capacity, model.expert_imbalance)
+    return float(out) if getattr(out, "ndim", 0) == 0 else out     # an array of capacities: one per scenario
 
 
 def verdict(r: Result, system: SystemSpec, plan: Plan, extra: Iterable[str] = ()) -> tuple[bool, list[str], str]:

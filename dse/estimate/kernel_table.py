@@ -212,7 +212,8 @@ def kernel_tables(model: ModelSpec, plan: Plan, r: Recipe, K: Module = _kernels)
     fp8 = plan.fp8_scaling if r.gemm_dtype == "fp8" else None     # FP8 linear layers (dse.formulas.fp8)
     key = None
     if K is _kernels:                      # not when traced: the trace records every formula call
-        key = (id(model), s, plan.cp, b, t, getattr(plan, "ep", 1), sp, plan.recompute, plan.attention, e, comm,
+        key = (id(model), s, plan.cp, b, t, getattr(plan, "ep", 1), getattr(plan, "expert_capacity", None),
+               getattr(plan, "pad_to_capacity", False), sp, plan.recompute, plan.attention, e, comm,
                logits, stack, r.gradients,
                plan.finetune, plan.lora_rank, plan.lora_targets, plan.quantization, fp8,
                *map(K.__getattribute__, _FORMULAS))
@@ -236,7 +237,7 @@ def kernel_tables(model: ModelSpec, plan: Plan, r: Recipe, K: Module = _kernels)
         opts.update(attention_share=share, executed_share=executed)
     shape = (s, b, h, model.heads, model.kv_heads, model.head_dim, model.ffn_hidden)
     n_moe = model.moe_layers
-    layer = K.layer_kernels(*shape, **opts, moe=moe_options(model, getattr(plan, "ep", 1)) if n_moe else None)
+    layer = K.layer_kernels(*shape, **opts, moe=moe_options(model, plan) if n_moe else None)
     dense = K.layer_kernels(*shape, **opts) if 0 < n_moe < model.layers else None
     layer, dense = _context.split_tables(layer, dense, model, plan, e)   # cp: attention over the whole sequence
     embedding = K.embedding_kernels(s, b, h, tp=t, sequence_parallel=sp, dropout=dropout, position=model.position,

@@ -10,17 +10,18 @@ from dse.estimate import context as _context
 from dse.formulas import stacks as _stacks
 
 if TYPE_CHECKING:
-    from dse.formulas._array import Num
     from dse.specs.model import ModelSpec
     from dse.specs.plan import Plan
     from dse.specs.stack import StackSpec
 
 
-def moe_options(model: ModelSpec, ep: Num = 1) -> dict[str, Any]:
+def moe_options(model: ModelSpec, plan: Plan) -> dict[str, Any]:
     """The MoE keyword arguments of :func:`dse.formulas.kernels.layer_kernels` (``moe``) of an MoE model."""
     return {"experts": model.experts, "experts_per_token": model.experts_per_token, "expert_ffn": model.expert_ffn,
             "shared_experts": model.shared_experts, "shared_ffn": model.shared_expert_ffn or 0,
-            "shared_gate": model.shared_expert_gate, "imbalance": model.expert_imbalance, "ep": ep}
+            "shared_gate": model.shared_expert_gate, "imbalance": model.expert_imbalance,
+            "ep": getattr(plan, "ep", 1), "capacity": getattr(plan, "expert_capacity", None),
+            "pad": getattr(plan, "pad_to_capacity", False)}
 
 
 def stack_spec(name: str) -> StackSpec:

@@ -102,6 +102,11 @@ def apply(imp: Imported, *, model: Any, model_given: bool, hw: Any, overrides=()
     overridden = _overridden(imp, explicit, overrides)
     ref = _model(imp, model, model_given, overridden, notes)
     m, s, data = load(ref, hw, None, overrides, **{**imp.plan, **explicit})
+    for field, (value, key) in imp.expect.items():   # e.g. Megatron's --num-experts beside a --model
+        have = getattr(m, field) or (0 if field == "experts" else None)
+        if have != value:
+            raise bad(imp.source, key, f"{value}, but model {m.name} has {field} {have}; estimate a model with "
+                                       "them (--model), or leave the argument out")
     if s.kind != GPU_SYSTEM:
         raise InputError(f"--from {imp.framework}: {s.name} is a {s.kind}; framework configs describe GPU systems")
     _fill(imp, m, s, data, explicit, notes)

@@ -48,6 +48,8 @@ class Imported:
     layers_per_virtual_stage: int | None = None    # interleaved schedule: virtual_stages = layers / (pp x this)
     ignored: list[str] = field(default_factory=list)     # read but not modelled, or unknown: by name
     notes: list[str] = field(default_factory=list)       # assumptions and approximations, one sentence each
+    expect: dict[str, tuple[Any, str]] = field(default_factory=dict)   # model field -> (value, key) the --model
+    #                                              estimated must have (the config names it but defines no model)
 
     def set(self, name: str, value: Any, key: str) -> None:
         """Set plan field ``name`` from config key ``key``."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 import difflib
 
 from dse.errors import InputError
+from dse.frameworks import megatron_moe as _moe
 from dse.frameworks.arguments import parse, tokens
 from dse.frameworks.common import Imported, as_choice, as_float, as_int, bad
 
@@ -45,8 +46,8 @@ OPTIONS = {
     "--max-position-embeddings": "int", "--disable-bias-linear": "flag", "--add-qkv-bias": "flag",
     "--attention-dropout": "float", "--hidden-dropout": "float", "--vocab-size": "int",
     "--padded-vocab-size": "int", "--make-vocab-size-divisible-by": "int", "--tokenizer-type": "str",
-    "--vocab-file": "str", "--merge-file": "str", "--rampup-batch-size": 3, "--num-experts": "int",
-    "--expert-model-parallel-size": "int", "--moe-token-dispatcher-type": "str", "--moe-enable-deepep": "flag",
+    "--vocab-file": "str", "--merge-file": "str", "--rampup-batch-size": 3,
+    "--expert-model-parallel-size": "int", **_moe.OPTIONS,
     # torchrun (the launcher in front of pretrain_gpt.py) and a plain world size
     "--nnodes": "int", "--nproc_per_node": "int", "--nproc-per-node": "int", "--world-size": "int",
 }
@@ -70,6 +71,7 @@ def read(text: str) -> Imported:
     get = _getter(values, source)
     _parallelism(imp, get)
     _precision_recompute(imp, get)
+    _moe.read_plan(imp, get)
     _model(imp, get, values)
     imp.plan["stack"] = "megatron"
     imp.keys["stack"] = "pretrain_gpt.py"
@@ -195,8 +197,9 @@ def _precision_recompute(imp: Imported, get) -> None:
 def _model(imp: Imported, get, values: dict) -> None:
     given = [o for o in MODEL_OPTIONS if o in values]
     if not given:
-        for o in [o for o in values if o in _MODEL_ONLY]:
+        for o in [o for o in values if o in _MODEL_ONLY and o not in ("--num-experts", "--moe-router-topk")]:
             imp.ignore(o, "no --num-layers/--hidden-size/--num-attention-heads: the --model is estimated")
+        _moe.read_model(imp, get, None)     # the --model must have the experts the arguments name
         return
     for o in MODEL_OPTIONS:
         if o not in values:
@@ -226,8 +229,6 @@ def _model(imp: Imported, get, values: dict) -> None:
                                           f"--hidden-dropout's {hidden_drop:g}")
     if get("--squared-relu"):
         imp.ignore("--squared-relu", "estimated as a ReLU MLP")
-    if get("--num-experts") is not None:
-        imp.ignore("--num-experts", "Mixture-of-Experts is not modelled: estimated as the dense model")
     data = dict(name=f"megatron-{layers}x{hidden}", layers=layers, hidden=hidden, heads=heads,
                 vocab=_vocab(imp, get), max_seq_len=max_pos, ffn_hidden=ffn,
                 ffn_type="swiglu" if swiglu else ("relu" if get("--squared-relu") else "gelu"),
@@ -242,6 +243,7 @@ def _model(imp: Imported, get, values: dict) -> None:
         data["qkv_bias"] = True
     if seq is not None:
         data["seq_len"] = seq
+    _moe.read_model(imp, get, data)
     imp.model = data                 # a ModelSpec's fields; built (and checked) by dse.frameworks.apply
     imp.model_keys = [o for o in values if o in _MODEL_ONLY or o in MODEL_OPTIONS]
 
@@ -251,7 +253,7 @@ _MODEL_ONLY = ("--ffn-hidden-size", "--kv-channels", "--group-query-attention", 
                "--no-position-embedding", "--untie-embeddings-and-output-weights", "--max-position-embeddings",
                "--disable-bias-linear", "--add-qkv-bias", "--attention-dropout", "--hidden-dropout", "--vocab-size",
                "--padded-vocab-size", "--make-vocab-size-divisible-by", "--tokenizer-type", "--vocab-file",
-               "--merge-file", "--num-experts")
+               "--merge-file", *_moe.MODEL_ONLY)
 
 
 def _vocab(imp: Imported, get) -> int | None:
@@ -303,7 +305,7 @@ def emit(model, system, plan) -> tuple[str, list[str]]:
     args.append(_precision_args(plan, warnings))
     args += _model_args(model, warnings)
     if model.experts:   # expert parallelism: ep ranks carved out of the data-parallel ones, as dse prices it
-        args.append(f"--expert-model-parallel-size {plan.ep}" + _dispatcher(plan, system))
+        args.append(_moe.plan_args(plan, system))
     if plan.stack != "megatron":
         warnings.append(f"the estimate used the {plan.stack} stack; Megatron-LM runs its own fused kernels "
                         "(estimate with --stack megatron to compare)")
@@ -314,16 +316,6 @@ def emit(model, system, plan) -> tuple[str, list[str]]:
                 "--padded-vocab-size keeps the vocabulary the estimate used")
     lines = [f"torchrun --nnodes {nodes} --nproc_per_node {per_node} pretrain_gpt.py"] + [a for a in args if a]
     return "\n".join(head) + "\n" + " \\\n    ".join(lines) + "\n", warnings
-
-
-def _dispatcher(plan, system) -> str:
-    """The token dispatcher dse prices: NCCL's all-to-all in one node, DeepEP's NVLink + RDMA forwarding (sent once
-    per destination node, :func:`dse.formulas.parallelism.hierarchical_alltoall_time`) when the group spans nodes."""
-    if plan.ep == 1:
-        return ""
-    if plan.tp * plan.ep <= system.node.gpus_per_node:
-        return " --moe-token-dispatcher-type alltoall"
-    return " --moe-token-dispatcher-type flex --moe-enable-deepep"
 
 
 def _precision_args(plan, warnings: list[str]) -> str:
@@ -372,7 +364,7 @@ def _model_args(m, warnings: list[str]) -> list[str]:
     if m.layer_norms > 2:
         warnings.append(f"{m.layer_norms} norms per layer (Gemma 2) have no Megatron-LM argument")
     if m.experts:
-        extra.append(_moe_args(m, warnings))
+        extra.append(_moe.moe_args(m, warnings))
     extra.append("--normalization " + ("RMSNorm" if m.norm == "rmsnorm" else "LayerNorm"))
     if not m.bias:
         extra.append("--disable-bias-linear" + (" --add-qkv-bias" if m.qkv_bias else ""))
@@ -387,21 +379,3 @@ def _model_args(m, warnings: list[str]) -> list[str]:
     if m.architecture != "decoder":
         warnings.append(f"{m.name} is an {m.architecture}: launch Megatron-LM's pretrain_bert.py, not pretrain_gpt.py")
     return args
-
-
-def _moe_args(m, warnings: list[str]) -> str:
-    """Megatron-Core's MoE arguments of an MoE model (the expert-parallel size is a plan argument, :func:`emit`)."""
-    out = (f"--num-experts {m.experts} --moe-router-topk {m.experts_per_token} --moe-ffn-hidden-size {m.expert_ffn} "
-           "--moe-grouped-gemm")
-    if m.shared_experts:
-        out += f" --moe-shared-expert-intermediate-size {m.shared_experts * m.shared_expert_ffn}"
-        if m.shared_expert_gate:
-            warnings.append("the shared experts' sigmoid gate (Qwen2-MoE) is not emitted")
-    if m.moe_layers < m.layers:
-        pattern = [0 if i < m.first_dense_layers or (i + 1) % m.moe_layer_step or i in m.dense_layers else 1
-                   for i in range(m.layers)]
-        out += f" --moe-layer-freq '{pattern}'"
-    if m.expert_groups:   # group-limited routing (Megatron-Core's TopKRouter group_limited_topk)
-        out += f" --moe-router-num-groups {m.expert_groups} --moe-router-group-topk {m.expert_groups_per_token}"
-    warnings.append("MoE arguments: the read side (--from megatron) still ignores them")
-    return out

@@ -56,6 +56,9 @@ def header(r: dict) -> str:
         bits.append("sequence-parallel")
     if p.get("virtual_stages", 1) > 1:
         bits.append(f"interleaved x{p['virtual_stages']}")
+    if p.get("expert_capacity") is not None:
+        bits.append(f"expert capacity {p['expert_capacity']:g}" + " (padded)" * bool(p.get("pad_to_capacity"))
+                    + f": {100 * r['model']['dropped_tokens']:.2g}% of routed tokens dropped")
     if p.get("finetune", "full") != "full":
         quant = f", {p['quantization']} weights" if p["finetune"] == "qlora" else ""
         share = r["model"]["params_trainable"] / r["model"]["params"]

@@ -13,7 +13,7 @@ import dataclasses
 
 import numpy as np
 
-GPUS_RULE = "gpus not divisible by tp x pp"
+GPUS_RULE = "gpus not divisible by tp x pp x cp"
 
 
 def replace_path(obj, path: list[str], value):

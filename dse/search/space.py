@@ -149,7 +149,7 @@ def from_dict(data: dict, source: str, *, model: str | None = None, hardware: st
         params.append(p)
     paths = {p.path for p in params} | {f for f, _ in fixed}
     if "gpus" in paths and "plan.dp" in paths:
-        raise InputError(f"{source}: give either gpus (dp = gpus / (tp x pp)) or plan.dp, not both")
+        raise InputError(f"{source}: give either gpus (dp = gpus / (tp x pp x cp)) or plan.dp, not both")
     if not params:
         raise InputError(f"{source}: empty space: no parameters to search (add a parameters: mapping)")
     objectives = parse_objectives(data.get("objectives", ["time"]), source)

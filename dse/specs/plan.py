@@ -53,6 +53,12 @@ class Plan:
     ep: int = spec_field(1, gt=0, help="expert-parallel degree of an MoE model: its experts split over ep ranks "
                          "carved out of the data-parallel ones (Megatron-Core --expert-model-parallel-size; ep "
                          "divides dp and the experts); docs/moe.md")
+    expert_capacity: float | None = spec_field(None, gt=0, help="capacity factor C of an MoE model's experts "
+                                               "(Megatron-Core --moe-expert-capacity-factor): an expert takes at most "
+                                               "C T k / E of a GPU's T routed tokens, the rest are dropped; default: "
+                                               "dropless; docs/moe.md")
+    pad_to_capacity: bool = spec_field(False, help="pad every expert's tokens to its capacity (Megatron-Core "
+                                       "--moe-pad-expert-input-to-capacity); needs expert_capacity")
     micro_batch: int = spec_field(1, gt=0, help="sequences per micro-batch b")
     global_batch: int | None = spec_field(None, gt=0,
                                           help="sequences per iteration B; default b*dp (pp=1) or b*dp*4*pp")

@@ -112,6 +112,14 @@ MODEL_RULES = (
          ok=lambda p, m, s: p.dp % p.ep == 0,
          message=lambda p, m, s: f"--ep {p.ep} does not divide --dp {p.dp} (expert-parallel ranks are carved out of "
                                  "the data-parallel ones, as in Megatron-Core)"),
+    Rule("expert capacity needs an MoE model", ("expert_capacity", "model.experts"),
+         when=lambda p, m, s: p.expert_capacity is not None, ok=lambda p, m, s: bool(m.experts),
+         message=lambda p, m, s: f"plan.expert_capacity {p.expert_capacity:g}: a capacity factor needs an MoE model; "
+                                 f"{m.name} is dense (allowed: unset)"),
+    Rule("pad_to_capacity needs expert_capacity", ("pad_to_capacity", "expert_capacity"),
+         when=lambda p, m, s: p.pad_to_capacity, ok=lambda p, m, s: p.expert_capacity is not None,
+         message=lambda p, m, s: "plan.pad_to_capacity pads the experts' tokens to their capacity; it needs "
+                                 "plan.expert_capacity (a capacity factor, e.g. 1.25)"),
     Rule("pp exceeds the layers", ("pp", "model.layers"),
          ok=lambda p, m, s: p.pp <= m.layers,
          message=lambda p, m, s: f"--pp {p.pp} is larger than the model's {m.layers} layers"),

@@ -26,6 +26,7 @@ SUITES = {
     "ssdtrain": "dse.validate.ssdtrain",
     "h100-hf": "dse.validate.h100_hf",
     "megatron-bridge": "dse.validate.megatron_bridge",
+    "moe-h100": "dse.validate.moe",
 }
 
 

@@ -89,6 +89,8 @@ Symbols:
     launches: a stack's (forward, backward) launches per row name (None: by kind) [dict]
     ranks: ranks of the tensor-parallel group (a collective launches only when > 1) [count]
     ep_ranks: ranks of the expert-parallel group [count]
+    capacity: C, capacity factor of the experts (None: dropless) [ratio]
+    pad: pad every expert's tokens to its capacity [bool]
 """
 
 from __future__ import annotations

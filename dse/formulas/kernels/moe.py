@@ -8,7 +8,7 @@ MLP (Megatron-Core MoE with expert tensor parallelism equal to tp and the all-ga
 
 from __future__ import annotations
 
-from dse.formulas._array import Num
+from dse.formulas._array import Num, minimum
 from dse.formulas.kernels.rows import Table
 
 __all__ = ["moe_mlp_kernels"]
@@ -17,7 +17,8 @@ __all__ = ["moe_mlp_kernels"]
 def moe_mlp_kernels(s: Num, b: Num, h: Num, experts: int, experts_per_token: Num, expert_ffn: Num, *, tp: Num = 1,
                     sequence_parallel: bool = False, ffn_type: str = "swiglu", shared_experts: Num = 0,
                     shared_ffn: Num = 0, shared_gate: bool = False, imbalance: Num = 1.0,
-                    bytes_per_element: Num = 2, ep: Num = 1) -> Table:
+                    bytes_per_element: Num = 2, ep: Num = 1, capacity: Num | None = None,
+                    pad: bool = False) -> Table:
     """The kernels of one MoE layer's MLP on one GPU for one micro-batch (balanced routing, the busiest expert's share).
 
     Formula: T = s b, r = 1/t with SP (else 1), k top-k, E experts, c the busiest expert's tokens over the mean.
@@ -39,6 +40,10 @@ def moe_mlp_kernels(s: Num, b: Num, h: Num, experts: int, experts_per_token: Num
     backward runs both again on the gradients: 4 all-to-alls of e T r k h bytes per GPU, of which (ep-1)/ep cross
     to other ranks (:func:`dse.formulas.parallelism.alltoall_time` applies that share). Saved bytes are unchanged:
     a GPU still holds T k routed tokens under balanced routing.
+    Capacity factor C (``capacity``; Megatron-Core --moe-expert-capacity-factor): an expert keeps at most C times the
+    mean, so the busiest expert's GEMMs run min(c, C) T k / E tokens (the rest are dropped); padded to capacity
+    (``pad``, --moe-pad-expert-input-to-capacity) every expert runs C T k / E, and the dispatch and combine
+    messages, the routed copies saved and the expert activation carry C T k copies (the padded buffers).
     Source: Megatron-Core MoE (``TopKRouter``, ``MoEAllGatherTokenDispatcher``, ``GroupedMLP``; Shoeybi et al.
     2019 for the TP split); Hugging Face MixtralSparseMoeBlock (fp32 softmax, top-k, index_add_ combine);
     Fedus et al. 2021 (Switch Transformer, arXiv 2101.03961) §2.2 for the capacity of the busiest expert;
@@ -53,6 +58,8 @@ def moe_mlp_kernels(s: Num, b: Num, h: Num, experts: int, experts_per_token: Num
     ['router', 'routing', 'permute', 'expert_fc1', 'expert_activation', 'expert_fc2', 'unpermute']
     >>> k["expert_fc1"]["m"], k["expert_fc1"]["n"], k["expert_fc1"]["batch"]
     (1024.0, 28672, 8)
+    >>> moe_mlp_kernels(4096, 1, 4096, 8, 2, 14336, imbalance=1.5, capacity=1.25)["expert_fc1"]["m"]   # capped
+    1280.0
     >>> k = moe_mlp_kernels(4096, 1, 4096, 8, 2, 14336, ep=8)   # one expert per GPU
     >>> k["expert_fc1"]["m"], k["expert_fc1"]["batch"], k["ep_dispatch"]["comm"] / 2**20   # tokens, MiB per GPU
     (8192.0, 1.0, 64.0)
@@ -77,16 +84,20 @@ def moe_mlp_kernels(s: Num, b: Num, h: Num, experts: int, experts_per_token: Num
         t["routing"] = {"kind": "elementwise", "bytes": tok * r * (experts * (e + 8) + 12 * k),
                         "saved": tok * r * (4 * experts + 8 * k)}
         t["permute"] = {"kind": "elementwise", "bytes": e * tok * h * (1 + k), "saved": 0}
-    a2a = e * tok * r * k * h                                  # the routed copies a GPU sends in one all-to-all
+    load: Num = imbalance                   # the busiest expert's tokens over the mean
+    rows: Num = 1                           # routed copies over T k
+    if routed and capacity is not None:     # capacity factor: capped, or padded to it
+        load, rows = (capacity, capacity) if pad else (minimum(imbalance, capacity), 1)
+    a2a = e * tok * r * k * h * rows                           # the routed copies a GPU sends in one all-to-all
     if parallel:
         t["ep_dispatch"] = {"kind": "collective", "op": "alltoall", "group": "ep", "comm": a2a, "pass": "forward",
                             "saved": 0}
-    per_expert = imbalance * tok * k * ep / experts if parallel else imbalance * tok * k / experts
+    per_expert = load * tok * k * ep / experts if parallel else load * tok * k / experts
     t["expert_fc1"] = {"kind": "gemm", "m": per_expert, "k": h, "n": n_up * f_loc, "batch": local,
-                       "split": "column", "saved": e * tok * k * h if routed else x_in,
+                       "split": "column", "saved": e * tok * k * h * rows if routed else x_in,
                        "flops": 2 * tok * k * h * n_up * f_loc}
-    t["expert_activation"] = {"kind": "elementwise", "bytes": (3 if gated else 2) * e * tok * k * f_loc,
-                              "saved": kept * e * tok * k * f_loc, "elements": tok * k * f_loc}
+    t["expert_activation"] = {"kind": "elementwise", "bytes": (3 if gated else 2) * e * tok * k * f_loc * rows,
+                              "saved": kept * e * tok * k * f_loc * rows, "elements": tok * k * f_loc * rows}
     t["expert_fc2"] = {"kind": "gemm", "m": per_expert, "k": f_loc, "n": h, "batch": local, "split": "row",
                        "saved": 0, "flops": 2 * tok * k * f_loc * h}
     if parallel:   # the combine, then backward's two: the gradients of the combine's and the dispatch's outputs

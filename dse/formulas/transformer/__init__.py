@@ -65,6 +65,7 @@ from dse.formulas.transformer.flops import (
     recompute_flops,
 )
 from dse.formulas.transformer.moe import (
+    dropped_token_fraction,
     moe_layer_count,
     moe_mlp_parameters,
     moe_mlp_parameters_replicated,
@@ -84,7 +85,7 @@ from dse.formulas.transformer.parameters import (
 
 __all__ = ["GATED_FFN", "norm_parameters", "ffn_matrices", "mlp_parameters", "layer_parameters",
            "layer_parameters_replicated", "moe_layer_count", "router_parameters", "moe_mlp_parameters",
-           "moe_mlp_parameters_replicated",
+           "moe_mlp_parameters_replicated", "dropped_token_fraction",
            "embedding_parameters", "head_parameters", "parameter_count", "layer_gemm_flops_per_token",
            "attention_flops_per_token", "attention_pairs", "attention_share", "logits_flops_per_token", "model_flops", "recompute_flops",
            "activation_terms", "activation_bytes_per_layer", "recompute_working_bytes", "backward_working_bytes",

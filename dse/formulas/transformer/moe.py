@@ -13,12 +13,14 @@ one shared expert of shared_expert_intermediate_size and ``shared_expert_gate`` 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
-from dse.formulas._array import Num, where
+from dse.formulas._array import Num, ceil, maximum, where
 from dse.formulas.transformer.parameters import ffn_matrices
 
-__all__ = ["moe_layer_count", "router_parameters", "moe_mlp_parameters", "moe_mlp_parameters_replicated"]
+__all__ = ["moe_layer_count", "router_parameters", "moe_mlp_parameters", "moe_mlp_parameters_replicated",
+           "dropped_token_fraction"]
 
 
 def moe_layer_count(layers: int, first_dense: int = 0, step: int = 1, dense_layers: Iterable[int] = ()) -> int:
@@ -117,3 +119,51 @@ def moe_mlp_parameters_replicated(h: Num, experts: Num, shared_gate: bool = Fals
     124928
     """
     return router_parameters(h, experts, bias) + (h if shared_gate else 0)
+
+
+def _erf(x: Num) -> Num:
+    if type(x) in (int, float):
+        return math.erf(x)
+    import numpy as np
+
+    return np.asarray(np.frompyfunc(math.erf, 1, 1)(x), dtype=float)
+
+
+def dropped_token_fraction(tokens: Num, experts: int, experts_per_token: int, capacity: Num,
+                           imbalance: Num = 1.0) -> Num:
+    """Share of the routed token copies that experts of capacity factor C drop (a lower bound for a skewed router).
+
+    Formula: a GPU routes T tokens; under uniform routing an expert receives X ~ Binomial(T, k/E) of them (each
+    token picks it with probability k/E), mean mu = T k / E, sigma^2 = T (k/E)(1 - k/E), and keeps a = ceil(C mu);
+    its dropped copies E[(X - a)+] ~ sigma phi(z) + (mu - a)(1 - Phi(z)), z = (a + 1/2 - mu)/sigma (the normal
+    approximation with continuity correction), a share E[(X - a)+]/mu of its copies. An expert with c times the mean
+    load (``imbalance``, the busiest) drops at least (c - C) mu, (c - C)/E of all copies: the share is the larger
+    of the two (both are lower bounds when the router is skewed).
+    Source: GShard (Lepikhin et al. 2020, arXiv 2006.16668) §2.2 "expert capacity" (tokens over it overflow and
+    are dropped); Switch Transformer (Fedus et al. 2021, arXiv 2101.03961) §2.2 (capacity = tokens per batch /
+    experts x capacity factor; dropped tokens skip the layer through the residual); Megatron-Core
+    ``moe_utils.get_capacity``: ceil(num_tokens k / E C) of a GPU's tokens.
+
+    Args:
+        tokens: T, tokens a GPU's router sees per micro-batch [count]
+        experts: E, routed experts [count]
+        experts_per_token: k, top-k [count]
+        capacity: C, capacity factor [fraction]
+        imbalance: c, the busiest expert's tokens over the mean [fraction]
+    Returns:
+        dropped share of the routed copies [fraction]
+
+    >>> round(dropped_token_fraction(4096, 8, 2, 1.0), 4)    # Mixtral, 4096 tokens, C = 1: routing noise alone
+    0.0108
+    >>> round(dropped_token_fraction(4096, 8, 2, 1.25), 6)   # C = 1.25 keeps 1,280 of a mean 1,024
+    0.0
+    >>> round(dropped_token_fraction(4096, 8, 2, 1.0, imbalance=1.5), 4)   # the busiest expert's excess
+    0.0625
+    """
+    p = experts_per_token / experts
+    mu = tokens * p
+    sigma = (tokens * p * (1 - p)) ** 0.5
+    keep = ceil(capacity * mu)
+    z = (keep + 0.5 - mu) / sigma
+    over = sigma * math.exp(-0.5) ** (z * z) / math.sqrt(2 * math.pi) + (mu - keep) * 0.5 * (1 - _erf(z / math.sqrt(2)))
+    return maximum(over / mu, maximum(imbalance - capacity, 0.0) / experts)
