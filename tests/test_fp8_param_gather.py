@@ -88,9 +88,20 @@ def test_megatron_bridge_suite():
     MAPE 5.4 % (2026-11-26) against the 10 % target; the H100 rows within 7 %, the B200 rows optimistic (the B200
     carries the H100's efficiencies, an assumption its spec states)."""
     r = run_suite("megatron-bridge")
-    assert r.stats["cases"] == 6 and r.passed
-    assert r.stats["mape"] <= 0.06, r.stats
-    h100 = [c for c in r.cases if c.name.startswith("H100")]
-    b200 = [c for c in r.cases if c.name.startswith("B200")]
+    dense = [c for c in r.cases if c.quantity == "dense"]
+    assert r.stats["cases"] == 7 and len(dense) == 6 and all(c.within for c in dense)
+    assert r.stats["by_quantity"]["dense"]["mape"] <= 0.06, r.stats
+    h100 = [c for c in dense if c.name.startswith("H100")]
+    b200 = [c for c in dense if c.name.startswith("B200")]
     assert len(h100) == 4 and all(abs(c.error) <= 0.07 for c in h100)
     assert len(b200) == 2 and all(c.error > 0 for c in b200)
+
+
+def test_megatron_bridge_moe_row_is_a_documented_optimistic_miss():
+    """GPT-OSS-120B (BF16, 64 H100s, EP 8): the estimate is 83 % too fast (2026-11-26). The case stays in the
+    suite as a documented expected miss, so the direction of the error is visible; it fails if it grows past
+    +100 % or if the estimate becomes slower than the measurement without the miss being re-examined."""
+    r = run_suite("megatron-bridge")
+    (moe,) = [c for c in r.cases if c.quantity == "moe"]
+    assert moe.expected_miss and 0.5 < moe.error < 1.0, moe.error
+    assert not r.passed and r.accepted

@@ -20,9 +20,23 @@ B200's 167.6 GiB, where the recipe ran: the suite compares time only, and this r
 
 from __future__ import annotations
 
+#: The MoE row: the recipe (BF16, ZeRO-1 with overlapped reduction, EP over the node) and its layout
+MOE_TABLE = "moe_bf16_throughput"
+MOE_ROWS = {
+    "h100_gpt_oss_120b_gbs1280": ("gpt-oss-120b", "h100-cluster", dict(
+        precision="bf16", zero=1, overlap_grad_reduce=True, recompute="none", attention="flash", seq_len=4096,
+        micro_batch=1, stack="megatron", tp=1, pp=4, dp=16, ep=8, global_batch=1280)),
+}
+MOE_NAMES = {"h100_gpt_oss_120b_gbs1280": "H100 GPT-OSS-120B (MoE), 64 GPUs, EP 8, GBS 1280"}
+MOE_MISS = ("MoE with small experts (128 of 2,880 x 2,880, top 4): the estimate is far too fast and the cause is not "
+            "isolated; candidates: the grouped expert GEMMs (16 local experts x 1,024 tokens) priced at the dense "
+            "GEMM efficiency, the token permutation and dispatch kernels priced at HBM speed, the clamped SwiGLU "
+            "with biases; the recipe's recompute of norms and MoE activations is not expressible (a few %). Mixtral's "
+            "large experts are +12 % (dse validate moe-h100)")
 #: Per-case tolerance and the suite's aggregate target (throughput of tuned recipes on clusters dse never saw).
 TOLERANCE = 0.15
-TARGETS = {"mape": 0.10}
+MOE_TOLERANCE = 0.25          # as dse validate moe-h100: a MoE recipe's overheads are less pinned down
+TARGETS = {"dense": {"mape": 0.10}}       # the dense FP8 rows; the MoE row is held to its tolerance only
 FILE = "megatron_bridge"
 TABLE = "dense_fp8_throughput"
 
@@ -61,6 +75,8 @@ def plan_for(case: str):
     """The :class:`~dse.specs.plan.Plan` of one row: the recipe's fields and the table's layout."""
     from dse.specs.plan import Plan
 
+    if case in MOE_ROWS:
+        return Plan(**MOE_ROWS[case][2])
     _, _, layout = ROWS[case]
     fields = {**_RECIPE, **layout}
     if fields.get("tp", 1) > 1:
@@ -75,7 +91,7 @@ def tokens_per_gpu(case: str) -> float:
     from dse.catalog import load_model, load_system
     from dse.estimate import run
 
-    model, system, _ = ROWS[case]
+    model, system, _ = ROWS[case] if case in ROWS else MOE_ROWS[case]
     plan = plan_for(case)
     result = run(load_model(model), load_system(system), plan)
     gpus = plan.tp * plan.pp * plan.dp * plan.cp
@@ -92,5 +108,10 @@ def cases():
     for case in ROWS:
         out.append(Case(name=f"{NAMES[case]} (tokens/s/GPU)", reference=values[case],
                         compute=lambda c=case: tokens_per_gpu(c), tolerance=TOLERANCE,
-                        source=pub.source(TABLE, case), unit="", note=NOTES.get(case, "")))
+                        source=pub.source(TABLE, case), unit="", note=NOTES.get(case, ""), quantity="dense"))
+    moe = pub.values(MOE_TABLE)
+    for case in MOE_ROWS:
+        out.append(Case(name=f"{MOE_NAMES[case]} (tokens/s/GPU)", reference=moe[case],
+                        compute=lambda c=case: tokens_per_gpu(c), tolerance=MOE_TOLERANCE,
+                        source=pub.source(MOE_TABLE, case), unit="", expected_miss=MOE_MISS, quantity="moe"))
     return out
