@@ -25,6 +25,8 @@ the ``transformers_version`` stamp is left out):
   gemma-3-27b-pt: google/gemma-3-27b-pt (gemma3: its text_config). These five are the published configs'
   architecture fields as written out here from the model pages (Llama 4's as quoted in vLLM issue reports), not
   downloads; their counts are transformers' own.
+- DeepSeek-V3: deepseek-ai/DeepSeek-V3 (deepseek_v3: MLA, 256 routed + 1 shared experts, first 3 layers dense)
+- DeepSeek-V2-Lite: deepseek-ai/DeepSeek-V2-Lite (deepseek_v2: MLA without a query latent, 64 + 2 experts)
 
 REFERENCE below gives each exact count with its source; every one was also
 reproduced by building the transformers class on the meta device
@@ -72,6 +74,9 @@ REFERENCE = {
                        "Gemma3ForCausalLM (the vision tower is not counted)"),
     "gemma-2-9b": ("gemma2", 9_241_705_984, "KerasHub gemma_presets.py gemma2_9b_en params; transformers 5.24.0 "
                    "meta-device count"),
+    "DeepSeek-V3": ("deepseek_v3", 671_026_404_352, "report §1: 671B; transformers 5.24.0 meta-device count "
+                    "(quantization_config dropped)"),
+    "DeepSeek-V2-Lite": ("deepseek_v2", 15_706_484_224, "model card 15.7B; transformers 5.24.0 meta-device count"),
     "bert-large-uncased": ("bert", 335_174_458, "transformers BertForMaskedLM meta-device count; = KerasHub "
                            "bert_large_en_uncased backbone 335,141,888 - pooler 1,049,600 + MLM head 1,082,170"),
 }
@@ -167,7 +172,7 @@ def test_bert_pretraining_architecture_matches_the_catalog(tmp_path):
 
 
 def test_unsupported_model_type_is_one_line_exit_2(capsys, tmp_path):
-    cfg = {"model_type": "deepseek_v3", "hidden_size": 7168, "num_hidden_layers": 61, "kv_lora_rank": 512}
+    cfg = {"model_type": "t5", "d_model": 512, "num_layers": 6}
     path = str(tmp_path / "config.json")
     Path(path).write_text(json.dumps(cfg))
     with pytest.raises(InputError):
@@ -176,7 +181,7 @@ def test_unsupported_model_type_is_one_line_exit_2(capsys, tmp_path):
     assert code == 2
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("dse: error: ")
-    assert path in lines[0] and "'deepseek_v3'" in lines[0]
+    assert path in lines[0] and "'t5'" in lines[0]
     for supported in ("gpt2", "llama", "mistral", "qwen2", "opt", "bert"):
         assert supported in lines[0]
     assert "Traceback" not in err and out == ""

@@ -49,8 +49,14 @@ def split_attention(layer: dict[str, Any], model: Any, plan: Any, e: Num, P: Any
     a_loc = model.heads / t
     causal = model.architecture == "decoder"
     row = dict(layer["attention"])
-    f = P.context_parallel_attention_flops(s, b, a_loc, model.head_dim, cp, causal)
-    f_b = P.context_parallel_attention_flops(s, b, a_loc, model.head_dim, cp, causal, backward=True)
+    d_fwd = d_bwd = model.head_dim
+    kv_dim = model.kv_heads * model.head_dim / t
+    if model.mla:   # query/key d_qk, value d_v per head (dse.formulas.kernels.mla): K and V of every head travel
+        qk = model.qk_nope_head_dim + model.qk_rope_head_dim
+        d_fwd, d_bwd = (qk + model.v_head_dim) / 2, (3 * qk + 2 * model.v_head_dim) / 5
+        kv_dim = a_loc * (qk + model.v_head_dim) / 2
+    f = P.context_parallel_attention_flops(s, b, a_loc, d_fwd, cp, causal)
+    f_b = P.context_parallel_attention_flops(s, b, a_loc, d_bwd, cp, causal, backward=True)
     from dse.estimate.table_inputs import attention_shares  # (table_inputs imports this module)
 
     share, executed = attention_shares(model, plan, getattr(plan, "stack", "megatron"))
@@ -58,7 +64,7 @@ def split_attention(layer: dict[str, Any], model: Any, plan: Any, e: Num, P: Any
         row.update(flops=f * 2 * share, executed=f * 2 * executed, executed_backward=f_b * 2 * executed)
     else:
         row.update(flops=f, executed=f, executed_backward=f_b)
-    row["cp_kv"] = P.context_parallel_kv_bytes(s, b, model.kv_heads * model.head_dim / t, cp, e)
+    row["cp_kv"] = P.context_parallel_kv_bytes(s, b, kv_dim, cp, e)
     return {**layer, "attention": row}
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from dse.estimate import context as _context, frozen as _frozen
-from dse.estimate.table_inputs import attention_shares, moe_options, stack_inputs, stack_spec
+from dse.estimate.table_inputs import attention_shares, mla_options, moe_options, stack_inputs, stack_spec
 from dse.formulas import compute as _compute, kernels as _kernels, parallelism as _parallelism, stacks as _stacks
 from dse.formulas._array import Num, maximum, where
 from dse.formulas.precision import Recipe, peak_flops, recipe_of
@@ -232,7 +232,7 @@ def kernel_tables(model: ModelSpec, plan: Plan, r: Recipe, K: Module = _kernels)
                 causal=model.architecture == "decoder", bytes_per_element=e, comm_bytes_per_element=comm, stack=ops,
                 stack_sizes=size, stack_choices=choices, grad_bytes=r.gradients, layer_norms=model.layer_norms,
                 qk_norm=model.qk_norm, finetune=_frozen.kernel_inputs(model, plan), fp8=fp8,
-                softmax_fallback=stack == "megatron")
+                softmax_fallback=stack == "megatron", mla=mla_options(model))
     if share is not None:
         opts.update(attention_share=share, executed_share=executed)
     shape = (s, b, h, model.heads, model.kv_heads, model.head_dim, model.ffn_hidden)

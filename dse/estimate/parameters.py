@@ -31,7 +31,8 @@ def parameters(model: ModelSpec, plan: Plan, T: FormulaModule = _transformer) ->
     if T is _transformer and ints(t, p, v, ep):
         key = ("parameters", id(model), t, p, v, ep, ft, T.layer_parameters, T.layer_parameters_replicated,
                T.embedding_parameters, T.head_parameters, T.norm_parameters, T.ffn_matrices, T.mlp_parameters,
-               T.moe_mlp_parameters, T.moe_mlp_parameters_replicated)
+               T.moe_mlp_parameters, T.moe_mlp_parameters_replicated, T.mla_attention_parameters,
+               T.mla_attention_parameters_replicated)
         return remembered(key, model, lambda: _parameters(model, t, p, v, T, ft, ep))
     return _parameters(model, t, p, v, T, ft, ep)
 
@@ -42,11 +43,17 @@ def layer_counts(model: ModelSpec, T: FormulaModule = _transformer) -> Section:
     an MoE layer ``moe_experts`` and ``moe_layers``."""
     h = model.hidden
     norms = {"layer_norms": model.layer_norms, "qk_norm": model.qk_norm and model.qk_norm_weight}
+    attn: dict[str, Any] = {"sinks": True} if model.attention_sinks else {}
+    rep: dict[str, Any] = {}
+    if model.mla:   # multi-head latent attention: its projections and latent norms (DeepSeek-V2/V3)
+        q, kv, rope = model.q_lora_rank or 0, model.kv_lora_rank, model.qk_rope_head_dim
+        attn = {"attention": T.mla_attention_parameters(h, model.heads, q, kv, model.qk_nope_head_dim, rope,
+                                                        model.v_head_dim)}
+        rep = {"attention_replicated": T.mla_attention_parameters_replicated(h, q, kv, rope)}
     dense = T.layer_parameters(h, model.heads, model.kv_heads, model.head_dim, model.ffn_hidden, model.ffn_type,
-                               model.norm, model.bias, model.qkv_bias, **norms,
-                               **({"sinks": True} if model.attention_sinks else {}))
+                               model.norm, model.bias, model.qkv_bias, **norms, **attn)
     dense_rep = T.layer_parameters_replicated(h, model.ffn_type, model.norm, model.bias, head_dim=model.head_dim,
-                                              **norms)
+                                              **norms, **rep)
     out = {"dense": dense, "dense_rep": dense_rep, "moe": dense, "moe_active": dense, "moe_rep": dense_rep,
            "moe_experts": 0, "moe_layers": model.moe_layers}
     if out["moe_layers"]:

@@ -1,6 +1,6 @@
 """What a layer's kernel table is built from besides its shapes: a software stack's ops, sizes and choices, the
-MoE options and the attention's share of the score matrix (:func:`dse.estimate.kernel_table.kernel_tables` reads
-them)."""
+MoE and multi-head-latent-attention options and the attention's share of the score matrix
+(:func:`dse.estimate.kernel_table.kernel_tables` reads them)."""
 
 from __future__ import annotations
 
@@ -22,6 +22,15 @@ def moe_options(model: ModelSpec, plan: Plan) -> dict[str, Any]:
             "shared_gate": model.shared_expert_gate, "imbalance": model.expert_imbalance,
             "ep": getattr(plan, "ep", 1), "capacity": getattr(plan, "expert_capacity", None),
             "pad": getattr(plan, "pad_to_capacity", False)}
+
+
+def mla_options(model: ModelSpec) -> dict[str, Any] | None:
+    """The multi-head latent attention keyword arguments of :func:`dse.formulas.kernels.layer_kernels` (``mla``), or
+    None for standard attention."""
+    if not model.mla:
+        return None
+    return {"q_lora": model.q_lora_rank or 0, "kv_lora": model.kv_lora_rank, "nope": model.qk_nope_head_dim,
+            "rope": model.qk_rope_head_dim, "v_dim": model.v_head_dim}
 
 
 def stack_spec(name: str) -> StackSpec:

@@ -350,7 +350,14 @@ def _model_args(m, warnings: list[str]) -> list[str]:
     args = [f"--num-layers {m.layers} --hidden-size {m.hidden} --num-attention-heads {m.heads} "
             f"--ffn-hidden-size {m.ffn_hidden}"]
     extra = []
-    if m.head_dim != m.hidden // m.heads:
+    if m.mla:   # Megatron-Core MLATransformerConfig (--multi-latent-attention); q_lora_rank 0: no query latent
+        extra.append(f"--multi-latent-attention --kv-lora-rank {m.kv_lora_rank} --qk-head-dim {m.qk_nope_head_dim} "
+                     f"--qk-pos-emb-head-dim {m.qk_rope_head_dim} --v-head-dim {m.v_head_dim}"
+                     + (f" --q-lora-rank {m.q_lora_rank}" if m.q_lora_rank else ""))
+        warnings.append("multi-head latent attention arguments: the read side (--from megatron) ignores them")
+    if m.mtp_layers:   # Megatron-Core's multi-token prediction (priced by neither: docs/attention.md)
+        extra.append(f"--mtp-num-layers {m.mtp_layers}")
+    elif m.head_dim != m.hidden // m.heads:
         extra.append(f"--kv-channels {m.head_dim}")
     if m.kv_heads != m.heads:
         extra.append(f"--group-query-attention --num-query-groups {m.kv_heads}")

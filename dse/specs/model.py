@@ -7,7 +7,9 @@ notation (Korthikanti et al. 2022, Table 1): ``layers`` L, ``hidden`` h,
 :meth:`ModelSpec.resolved`. A Mixture-of-Experts model (``experts`` > 0) replaces the MLP of its MoE
 layers by a router and ``experts`` routed experts of which ``experts_per_token`` run per token, plus
 ``shared_experts`` that every token runs (docs/moe.md); which layers are MoE follows the Hugging Face
-configs (``first_dense_layers``, ``moe_layer_step``, ``dense_layers``). Group-limited routing (DeepSeek-V3,
+configs (``first_dense_layers``, ``moe_layer_step``, ``dense_layers``). Multi-head latent attention
+(``kv_lora_rank`` set: DeepSeek-V2, arXiv 2405.04434 §2.1) replaces the Q/K/V projections by low-rank latents
+and decoupled rotary dims (docs/mla.md). Group-limited routing (DeepSeek-V3,
 Liu et al. 2024, arXiv 2412.19437, §2.1.2 and §3.2: "node-limited routing") splits the experts into
 ``expert_groups`` and sends each token to experts of at most ``expert_groups_per_token`` of them; it changes where
 the routed tokens go, not the parameters.
@@ -126,6 +128,17 @@ class ModelSpec:
                                            "group-limited routing (DeepSeek-V3: n_group, one group per node)")
     expert_groups_per_token: int | None = spec_field(None, gt=0, help="groups a token's experts may lie in "
                                                      "(DeepSeek-V3: topk_group M); needs expert_groups")
+    kv_lora_rank: int | None = spec_field(None, gt=0, help="multi-head latent attention (DeepSeek-V2/V3): rank of the "
+                                          "compressed K/V latent d_c; unset: standard attention")
+    q_lora_rank: int | None = spec_field(None, ge=0, help="MLA: rank of the compressed query d_c' (0 or unset: a "
+                                         "plain h x a d_qk query projection, DeepSeek-V2-Lite)")
+    qk_nope_head_dim: int | None = spec_field(None, gt=0, help="MLA: per-head query/key dimension without "
+                                              "positions d_h (128)")
+    qk_rope_head_dim: int | None = spec_field(None, gt=0, help="MLA: per-head decoupled rotary dimension d_h^R "
+                                              "(64; even), the key's part shared by all heads")
+    v_head_dim: int | None = spec_field(None, gt=0, help="MLA: per-head value dimension (128)")
+    mtp_layers: int = spec_field(0, ge=0, help="multi-token prediction depths (DeepSeek-V3 num_nextn_predict_layers):"
+                                 " read and reported, not priced (a warning; docs/mla.md)")
     expert_imbalance: float = spec_field(1.0, ge=1.0, help="tokens of the busiest expert over the "
                                          "mean T k / E (1: balanced routing); the busiest expert sets the time")
     source: str = spec_field("", help="where the architecture numbers come from")
@@ -140,9 +153,41 @@ class ModelSpec:
             raise InputError(f"{where}: ffn_hidden is required when ffn_type is {self.ffn_type}")
         self._check_experts(where)
         self._check_layer_types(where)
+        self._check_mla(where)
         table = self.position_embeddings or self.max_seq_len
         if self.seq_len is not None and self.position == "learned" and self.seq_len > table:
             raise InputError(f"{where}: seq_len {self.seq_len} exceeds the learned position table ({table})")
+
+    def _check_mla(self, where: str) -> None:
+        """Multi-head latent attention's fields (DeepSeek-V2, arXiv 2405.04434 §2.1): all three head dims, an even
+        rotary dim, rotary positions, one K/V head per query head, no attention biases; full attention only (no
+        window, chunk, sinks or QK-norm: the MLA kernels price none of them)."""
+        dims = ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+        if self.kv_lora_rank is None:
+            for name in ("q_lora_rank",) + dims:
+                if getattr(self, name):
+                    raise InputError(f"{where}: {name} is a multi-head latent attention field; set kv_lora_rank "
+                                     "or remove it")
+            return
+        for name in dims:
+            if getattr(self, name) is None:
+                raise InputError(f"{where}: {name} is required with kv_lora_rank (multi-head latent attention)")
+        if (self.qk_rope_head_dim or 0) % 2:
+            raise InputError(f"{where}: qk_rope_head_dim ({self.qk_rope_head_dim}) must be even (rotary pairs)")
+        d = (self.qk_nope_head_dim or 0) + (self.qk_rope_head_dim or 0)
+        bad = [("position", self.position, "rotary"), ("kv_heads", self.kv_heads, self.heads),
+               ("head_dim", self.head_dim, d), ("bias", self.bias, False), ("qkv_bias", self.qkv_bias, False),
+               ("sliding_window", self.sliding_window, None), ("attention_chunk", self.attention_chunk, None),
+               ("attention_sinks", self.attention_sinks, False), ("qk_norm", self.qk_norm, False)]
+        for name, value, allowed in bad:
+            if value is not None and value != allowed:
+                raise InputError(f"{where}: {name} {value} is not modelled with multi-head latent attention "
+                                 f"(kv_lora_rank); allowed: {allowed}")
+
+    @property
+    def mla(self) -> bool:
+        """Multi-head latent attention: K/V (and Q) through low-rank latents (docs/mla.md)."""
+        return self.kv_lora_rank is not None
 
     def _check_experts(self, where: str) -> None:
         moe_fields = ("experts_per_token", "expert_ffn", "shared_expert_ffn", "expert_groups",
@@ -231,6 +276,9 @@ class ModelSpec:
         """
         weights = 7 if self.ffn_type in ("swiglu", "geglu") else 4
         biases = weights if self.bias else (3 if self.qkv_bias else 0)
+        if self.mla:   # q_a, q_b (or q), kv_a, kv_b, o instead of q, k, v, o; and the latents' RMSNorms
+            weights, biases = weights + (1 if self.q_lora_rank else 0), 0
+            return weights + self.layer_norms * (2 if self.norm == "layernorm" else 1) + (2 if self.q_lora_rank else 1)
         return weights + biases + self.layer_norms * (2 if self.norm == "layernorm" else 1)
 
     def resolved(self) -> ModelSpec:
@@ -238,7 +286,9 @@ class ModelSpec:
         return dataclasses.replace(
             self,
             kv_heads=self.kv_heads or self.heads,
-            head_dim=self.head_dim or self.hidden // self.heads,
+            head_dim=self.head_dim or ((self.qk_nope_head_dim or 0) + (self.qk_rope_head_dim or 0) if self.mla
+                                       else self.hidden // self.heads),
+            q_lora_rank=(self.q_lora_rank or 0) if self.mla else None,
             ffn_hidden=self.ffn_hidden or 4 * self.hidden,
             expert_ffn=(self.expert_ffn or self.ffn_hidden or 4 * self.hidden) if self.experts else None,
             shared_expert_ffn=(self.shared_expert_ffn or self.expert_ffn or self.ffn_hidden or 4 * self.hidden)

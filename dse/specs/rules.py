@@ -86,6 +86,12 @@ OFFLOAD_RULES = (
 
 # ----------------------------------------------------------------------------- parallelism and batch vs the model
 
+MLA_RULE = Rule("multi-head latent attention beyond what is modelled", ("attention", "stack", "finetune", "precision",
+     "offload_activations", "hardware.kind"), when=lambda p, m, s: m.mla, ok=lambda p, m, s: not _mla_off(p, s),
+     message=lambda p, m, s: f"{_mla_off(p, s)} is not modelled with multi-head latent attention (model {m.name},"
+                             " kv_lora_rank); allowed: --attention flash --stack megatron --finetune full, bf16/"
+                             "fp16, no activation offload, a GPU system (docs/mla.md)")
+
 MODEL_RULES = (
     Rule("tp does not divide the attention heads", ("tp", "model.heads"),
          ok=lambda p, m, s: m.heads % p.tp == 0,
@@ -120,6 +126,7 @@ MODEL_RULES = (
          when=lambda p, m, s: p.pad_to_capacity, ok=lambda p, m, s: p.expert_capacity is not None,
          message=lambda p, m, s: "plan.pad_to_capacity pads the experts' tokens to their capacity; it needs "
                                  "plan.expert_capacity (a capacity factor, e.g. 1.25)"),
+    MLA_RULE,
     Rule("pp exceeds the layers", ("pp", "model.layers"),
          ok=lambda p, m, s: p.pp <= m.layers,
          message=lambda p, m, s: f"--pp {p.pp} is larger than the model's {m.layers} layers"),
@@ -163,6 +170,14 @@ def _not_modelled_with_cp(p) -> str:
         if value != allowed:
             return f"{flag} {value}"
     return ""
+
+
+def _mla_off(p, s) -> str:
+    """The first plan choice multi-head latent attention's kernels are not modelled with ('' if none)."""
+    bad = (("--attention", p.attention, "flash"), ("--stack", p.stack, "megatron"), ("--finetune", p.finetune, "full"))
+    off = [f"{flag} {v}" for flag, v, ok in bad if v != ok] + ["--precision fp8"] * (p.precision == "fp8")
+    off += [f"--offload-activations {p.offload_activations}"] * (p.offload_activations != "none")
+    return (off + ["a chiplet package"] * (s is not None and not _gpu(s)) + [""])[0]
 
 
 CONTEXT_RULES = (
@@ -350,4 +365,4 @@ NOT_ON_CHIPLETS = Rule(
 
 GPU_SYSTEM_RULES = (*OFFLOAD_RULES, *MODEL_RULES, *CONTEXT_RULES, NO_CHIPLET_FIELDS, *ACTIVATION_OFFLOAD_RULES,
                     *FINETUNE_RULES, *FP8_RULES)
-CHIPLET_PACKAGE_RULES = (*CHIPLET_RULES, *ACTIVATION_OFFLOAD_RULES, NOT_ON_CHIPLETS, FP8_NOT_ON_CHIPLETS)
+CHIPLET_PACKAGE_RULES = (*CHIPLET_RULES, *ACTIVATION_OFFLOAD_RULES, NOT_ON_CHIPLETS, FP8_NOT_ON_CHIPLETS, MLA_RULE)

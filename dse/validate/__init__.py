@@ -27,6 +27,7 @@ SUITES = {
     "h100-hf": "dse.validate.h100_hf",
     "megatron-bridge": "dse.validate.megatron_bridge",
     "moe-h100": "dse.validate.moe",
+    "deepseek-v3": "dse.validate.deepseek_v3",
 }
 
 

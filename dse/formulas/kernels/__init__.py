@@ -82,6 +82,12 @@ Symbols:
     shared_ffn: F_s, FFN inner size of one shared expert [count]
     shared_gate: a sigmoid gate (h x 1) on the shared experts' output [bool]
     imbalance: c, tokens of the busiest expert over the mean T k / E [ratio]
+    mla: multi-head latent attention's keyword arguments (q_lora, kv_lora, nope, rope, v_dim); None: standard [dict]
+    q_lora: d_c', rank of the MLA query latent (0: a plain query projection) [count]
+    kv_lora: d_c, rank of the MLA key/value latent [count]
+    nope: d_nope, MLA per-head query/key dims without positions [count]
+    rope: d_R, MLA per-head decoupled rotary dims (one rotary key shared by the heads) [count]
+    v_dim: d_v, MLA per-head value dims [count]
     ep: expert-parallel degree: E/ep experts per GPU, routed tokens exchanged by all-to-all over ep ranks [count]
     softmax_fallback: price Megatron's unfused fp32 softmax where its fused kernel does not run (megatron stack) [bool]
     name: a kernel-table row's name [str]
@@ -98,6 +104,7 @@ from __future__ import annotations
 from dse.formulas.kernels.ends import embedding_kernels, head_kernels
 from dse.formulas.kernels.launches import MEGATRON_LAUNCHES, row_launches, table_launches
 from dse.formulas.kernels.layer import fused_softmax_available, layer_kernels, softmax_row
+from dse.formulas.kernels.mla import mla_attention_kernels
 from dse.formulas.kernels.moe import moe_mlp_kernels
 from dse.formulas.kernels.rows import KINDS, Row, Table  # noqa: F401 (Row, Table: the types, as before the split)
 from dse.formulas.kernels.sums import (
@@ -112,7 +119,7 @@ from dse.formulas.kernels.sums import (
     weight_gemms,
 )
 
-__all__ = ["KINDS", "layer_kernels", "moe_mlp_kernels", "embedding_kernels", "head_kernels", "weight_gemms",
+__all__ = ["KINDS", "layer_kernels", "moe_mlp_kernels", "mla_attention_kernels", "embedding_kernels", "head_kernels", "weight_gemms",
            "forward_flops", "recomputed_flops", "executed_flops", "backward_flops", "saved_bytes", "packed_bytes",
            "rerun_bytes", "message_bytes", "MEGATRON_LAUNCHES", "row_launches", "table_launches", "softmax_row",
            "fused_softmax_available"]

@@ -9,6 +9,7 @@ from typing import Any
 
 from dse.formulas import compute as _compute, finetune as _finetune, fp8 as _fp8, stacks as _stacks
 from dse.formulas._array import Num, where
+from dse.formulas.kernels.mla import mla_attention_kernels
 from dse.formulas.kernels.moe import moe_mlp_kernels
 from dse.formulas.kernels.rows import Row, Table
 
@@ -85,7 +86,7 @@ def layer_kernels(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: N
                   grad_bytes: Num = 2, finetune: dict[str, Any] | None = None, fp8: str | None = None,
                   layer_norms: int = 2, qk_norm: bool = False, moe: dict[str, Any] | None = None,
                   softmax_fallback: bool = False, attention_share: Num | None = None,
-                  executed_share: Num | None = None) -> Table:
+                  executed_share: Num | None = None, mla: dict[str, Any] | None = None) -> Table:
     """The kernels of one transformer layer on one GPU for one micro-batch (Megatron-LM's fused kernels).
 
     Formula: T = s b, r = 1/t with SP (else 1); GEMMs QKV (T, h, (a+2kv)d/t), out (T, a d/t, h), fc1 (T, h, n_g F/t),
@@ -113,6 +114,10 @@ def layer_kernels(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: N
     the activation and fc2 by an MoE MLP's kernels. ``softmax_fallback`` (math attention, no other stack): where
     Megatron's fused softmax kernel does not run (:func:`fused_softmax_available`), the softmax row is its unfused
     fp32 fallback (:func:`softmax_row`); off, the row is always the fused kernel, as the closed forms count it.
+    ``mla`` (q_lora, kv_lora, nope, rope, v_dim of :func:`dse.formulas.kernels.mla.mla_attention_kernels`)
+    replaces qkv, rotary, the attention core and out by multi-head latent attention's kernels (flash attention
+    only); the backward TP all-reduce on the attention side is then the latents' input gradient, e T (d_c' or h,
+    + d_c + d_R), hidden by kv_up.
 
     The attention rows' ``flops`` (the model's FLOPs, what MFU counts) count the unmasked half of a causal score
     matrix, as the flash kernel executes it (FlashAttention-2, Dao 2023, arXiv 2307.08691 §4.1: "with causal
@@ -163,45 +168,50 @@ def layer_kernels(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: N
 
     t = {}
     t["norm1"] = {"kind": "elementwise", "bytes": 2 * x_in, "saved": norm_in}
-    n_qkv = hd_q + 2 * hd_kv
-    t["qkv"] = {"kind": "gemm", "m": tok, "k": h, "n": n_qkv, "batch": 1, "split": "column", "saved": x_in,
-                "flops": 2 * tok * h * n_qkv}
-    if qk_norm:
-        t["qk_norm"] = {"kind": "elementwise", "bytes": 2 * e * tok * (hd_q + hd_kv),
-                        "saved": (e * head_dim + 4) * tok * (hd_q + hd_kv) / head_dim}
-    if rotary:
-        t["rotary"] = {"kind": "elementwise", "bytes": 2 * e * tok * (hd_q + hd_kv), "saved": 0}
-    half: Num = 0.5 if causal else 1     # a causal mask leaves half of the score matrix to compute
-    if attention_share is not None:      # sliding-window / chunked layers: the mean share over the layers
-        half = attention_share
-    attn_flops = 4 * s * s * b * a_loc * head_dim * half
-    if math:
-        batch = b * a_loc
-        scores = a_loc * s * s * b
-        t["score"] = {"kind": "gemm", "m": s, "k": head_dim, "n": s, "batch": batch, "split": "", "class": "attention",
-                      "saved": qkv_kept + e * tok * hd_q * expanded, "selective": True,
-                      "flops": 2 * s * head_dim * s * batch * half}
-        t["softmax"] = softmax_row(s, b, a_loc, e, math_kept) if softmax_fallback and not stack else {
-            "kind": "elementwise", "bytes": 2 * e * scores, "saved": e * scores if math_kept else 0, "selective": True}
-        if dropout:
-            t["attn_dropout"] = {"kind": "elementwise", "bytes": (2 * e + 1) * scores,
-                                 "saved": (e + 1) * scores if math_kept else 0, "selective": True}
-        t["context"] = {"kind": "gemm", "m": s, "k": s, "n": head_dim, "batch": batch, "split": "", "class": "attention",
-                        "saved": e * tok * hd_q * expanded, "selective": True,
-                        "flops": 2 * s * s * head_dim * batch * half}
+    if mla:   # multi-head latent attention (DeepSeek-V2/V3): its own projection, norm, rope and attention rows
+        t.update(mla_attention_kernels(s, b, h, heads, tp=tp, sequence_parallel=sequence_parallel, recompute=recompute,
+                                       causal=causal, bytes_per_element=e, **mla))
     else:
-        lse = 0 if selective else 4 * tok * a_loc
-        if attention_share is None:
-            run = _compute.flash_attention_flops(s, b, a_loc, head_dim, causal)
-            run_b = _compute.flash_attention_flops(s, b, a_loc, head_dim, causal, backward=True)
+        n_qkv = hd_q + 2 * hd_kv
+        t["qkv"] = {"kind": "gemm", "m": tok, "k": h, "n": n_qkv, "batch": 1, "split": "column", "saved": x_in,
+                    "flops": 2 * tok * h * n_qkv}
+        if qk_norm:
+            t["qk_norm"] = {"kind": "elementwise", "bytes": 2 * e * tok * (hd_q + hd_kv),
+                            "saved": (e * head_dim + 4) * tok * (hd_q + hd_kv) / head_dim}
+        if rotary:
+            t["rotary"] = {"kind": "elementwise", "bytes": 2 * e * tok * (hd_q + hd_kv), "saved": 0}
+        half: Num = 0.5 if causal else 1     # a causal mask leaves half of the score matrix to compute
+        if attention_share is not None:      # sliding-window / chunked layers: the mean share over the layers
+            half = attention_share
+        attn_flops = 4 * s * s * b * a_loc * head_dim * half
+        if math:
+            batch = b * a_loc
+            scores = a_loc * s * s * b
+            t["score"] = {"kind": "gemm", "m": s, "k": head_dim, "n": s, "batch": batch, "split": "",
+                          "class": "attention", "saved": qkv_kept + e * tok * hd_q * expanded, "selective": True,
+                          "flops": 2 * s * head_dim * s * batch * half}
+            t["softmax"] = softmax_row(s, b, a_loc, e, math_kept) if softmax_fallback and not stack else {
+                "kind": "elementwise", "bytes": 2 * e * scores, "saved": e * scores if math_kept else 0,
+                "selective": True}
+            if dropout:
+                t["attn_dropout"] = {"kind": "elementwise", "bytes": (2 * e + 1) * scores,
+                                     "saved": (e + 1) * scores if math_kept else 0, "selective": True}
+            t["context"] = {"kind": "gemm", "m": s, "k": s, "n": head_dim, "batch": batch, "split": "",
+                            "class": "attention", "saved": e * tok * hd_q * expanded, "selective": True,
+                            "flops": 2 * s * s * head_dim * batch * half}
         else:
-            ran = attention_share if executed_share is None else executed_share
-            run = _compute.flash_attention_flops(s, b, a_loc, head_dim, False) * ran
-            run_b = _compute.flash_attention_flops(s, b, a_loc, head_dim, False, backward=True) * ran
-        t["attention"] = {"kind": "flash", "class": "attention", "flops": attn_flops, "executed": run,
-                          "executed_backward": run_b, "saved": qkv_kept + lse, "selective": True}
-    t["out"] = {"kind": "gemm", "m": tok, "k": hd_q, "n": h, "batch": 1, "split": "row", "saved": e * tok * hd_q,
-                "flops": 2 * tok * hd_q * h}
+            lse = 0 if selective else 4 * tok * a_loc
+            if attention_share is None:
+                run = _compute.flash_attention_flops(s, b, a_loc, head_dim, causal)
+                run_b = _compute.flash_attention_flops(s, b, a_loc, head_dim, causal, backward=True)
+            else:
+                ran = attention_share if executed_share is None else executed_share
+                run = _compute.flash_attention_flops(s, b, a_loc, head_dim, False) * ran
+                run_b = _compute.flash_attention_flops(s, b, a_loc, head_dim, False, backward=True) * ran
+            t["attention"] = {"kind": "flash", "class": "attention", "flops": attn_flops, "executed": run,
+                              "executed_backward": run_b, "saved": qkv_kept + lse, "selective": True}
+        t["out"] = {"kind": "gemm", "m": tok, "k": hd_q, "n": h, "batch": 1, "split": "row", "saved": e * tok * hd_q,
+                    "flops": 2 * tok * hd_q * h}
     t["attn_allreduce"] = {"kind": "collective", "op": "allreduce", "group": "tp", "comm": msg, "pass": "forward",
                            "saved": 0}
     extra_norms = layer_norms > 2      # Gemma 2: a norm after the attention and after the MLP, before the adds
@@ -227,8 +237,14 @@ def layer_kernels(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: N
     t["mlp_residual"] = {"kind": "elementwise", "bytes": (3 * e + drop) * tok * h * r, "saved": drop * tok * h * r}
     t["fc1_dgrad_allreduce"] = {"kind": "collective", "op": "allreduce", "group": "tp", "comm": msg,
                                 "pass": "backward", "hidden_by": "expert_fc1" if moe else "fc1", "saved": 0}
-    t["qkv_dgrad_allreduce"] = {"kind": "collective", "op": "allreduce", "group": "tp", "comm": msg,
-                                "pass": "backward", "hidden_by": "qkv", "saved": 0}
+    if mla:   # the latents' input gradients (the up projections are column-parallel, the down ones duplicated)
+        q_in = mla["q_lora"] if mla["q_lora"] else h
+        t["qkv_dgrad_allreduce"] = {"kind": "collective", "op": "allreduce", "group": "tp", "pass": "backward",
+                                    "comm": msg * (q_in + mla["kv_lora"] + mla["rope"]) / h, "hidden_by": "kv_up",
+                                    "saved": 0}
+    else:
+        t["qkv_dgrad_allreduce"] = {"kind": "collective", "op": "allreduce", "group": "tp", "comm": msg,
+                                    "pass": "backward", "hidden_by": "qkv", "saved": 0}
     if stack:  # another software stack's element-wise kernels and saved tensors (dse.formulas.stacks)
         t = _stacks.apply_layer(t, stack, stack_sizes or {}, stack_choices or {}, bytes_per_element=e,
                                 grad_bytes=grad_bytes)

@@ -42,6 +42,13 @@ Symbols:
     window: w, sliding attention window in tokens [count]
     chunk: c, attention chunk in tokens (Llama 4) [count]
     shared_gate: a sigmoid gate (h x 1) on the shared experts' output (Qwen2-MoE) [bool]
+    q_lora: d_c', rank of the MLA query latent (0: a plain query projection) [count]
+    kv_lora: d_c, rank of the MLA key/value latent [count]
+    nope: d_nope, MLA per-head query/key dims without positions [count]
+    rope: d_R, MLA per-head decoupled rotary dims [count]
+    v_dim: d_v, MLA per-head value dims [count]
+    attention: parameters of a layer's attention when it is not multi-head/grouped-query (MLA) [count]
+    attention_replicated: parameters of that attention tensor parallelism does not split [count]
 """
 
 from __future__ import annotations
@@ -64,6 +71,7 @@ from dse.formulas.transformer.flops import (
     model_flops,
     recompute_flops,
 )
+from dse.formulas.transformer.mla import mla_attention_parameters, mla_attention_parameters_replicated
 from dse.formulas.transformer.moe import (
     dropped_token_fraction,
     moe_layer_count,
@@ -85,7 +93,8 @@ from dse.formulas.transformer.parameters import (
 
 __all__ = ["GATED_FFN", "norm_parameters", "ffn_matrices", "mlp_parameters", "layer_parameters",
            "layer_parameters_replicated", "moe_layer_count", "router_parameters", "moe_mlp_parameters",
-           "moe_mlp_parameters_replicated", "dropped_token_fraction",
+           "moe_mlp_parameters_replicated", "dropped_token_fraction", "mla_attention_parameters",
+           "mla_attention_parameters_replicated",
            "embedding_parameters", "head_parameters", "parameter_count", "layer_gemm_flops_per_token",
            "attention_flops_per_token", "attention_pairs", "attention_share", "logits_flops_per_token", "model_flops", "recompute_flops",
            "activation_terms", "activation_bytes_per_layer", "recompute_working_bytes", "backward_working_bytes",

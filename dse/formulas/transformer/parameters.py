@@ -62,7 +62,8 @@ def mlp_parameters(h: Num, ffn: Num, ffn_type: str = "gelu", bias: bool = True) 
 
 def layer_parameters(h: Num, heads: Num, kv_heads: Num, head_dim: Num, ffn: Num, ffn_type: str = "gelu",
                      norm: str = "layernorm", bias: bool = True, qkv_bias: bool | None = None, *,
-                     layer_norms: int = 2, qk_norm: bool = False, sinks: bool = False) -> Num:
+                     layer_norms: int = 2, qk_norm: bool = False, sinks: bool = False,
+                     attention: Num | None = None) -> Num:
     """Parameters of one transformer layer (attention + MLP + its norms).
 
     Formula: h(a+2kv)d + a d h + n_m h F + biases + n_norm norm (+ 2d with QK-norm) (+ a attention sinks); n_m = 3
@@ -77,6 +78,8 @@ def layer_parameters(h: Num, heads: Num, kv_heads: Num, head_dim: Num, ffn: Num,
         layer_norms: n_norm, norms per layer (2 pre-LN; 4 Gemma 2) [count]
         qk_norm: an RMSNorm of each query and key head (Qwen3) [bool]
         sinks: a learned attention-sink logit per head (gpt-oss) [bool]
+        attention: the attention's parameters when it is not multi-head/grouped-query (multi-head latent
+            attention: :func:`mla_attention_parameters`); None: h(a+2kv)d + a d h and the Q/K/V biases [count]
 
     Returns:
         parameters [count]
@@ -89,9 +92,9 @@ def layer_parameters(h: Num, heads: Num, kv_heads: Num, head_dim: Num, ffn: Num,
     198195200
     """
     qkv_bias = bias if qkv_bias is None else qkv_bias
-    attn = h * (heads + 2 * kv_heads) * head_dim + heads * head_dim * h
+    attn = h * (heads + 2 * kv_heads) * head_dim + heads * head_dim * h if attention is None else attention
     biases: Num = 0
-    if qkv_bias:
+    if qkv_bias and attention is None:
         biases = biases + (heads + 2 * kv_heads) * head_dim
     if bias:
         biases = biases + h  # out-proj; the MLP's biases are in mlp_parameters
@@ -101,12 +104,15 @@ def layer_parameters(h: Num, heads: Num, kv_heads: Num, head_dim: Num, ffn: Num,
 
 
 def layer_parameters_replicated(h: Num, ffn_type: str = "gelu", norm: str = "layernorm", bias: bool = True, *,
-                                layer_norms: int = 2, qk_norm: bool = False, head_dim: Num = 0) -> Num:
+                                layer_norms: int = 2, qk_norm: bool = False, head_dim: Num = 0,
+                                attention_replicated: Num = 0) -> Num:
     """Parameters of one layer that tensor parallelism does not split.
 
     Formula: n_norm norm + (2h if biases: the row-parallel out-proj and fc2 biases) (+ 2d with QK-norm)
     Source: Megatron-LM (Shoeybi et al. 2019, arXiv 1909.08053 §3): norms and row-parallel biases are replicated;
-    a QK-norm's weights act per head, shared by all heads (Megatron-Core qk_layernorm).
+    a QK-norm's weights act per head, shared by all heads (Megatron-Core qk_layernorm); multi-head latent
+    attention's down projections and latent norms (``attention_replicated``:
+    :func:`mla_attention_parameters_replicated`).
 
     Returns:
         parameters [count]
@@ -114,7 +120,8 @@ def layer_parameters_replicated(h: Num, ffn_type: str = "gelu", norm: str = "lay
     >>> layer_parameters_replicated(1600)   # GPT-2 XL: 2 LayerNorms + 2 biases
     9600
     """
-    return layer_norms * norm_parameters(h, norm) + (2 * h if bias else 0) + (2 * head_dim if qk_norm else 0)
+    return (layer_norms * norm_parameters(h, norm) + (2 * h if bias else 0) + (2 * head_dim if qk_norm else 0)
+            + attention_replicated)
 
 
 def embedding_parameters(h: Num, vocab: Num, position_embeddings: Num = 0, token_types: Num = 0,
@@ -172,7 +179,8 @@ def parameter_count(layers: Num, h: Num, heads: Num, kv_heads: Num, head_dim: Nu
                     ffn_type: str = "gelu", norm: str = "layernorm", bias: bool = True, qkv_bias: bool | None = None,
                     position_embeddings: Num = 0, token_types: Num = 0, embedding_norm: bool = False,
                     tied: bool = True, final_norm: bool = True, pooler: bool = False, mlm_head: bool = False,
-                    nsp_head: bool = False, layer_norms: int = 2, qk_norm: bool = False) -> Num:
+                    nsp_head: bool = False, layer_norms: int = 2, qk_norm: bool = False,
+                    attention: Num | None = None) -> Num:
     """Total trainable parameters of the model.
 
     Formula: P = embeddings + L * layer + head. GPT: 12Lh^2 + 13Lh + (V + s)h + 2h
@@ -189,6 +197,7 @@ def parameter_count(layers: Num, h: Num, heads: Num, kv_heads: Num, head_dim: Nu
         nsp_head: BERT next-sentence head [bool]
         layer_norms: norms per layer [count]
         qk_norm: per-head query and key norms [bool]
+        attention: a layer's attention parameters when not multi-head/grouped-query (MLA) [count]
     Returns:
         parameters [count]
 
@@ -202,7 +211,7 @@ def parameter_count(layers: Num, h: Num, heads: Num, kv_heads: Num, head_dim: Nu
     """
     return (embedding_parameters(h, vocab, position_embeddings, token_types, embedding_norm, norm)
             + layers * layer_parameters(h, heads, kv_heads, head_dim, ffn, ffn_type, norm, bias, qkv_bias,
-                                        layer_norms=layer_norms, qk_norm=qk_norm)
+                                        layer_norms=layer_norms, qk_norm=qk_norm, attention=attention)
             + head_parameters(h, vocab, tied, final_norm, norm, pooler, mlm_head, nsp_head))
 
 

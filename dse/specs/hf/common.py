@@ -31,7 +31,11 @@ MOE_KEYS = {"mixtral": ("num_local_experts", "num_experts_per_tok"),
                           "shared_expert_intermediate_size"),
             "qwen3_moe": ("num_experts", "num_experts_per_tok", "moe_intermediate_size"),
             "gpt_oss": ("num_local_experts", "num_experts_per_tok"),
-            "llama4_text": ("num_local_experts", "num_experts_per_tok")}
+            "llama4_text": ("num_local_experts", "num_experts_per_tok"),
+            # and multi-head latent attention, multi-token prediction (dse.specs.hf.deepseek)
+            **dict.fromkeys(("deepseek_v2", "deepseek_v3"), (
+                "n_routed_experts", "num_experts_per_tok", "n_shared_experts", "moe_intermediate_size",
+                "kv_lora_rank", "q_lora_rank", "num_nextn_predict_layers"))}
 #: Transformers' activation_function names -> the model spec's activation (how the framework writes it).
 _ACTIVATIONS = {"gelu_new": "gelu_new", "gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu",
                 "silu": "silu", "swish": "silu"}
