@@ -266,3 +266,35 @@ def test_expert_parallelism_composes_with_context_parallelism():
         assert r["traffic"]["ep"] == pytest.approx(runs[0]["traffic"]["ep"] / cp, rel=1e-12)
         assert r["parallelism"]["gpus"] == 8 * cp
     assert runs[2]["memory"]["gpu"]["total"] < runs[1]["memory"]["gpu"]["total"] < runs[0]["memory"]["gpu"]["total"]
+
+
+# ----------------------------------------------------------------------------------------- experts' ZeRO shards
+
+
+def test_experts_reduce_and_step_over_the_ranks_that_hold_them():
+    """dp = ep: each expert lives on one rank of its expert-data-parallel group, so only the dense parameters are
+    reduced over dp (5.25 bytes per parameter: fp32 gradients reduce-scattered, bf16 weights all-gathered, 7/8 of
+    each), and the optimizer steps the GPU's whole experts' shard."""
+    r = estimate("qwen3-30b-a3b", "dgx-h100", ep=8, recompute="full")
+    p_gpu = r["parallelism"]["params_per_gpu"]
+    experts = 128 * 3 * 2048 * 768 * 48 / 8                 # E n_m h F_e L_moe / ep
+    assert r["traffic"]["dp"] == pytest.approx((p_gpu - experts) * 7 / 8 * (4 + 2), rel=1e-12)
+    one = estimate("qwen3-30b-a3b", "dgx-h100", ep=1, recompute="full")
+    assert one["traffic"]["dp"] == pytest.approx(one["parallelism"]["params_per_gpu"] * 7 / 8 * 6, rel=1e-12)
+
+
+@pytest.mark.parametrize("offload", [dict(offload_optimizer="cpu"), dict(offload_optimizer="cpu", offload_params="cpu"),
+                                     dict(offload_optimizer="nvme")])
+def test_expert_parallelism_with_storage_offload_conserves_the_states(offload):
+    """Every parameter's states exist once over the dp ranks: dense ones sharded over dp, each expert's over the
+    dp/ep ranks holding it; a node's host memory and drives hold the same bytes with or without expert parallelism,
+    and a GPU's shard is (p - p_e)/dp + p_e/(dp/ep)."""
+    kw = dict(tp=1, dp=16, zero=3, recompute="full", **offload)
+    one = estimate("mixtral-8x7b", "h100-cluster", ep=1, **kw)
+    eight = estimate("mixtral-8x7b", "h100-cluster", ep=8, **kw)
+    assert eight["feasible"]
+    for tier in ("host", "storage"):
+        for k in ("optimizer", "weights", "gradients"):
+            if k in one["memory"][tier]:
+                assert eight["memory"][tier][k] == pytest.approx(one["memory"][tier][k], rel=1e-9), (tier, k)
+    assert eight["memory"]["gpu"]["total"] < one["memory"]["gpu"]["total"]

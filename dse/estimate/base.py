@@ -218,6 +218,7 @@ def compose_memory(model: ModelSpec, system: SystemSpec, plan: Plan, F: Formulas
         first_stage_is_max=stages["first_is_max"], activations_first_stage=act["act_first"],
         activations_last_stage=act["act_last"], states_first_stage=stages["states_first"],
         states_last_stage=stages["states_last"], kernels=tables, trainable_params_per_gpu=prm["p_train_gpu"],
+        expert_params_per_gpu=prm["p_expert_gpu"] if _expert_parallel(plan, model) else 0.0,
     )
     return {
         "terms": terms,

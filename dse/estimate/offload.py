@@ -116,10 +116,13 @@ def partition(c: Result, system: SystemSpec, plan: Plan, F: Formulas | None = No
     r = recipe_of(plan)
     i = c["terms"]
     zero: Num = plan.zero                                    # resolved: a stage (an array of them in a search)
-    d, p_gpu = i.dp, i.params_per_gpu
+    d, p_gpu, pe = i.dp, i.params_per_gpu, i.expert_params_per_gpu
     g_node = minimum(c["gpus"], system.node.gpus_per_node)   # GPUs sharing one host and its drives
-    shard_opt = p_gpu / where(zero >= 1, d, 1)                # optimizer partition of one GPU
-    shard_w = p_gpu / where(zero >= 3, d, 1)                  # fp16 parameter partition of one GPU
+    # ZeRO partitions of one GPU: dense parameters over dp; with expert parallelism the experts over the dp/ep
+    # ranks holding them (DeepSpeed-MoE and Megatron-Core shard expert states over the expert-data-parallel group)
+    sharded = (p_gpu + pe * (getattr(plan, "ep", 1) - 1)) / d   # (p - pe)/d + pe/(d/ep)
+    shard_opt = where(zero >= 1, sharded, p_gpu)              # optimizer partition of one GPU
+    shard_w = where(zero >= 3, sharded, p_gpu)                # fp16 parameter partition of one GPU
     return Partition(gpus_node=g_node, shard_opt=shard_opt, shard_w=shard_w, node_opt=shard_opt * g_node,
                      node_w=shard_w * g_node,
                      state_bytes=OPT.state_bytes_per_param(plan.optimizer, r),   # master + states (mixed Adam: 12)

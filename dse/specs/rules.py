@@ -348,10 +348,6 @@ FINETUNE_RULES = (
          message=lambda p, m, s: f"--finetune {p.finetune} with --offload-optimizer {p.offload_optimizer} "
                                  f"--offload-params {p.offload_params} is not modelled yet; allowed: gpu and gpu "
                                  "(LoRA's optimizer states are a fraction of a percent of full training's)"),
-    Rule("expert parallelism with storage offload is not modelled", ("ep", "offload_optimizer", "offload_params"),
-         when=lambda p, m, s: p.offload_optimizer != "gpu" or p.offload_params != "gpu", ok=lambda p, m, s: p.ep == 1,
-         message=lambda p, m, s: f"--ep {p.ep} with --offload-optimizer {p.offload_optimizer} --offload-params "
-                                 f"{p.offload_params} is not modelled yet; allowed: --ep 1, or gpu and gpu"),
     Rule("LoRA of an MoE model is not modelled", ("finetune", "model.experts"),
          when=lambda p, m, s: p.finetune != "full", ok=lambda p, m, s: not m.experts,
          message=lambda p, m, s: f"--finetune {p.finetune}: adapters on the experts of an MoE model are not modelled "
