@@ -96,6 +96,7 @@ WITNESSES = {
     "fp8 on chiplet packages is not modelled": ("llama2-70b", (), PKG, {**CHIPLET, "precision": "fp8"}),
     "LoRA of an MoE model is not modelled": ("mixtral-8x7b", (), GPU, {"finetune": "lora"}),
     "multi-head latent attention beyond what is modelled": ("deepseek-v3", (), "dgx-h100", {"stack": "pytorch"}),
+    "LoRA rank larger than the layer it adapts": ("llama2-7b", (), GPU, {"finetune": "lora", "lora_rank": 4097}),
 }
 
 

@@ -111,6 +111,7 @@ def estimate(
                                        "memory breakdowns, hover for values (docs/estimate.md)"),
 ):
     """Estimate one training scenario: time, memory per tier, traffic, bottleneck."""
+    from dse.errors import InputError
     from dse.estimate import filled_defaults, input_warnings, load, make_plan, run
 
     if html:
@@ -143,6 +144,9 @@ def estimate(
     else:
         m, s, data = load(model, hw, None, set_, **fields)
         p = make_plan(m, s, data)
+    if fp8_scaling is not None and p.precision != "fp8":   # a scaling recipe of bf16 GEMMs changes nothing
+        raise InputError(f"--fp8-scaling {fp8_scaling} needs --precision fp8 (got --precision {p.precision}); "
+                         "allowed: drop --fp8-scaling, or --precision fp8")
     emitted = None
     if emit is not None:
         from dse.frameworks.emit import emit as emit_config, show

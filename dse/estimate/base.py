@@ -200,7 +200,7 @@ def compose_memory(model: ModelSpec, system: SystemSpec, plan: Plan, F: Formulas
     act = activations(tables["sums"], plan, m, prm["l_stage"], T)
     memory, stages = memory_tiers(model, system, plan, prm, act, r, state_bytes, T, M)
     if "cp_kv" in tables["layer"].get("attention", {}):   # context parallelism: the ring's receive buffers
-        kv_buffers = _context.kv_buffers(tables)
+        kv_buffers = _context.ring_buffers(tables, plan)
         memory["gpu"]["buffers"] = memory["gpu"]["buffers"] + kv_buffers
         memory["gpu"]["total"] = memory["gpu"]["total"] + kv_buffers
     act_opts = dict(tp=t, sequence_parallel=plan.sequence_parallel, recompute=plan.recompute,

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from dse.formulas import parallelism as _parallelism
+from dse.formulas._array import where
 
 if TYPE_CHECKING:
     from dse.estimate.aliases import Num
@@ -115,3 +116,8 @@ def kv_buffers(tables: dict[str, Any]) -> Num:
     """
     row = tables["layer"].get("attention", {})
     return 4 * row["cp_kv"] if "cp_kv" in row else 0.0
+
+
+def ring_buffers(tables: dict[str, Any], plan: Any) -> Num:
+    """:func:`kv_buffers` where there is a ring (cp > 1); none at cp = 1, also in an array plan that holds cp = 1."""
+    return where(plan.cp > 1, kv_buffers(tables), 0.0)

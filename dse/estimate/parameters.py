@@ -28,7 +28,7 @@ def parameters(model: ModelSpec, plan: Plan, T: FormulaModule = _transformer) ->
     """Parameters of the model, of one layer (per GPU) and of the first and last pipeline stage's GPU (shared)."""
     t, p, v, ep = plan.tp, plan.pp, plan.virtual_stages, plan.ep
     ft = (plan.finetune, plan.lora_rank, plan.lora_targets)
-    if T is _transformer and ints(t, p, v, ep):
+    if T is _transformer and ints(t, p, v, ep) and (plan.lora_rank is None or ints(plan.lora_rank)):
         key = ("parameters", id(model), t, p, v, ep, ft, T.layer_parameters, T.layer_parameters_replicated,
                T.embedding_parameters, T.head_parameters, T.norm_parameters, T.ffn_matrices, T.mlp_parameters,
                T.moe_mlp_parameters, T.moe_mlp_parameters_replicated, T.mla_attention_parameters,
@@ -105,7 +105,7 @@ def _parameters(model: ModelSpec, t: Num, p: Num, v: Num, T: FormulaModule,
            "p_last": p_last, "p_gpu": maximum(p_first, p_last), "p_expert_gpu": l_stage * p_exp}
     if ft[0] == "full":
         return {**out, "p_train": out["params"], "p_train_gpu": out["p_gpu"]}
-    return _frozen.with_adapters(out, model, t, ft[1] or 16, ft[2] or "all")
+    return _frozen.with_adapters(out, model, t, 16 if ft[1] is None else ft[1], ft[2] or "all")
 
 
 def model_parameters(model: ModelSpec, T: FormulaModule = _transformer) -> tuple[Num, Num]:

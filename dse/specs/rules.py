@@ -354,11 +354,28 @@ FINETUNE_RULES = (
                                  f"yet (model {m.name} has {m.experts} experts); allowed: full"),
 )
 
+def _smallest_adapted(p, m) -> tuple[int, int]:
+    """(d_in, d_out) of the smallest linear layer the plan's adapters target (the rank an update of it can have)."""
+    from dse.formulas.finetune import adapted_linears
+
+    shapes = adapted_linears(m.hidden, m.heads, m.kv_heads, m.head_dim, m.ffn_hidden, m.ffn_type, m.qkv_projection,
+                             p.lora_targets or "all")
+    return min((shape for rows in shapes.values() for shape in rows), key=min)
+
+
+LORA_RANK_RULE = Rule(
+    "LoRA rank larger than the layer it adapts", ("lora_rank", "lora_targets", "finetune"),
+    when=lambda p, m, s: p.finetune != "full" and p.lora_rank is not None,
+    ok=lambda p, m, s: p.lora_rank <= min(_smallest_adapted(p, m)),
+    message=lambda p, m, s: "--lora-rank {} is larger than the smallest layer it adapts ({}x{}, --lora-targets {}); "
+                            "allowed: 1 to {}".format(p.lora_rank, *_smallest_adapted(p, m), p.lora_targets or "all",
+                                                      min(_smallest_adapted(p, m))))
+
 NOT_ON_CHIPLETS = Rule(
     "fine-tuning on chiplet packages is not modelled", ("finetune",), when=lambda p, m, s: p.finetune != "full",
     ok=lambda p, m, s: False,
     message=lambda p, m, s: f"--finetune {p.finetune} is not modelled on chiplet packages; allowed: full")
 
 GPU_SYSTEM_RULES = (*OFFLOAD_RULES, *MODEL_RULES, *CONTEXT_RULES, NO_CHIPLET_FIELDS, *ACTIVATION_OFFLOAD_RULES,
-                    *FINETUNE_RULES, *FP8_RULES)
+                    *FINETUNE_RULES, LORA_RANK_RULE, *FP8_RULES)
 CHIPLET_PACKAGE_RULES = (*CHIPLET_RULES, *ACTIVATION_OFFLOAD_RULES, NOT_ON_CHIPLETS, FP8_NOT_ON_CHIPLETS, MLA_RULE)

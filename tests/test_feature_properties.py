@@ -1,0 +1,379 @@
+"""Property tests (Hypothesis) of the features of issues 14-16: MoE with expert parallelism, context parallelism,
+FP8, LoRA/QLoRA fine-tuning and the software stacks, on the 2025-26 hardware catalog.
+
+Plans are drawn valid by construction where that is cheap (ep divides the experts and dp, cp's 2 cp chunks divide
+the sequence, fp8 on the GPUs with FP8 tensor cores and Megatron's kernels, adapters on dense models); the plans the
+input checks still refuse are discarded. The invariants a user relies on:
+
+- strict JSON without NaN, infinity or a negative number; time and memory parts add up to their totals
+  (communication: tp + pp + cp + dp + embedding + ep);
+- MFU <= HFU <= the best efficiency any kernel of the GPU reaches (FP8 GEMMs' own where fp8 runs);
+- one expert routed top-1 prices as the dense model; cp = 1 and ep = 1 are the plain plan;
+- more cp never raises activation memory per GPU; more ep never raises the per-GPU weights and gradients
+  (each GPU holds E/ep experts) nor the model states;
+- fp8 keeps every FLOP (model and hardware FLOPs as bf16's); LoRA/QLoRA never hold more gradients or optimizer
+  states than full training of the same plan, QLoRA never more weights than LoRA;
+- estimates are deterministic (another scenario in between changes nothing: the memos key on every input);
+- numpy array plan fields (ep, cp, lora_rank, micro_batch) equal a loop of scalar calls, and the search's block path
+  equals its point path over spaces of these features.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, assume, given, settings, strategies as st
+
+import dse
+from dse.errors import InputError
+from dse.report.jsonout import plain
+
+MOE = ("mixtral-8x7b", "qwen3-30b-a3b")
+DENSE = ("llama3-8b", "llama2-7b", "mistral-7b", "qwen2-7b", "gemma2-9b", "gpt2-medium")
+FP8_SYSTEMS = ("dgx-h100", "h100-cluster", "dgx-h200", "dgx-b200", "hgx-h20", "mi300x-platform", "mi325x-platform",
+               "server-l40s-x8", "workstation-rtx4090-x2", "workstation-rtx5090")
+SYSTEMS = (*FP8_SYSTEMS, "dgx-a100-80gb", "a100-cluster-800g")
+TIME_PARTS = ("compute", "recompute", "communication", "bubble", "optimizer", "overhead", "io_exposed")
+COMM_PARTS = ("tp_communication", "pp_communication", "cp_communication", "dp_communication", "embedding_sync",
+              "ep_communication")
+STATES = ("weights", "gradients", "optimizer")
+REL = 1e-9
+SLOW = dict(deadline=None, suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
+
+raw_plans = st.fixed_dictionaries({
+    "tp": st.sampled_from([1, 2, 4]),
+    "pp": st.sampled_from([1, 1, 2]),
+    "dp_per_ep": st.sampled_from([1, 2]),
+    "ep": st.sampled_from([1, 2, 4, 8]),
+    "cp": st.sampled_from([1, 1, 2, 4]),
+    "micro_batch": st.sampled_from([1, 2]),
+    "seq_len": st.sampled_from([1024, 2048, 4096, 8192]),
+    "recompute": st.sampled_from(["none", "selective", "full"]),
+    "stack": st.sampled_from(["megatron", "megatron", "pytorch", "compiled"]),
+    "zero": st.integers(0, 2),
+    "precision": st.sampled_from(["bf16", "bf16", "fp8", "fp16"]),
+    "fp8_scaling": st.sampled_from(["delayed", "current"]),
+    "finetune": st.sampled_from(["full", "full", "lora", "qlora"]),
+    "lora_rank": st.sampled_from([4, 16, 64]),
+    "lora_targets": st.sampled_from(["all", "attention", "qv", "mlp"]),
+    "quantization": st.sampled_from(["nf4", "int8"]),
+})
+scenarios = st.tuples(st.sampled_from(MOE + DENSE), st.sampled_from(SYSTEMS), st.integers(2, 6), raw_plans)
+
+
+def plan_of(model: str, system: str, raw: dict) -> dict:
+    """The drawn fields made valid where that is cheap: what is not modelled together is dropped, not discarded."""
+    f = dict(raw)
+    moe = model in MOE
+    ep = f.pop("ep") if moe else f.pop("ep") and 1
+    f["dp"] = ep * f.pop("dp_per_ep")
+    if moe:
+        f["ep"] = ep
+    if moe or f["cp"] > 1 or f["precision"] == "fp8":      # adapters on experts, with cp, with fp8: not modelled
+        f["finetune"] = "full"
+    if f["precision"] == "fp8" and (system not in FP8_SYSTEMS or moe):
+        f["precision"] = "bf16"
+    if f["precision"] == "fp8":
+        f["stack"] = "megatron"                              # Transformer Engine's layers
+    else:
+        f.pop("fp8_scaling")
+    if f["finetune"] == "full":
+        for k in ("lora_rank", "lora_targets", "quantization"):
+            f.pop(k)
+    elif f["finetune"] == "lora":
+        f.pop("quantization")
+    if model.startswith("gpt2"):
+        f["seq_len"], f["tp"] = 1024, 1                      # 1,024 learned positions, 16 heads
+    f["global_batch"] = f["micro_batch"] * f["dp"] * 2 * f["pp"]
+    return f
+
+
+def estimate(model: str, system: str, layers: int, plan: dict, overrides=(), **changes) -> dict:
+    """``dse.estimate`` of a scenario with its layers changed (a multiple of the pipeline stages)."""
+    fields = {**plan, **changes}
+    try:
+        return dse.estimate(model, system, overrides=[f"model.layers={layers * fields['pp']}", *overrides], **fields)
+    except InputError:
+        assume(False)
+        raise
+
+
+def leaves(obj, path=""):
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from leaves(v, f"{path}.{k}")
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            yield from leaves(v, f"{path}[{i}]")
+    else:
+        yield path, obj
+
+
+def numbers(obj):
+    for p, v in leaves(obj):
+        if isinstance(v, (int, float, np.number)) and not isinstance(v, (bool, np.bool_)):
+            yield p, float(v)
+
+
+def drawn(sc):
+    model, system, layers, raw = sc
+    return model, system, layers, plan_of(model, system, raw)
+
+
+@settings(max_examples=60, **SLOW)
+@given(scenarios)
+def test_json_is_strict_and_has_no_nan_inf_or_negative(sc):
+    r = estimate(*drawn(sc))
+    text = json.dumps(plain(r), allow_nan=False)          # what --json prints
+    assert [(p, v) for p, v in numbers(json.loads(text)) if not math.isfinite(v) or v < 0] == []
+
+
+@settings(max_examples=60, **SLOW)
+@given(scenarios)
+def test_parts_add_up_to_totals(sc):
+    r = estimate(*drawn(sc))
+    t = r["time"]
+    assert t["iteration"] == pytest.approx(sum(t[k] for k in TIME_PARTS), rel=REL)
+    assert t["communication"] == pytest.approx(sum(t.get(k, 0.0) for k in COMM_PARTS), rel=REL, abs=1e-15)
+    for tier, mem in r["memory"].items():
+        parts = sum(v for k, v in mem.items() if k not in ("total", "capacity"))
+        assert mem["total"] == pytest.approx(parts, rel=REL, abs=1e-6), (tier, mem)
+
+
+@settings(max_examples=60, **SLOW)
+@given(scenarios)
+def test_mfu_below_hfu_below_the_best_kernel_efficiency(sc):
+    model, system, layers, plan = drawn(sc)
+    r = estimate(model, system, layers, plan)
+    eff = dse.catalog.load_system(system).node.gpu.efficiency
+    best = max(eff.gemm, eff.attention, eff.gemm_unaligned or 0.0,
+               eff.gemm_fp8 or 0.0 if plan["precision"] == "fp8" else 0.0)
+    th = r["throughput"]
+    assert 0 < th["mfu"] <= th["hfu"] * (1 + REL)
+    assert th["hfu"] <= best * (1 + REL), (th, best)
+
+
+dense_plans = st.fixed_dictionaries({
+    "tp": st.sampled_from([1, 2, 4]),
+    "pp": st.sampled_from([1, 2]),
+    "cp": st.sampled_from([1, 2]),
+    "dp": st.sampled_from([1, 2, 4]),
+    "micro_batch": st.sampled_from([1, 2]),
+    "seq_len": st.sampled_from([1024, 4096]),
+    "recompute": st.sampled_from(["none", "selective", "full"]),
+    "stack": st.sampled_from(["megatron", "pytorch", "compiled"]),
+    "zero": st.integers(0, 3),
+    "sequence_parallel": st.booleans(),
+})
+
+
+TIMED = (".time.", ".throughput.", ".cost.per_million", ".cost.tokens_per_s", ".energy.iteration", ".energy.per_token")
+
+
+@settings(max_examples=40, **SLOW)
+@given(st.sampled_from(("llama3-8b", "llama2-7b", "mistral-7b", "qwen2-7b")), st.sampled_from(SYSTEMS),
+       dense_plans)
+def test_one_expert_top1_is_the_dense_model(model, system, plan):
+    """Every number of the dense model's estimate; the MoE one adds only its (zero) EP share and model fields.
+
+    Except one launch: with Megatron's kernels the dense MLP's activation launches 2 backward kernels
+    (MEGATRON_LAUNCHES counts bias-GeLU's bias-gradient reduction, also for bias-free models), the expert
+    activation 1; where the host's launch floor sets a layer's backward time, the MoE layer is up to one
+    dispatch (13.5 us) faster per layer pass (:func:`test_megatron_launch_counts_differ_for_the_expert_activation`)."""
+    from dse.estimate.table_inputs import stack_spec
+
+    plan = {**plan, "sequence_parallel": plan["sequence_parallel"] and plan["tp"] > 1}
+    dense = estimate(model, system, 2, plan)
+    moe = estimate(model, system, 2, plan, overrides=["model.experts=1", "model.experts_per_token=1"])
+    d, m = dict(numbers(plain(dense))), dict(numbers(plain(moe)))
+    assert m.pop(".time.ep_communication") == 0 and m.pop(".traffic.ep") == 0
+    m = {k: v for k, v in m.items() if not k.startswith(".model.")}
+    assert set(m) <= set(d)
+    launch_bound = plan["stack"] == "megatron" and m[".time.layer_backward"] != d[".time.layer_backward"]
+    for k, v in m.items():
+        if not (launch_bound and k.startswith(TIMED)):
+            assert v == pytest.approx(d[k], rel=1e-12, abs=1e-12), k
+    if launch_bound:
+        gap = d[".time.layer_backward"] - m[".time.layer_backward"]
+        assert 0 < gap <= stack_spec("megatron").dispatch * (1 + 1e-9)     # max(GPU time, host time)
+    assert moe["model"]["active_params"] == dense["model"]["params"] == moe["model"]["params"]
+
+
+@pytest.mark.xfail(strict=True, reason="known: MEGATRON_LAUNCHES gives the dense activation row a bias-gradient "
+                                       "launch (1, 2) that the expert activation row (1, 1) lacks, for bias-free "
+                                       "models too; see the docstring")
+def test_megatron_launch_counts_differ_for_the_expert_activation():
+    """A launch-bound layer (tp 4, cp 2, 1,024 tokens on an H100): one expert top-1 should take the dense layer's
+    time; with Megatron's launch table it is one dispatch faster per layer backward. Fixing the launch counts
+    (bias-aware: a bias-free SwiGLU MLP has no bias-gradient reduction, Megatron-Core's GroupedMLP none either)
+    turns this test into an unexpected pass: then drop the xfail and the exception above."""
+    kw = dict(tp=4, cp=2, dp=1, micro_batch=1, seq_len=1024, global_batch=2, zero=0)
+    dense = dse.estimate("llama3-8b", "dgx-h100", overrides=["model.layers=2"], **kw)
+    moe = dse.estimate("llama3-8b", "dgx-h100", overrides=["model.layers=2", "model.experts=1",
+                                                          "model.experts_per_token=1"], **kw)
+    assert moe["time"]["layer_backward"] == pytest.approx(dense["time"]["layer_backward"], rel=1e-12)
+
+
+@settings(max_examples=30, **SLOW)
+@given(scenarios)
+def test_cp_one_and_ep_one_are_the_plain_plan(sc):
+    model, system, layers, plan = drawn(sc)
+    plain_plan = {k: v for k, v in plan.items() if k not in ("cp", "ep")}
+    base = plain(estimate(model, system, layers, plain_plan))
+    ones = plain(estimate(model, system, layers, plain_plan, cp=1, **({"ep": 1} if model in MOE else {})))
+    assert ones["time"] == base["time"] and ones["memory"] == base["memory"] and ones["traffic"] == base["traffic"]
+    assert ones["throughput"] == base["throughput"] and ones["feasible"] == base["feasible"]
+
+
+@settings(max_examples=40, **SLOW)
+@given(scenarios)
+def test_more_cp_never_raises_activation_memory(sc):
+    model, system, layers, plan = drawn(sc)
+    assume(plan["finetune"] == "full" and plan["seq_len"] % (4 * plan["cp"]) == 0)
+    few = estimate(model, system, layers, plan)
+    more = estimate(model, system, layers, plan, cp=2 * plan["cp"])
+    a, b = few["memory"]["gpu"]["activations"], more["memory"]["gpu"]["activations"]
+    assert b <= a * (1 + REL), (a, b)
+    assert few["flops"]["model_per_iteration"] == pytest.approx(more["flops"]["model_per_iteration"], rel=REL)
+
+
+@settings(max_examples=40, **SLOW)
+@given(st.sampled_from(MOE), st.sampled_from(SYSTEMS), st.integers(2, 6), raw_plans)
+def test_more_ep_never_raises_expert_weight_memory(model, system, layers, raw):
+    plan = plan_of(model, system, raw)
+    experts = dse.catalog.load_model(model).experts
+    assume(2 * plan["ep"] <= experts)
+    plan = {**plan, "dp": 2 * plan["ep"] * raw["dp_per_ep"]}
+    plan["global_batch"] = plan["micro_batch"] * plan["dp"] * 2 * plan["pp"]
+    few = estimate(model, system, layers, plan)
+    more = estimate(model, system, layers, plan, ep=2 * plan["ep"])
+    g1, g2 = few["memory"]["gpu"], more["memory"]["gpu"]
+    assert g2["weights"] <= g1["weights"] * (1 + REL) and g2["gradients"] <= g1["gradients"] * (1 + REL)
+    assert sum(g2[k] for k in STATES) <= sum(g1[k] for k in STATES) * (1 + REL)
+    assert more["parallelism"]["params_per_gpu"] <= few["parallelism"]["params_per_gpu"]
+
+
+@settings(max_examples=40, **SLOW)
+@given(st.sampled_from(DENSE), st.sampled_from(FP8_SYSTEMS), st.integers(2, 6), raw_plans)
+def test_fp8_keeps_every_flop(model, system, layers, raw):
+    """FP8 changes the rate of the linear GEMMs, never how many FLOPs run (model or hardware)."""
+    plan = plan_of(model, system, {**raw, "precision": "fp8"})
+    bf16 = estimate(model, system, layers, {k: v for k, v in plan.items() if k != "fp8_scaling"}, precision="bf16")
+    fp8 = estimate(model, system, layers, plan)
+    for k in ("model_per_iteration", "hardware_per_iteration"):
+        assert fp8["flops"][k] == pytest.approx(bf16["flops"][k], rel=REL), k
+    assert fp8["memory"]["gpu"]["weights"] >= bf16["memory"]["gpu"]["weights"] * (1 - REL) or plan.get(
+        "fp8_param_gather")
+
+
+@settings(max_examples=40, **SLOW)
+@given(st.sampled_from(DENSE), st.sampled_from(SYSTEMS), st.integers(2, 6), raw_plans)
+def test_lora_never_holds_more_gradients_or_optimizer_states_than_full_training(model, system, layers, raw):
+    full = plan_of(model, system, {**raw, "finetune": "full", "cp": 1, "precision": "bf16"})
+    lora = plan_of(model, system, {**raw, "finetune": "lora", "cp": 1, "precision": "bf16"})
+    qlora = plan_of(model, system, {**raw, "finetune": "qlora", "cp": 1, "precision": "bf16"})
+    rf, rl, rq = (estimate(model, system, layers, p) for p in (full, lora, qlora))
+    for r in (rl, rq):
+        for k in ("gradients", "optimizer"):
+            assert r["memory"]["gpu"][k] <= rf["memory"]["gpu"][k] * (1 + REL), k
+        assert r["model"]["params_trainable"] < rf["model"]["params_trainable"]
+        assert r["time"]["optimizer"] <= rf["time"]["optimizer"] * (1 + REL)
+    assert rq["memory"]["gpu"]["weights"] <= rl["memory"]["gpu"]["weights"] * (1 + REL)
+
+
+@settings(max_examples=30, **SLOW)
+@given(scenarios, scenarios)
+def test_estimates_are_deterministic(a, b):
+    first = plain(estimate(*drawn(a)))
+    try:
+        dse.estimate(*drawn(b)[:2], **drawn(b)[3])             # another scenario in between, the memos warm
+    except InputError:
+        pass
+    again = plain(estimate(*drawn(a)))
+    assert json.dumps(first, sort_keys=True) == json.dumps(again, sort_keys=True)
+
+
+# ----------------------------------------------------------------------------- arrays and the search's block path
+
+def _array_case(model: str, system: str, plan: dict, field: str):
+    """Valid values of ``field`` for the plan (each one accepted alone), or None where it has fewer than two."""
+    if field == "ep":
+        experts = dse.catalog.load_model(model).experts
+        values = [e for e in (1, 2, 4, 8) if plan["dp"] % e == 0 and experts % e == 0]
+    elif field == "cp":
+        values = [c for c in (1, 2, 4) if plan["seq_len"] % (2 * c) == 0]
+    elif field == "lora_rank":
+        values = [1, 8, 64]
+    else:
+        values = [1, 2, 4]
+        plan.pop("global_batch")                             # b dp with each micro-batch
+    return values if len(values) > 1 else None
+
+
+@settings(max_examples=25, **SLOW)
+@given(scenarios, st.sampled_from(["ep", "cp", "lora_rank", "micro_batch"]))
+def test_array_plan_fields_equal_a_loop_of_scalar_calls(sc, field):
+    from test_estimate_arrays import _same
+
+    model, system, layers, plan = drawn(sc)
+    assume((field != "ep" or model in MOE) and (field != "lora_rank" or plan["finetune"] != "full"))
+    values = _array_case(model, system, plan, field)
+    assume(values is not None)
+    over = [f"model.layers={layers * plan['pp']}"]
+    try:
+        scalars = [dse.estimate(model, system, overrides=over, **{**plan, field: v}) for v in values]
+    except InputError:
+        assume(False)
+    r = dse.estimate(model, system, overrides=over, **{**plan, field: np.array(values)})
+    for i, one in enumerate(scalars):
+        _same(r, i, one)
+
+
+FEATURE_SPACES = [
+    {"model": "mixtral-8x7b", "hardware": "h100-cluster", "fixed": {"plan.seq_len": 4096, "model.layers": 4},
+     "parameters": {"gpus": [16, 32], "plan.tp": [1, 2], "plan.ep": [1, 2, 4, 8], "plan.cp": [1, 2],
+                    "plan.zero": [1, 2], "plan.recompute": ["none", "full"]}},
+    {"model": "llama3-8b", "hardware": "dgx-h100", "fixed": {"plan.seq_len": 8192, "model.layers": 4},
+     "parameters": {"gpus": [8], "plan.tp": [1, 2], "plan.cp": [1, 2, 4], "plan.precision": ["bf16", "fp8"],
+                    "plan.fp8_scaling": ["delayed", "current"], "plan.zero": [1, 3],
+                    "plan.stack": ["megatron", "pytorch"]}},
+    {"model": "llama3-8b", "hardware": "workstation-rtx4090-x2", "fixed": {"plan.seq_len": 2048, "model.layers": 4},
+     "parameters": {"gpus": [1, 2], "plan.finetune": ["full", "lora", "qlora"], "plan.lora_rank": [4, 64],
+                    "plan.micro_batch": [1, 2], "plan.recompute": ["none", "full"]}},
+]
+
+
+@pytest.mark.parametrize("space", FEATURE_SPACES, ids=["moe-ep-cp", "fp8-cp-stack", "lora-workstation"])
+def test_search_block_path_equals_point_path(space):
+    from _block_vs_point import block_vs_point
+
+    from dse.search.space import from_dict
+
+    data = {**space, "fixed": {**space["fixed"], "plan.global_batch": 64}, "objectives": ["time"]}
+    seen = [s for s in block_vs_point(from_dict(data, "t.yaml"), chunk=17) if s["valid"] and s["feasible"]]
+    assert len(seen) >= 4
+
+
+def test_an_array_plan_holding_cp_1_has_no_ring_buffers():
+    """cp = 1 has no K/V ring: its buffers are the scalar call's also where the cp array holds larger degrees (was:
+    the ring's 4 S_kv receive buffers at cp = 1 too, 16 MiB more on mixtral-8x7b at 1,024 tokens)."""
+    kw = dict(tp=1, dp=1, micro_batch=1, seq_len=1024, global_batch=2, overrides=["model.layers=2"])
+    arr = dse.estimate("mixtral-8x7b", "dgx-h100", cp=np.array([1, 2]), **kw)
+    for i, cp in enumerate((1, 2)):
+        one = dse.estimate("mixtral-8x7b", "dgx-h100", cp=cp, **kw)
+        assert arr["memory"]["gpu"]["buffers"][i] == one["memory"]["gpu"]["buffers"]
+        assert arr["memory"]["gpu"]["total"][i] == one["memory"]["gpu"]["total"]
+
+
+def test_an_array_of_lora_ranks_is_the_loop_of_scalar_calls():
+    """lora_rank is a numeric plan field: an array of ranks broadcasts (was: TypeError, unhashable numpy array in the
+    parameter memo's key, then 'truth value of an array is ambiguous')."""
+    arr = dse.estimate("llama3-8b", "dgx-h100", finetune="lora", lora_rank=np.array([4, 16, 64]))
+    for i, rank in enumerate((4, 16, 64)):
+        one = dse.estimate("llama3-8b", "dgx-h100", finetune="lora", lora_rank=rank)
+        assert arr["model"]["params_trainable"][i] == one["model"]["params_trainable"]
+        assert arr["memory"]["gpu"]["optimizer"][i] == one["memory"]["gpu"]["optimizer"]
+        assert arr["time"]["iteration"][i] == pytest.approx(one["time"]["iteration"], rel=1e-12)
