@@ -311,3 +311,19 @@ def test_search_over_the_new_features_is_json_or_one_line(dse, argv, code, needl
     assert bad == []
     if out["feasible"] == 0:          # nothing fits or every point broke a rule: the reason is named
         assert out["excluded"] or out["notes"]
+
+
+@pytest.mark.parametrize("emit", ["megatron", "deepspeed", "torchtitan"])
+def test_emit_of_a_lora_plan_says_the_config_trains_every_weight(dse, emit):
+    """No stock launch config holds adapters: the emitted config says so (was: a full-training config, silently)."""
+    res = dse("estimate", "--model", "llama3-8b", "--hw", "dgx-h100", "--finetune", "qlora", "--lora-rank", "8",
+              "--emit", emit, "--json")
+    warnings = json.loads(res.out)["emit"]["warnings"]
+    assert any("finetune qlora" in w and "rank 8" in w and "nf4" in w for w in warnings), warnings
+
+
+def test_emit_deepspeed_of_an_fp8_plan_says_it_wrote_bf16(dse):
+    res = dse("estimate", "--model", "llama3-8b", "--hw", "dgx-h100", "--precision", "fp8", "--emit", "deepspeed",
+              "--json")
+    out = json.loads(res.out)["emit"]
+    assert '"bf16"' in out["config"] and any("precision fp8" in w for w in out["warnings"]), out["warnings"]

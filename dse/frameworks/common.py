@@ -191,4 +191,12 @@ def plan_limits(plan, framework: str) -> list[str]:
     if plan.cp > 1 and framework not in ("Megatron-LM", "torchtitan"):
         out.append(f"context parallelism (cp {plan.cp}, ring attention) is not a {framework} setting (DeepSpeed's "
                    "Ulysses sequence parallelism is another scheme, all-to-all over the heads)")
+    if plan.finetune != "full":
+        quant = f", the frozen weights in {plan.quantization} (bitsandbytes)" if plan.finetune == "qlora" else ""
+        out.append(f"finetune {plan.finetune} (LoRA rank {plan.lora_rank} on {plan.lora_targets} linears{quant}) is "
+                   f"not a {framework} setting: the training script adds the adapters (e.g. Hugging Face PEFT "
+                   "LoraConfig); the config written trains every weight")
+    if plan.precision == "fp8" and framework == "DeepSpeed":
+        out.append("precision fp8 is not a ds_config.json setting: FP8 GEMMs come from Transformer Engine in the "
+                   "model code (te.fp8_autocast); the config written is bf16")
     return out
