@@ -28,6 +28,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 import dse
+import dse.catalog
 from dse.errors import InputError
 from dse.report.jsonout import plain
 
