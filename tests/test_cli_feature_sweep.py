@@ -15,7 +15,7 @@ import random
 
 import pytest
 
-MODELS = ("mixtral-8x7b", "qwen3-30b-a3b", "llama3-8b", "gpt2-medium")
+MODELS = ("mixtral-8x7b", "qwen3-30b-a3b", "gpt-oss-120b", "llama3-8b", "gemma3-27b", "gpt2-medium")
 SYSTEMS = ("dgx-h100", "h100-cluster", "dgx-a100-80gb", "workstation-rtx4090-x2", "workstation-rtx5090",
            "mi300x-platform", "dgx-b200", "hgx-h20", "server-l40s-x8")
 CHOICES = {   # flag -> values (None: the flag is not given)
@@ -51,7 +51,7 @@ def _coherent(rnd: random.Random) -> dict[str, object]:
     else:
         f["--seq-len"] = rnd.choice((2048, 4096, 8192))
         f["--cp"] = rnd.choice((1, 2, 4))
-    if model in ("mixtral-8x7b", "qwen3-30b-a3b"):
+    if model in ("mixtral-8x7b", "qwen3-30b-a3b", "gpt-oss-120b"):
         f["--ep"] = rnd.choice((1, 2, 4, 8))
         f["--dp"] = f["--ep"] * rnd.choice((1, 2))
     elif rnd.random() < 0.5 and f.get("--cp", 1) == 1:

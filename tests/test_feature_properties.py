@@ -32,8 +32,8 @@ import dse.catalog
 from dse.errors import InputError
 from dse.report.jsonout import plain
 
-MOE = ("mixtral-8x7b", "qwen3-30b-a3b")
-DENSE = ("llama3-8b", "llama2-7b", "mistral-7b", "qwen2-7b", "gemma2-9b", "gpt2-medium")
+MOE = ("mixtral-8x7b", "qwen3-30b-a3b", "gpt-oss-120b", "llama4-scout")
+DENSE = ("llama3-8b", "llama2-7b", "mistral-7b", "qwen2-7b", "gemma2-9b", "gemma3-27b", "gpt2-medium")
 FP8_SYSTEMS = ("dgx-h100", "h100-cluster", "dgx-h200", "dgx-b200", "hgx-h20", "mi300x-platform", "mi325x-platform",
                "server-l40s-x8", "workstation-rtx4090-x2", "workstation-rtx5090")
 SYSTEMS = (*FP8_SYSTEMS, "dgx-a100-80gb", "a100-cluster-800g")
@@ -96,11 +96,18 @@ def plan_of(model: str, system: str, raw: dict) -> dict:
     return f
 
 
+def layer_override(model: str, layers: int, pp: int) -> list[str]:
+    """``model.layers`` as a multiple of the pipeline stages; none for a model that lists each layer's attention
+    (``layer_types``: Gemma 2/3, gpt-oss, Llama 4 keep their own count)."""
+    return [] if dse.catalog.load_model(model).layer_types else [f"model.layers={layers * pp}"]
+
+
 def estimate(model: str, system: str, layers: int, plan: dict, overrides=(), **changes) -> dict:
     """``dse.estimate`` of a scenario with its layers changed (a multiple of the pipeline stages)."""
     fields = {**plan, **changes}
     try:
-        return dse.estimate(model, system, overrides=[f"model.layers={layers * fields['pp']}", *overrides], **fields)
+        return dse.estimate(model, system, overrides=[*layer_override(model, layers, fields["pp"]), *overrides],
+                            **fields)
     except InputError:
         assume(False)
         raise
@@ -328,7 +335,7 @@ def test_array_plan_fields_equal_a_loop_of_scalar_calls(sc, field):
     assume((field != "ep" or model in MOE) and (field != "lora_rank" or plan["finetune"] != "full"))
     values = _array_case(model, system, plan, field)
     assume(values is not None)
-    over = [f"model.layers={layers * plan['pp']}"]
+    over = layer_override(model, layers, plan["pp"])
     try:
         scalars = [dse.estimate(model, system, overrides=over, **{**plan, field: v}) for v in values]
     except InputError:
