@@ -26,6 +26,7 @@ import math
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings, strategies as st
+from test_base_properties import leaves
 
 import dse
 import dse.catalog
@@ -111,17 +112,6 @@ def estimate(model: str, system: str, layers: int, plan: dict, overrides=(), **c
     except InputError:
         assume(False)
         raise
-
-
-def leaves(obj, path=""):
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            yield from leaves(v, f"{path}.{k}")
-    elif isinstance(obj, (list, tuple)):
-        for i, v in enumerate(obj):
-            yield from leaves(v, f"{path}[{i}]")
-    else:
-        yield path, obj
 
 
 def numbers(obj):
