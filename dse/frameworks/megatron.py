@@ -175,10 +175,8 @@ def _precision_recompute(imp: Imported, get) -> None:
         imp.set("grad_dtype", "half", "--grad-reduce-in-bf16")
     if get("--fp8-format") is not None:
         _fp8(imp, get)
-    else:                               # Megatron trains FP8 only with --fp8-format: these alone change nothing
-        for flag in ("--fp8-recipe", "--fp8-param-gather"):
-            if get(flag):
-                imp.ignore(flag, "without --fp8-format training is not FP8")
+    for flag in [f for f in ("--fp8-recipe", "--fp8-param-gather") if get(f) and get("--fp8-format") is None]:
+        imp.ignore(flag, "without --fp8-format training is not FP8")   # Megatron trains FP8 only with --fp8-format
     granularity = get("--recompute-granularity")
     if granularity is None and get("--recompute-activations"):
         granularity = "selective"
