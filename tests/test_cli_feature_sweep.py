@@ -179,6 +179,10 @@ BAD = [
     (["--model", "llama3-8b", "--stack", "jax"], "--stack"),
     (["--model", "llama3-8b", "--emit", "nemo"], "--emit"),
     (["--model", "llama3-8b", "--hw", "b200"], "b200"),
+    (["--model", "llama3-8b", "--set", "plan.expert_capacity=1.25"], "expert_capacity"),
+    (["--model", "mixtral-8x7b", "--set", "plan.pad_to_capacity=true"], "pad_to_capacity"),
+    (["--model", "mixtral-8x7b", "--set", "plan.expert_capacity=0"], "expert_capacity"),
+    (["--model", "mixtral-8x7b", "--set", "plan.expert_capacity=abc"], "expert_capacity"),
 ]
 
 
