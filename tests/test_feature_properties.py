@@ -35,7 +35,7 @@ import dse.catalog
 from dse.errors import InputError
 from dse.report.jsonout import plain
 
-MOE = ("mixtral-8x7b", "qwen3-30b-a3b", "gpt-oss-120b", "llama4-scout")
+MOE = ("mixtral-8x7b", "qwen3-30b-a3b", "gpt-oss-120b", "llama4-scout", "deepseek-v3")
 DENSE = ("llama3-8b", "llama2-7b", "mistral-7b", "qwen2-7b", "gemma2-9b", "gemma3-27b", "gpt2-medium")
 FP8_SYSTEMS = ("dgx-h100", "h100-cluster", "dgx-h200", "dgx-b200", "hgx-h20", "mi300x-platform", "mi325x-platform",
                "server-l40s-x8", "workstation-rtx4090-x2", "workstation-rtx5090")
@@ -93,6 +93,8 @@ def plan_of(model: str, system: str, raw: dict) -> dict:
             f.pop(k)
     elif f["finetune"] == "lora":
         f.pop("quantization")
+    if model == "deepseek-v3":                               # multi-head latent attention: Megatron's kernels
+        f["stack"] = "megatron"
     if model.startswith("gpt2"):
         f["seq_len"], f["tp"] = 1024, 1                      # 1,024 learned positions, 16 heads
     f["global_batch"] = f["micro_batch"] * f["dp"] * 2 * f["pp"]
