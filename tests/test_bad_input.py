@@ -96,8 +96,8 @@ def test_pp_larger_than_layers(dse):
 
 def test_unsupported_hf_model_type(dse, tmp_path):
     p = tmp_path / "config.json"
-    p.write_text(json.dumps({"model_type": "t5", "d_model": 512, "num_layers": 6}))
-    one_line_error(dse("estimate", "--model", p), "config.json", "unsupported model_type 't5'", "llama")
+    p.write_text(json.dumps({"model_type": "mamba", "hidden_size": 768, "num_hidden_layers": 24}))
+    one_line_error(dse("estimate", "--model", p), "config.json", "unsupported model_type 'mamba'", "llama")
 
 
 def test_bad_choice_flag(dse):

@@ -52,6 +52,11 @@ REFERENCE = {
     "llama3-70b": (70_553_706_496, "HF API safetensors.total of meta-llama/Llama-3.1-70B (same shape as "
                    "Meta-Llama-3-70B); " + HF_META),
     "llama3.1-405b": (405_853_388_800, "HF API safetensors.total of meta-llama/Llama-3.1-405B; " + HF_META),
+    "t5-base": (222_903_552, "transformers 5.24.0 meta-device count (T5ForConditionalGeneration, google-t5/t5-base "
+                "config); Raffel et al. 2020 §3.1.1: about 220 million"),
+    "flan-t5-xl": (2_849_757_184, "transformers 5.24.0 meta-device count 2,783,959,040 (it ties every T5 LM head) + "
+                   "the checkpoint's own lm_head 32,128 x 2,048 (tie_word_embeddings false: Transformers 4.x builds "
+                   "it, 2,849,757,184)"),
     "mistral-7b": (7_241_732_096, "KerasHub mistral_presets.py mistral_7b_en params; " + HF_META),
     "qwen2-7b": (7_615_616_512, "KerasHub qwen_presets.py qwen2.5_math_7b_en params (same shape); " + HF_META),
     "gemma2-9b": (9_241_705_984, "KerasHub gemma_presets.py gemma2_9b_en params; transformers 5.24.0 meta-device "
@@ -93,6 +98,11 @@ NOMINAL = {"megatron-22b": 22e9, "megatron-530b": 530e9, "megatron-1t": 1e12, "g
 
 
 def parameters(spec) -> int:
+    if spec.architecture == "encoder-decoder":   # both stacks: every layer's, the decoder's cross-attention, two
+        tables = 2 * T.relative_position_parameters(spec.relative_buckets, spec.heads)   # bias tables, two final norms
+        cross = T.cross_attention_parameters(spec.hidden, spec.heads, spec.kv_heads, spec.head_dim, spec.norm)
+        return dense_parameters(spec) + spec.decoder_layers * cross + tables + T.norm_parameters(spec.hidden,
+                                                                                                 spec.norm)
     if spec.experts:    # MoE: the formula of the MoE MLP in the MoE layers (dse.formulas.transformer.moe)
         n = spec.moe_layers
         mlp = T.mlp_parameters(spec.hidden, spec.ffn_hidden, spec.ffn_type, spec.bias)

@@ -27,6 +27,14 @@ the ``transformers_version`` stamp is left out):
   downloads; their counts are transformers' own.
 - DeepSeek-V3: deepseek-ai/DeepSeek-V3 (deepseek_v3: MLA, 256 routed + 1 shared experts, first 3 layers dense)
 - DeepSeek-V2-Lite: deepseek-ai/DeepSeek-V2-Lite (deepseek_v2: MLA without a query latent, 64 + 2 experts)
+- Phi-3-mini-4k-instruct, Phi-3-medium-4k-instruct: microsoft/... (phi3: fused qkv_proj and gate_up_proj; medium
+  with 10 KV heads)
+- pythia-1.4b: EleutherAI/pythia-1.4b, gpt-neox-20b: EleutherAI/gpt-neox-20b (gpt_neox: fused QKV, rotary_pct 0.25,
+  parallel residual with two LayerNorms; 20B: gelu_fast)
+- falcon-7b: tiiuae/falcon-7b (falcon: multi-query, parallel_attn with one shared LayerNorm), falcon-40b:
+  tiiuae/falcon-40b (new_decoder_architecture: 8 KV heads, ln_attn and ln_mlp)
+- t5-base: google-t5/t5-base (t5: encoder-decoder, ReLU, tied head), flan-t5-xl: google/flan-t5-xl (gated-gelu,
+  untied head), t5-v1_1-base: google/t5-v1_1-base (gated-gelu, untied head)
 
 REFERENCE below gives each exact count with its source; every one was also
 reproduced by building the transformers class on the meta device
@@ -77,6 +85,19 @@ REFERENCE = {
     "DeepSeek-V3": ("deepseek_v3", 671_026_404_352, "report §1: 671B; transformers 5.24.0 meta-device count "
                     "(quantization_config dropped)"),
     "DeepSeek-V2-Lite": ("deepseek_v2", 15_706_484_224, "model card 15.7B; transformers 5.24.0 meta-device count"),
+    "Phi-3-mini-4k-instruct": ("phi3", 3_821_079_552, "KerasHub phi3_presets.py phi3_mini_4k_instruct_en params; "
+                               "transformers 5.24.0 meta-device count"),
+    "Phi-3-medium-4k-instruct": ("phi3", 13_960_238_080, "model card 14B; transformers 5.24.0 meta-device count"),
+    "pythia-1.4b": ("gpt_neox", 1_414_647_808, "EleutherAI/pythia README (1,414,647,808 total); transformers 5.24.0 "
+                    "meta-device count"),
+    "gpt-neox-20b": ("gpt_neox", 20_554_567_680, "model card 20B; transformers 5.24.0 meta-device count"),
+    "falcon-7b": ("falcon", 6_921_720_704, "model card 7B; transformers 5.24.0 meta-device count (tied head)"),
+    "falcon-40b": ("falcon", 41_303_293_952, "model card 40B; transformers 5.24.0 meta-device count (tied head)"),
+    "t5-base": ("t5", 222_903_552, "transformers 5.24.0 meta-device count (T5ForConditionalGeneration)"),
+    "flan-t5-xl": ("t5", 2_849_757_184, "transformers 5.24.0 meta-device count 2,783,959,040 (Transformers 5 ties "
+                   "every T5 head) + the checkpoint's own lm_head, 32,128 x 2,048 (tie_word_embeddings false)"),
+    "t5-v1_1-base": ("t5", 247_577_856, "transformers 5.24.0 meta-device count 222,903,552 + the untied lm_head "
+                     "32,128 x 768"),
     "bert-large-uncased": ("bert", 335_174_458, "transformers BertForMaskedLM meta-device count; = KerasHub "
                            "bert_large_en_uncased backbone 335,141,888 - pooler 1,049,600 + MLM head 1,082,170"),
 }
@@ -172,7 +193,7 @@ def test_bert_pretraining_architecture_matches_the_catalog(tmp_path):
 
 
 def test_unsupported_model_type_is_one_line_exit_2(capsys, tmp_path):
-    cfg = {"model_type": "t5", "d_model": 512, "num_layers": 6}
+    cfg = {"model_type": "mamba", "hidden_size": 768, "num_hidden_layers": 24}   # a state-space model
     path = str(tmp_path / "config.json")
     Path(path).write_text(json.dumps(cfg))
     with pytest.raises(InputError):
@@ -181,7 +202,7 @@ def test_unsupported_model_type_is_one_line_exit_2(capsys, tmp_path):
     assert code == 2
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("dse: error: ")
-    assert path in lines[0] and "'t5'" in lines[0]
+    assert path in lines[0] and "'mamba'" in lines[0]
     for supported in ("gpt2", "llama", "mistral", "qwen2", "opt", "bert"):
         assert supported in lines[0]
     assert "Traceback" not in err and out == ""

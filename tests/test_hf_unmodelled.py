@@ -59,8 +59,8 @@ def test_off_values_of_those_keys_are_dense(tmp_path):
 
 
 def test_unknown_activation_is_an_error_not_gelu(tmp_path):
-    with pytest.raises(InputError, match="activation_function 'gelu_fast' is not modelled"):
-        load_model(config(tmp_path, "gpt2", activation_function="gelu_fast"))
+    with pytest.raises(InputError, match="activation_function 'quick_gelu' is not modelled"):
+        load_model(config(tmp_path, "gpt2", activation_function="quick_gelu"))
     with pytest.raises(InputError, match="hidden_act 'relu' is not supported for bert"):
         load_model(config(tmp_path, "bert-large-uncased", hidden_act="relu"))
 
@@ -99,5 +99,6 @@ def test_bert_relative_positions_are_a_warning(tmp_path):
 
 def test_the_shipped_fixtures_read_without_warnings():
     for name in ("gpt2", "Llama-2-70b-hf", "Llama-3.1-8B", "Mistral-7B-v0.1", "Mistral-Nemo-Base-2407", "Qwen2-7B",
-                 "Qwen2-0.5B", "opt-13b", "bert-large-uncased"):
+                 "Qwen2-0.5B", "opt-13b", "bert-large-uncased", "Phi-3-mini-4k-instruct", "Phi-3-medium-4k-instruct",
+                 "pythia-1.4b", "gpt-neox-20b", "falcon-7b", "falcon-40b"):
         assert load_model(str(FIXTURES / name / "config.json")).unmodelled == (), name

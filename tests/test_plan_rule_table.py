@@ -44,6 +44,8 @@ WITNESSES = {
     "expert capacity needs an MoE model": ("llama2-7b", (), GPU, {"expert_capacity": 1.25}),
     "pad_to_capacity needs expert_capacity": ("mixtral-8x7b", (), GPU, {"pad_to_capacity": True}),
     "pp exceeds the layers": ("llama2-70b", (), GPU, {"pp": 81}),
+    "encoder-decoder with pp or cp > 1 is not modelled": ("t5-base", (), GPU, {"pp": 2}),
+    "target_len needs an encoder-decoder model": ("llama2-7b", (), GPU, {"target_len": 64}),
     "interleaving needs virtual_stages >= 2": ("llama2-70b", (), GPU, {"schedule": "interleaved", "pp": 2}),
     "pp x virtual_stages exceeds the layers": ("llama2-70b", (), GPU,
                                                {"schedule": "interleaved", "pp": 4, "virtual_stages": 40}),

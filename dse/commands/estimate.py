@@ -49,6 +49,8 @@ def estimate(
     micro_batch: Optional[int] = flag.micro_batch(),
     global_batch: Optional[int] = flag.global_batch(),
     seq_len: Optional[int] = flag.seq_len(),
+    target_len: Optional[int] = typer.Option(None, "--target-len", min=1, help="decoder tokens per sequence of an "
+                                             "encoder-decoder model (T5; --seq-len is its input length)"),
     recompute: Optional[Recompute] = typer.Option(None, "--recompute", help="none | selective | full"),
     attention: Optional[Attention] = flag.attention(),
     stack: Optional[Stack] = typer.Option(None, "--stack", help="software stack: megatron (fused kernels) | pytorch "
@@ -121,7 +123,7 @@ def estimate(
     fields = plan_fields(tp, pp, dp, micro_batch, global_batch, seq_len, recompute, attention, sequence_parallel,
                          zero, precision)
     fields.update({k: v for k, v in (("chiplet_scheme", chiplet_scheme), ("chiplet_mesh", mesh), ("stack", stack),
-                                     ("cp", cp))
+                                     ("cp", cp), ("target_len", target_len))
                    if v is not None})
     fields.update(offload_fields(offload_optimizer, offload_params, gradient_compression, ssds, optimizer,
                                  exchange_dtype))

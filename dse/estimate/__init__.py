@@ -152,6 +152,8 @@ def numbers(model: ModelSpec, system: SystemSpec, plan: Plan, *, trace: Trace | 
     r["hardware"] = {"name": system.name, "gpu": system.node.gpu.name, "gpus_per_node": system.node.gpus_per_node,
                      "nodes": system.nodes}
     r["plan"] = vars(plan).copy()   # plan fields are scalars: a shallow copy is the whole plan
+    if r["plan"].get("target_len") is None:   # a decoder's length only: target_len is an encoder-decoder's
+        r["plan"].pop("target_len", None)
     return r, list(c.get("extra_violations", []))
 
 

@@ -85,11 +85,14 @@ def work(model: ModelSpec, plan: Plan, e: Num, M: Formulas) -> dict[str, Any]:
     :func:`~dse.formulas.chiplet.layer_nop` and :func:`~dse.formulas.chiplet.sram_per_die` split.
     """
     K, T, Kn = M["chiplet"], M["transformer"], M["kernels"]
-    if model.experts:
-        from dse.errors import InputError
+    from dse.errors import InputError
 
+    if model.experts:
         raise InputError(f"model {model.name}: Mixture-of-Experts models are not modelled on chiplet packages "
                          "(experts: GPU systems only)")
+    if model.architecture == "encoder-decoder":
+        raise InputError(f"model {model.name}: encoder-decoder models are not modelled on chiplet packages "
+                         "(GPU systems only)")
     norms = {"layer_norms": model.layer_norms, "qk_norm": model.qk_norm and model.qk_norm_weight}
     B, s = batch_of(plan)
     b = plan.micro_batch
@@ -99,7 +102,7 @@ def work(model: ModelSpec, plan: Plan, e: Num, M: Formulas) -> dict[str, Any]:
     table = Kn.layer_kernels(s, b, h, a, kv, hd, ffn, recompute=plan.recompute, attention="flash",
                              ffn_type=model.ffn_type, norm=model.norm, position=model.position,
                              dropout=model.dropout > 0, causal=model.architecture == "decoder", bytes_per_element=e,
-                             **norms)
+                             parallel_residual=model.parallel_residual, **norms)
     head = Kn.head_kernels(s, b, h, V, norm=model.norm, final_norm=model.final_norm, bytes_per_element=e)
     executed = Kn.executed_flops(table, plan.recompute)     # as executed: causal attention skips half
     head_fwd = Kn.forward_flops(head)
@@ -330,7 +333,8 @@ def numbers(model: ModelSpec, package: ChipletPackageSpec, plan: Plan, *, trace:
     """Every number of the estimate, without the verdict (array-safe in the plan's numeric fields)."""
     r = compose(model, package, plan, _modules(trace))
     ch = r["chiplet"]
-    r["plan"] = {**dataclasses.asdict(plan), "chiplet_scheme": ch["scheme"], "chiplet_schedule": ch["schedule"],
+    fields = {k: v for k, v in dataclasses.asdict(plan).items() if k != "target_len"}   # decoders only here
+    r["plan"] = {**fields, "chiplet_scheme": ch["scheme"], "chiplet_schedule": ch["schedule"],
                  "chiplet_mesh": ch["mesh"]}
     return r
 

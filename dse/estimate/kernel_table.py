@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from dse.estimate import context as _context, frozen as _frozen
+from dse.estimate import context as _context, encoder_decoder as _encdec, frozen as _frozen
 from dse.estimate.table_inputs import attention_shares, mla_options, moe_options, stack_inputs, stack_spec
 from dse.formulas import compute as _compute, kernels as _kernels, parallelism as _parallelism, stacks as _stacks
 from dse.formulas._array import Num, maximum, where
@@ -212,8 +212,9 @@ def kernel_tables(model: ModelSpec, plan: Plan, r: Recipe, K: Module = _kernels)
     fp8 = plan.fp8_scaling if r.gemm_dtype == "fp8" else None     # FP8 linear layers (dse.formulas.fp8)
     key = None
     if K is _kernels:                      # not when traced: the trace records every formula call
-        key = (id(model), s, plan.cp, b, t, getattr(plan, "ep", 1), getattr(plan, "expert_capacity", None),
-               getattr(plan, "pad_to_capacity", False), sp, plan.recompute, plan.attention, e, comm,
+        key = (id(model), s, getattr(plan, "target_len", None), plan.cp, b, t, getattr(plan, "ep", 1),
+               getattr(plan, "expert_capacity", None), getattr(plan, "pad_to_capacity", False), sp, plan.recompute,
+               plan.attention, e, comm,
                logits, stack, r.gradients,
                plan.finetune, plan.lora_rank, plan.lora_targets, plan.quantization, fp8,
                *map(K.__getattribute__, _FORMULAS))
@@ -232,18 +233,19 @@ def kernel_tables(model: ModelSpec, plan: Plan, r: Recipe, K: Module = _kernels)
                 causal=model.architecture == "decoder", bytes_per_element=e, comm_bytes_per_element=comm, stack=ops,
                 stack_sizes=size, stack_choices=choices, grad_bytes=r.gradients, layer_norms=model.layer_norms,
                 qk_norm=model.qk_norm, finetune=_frozen.kernel_inputs(model, plan), fp8=fp8,
-                softmax_fallback=stack == "megatron", mla=mla_options(model))
+                softmax_fallback=stack == "megatron", mla=mla_options(model),
+                parallel_residual=model.parallel_residual, rotary_fraction=model.rotary_fraction)
     if share is not None:
         opts.update(attention_share=share, executed_share=executed)
     shape = (s, b, h, model.heads, model.kv_heads, model.head_dim, model.ffn_hidden)
-    n_moe = model.moe_layers
-    layer = K.layer_kernels(*shape, **opts, moe=moe_options(model, plan) if n_moe else None)
-    dense = K.layer_kernels(*shape, **opts) if 0 < n_moe < model.layers else None
-    layer, dense = _context.split_tables(layer, dense, model, plan, e)   # cp: attention over the whole sequence
-    embedding = K.embedding_kernels(s, b, h, tp=t, sequence_parallel=sp, dropout=dropout, position=model.position,
+    layer, dense, n_moe = _layer_tables(model, plan, K, shape, opts)
+    s_in, s_out = _encdec.lengths(model, plan, s)    # encoder-decoder: both stacks' tokens in, the target's out
+    embedding = K.embedding_kernels(s_in, b, h, tp=t, sequence_parallel=sp, dropout=dropout, position=model.position,
                                     bytes_per_element=e, comm_bytes_per_element=comm)
-    head = K.head_kernels(s, b, h, model.vocab, tp=t, sequence_parallel=sp, norm=model.norm,
+    head = K.head_kernels(s_out, b, h, model.vocab, tp=t, sequence_parallel=sp, norm=model.norm,
                           final_norm=model.final_norm, bytes_per_element=e, logits_bytes=logits)
+    if _encdec.is_encoder_decoder(model):
+        head = _encdec.encoder_output(head, model, s, b, tp=t, sequence_parallel=sp, bytes_per_element=e)
     if ops:
         embedding = _stacks.apply_embedding(embedding, ops, size, bytes_per_element=e, choices=choices)
         head = _stacks.apply_head(head, ops, size, bytes_per_element=e, choices=choices)
@@ -254,7 +256,7 @@ def kernel_tables(model: ModelSpec, plan: Plan, r: Recipe, K: Module = _kernels)
         embedding = {**embedding, "embedding": {**embedding["embedding"], "bytes_backward": 0, "kernels_backward": 0}}
     out = {"layer": layer, "embedding": embedding, "head": head}
     out["sums"] = table_sums(out, plan.recompute, K)
-    if dense is not None:   # some layers dense, the others MoE: the mean layer (its sums; kernel_times its time)
+    if dense is not None:   # dense and MoE layers, or encoder and decoder ones: the mean layer (sums; kernel_times)
         share = n_moe / model.layers
         out["dense_layer"], out["moe_share"] = dense, share
         dense_sums = table_sums({**out, "layer": dense}, plan.recompute, K)
@@ -265,6 +267,19 @@ def kernel_tables(model: ModelSpec, plan: Plan, r: Recipe, K: Module = _kernels)
             _TABLES.clear()
         _TABLES[key] = (model, out)
     return out
+
+
+def _layer_tables(model: ModelSpec, plan: Plan, K: Module, shape: tuple[Any, ...],
+                  opts: dict[str, Any]) -> tuple[Table, Table | None, int]:
+    """(the layer's table, the other kind of layer's or None, how many layers are of the first kind): an MoE layer
+    and a dense one where the model has both, a decoder and an encoder layer for an encoder-decoder model."""
+    if _encdec.is_encoder_decoder(model):
+        return _encdec.layer_tables(model, plan, K, shape, opts)
+    n_moe = model.moe_layers
+    layer = K.layer_kernels(*shape, **opts, moe=moe_options(model, plan) if n_moe else None)
+    dense = K.layer_kernels(*shape, **opts) if 0 < n_moe < model.layers else None
+    layer, dense = _context.split_tables(layer, dense, model, plan, opts["bytes_per_element"])   # cp: whole sequence
+    return layer, dense, n_moe
 
 
 #: the sums of table_sums that belong to the embedding and the head; the others belong to one layer (a mixed

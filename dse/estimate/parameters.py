@@ -32,7 +32,7 @@ def parameters(model: ModelSpec, plan: Plan, T: FormulaModule = _transformer) ->
         key = ("parameters", id(model), t, p, v, ep, ft, T.layer_parameters, T.layer_parameters_replicated,
                T.embedding_parameters, T.head_parameters, T.norm_parameters, T.ffn_matrices, T.mlp_parameters,
                T.moe_mlp_parameters, T.moe_mlp_parameters_replicated, T.mla_attention_parameters,
-               T.mla_attention_parameters_replicated)
+               T.mla_attention_parameters_replicated, T.cross_attention_parameters, T.relative_position_parameters)
         return remembered(key, model, lambda: _parameters(model, t, p, v, T, ft, ep))
     return _parameters(model, t, p, v, T, ft, ep)
 
@@ -41,6 +41,10 @@ def layer_counts(model: ModelSpec, T: FormulaModule = _transformer) -> Section:
     """Parameters of the model's layers: ``dense`` and ``moe`` (one layer of each, total), ``moe_active`` (what a
     token uses of an MoE layer), their replicated parts ``dense_rep``, ``moe_rep``, the routed experts' parameters of
     an MoE layer ``moe_experts`` and ``moe_layers``."""
+    if model.architecture == "encoder-decoder":    # an encoder layer as dense, a decoder layer as moe
+        from dse.estimate.encoder_decoder import layer_counts as encdec
+
+        return encdec(model, T)
     h = model.hidden
     norms = {"layer_norms": model.layer_norms, "qk_norm": model.qk_norm and model.qk_norm_weight}
     attn: dict[str, Any] = {"sinks": True} if model.attention_sinks else {}
@@ -93,6 +97,11 @@ def _parameters(model: ModelSpec, t: Num, p: Num, v: Num, T: FormulaModule,
                                    model.norm)
     p_head = T.head_parameters(h, V, model.tied_embeddings, model.final_norm, model.norm, model.pooler,
                                model.mlm_head, model.nsp_head)
+    if model.architecture == "encoder-decoder":    # relative position tables; the encoder's final norm
+        from dse.estimate.encoder_decoder import end_parameters
+
+        emb_extra, head_extra = end_parameters(model, T)
+        p_emb, p_head = p_emb + emb_extra, p_head + head_extra
     l_stage = ceil(L / (p * v)) * v       # layers on the most loaded stage
     tied_copy = V * h if model.tied_embeddings else 0
     single = p == 1

@@ -74,7 +74,8 @@ ARCHITECTURE = ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn_hidden
                 "qkv_bias", "position", "position_embeddings", "tied_embeddings", "vocab", "max_seq_len", "dropout",
                 "architecture", "layer_norms", "qk_norm", "experts", "experts_per_token", "expert_ffn",
                 "shared_experts", "shared_expert_ffn", "dense_layers", "first_dense_layers", "moe_layer_step",
-                "expert_groups", "expert_groups_per_token")
+                "expert_groups", "expert_groups_per_token", "parallel_residual", "rotary_fraction",
+                "decoder_layers", "relative_buckets")
 
 
 def catalog_match(spec) -> str | None:

@@ -302,8 +302,9 @@ def emit(model, system, plan) -> tuple[str, list[str]]:
             3: "--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params"}[plan.zero]
     args.append(" ".join(a for a in (zero, "--sequence-parallel" * (plan.sequence_parallel and plan.tp > 1),
                                      "--overlap-grad-reduce" * plan.overlap_grad_reduce) if a))
-    args.append(f"--micro-batch-size {plan.micro_batch} --global-batch-size {plan.global_batch} "
-                f"--seq-length {plan.seq_len}")
+    seq = (f"--encoder-seq-length {plan.seq_len} --decoder-seq-length {plan.target_len}"   # pretrain_t5.py
+           if model.architecture == "encoder-decoder" else f"--seq-length {plan.seq_len}")
+    args.append(f"--micro-batch-size {plan.micro_batch} --global-batch-size {plan.global_batch} {seq}")
     args.append(_precision_args(plan, warnings))
     args += _model_args(model, warnings)
     if model.experts:   # expert parallelism: ep ranks carved out of the data-parallel ones, as dse prices it
@@ -316,7 +317,8 @@ def emit(model, system, plan) -> tuple[str, list[str]]:
     head += [f"# dse: warning: {w}" for w in warnings]
     head.append("# add your data and tokenizer arguments (--data-path, --tokenizer-type, --tokenizer-model, ...); "
                 "--padded-vocab-size keeps the vocabulary the estimate used")
-    lines = [f"torchrun --nnodes {nodes} --nproc_per_node {per_node} pretrain_gpt.py"] + [a for a in args if a]
+    script = "pretrain_t5.py" if model.architecture == "encoder-decoder" else "pretrain_gpt.py"
+    lines = [f"torchrun --nnodes {nodes} --nproc_per_node {per_node} {script}"] + [a for a in args if a]
     return "\n".join(head) + "\n" + " \\\n    ".join(lines) + "\n", warnings
 
 
@@ -349,8 +351,9 @@ def _precision_args(plan, warnings: list[str]) -> str:
 
 
 def _model_args(m, warnings: list[str]) -> list[str]:
-    args = [f"--num-layers {m.layers} --hidden-size {m.hidden} --num-attention-heads {m.heads} "
-            f"--ffn-hidden-size {m.ffn_hidden}"]
+    layers = (f"--encoder-num-layers {m.layers - m.decoder_layers} --decoder-num-layers {m.decoder_layers}"
+              if m.architecture == "encoder-decoder" else f"--num-layers {m.layers}")
+    args = [f"{layers} --hidden-size {m.hidden} --num-attention-heads {m.heads} --ffn-hidden-size {m.ffn_hidden}"]
     extra = []
     if m.mla:   # Megatron-Core MLATransformerConfig (--multi-latent-attention); q_lora_rank 0: no query latent
         extra.append(f"--multi-latent-attention --kv-lora-rank {m.kv_lora_rank} --qk-head-dim {m.qk_nope_head_dim} "
@@ -370,6 +373,10 @@ def _model_args(m, warnings: list[str]) -> list[str]:
         warnings.append("a GeGLU MLP has no Megatron-LM argument: --swiglu is the nearest (same shapes)")
     if m.qk_norm:
         extra.append("--qk-layernorm")
+    if m.parallel_residual:
+        warnings.append("a parallel residual (GPT-NeoX, Falcon) has no Megatron-LM argument: run as sequential blocks")
+    if m.rotary_fraction != 1:
+        extra.append(f"--rotary-percent {m.rotary_fraction:g}")
     if m.layer_norms > 2:
         warnings.append(f"{m.layer_norms} norms per layer (Gemma 2) have no Megatron-LM argument")
     if m.experts:
@@ -378,7 +385,7 @@ def _model_args(m, warnings: list[str]) -> list[str]:
     if not m.bias:
         extra.append("--disable-bias-linear" + (" --add-qkv-bias" if m.qkv_bias else ""))
     args.append(" ".join(a for a in extra if a))
-    position = {"learned": "learned_absolute", "rotary": "rope", "none": "none"}[m.position]
+    position = {"learned": "learned_absolute", "rotary": "rope", "relative": "relative", "none": "none"}[m.position]
     args.append(f"--position-embedding-type {position} --max-position-embeddings {m.max_seq_len}"
                 + (" --untie-embeddings-and-output-weights" if not m.tied_embeddings else ""))
     if m.position == "learned" and m.position_embeddings != m.max_seq_len:
@@ -386,5 +393,6 @@ def _model_args(m, warnings: list[str]) -> list[str]:
                         "--max-position-embeddings rows")
     args.append(f"--attention-dropout {m.dropout:g} --hidden-dropout {m.dropout:g} --padded-vocab-size {m.vocab}")
     if m.architecture != "decoder":
-        warnings.append(f"{m.name} is an {m.architecture}: launch Megatron-LM's pretrain_bert.py, not pretrain_gpt.py")
+        if m.architecture == "encoder":
+            warnings.append(f"{m.name} is an encoder: launch Megatron-LM's pretrain_bert.py, not pretrain_gpt.py")
     return args

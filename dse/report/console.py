@@ -48,6 +48,8 @@ def header(r: dict) -> str:
             f"global batch {p['global_batch']}", f"seq {p['seq_len']}", f"recompute {p['recompute']}",
             f"{p['attention']} attention", f"ZeRO-{p['zero']}",
             p["precision"] + (" (FP8 weights only)" if p.get("fp8_param_gather") else "")]
+    if p.get("target_len"):    # an encoder-decoder model: seq is the input, target the decoder's tokens
+        bits.insert(bits.index(f"seq {p['seq_len']}") + 1, f"target {p['target_len']}")
     if p.get("cp", 1) > 1:
         bits.insert(1, f"cp {p['cp']}")
     if p.get("stack", "megatron") != "megatron":

@@ -25,8 +25,8 @@ from dse.specs._schema import spec_field
 
 FFN_TYPES = ("gelu", "relu", "swiglu", "geglu")
 NORMS = ("layernorm", "rmsnorm")
-POSITIONS = ("learned", "rotary", "none")
-ARCHITECTURES = ("decoder", "encoder")
+POSITIONS = ("learned", "rotary", "relative", "none")
+ARCHITECTURES = ("decoder", "encoder", "encoder-decoder")
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_tanh", "relu", "silu")
 QKV_PROJECTIONS = ("fused", "separate")
 SOFTMAX_DTYPES = ("activation", "fp32")
@@ -73,7 +73,15 @@ class ModelSpec:
     dropout: float = spec_field(0.0, unit="fraction", ge=0.0, lt=1.0, help="dropout probability (0 = no masks)")
     seq_len: int | None = spec_field(None, gt=0, help="default training sequence length; default 4096, or "
                                    "max_seq_len when smaller (a training length, not the longest context)")
-    architecture: str = spec_field("decoder", choices=ARCHITECTURES, help="causal decoder or bidirectional encoder")
+    architecture: str = spec_field("decoder", choices=ARCHITECTURES, help="causal decoder, bidirectional encoder, "
+                                   "or both (T5: docs/encoder-decoder.md)")
+    decoder_layers: int | None = spec_field(None, gt=0, help="encoder-decoder: how many of the layers are decoder "
+                                            "layers (self-attention, cross-attention, MLP); the others are encoder "
+                                            "layers; default layers / 2")
+    target_len: int | None = spec_field(None, gt=0, help="encoder-decoder: default decoder (target) tokens per "
+                                        "sequence; seq_len is the encoder's (input) length")
+    relative_buckets: int = spec_field(0, ge=0, help="relative position buckets (T5 relative_attention_num_buckets): "
+                                       "a buckets x heads bias table per stack, with position relative")
     token_types: int = spec_field(0, ge=0, help="segment (token-type) embeddings, BERT")
     embedding_norm: bool = spec_field(False, help="norm after the embeddings (BERT)")
     final_norm: bool = spec_field(True, help="norm after the last layer (pre-LN models)")
@@ -105,8 +113,16 @@ class ModelSpec:
     unmodelled: tuple[str, ...] = spec_field((), help="architecture details of the source read but not modelled "
                                              "(the config.json reader fills it); each is a warning with every "
                                              "estimate")
-    layer_norms: int = spec_field(2, ge=2, le=4, help="norms per layer: 2 (pre-LN), 4 (Gemma 2: also after the "
-                                                       "attention and after the MLP)")
+    layer_norms: int = spec_field(2, ge=1, le=4, help="norms per layer: 2 (pre-LN), 4 (Gemma 2: also after the "
+                                                       "attention and after the MLP), 1 (Falcon-7B: one norm shared "
+                                                       "by the parallel attention and MLP)")
+    parallel_residual: bool = spec_field(False, help="attention and MLP both read the layer input and their outputs "
+                                         "are added to it together (GPT-J, GPT-NeoX use_parallel_residual, Falcon "
+                                         "parallel_attn): one TP all-reduce forward, the MLP norm's input not saved "
+                                         "again")
+    rotary_fraction: float = spec_field(1.0, unit="fraction", gt=0.0, le=1.0,
+                                        help="share of each head's dimensions rotated by the rotary positions "
+                                             "(GPT-NeoX rotary_pct, Phi partial_rotary_factor)")
     qk_norm: bool = spec_field(False, help="RMSNorm of each query and key head over head_dim (Qwen3, Gemma 3)")
     experts: int = spec_field(0, ge=0, help="routed experts E of an MoE layer; 0: a dense MLP in every layer")
     experts_per_token: int | None = spec_field(None, gt=0, help="routed experts each token runs (top-k); "
@@ -151,6 +167,9 @@ class ModelSpec:
             raise InputError(f"{where}: hidden ({self.hidden}) is not divisible by heads ({self.heads}); set head_dim")
         if self.ffn_type in ("swiglu", "geglu") and self.ffn_hidden is None:
             raise InputError(f"{where}: ffn_hidden is required when ffn_type is {self.ffn_type}")
+        self._check_encoder_decoder(where)
+        if self.layer_norms == 1 and not self.parallel_residual:
+            raise InputError(f"{where}: layer_norms 1 (one norm shared by attention and MLP) needs parallel_residual")
         self._check_experts(where)
         self._check_layer_types(where)
         self._check_mla(where)
@@ -188,6 +207,21 @@ class ModelSpec:
     def mla(self) -> bool:
         """Multi-head latent attention: K/V (and Q) through low-rank latents (docs/mla.md)."""
         return self.kv_lora_rank is not None
+
+    def _check_encoder_decoder(self, where: str) -> None:
+        if self.architecture != "encoder-decoder":
+            for name in ("decoder_layers", "target_len"):
+                if getattr(self, name) is not None:
+                    raise InputError(f"{where}: {name} is an encoder-decoder field; set architecture: encoder-decoder")
+            return
+        dec = self.decoder_layers if self.decoder_layers is not None else self.layers // 2
+        if not 0 < dec < self.layers:
+            raise InputError(f"{where}: decoder_layers ({dec}) must leave encoder layers and be > 0 (layers "
+                             f"{self.layers} counts both stacks)")
+        if self.experts:
+            raise InputError(f"{where}: an encoder-decoder model with experts is not modelled")
+        if (self.position == "relative") != (self.relative_buckets > 0):
+            raise InputError(f"{where}: position relative and relative_buckets > 0 go together")
 
     def _check_experts(self, where: str) -> None:
         moe_fields = ("experts_per_token", "expert_ffn", "shared_expert_ffn", "expert_groups",
@@ -275,6 +309,8 @@ class ModelSpec:
         present; two norms (LayerNorm: weight and bias; RMSNorm: weight).
         """
         weights = 7 if self.ffn_type in ("swiglu", "geglu") else 4
+        if weights == 7 and self.qkv_projection == "fused":   # Phi-3's qkv_proj (its fused gate_up_proj: not counted)
+            weights = 5
         biases = weights if self.bias else (3 if self.qkv_bias else 0)
         if self.mla:   # q_a, q_b (or q), kv_a, kv_b, o instead of q, k, v, o; and the latents' RMSNorms
             weights, biases = weights + (1 if self.q_lora_rank else 0), 0
@@ -297,4 +333,6 @@ class ModelSpec:
             qkv_bias=self.bias if self.qkv_bias is None else self.qkv_bias,
             position_embeddings=(self.position_embeddings or self.max_seq_len) if self.position == "learned" else 0,
             seq_len=self.seq_len or min(TRAINING_SEQ_LEN, self.max_seq_len),
+            decoder_layers=((self.decoder_layers or self.layers // 2) if self.architecture == "encoder-decoder"
+                            else None),
         )

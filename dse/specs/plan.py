@@ -64,6 +64,9 @@ class Plan:
                                           help="sequences per iteration B; default b*dp (pp=1) or b*dp*4*pp")
     seq_len: int | None = spec_field(None, gt=0, help="tokens per sequence s; default the model's seq_len "
                                    "(4096, or its max_seq_len when smaller, unless the model states one)")
+    target_len: int | None = spec_field(None, gt=0, help="decoder (target) tokens per sequence of an "
+                                        "encoder-decoder model (seq_len is the encoder's input length); default the "
+                                        "model's target_len, else seq_len")
     recompute: str = spec_field("none", choices=RECOMPUTE, help="activation recomputation")
     attention: str = spec_field("flash", choices=ATTENTION, help="fused (flash) attention or materialised softmax")
     stack: str = spec_field("megatron", choices=STACKS, help="software stack: megatron (fused kernels), pytorch "
@@ -222,12 +225,16 @@ def _derived(f: dict, model, system) -> dict:
     if sg is None:
         sg = 4e7 if f["offload_optimizer"] == "csd" else 1e9
     seq = f["seq_len"] if f["seq_len"] is not None else (model.seq_len or min(TRAINING_SEQ_LEN, model.max_seq_len))
+    tgt = f["target_len"]
+    if tgt is None and getattr(model, "architecture", "decoder") == "encoder-decoder":
+        tgt = model.target_len or seq
     grad = f["grad_dtype"] or DEFAULT_GRAD_DTYPE[f["precision"]]
     adapted = f["finetune"] != "full"
     rank = f["lora_rank"] if f["lora_rank"] is not None or not adapted else 16
     targets = f["lora_targets"] if f["lora_targets"] is not None or not adapted else "all"
     quant = f["quantization"] if f["quantization"] is not None or f["finetune"] != "qlora" else "nf4"
-    return {"dp": dp, "global_batch": gb, "zero": zero, "seq_len": seq, "sub_group_size": sg, "grad_dtype": grad,
+    return {"dp": dp, "global_batch": gb, "zero": zero, "seq_len": seq, "target_len": tgt, "sub_group_size": sg,
+            "grad_dtype": grad,
             "lora_rank": rank, "lora_targets": targets, "quantization": quant}
 
 

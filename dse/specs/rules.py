@@ -35,6 +35,7 @@ import operator
 from dse.specs.fp8_rules import FP8_NOT_ON_CHIPLETS, FP8_RULES
 from dse.specs.hardware import GPU_SYSTEM
 from dse.specs.rule import Rule, check, holds
+from dse.specs.rules_encoder_decoder import ENCODER_DECODER_RULES
 
 __all__ = ["Rule", "check", "holds"]
 
@@ -155,6 +156,7 @@ MODEL_RULES = (
          ok=lambda p, m, s: p.seq_len <= m.position_embeddings,
          message=lambda p, m, s: f"--seq-len {p.seq_len} exceeds the model's {m.position_embeddings} learned "
                                  "positions"),
+    *ENCODER_DECODER_RULES,
 )
 
 

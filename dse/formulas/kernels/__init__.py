@@ -97,10 +97,15 @@ Symbols:
     ep_ranks: ranks of the expert-parallel group [count]
     capacity: C, capacity factor of the experts (None: dropless) [ratio]
     pad: pad every expert's tokens to its capacity [bool]
+    parallel_residual: attention and MLP read the same layer input, one forward all-reduce (GPT-NeoX, Falcon) [bool]
+    rotary_fraction: rho, share of each head's dimensions the rotary positions rotate [fraction]
+    s_q: decoder (query) tokens per sequence of a cross-attention [count]
+    s_k: encoder (key/value) tokens per sequence of a cross-attention [count]
 """
 
 from __future__ import annotations
 
+from dse.formulas.kernels.cross import cross_attention_kernels, position_bias_kernel
 from dse.formulas.kernels.ends import embedding_kernels, head_kernels
 from dse.formulas.kernels.launches import MEGATRON_LAUNCHES, row_launches, table_launches
 from dse.formulas.kernels.layer import fused_softmax_available, layer_kernels, softmax_row
@@ -119,7 +124,8 @@ from dse.formulas.kernels.sums import (
     weight_gemms,
 )
 
-__all__ = ["KINDS", "layer_kernels", "moe_mlp_kernels", "mla_attention_kernels", "embedding_kernels", "head_kernels", "weight_gemms",
+__all__ = ["KINDS", "layer_kernels", "moe_mlp_kernels", "mla_attention_kernels", "cross_attention_kernels",
+           "position_bias_kernel", "embedding_kernels", "head_kernels", "weight_gemms",
            "forward_flops", "recomputed_flops", "executed_flops", "backward_flops", "saved_bytes", "packed_bytes",
            "rerun_bytes", "message_bytes", "MEGATRON_LAUNCHES", "row_launches", "table_launches", "softmax_row",
            "fused_softmax_available"]

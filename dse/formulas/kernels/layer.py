@@ -86,7 +86,8 @@ def layer_kernels(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: N
                   grad_bytes: Num = 2, finetune: dict[str, Any] | None = None, fp8: str | None = None,
                   layer_norms: int = 2, qk_norm: bool = False, moe: dict[str, Any] | None = None,
                   softmax_fallback: bool = False, attention_share: Num | None = None,
-                  executed_share: Num | None = None, mla: dict[str, Any] | None = None) -> Table:
+                  executed_share: Num | None = None, mla: dict[str, Any] | None = None,
+                  parallel_residual: bool = False, rotary_fraction: Num = 1.0) -> Table:
     """The kernels of one transformer layer on one GPU for one micro-batch (Megatron-LM's fused kernels).
 
     Formula: T = s b, r = 1/t with SP (else 1); GEMMs QKV (T, h, (a+2kv)d/t), out (T, a d/t, h), fc1 (T, h, n_g F/t),
@@ -118,6 +119,18 @@ def layer_kernels(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: N
     replaces qkv, rotary, the attention core and out by multi-head latent attention's kernels (flash attention
     only); the backward TP all-reduce on the attention side is then the latents' input gradient, e T (d_c' or h,
     + d_c + d_R), hidden by kv_up.
+
+    ``parallel_residual`` (GPT-J, GPT-NeoX, Falcon: x + attn(n1(x)) + mlp(n2(x))): the MLP's norm reads the layer
+    input, which norm1 keeps already (norm2 saves its statistics only); the two branches' row-parallel outputs are
+    summed before one all-reduce forward (Black et al. 2022, GPT-NeoX-20B, arXiv 2204.06745 §2.1.2: "the results can
+    be reduced locally before performing a single all-reduce"). With one shared norm (``layer_norms`` 1, Falcon-7B's
+    input_layernorm) there is no norm2, fc1 reads qkv's saved input, and the two branches' input gradients are summed
+    before one backward all-reduce. ``rotary_fraction`` rho (GPT-NeoX rotary_pct, Phi partial_rotary_factor): a
+    software stack's rotary ops run on the rotated share and a torch.cat writes the whole Q and K back (Transformers'
+    apply_rotary_pos_emb: rho x the traced passes + 2 passes over Q and K each way); Megatron's fused rotary reads and
+    writes the whole Q and K whatever rho (its pass-through part is copied), as priced. A stack's fused QKV projection
+    with rotary positions (GPT-NeoX, Phi-3, Falcon): the flash kernel keeps the rotated Q and K, new tensors, besides
+    the fused buffer its V is a view of (the stack's fused row was traced on GPT-2, without rotary).
 
     The attention rows' ``flops`` (the model's FLOPs, what MFU counts) count the unmasked half of a causal score
     matrix, as the flash kernel executes it (FlashAttention-2, Dao 2023, arXiv 2307.08691 §4.1: "with causal
@@ -218,13 +231,15 @@ def layer_kernels(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: N
     if extra_norms:
         t["post_attn_norm"] = {"kind": "elementwise", "bytes": 2 * x_in, "saved": norm_in}
     t["attn_residual"] = {"kind": "elementwise", "bytes": (3 * e + drop) * tok * h * r, "saved": drop * tok * h * r}
-    t["norm2"] = {"kind": "elementwise", "bytes": 2 * x_in, "saved": norm_in}
+    shared_norm = parallel_residual and layer_norms == 1     # Falcon-7B: the attention's norm output feeds the MLP
+    if not shared_norm:
+        t["norm2"] = {"kind": "elementwise", "bytes": 2 * x_in, "saved": norm_in}
     if moe:
         t.update(moe_mlp_kernels(s, b, h, tp=tp, sequence_parallel=sequence_parallel, ffn_type=ffn_type,
                                  bytes_per_element=e, **moe))
     else:
         t["fc1"] = {"kind": "gemm", "m": tok, "k": h, "n": n_up * f_loc, "batch": 1, "split": "column",
-                    "saved": x_in, "flops": 2 * tok * h * n_up * f_loc}
+                    "saved": 0 if shared_norm else x_in, "flops": 2 * tok * h * n_up * f_loc}
         kept = 3 if gated else (1 if ffn_type == "relu" else 2)
         t["activation"] = {"kind": "elementwise", "bytes": (3 if gated else 2) * e * tok * f_loc,
                            "saved": kept * e * tok * f_loc}
@@ -248,6 +263,17 @@ def layer_kernels(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: N
     if stack:  # another software stack's element-wise kernels and saved tensors (dse.formulas.stacks)
         t = _stacks.apply_layer(t, stack, stack_sizes or {}, stack_choices or {}, bytes_per_element=e,
                                 grad_bytes=grad_bytes)
+        if rotary and not (type(rotary_fraction) in (int, float) and rotary_fraction == 1) and "rotary" in t:
+            cat = 2 * e * tok * (hd_q + hd_kv)     # torch.cat of the rotated and the passed-through share
+            row = t["rotary"]
+            t["rotary"] = {**row, "bytes": row["bytes"] * rotary_fraction + cat,
+                           "bytes_backward": row["bytes_backward"] * rotary_fraction + cat,
+                           "kernels": row["kernels"] + 2, "kernels_backward": row["kernels_backward"] + 2}
+        if rotary and (stack_choices or {}).get("qkv") == "fused" and "attention" in t:   # GPT-NeoX, Phi-3, Falcon:
+            row = t["attention"]   # the kernel keeps the rotated q and k (new tensors) beside the fused buffer (v's)
+            t["attention"] = {**row, "saved": row["saved"] + e * tok * (hd_q + hd_kv)}
+    if parallel_residual:
+        _parallel_residual(t, x_in, layer_norms, keeps_input=not stack or norm == "layernorm")
     if finetune:  # frozen weights with LoRA adapters (dse.formulas.finetune)
         t = _finetune.apply_layer(t, tok=tok, tp=tp, ffn_type=ffn_type, ffn_elements=tok * f_loc,
                                   bytes_per_element=e, **finetune)
@@ -259,3 +285,14 @@ def layer_kernels(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: N
             row.pop("packed", None)
         t["norm1"]["saved"] = x_in
     return t
+
+
+def _parallel_residual(t: Table, x_in: Num, layer_norms: int, keeps_input: bool) -> None:
+    """A parallel-residual layer's table, in place (see :func:`layer_kernels`): norm2 does not keep the layer input
+    again (where the norm keeps its input: Megatron's norms, PyTorch's LayerNorm), one forward all-reduce, and with
+    one shared norm one backward all-reduce."""
+    if "norm2" in t and keeps_input:
+        t["norm2"] = {**t["norm2"], "saved": t["norm2"]["saved"] - x_in}
+    del t["attn_allreduce"]
+    if layer_norms == 1:
+        del t["fc1_dgrad_allreduce"]

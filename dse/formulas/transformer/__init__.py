@@ -81,6 +81,7 @@ from dse.formulas.transformer.moe import (
 )
 from dse.formulas.transformer.parameters import (
     GATED_FFN,
+    cross_attention_parameters,
     embedding_parameters,
     ffn_matrices,
     head_parameters,
@@ -89,12 +90,13 @@ from dse.formulas.transformer.parameters import (
     mlp_parameters,
     norm_parameters,
     parameter_count,
+    relative_position_parameters,
 )
 
 __all__ = ["GATED_FFN", "norm_parameters", "ffn_matrices", "mlp_parameters", "layer_parameters",
            "layer_parameters_replicated", "moe_layer_count", "router_parameters", "moe_mlp_parameters",
            "moe_mlp_parameters_replicated", "dropped_token_fraction", "mla_attention_parameters",
-           "mla_attention_parameters_replicated",
+           "mla_attention_parameters_replicated", "cross_attention_parameters", "relative_position_parameters",
            "embedding_parameters", "head_parameters", "parameter_count", "layer_gemm_flops_per_token",
            "attention_flops_per_token", "attention_pairs", "attention_share", "logits_flops_per_token", "model_flops", "recompute_flops",
            "activation_terms", "activation_bytes_per_layer", "recompute_working_bytes", "backward_working_bytes",

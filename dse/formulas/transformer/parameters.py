@@ -8,7 +8,8 @@ from __future__ import annotations
 from dse.formulas._array import Num
 
 __all__ = ["norm_parameters", "ffn_matrices", "mlp_parameters", "layer_parameters", "layer_parameters_replicated",
-           "embedding_parameters", "head_parameters", "parameter_count", "GATED_FFN"]
+           "embedding_parameters", "head_parameters", "parameter_count", "GATED_FFN", "cross_attention_parameters",
+           "relative_position_parameters"]
 
 
 #: FFN types with a gate (three h x F matrices instead of two): SwiGLU and GeGLU (Gemma's tanh-GELU gate).
@@ -122,6 +123,44 @@ def layer_parameters_replicated(h: Num, ffn_type: str = "gelu", norm: str = "lay
     """
     return (layer_norms * norm_parameters(h, norm) + (2 * h if bias else 0) + (2 * head_dim if qk_norm else 0)
             + attention_replicated)
+
+
+def cross_attention_parameters(h: Num, heads: Num, kv_heads: Num, head_dim: Num, norm: str = "rmsnorm",
+                               bias: bool = False) -> Num:
+    """Parameters of a decoder layer's cross-attention over the encoder's output, with its norm.
+
+    Formula: h(a+2kv)d + a d h + norm (+ (a+2kv)d + h with biases)
+    Source: Vaswani et al. 2017 §3.2.3 (encoder-decoder attention: queries from the decoder, keys and values from
+    the encoder output); Hugging Face T5LayerCrossAttention (EncDecAttention q, k, v, o without bias, and a
+    T5LayerNorm).
+
+    Returns:
+        parameters [count]
+
+    >>> cross_attention_parameters(768, 12, 12, 64)   # t5-base: 4 h^2 + h
+    2360064
+    """
+    p = h * (heads + 2 * kv_heads) * head_dim + heads * head_dim * h + norm_parameters(h, norm)
+    return p + ((heads + 2 * kv_heads) * head_dim + h if bias else 0)
+
+
+def relative_position_parameters(buckets: Num, heads: Num) -> Num:
+    """Parameters of one stack's relative position bias: a learned scalar per distance bucket and head.
+
+    Formula: n_buckets a (one table per stack, in its first layer, shared by all its layers)
+    Source: Raffel et al. 2020 (T5, arXiv 1910.10683) §2.1: "each 'embedding' is simply a scalar added to the
+    corresponding logit ... we share the position embedding parameters across all layers", 32 buckets; Hugging Face
+    T5Attention.relative_attention_bias = nn.Embedding(relative_attention_num_buckets, n_heads).
+
+    Args:
+        buckets: n_buckets, relative distance buckets (T5: 32) [count]
+    Returns:
+        parameters [count]
+
+    >>> relative_position_parameters(32, 12)   # t5-base, per stack
+    384
+    """
+    return buckets * heads
 
 
 def embedding_parameters(h: Num, vocab: Num, position_embeddings: Num = 0, token_types: Num = 0,

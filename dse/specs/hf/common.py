@@ -36,9 +36,29 @@ MOE_KEYS = {"mixtral": ("num_local_experts", "num_experts_per_tok"),
             **dict.fromkeys(("deepseek_v2", "deepseek_v3"), (
                 "n_routed_experts", "num_experts_per_tok", "n_shared_experts", "moe_intermediate_size",
                 "kv_lora_rank", "q_lora_rank", "num_nextn_predict_layers"))}
+#: The UNMODELLED keys an encoder-decoder model_type is read with (docs/encoder-decoder.md): not refused for it.
+ENCODER_DECODER_KEYS = {"t5": ("is_encoder_decoder",)}
 #: Transformers' activation_function names -> the model spec's activation (how the framework writes it).
+#: gelu_fast (Transformers' FastGELUActivation, GPT-NeoX-20B): the tanh GELU as separate element-wise ops, as gelu_new.
 _ACTIVATIONS = {"gelu_new": "gelu_new", "gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu",
-                "silu": "silu", "swish": "silu"}
+                "silu": "silu", "swish": "silu", "gelu_fast": "gelu_new"}
+
+
+#: The model_types whose readers model a parallel residual (model.parallel_residual).
+PARALLEL_READ = ("gpt_neox", "falcon")
+
+
+def rotary_fraction(cfg: dict, where: str, default: float = 1.0, legacy: str = "partial_rotary_factor") -> float:
+    """The rotated share of a head: ``rope_parameters.partial_rotary_factor`` (Transformers 5), else the config's
+    top-level ``legacy`` key (GPT-NeoX rotary_pct, Phi partial_rotary_factor), else ``default``; an error outside
+    (0, 1]."""
+    rope = cfg.get("rope_parameters")
+    value = rope.get("partial_rotary_factor") if isinstance(rope, dict) else None
+    if value is None:
+        value = cfg.get(legacy, default)
+    if not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise InputError(f"{where}: {legacy} {value!r} is not a share of the head dimension in (0, 1]")
+    return float(value)
 
 
 def get(cfg: dict, key: str, where: str, default=None, required: bool = False):
@@ -53,7 +73,7 @@ def get(cfg: dict, key: str, where: str, default=None, required: bool = False):
 def refuse_unmodelled(cfg: dict, where: str) -> None:
     """An :class:`InputError` for the first key of :data:`UNMODELLED` set to something other than off (0, 1, false),
     except the keys the config's model_type reader reads (:data:`MOE_KEYS`)."""
-    read = MOE_KEYS.get(cfg.get("model_type"), ())
+    read = MOE_KEYS.get(cfg.get("model_type"), ()) + ENCODER_DECODER_KEYS.get(cfg.get("model_type"), ())
     for key, what in UNMODELLED.items():
         if key in read:
             continue
@@ -74,9 +94,10 @@ def notes(cfg: dict, mt: str) -> list[str]:
     """Read but not modelled, and small enough to price approximately: each a warning with every estimate.
 
     ``quantization_config``: quantized checkpoint weights; the plan's precision prices them. ``parallel_attn`` /
-    ``use_parallel_residual``: attention and MLP side by side (GPT-J, Falcon): the same FLOPs and parameters,
-    priced as sequential blocks. BERT ``position_embedding_type`` relative_key(_query): Shaw et al. 2018 (arXiv
-    1803.02155) add a (2 max_pos - 1) x d distance table and a score term per layer, priced as absolute positions.
+    ``use_parallel_residual`` in a model_type whose reader does not read them (:data:`PARALLEL_READ` do): attention
+    and MLP side by side, priced as sequential blocks. BERT ``position_embedding_type`` relative_key(_query): Shaw
+    et al. 2018 (arXiv 1803.02155) add a (2 max_pos - 1) x d distance table and a score term per layer, priced as
+    absolute positions.
     """
     out = []
     q = cfg.get("quantization_config")
@@ -84,7 +105,7 @@ def notes(cfg: dict, mt: str) -> list[str]:
         method = q.get("quant_method", "?") if isinstance(q, dict) else "?"
         out.append(f"quantization_config ({method}) is not modelled: weights priced at the plan's precision")
     for key in ("parallel_attn", "use_parallel_residual"):
-        if cfg.get(key):
+        if cfg.get(key) and mt not in PARALLEL_READ:
             out.append(f"{key}: true is not modelled: attention and MLP priced as sequential blocks "
                          "(same FLOPs and parameters)")
     pos = cfg.get("position_embedding_type", "absolute")
