@@ -163,7 +163,8 @@ def test_eager_pytorch_is_never_faster_or_smaller_than_fused_kernels(sc):
     nor torch.compile's fusion can take longer or hold more activations for the same plan. Except Megatron's time
     where its fused softmax does not run (math attention, s > 2048 or b a/t not a multiple of 4): its unfused fallback
     with query-key layer scaling (.float(), scale, mask, softmax, .half(): 36 bytes per score) moves more than
-    Transformers' eager softmax (about 18)."""
+    Transformers' eager softmax (about 18), and it keeps the fp32 probabilities (4 bytes per score) where GPT-2's eager
+    softmax keeps them in the activation dtype: its activations may exceed eager's there too."""
     from dse.formulas.kernels import fused_softmax_available
 
     model, system, layers, plan = sc
@@ -173,8 +174,9 @@ def test_eager_pytorch_is_never_faster_or_smaller_than_fused_kernels(sc):
     heads = dse.catalog.load_model(model).heads / plan["tp"] if plan["attention"] == "math" else 4
     if fused_softmax_available(plan["seq_len"], plan["micro_batch"], heads):
         assert time["megatron"] <= time["pytorch"] * (1 + REL), time
+        assert acts["megatron"] <= acts["pytorch"] * (1 + REL), acts
     assert time["compiled"] <= time["pytorch"] * (1 + REL), time
-    assert acts["megatron"] <= acts["pytorch"] * (1 + REL) and acts["compiled"] <= acts["pytorch"] * (1 + REL), acts
+    assert acts["compiled"] <= acts["pytorch"] * (1 + REL), acts
 
 
 # ----------------------------------------------------------------------------- every catalog model and GPU system,
