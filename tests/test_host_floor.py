@@ -114,3 +114,30 @@ def test_the_one_fitted_megatron_run_without_the_fused_softmax_is_the_18b_at_tp1
     unfused = [(r["params_b"], r["tp"], r["micro_batch"]) for r in megatron.rows()
                if not fused_softmax_available(r["seq_len"], r["micro_batch"], r["heads"] // r["tp"])]
     assert unfused == [(18.4, 16, 2)]
+
+
+def test_megatrons_dropless_moe_dispatcher_syncs_once_per_forward_unless_padded_to_capacity():
+    """Megatron-Core's token dispatcher copies the per-expert token counts to the host and waits for them once per
+    MoE layer forward (its full recompute too, not backward): the GPU idles for the host's next launch; padding to
+    capacity makes the counts static (no sync). Dense layers and other stacks have none."""
+    from dse.catalog import load_model
+
+    assert K.moe_host_syncs(128) == (1, 0) and K.moe_host_syncs(128, pad=True) == (0, 0)
+    assert K.moe_host_syncs(1) == (0, 0)
+    oss = load_model("gpt-oss-120b")
+    base = dict(tp=1, pp=4, dp=16, ep=8, seq_len=4096, micro_batch=1, global_batch=1280, zero=1)
+    dispatch = stack_spec.load("megatron").dispatch
+    kt, tables = _layer_times(oss, Plan(**base), "h100-cluster")
+    f, _ = K.table_launches(tables["layer"], K.MEGATRON_LAUNCHES, ranks=1, ep_ranks=8)
+    assert kt["gpu_fwd"] > dispatch * f                      # GPU-bound: the sync's launch is what is exposed
+    assert kt["layer_fwd"] == pytest.approx(kt["gpu_fwd"] + dispatch)
+    assert kt["layer_bwd"] == kt["gpu_bwd"]
+    kt, _ = _layer_times(oss, Plan(**base, recompute="full"), "h100-cluster")
+    assert kt["layer_rec"] == pytest.approx(kt["gpu_rec"] + dispatch)
+    kt, _ = _layer_times(oss, Plan(**base, expert_capacity=1.25, pad_to_capacity=True), "h100-cluster")
+    assert kt["layer_fwd"] == kt["gpu_fwd"]
+    kt, _ = _layer_times(oss, Plan(**base, stack="pytorch"), "h100-cluster")
+    assert kt["layer_fwd"] == kt["gpu_fwd"]
+    big = megatron.model_for(megatron.rows()[0])             # a dense layer: no router, no sync
+    kt, _ = _layer_times(big, megatron.plan_for(megatron.rows()[0], big))
+    assert kt["layer_fwd"] == kt["gpu_fwd"]

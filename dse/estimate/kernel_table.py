@@ -346,9 +346,16 @@ def kernel_times(tables: dict[str, Any], system: SystemSpec, plan: Plan, peak: N
             part["forward"] = maximum(part["forward"], dispatch * part["kernels_forward"])
             part["backward"] = maximum(part["backward"], dispatch * part["kernels_backward"])
     host_rec = host_f if plan.recompute == "full" else 0.0
-    layer_fwd = maximum(lt["forward"], host_f)
+    # Megatron-Core's dropless token dispatcher waits for the per-expert token counts once per MoE layer forward
+    # (and its full recompute): the GPU idles while the host issues the next launch
+    sync: Num = 0.0
+    if launches is not None and "router" in tables["layer"]:
+        pad = bool(getattr(plan, "pad_to_capacity", False))
+        syncs = _kernels.moe_host_syncs(tables["layer"]["router"]["n"], pad=pad)[0]
+        sync = _kernels.sync_exposed_time(syncs, dispatch) * tables.get("moe_share", 1.0)
+    layer_fwd = maximum(lt["forward"], host_f) + sync
     layer_bwd = maximum(lt["backward"], host_b)
-    layer_rec = maximum(lt["recompute"], host_rec)
+    layer_rec = maximum(lt["recompute"], host_rec) + (sync if plan.recompute == "full" else 0.0)
     layer_total = layer_fwd + layer_bwd + layer_rec
     out = {"gpu_fwd": lt["forward"], "gpu_bwd": lt["backward"], "gpu_rec": lt["recompute"],
             "tp_fwd": lt["tp_forward"], "tp_bwd": lt["tp_backward"], "ep_fwd": lt["ep_forward"],

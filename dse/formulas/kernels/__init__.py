@@ -107,7 +107,13 @@ from __future__ import annotations
 
 from dse.formulas.kernels.cross import cross_attention_kernels, position_bias_kernel
 from dse.formulas.kernels.ends import embedding_kernels, head_kernels
-from dse.formulas.kernels.launches import MEGATRON_LAUNCHES, row_launches, table_launches
+from dse.formulas.kernels.launches import (
+    MEGATRON_LAUNCHES,
+    moe_host_syncs,
+    row_launches,
+    sync_exposed_time,
+    table_launches,
+)
 from dse.formulas.kernels.layer import fused_softmax_available, layer_kernels, softmax_row
 from dse.formulas.kernels.mla import mla_attention_kernels
 from dse.formulas.kernels.moe import moe_mlp_kernels
@@ -128,4 +134,4 @@ __all__ = ["KINDS", "layer_kernels", "moe_mlp_kernels", "mla_attention_kernels",
            "position_bias_kernel", "embedding_kernels", "head_kernels", "weight_gemms",
            "forward_flops", "recomputed_flops", "executed_flops", "backward_flops", "saved_bytes", "packed_bytes",
            "rerun_bytes", "message_bytes", "MEGATRON_LAUNCHES", "row_launches", "table_launches", "softmax_row",
-           "fused_softmax_available"]
+           "fused_softmax_available", "moe_host_syncs", "sync_exposed_time"]

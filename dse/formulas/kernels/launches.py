@@ -10,7 +10,7 @@ from typing import Any
 from dse.formulas._array import Num, where
 from dse.formulas.kernels.rows import Row, Table
 
-__all__ = ["MEGATRON_LAUNCHES", "row_launches", "table_launches"]
+__all__ = ["MEGATRON_LAUNCHES", "row_launches", "table_launches", "moe_host_syncs", "sync_exposed_time"]
 
 #: (forward, backward) kernels Megatron-LM launches for a row of its layer, counted from microsoft/Megatron-DeepSpeed
 #: megatron/model/transformer.py (ParallelTransformerLayer, ParallelAttention, ParallelMLP), megatron/mpu/layers.py
@@ -82,3 +82,47 @@ def table_launches(table: Table, launches: dict[str, tuple[int, int]] | None = N
         rf, rb = row_launches(name, row, launches, ranks, ep_ranks)
         f, b = f + rf, b + rb
     return f, b
+
+
+def moe_host_syncs(experts: int, pad: bool = False) -> tuple[int, int]:
+    """(forward, backward) blocking device-to-host synchronisations of one MoE layer in Megatron-Core.
+
+    Formula: (1, 0) for a routed layer (E > 1) whose experts take a variable number of tokens, (0, 0) when every
+    expert's input is padded to its capacity (``pad``) or the layer has one expert (nothing is routed).
+    Source: Megatron-Core ``MoEAlltoAllTokenDispatcher.preprocess`` (megatron/core/transformer/moe/
+    token_dispatcher.py): the per-expert token counts the router computes on the GPU are copied to the host (a
+    non-blocking copy on a side stream at ``cuda_dtoh_point``) and the host waits for them once per forward, at
+    ``cuda_sync_point`` (``before_ep_alltoall`` when ep or tp > 1: NCCL's all-to-all takes its split sizes on the
+    host; ``before_permutation_1`` when tokens are dropped without padding; ``before_finish`` otherwise: the grouped
+    GEMM takes its ``m_splits`` as a host list); ``drop_and_pad`` (``--moe-pad-expert-input-to-capacity``) returns
+    fixed counts before any copy and leaves ``cuda_sync_point`` at ``no_sync``; ``MoEAllGatherTokenDispatcher``
+    calls ``.cpu()`` on its counts (one sync). Backward reuses the host split sizes the forward kept (the
+    all-to-all's autograd function and the grouped GEMM's saved ``m_splits``): no sync.
+
+    Returns:
+        (forward, backward) synchronisations per MoE layer [count]
+
+    >>> moe_host_syncs(128), moe_host_syncs(128, pad=True), moe_host_syncs(1)
+    ((1, 0), (0, 0), (0, 0))
+    """
+    return (0, 0) if experts <= 1 or pad else (1, 0)
+
+
+def sync_exposed_time(syncs: Num, dispatch: Num) -> Num:
+    """GPU idle time that host synchronisations add to a layer pass: the host's launch after each one.
+
+    Formula: t = n_sync d, with d the stack's host time per launch (``dispatch``). A synchronisation drains the
+    GPU's queue (the host waits until every kernel issued before it has run), so the host's lead is lost: the
+    kernel after it reaches the GPU only d after the wait ends, and the pass takes max(GPU, host) + n_sync d.
+    Assumes the GPU-bound case (a host-bound pass also waits for the GPU's last queued kernel: not counted) and
+    the device-to-host copy finished before the wait (Megatron issues it early on a side stream).
+    Source: CUDA C++ Programming Guide, "Asynchronous Concurrent Execution" (cudaStreamSynchronize blocks the host
+    until the stream's preceding work completes); the launch floor of :func:`table_launches`.
+
+    Returns:
+        exposed time per pass [s]
+
+    >>> round(sync_exposed_time(1, 13.5e-6) * 1e6, 1)
+    13.5
+    """
+    return syncs * dispatch
