@@ -99,6 +99,9 @@ def moe_host_syncs(experts: int, pad: bool = False) -> tuple[int, int]:
     calls ``.cpu()`` on its counts (one sync). Backward reuses the host split sizes the forward kept (the
     all-to-all's autograd function and the grouped GEMM's saved ``m_splits``): no sync.
 
+    Args:
+        experts: routed experts of the layer [count]
+        pad: every expert's input padded to its capacity (Megatron's ``drop_and_pad``) [bool]
     Returns:
         (forward, backward) synchronisations per MoE layer [count]
 
@@ -119,6 +122,9 @@ def sync_exposed_time(syncs: Num, dispatch: Num) -> Num:
     Source: CUDA C++ Programming Guide, "Asynchronous Concurrent Execution" (cudaStreamSynchronize blocks the host
     until the stream's preceding work completes); the launch floor of :func:`table_launches`.
 
+    Args:
+        syncs: synchronisations in the pass [count]
+        dispatch: host time per kernel launch (the stack's ``dispatch``) [s]
     Returns:
         exposed time per pass [s]
 
