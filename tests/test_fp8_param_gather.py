@@ -98,7 +98,8 @@ def test_megatron_bridge_suite():
 
 
 def test_megatron_bridge_moe_row_is_a_documented_optimistic_miss():
-    """GPT-OSS-120B (BF16, 64 H100s, EP 8): the estimate is 78 % too fast (2026-11-26). The case stays in the
+    """GPT-OSS-120B (BF16, 64 H100s, EP 8): the estimate is 78 % too fast (2026-11-26; +77.8 % with
+    the dispatcher's host sync priced). The case stays in the
     suite as a documented expected miss, so the direction of the error is visible; it fails if it grows past
     +100 % or if the estimate becomes slower than the measurement without the miss being re-examined."""
     r = run_suite("megatron-bridge")
