@@ -3,8 +3,9 @@ tests/fixtures/lora_saved_trace.json (the activation bytes of ``--finetune lora`
 
 Builds Transformers' LlamaForCausalLM as scripts/trace_stack.py does (bf16, dropout 0, 1 and 2 layers, CPU),
 freezes every parameter and wraps the targeted linear layers as Hugging Face PEFT's LoRA ``Linear`` computes
-them with ``lora_dropout = 0``: ``base(x) + lora_B(lora_A(x)) * scaling`` (A: d_in -> r, B: r -> d_out, both
-trainable, bf16). It runs one forward (with labels) and backward pass and records every tensor saved for
+them: ``base(x) + lora_B(lora_A(dropout(x))) * scaling`` (A: d_in -> r, B: r -> d_out, both trainable, bf16;
+``dropout`` an identity with ``lora_dropout = 0``, else ``nn.Dropout`` of its own per adapted layer, as PEFT builds
+``lora_dropout``). It runs one forward (with labels) and backward pass and records every tensor saved for
 backward (``torch.autograd.graph.saved_tensors_hooks``): deduplicated by storage with parameters excluded
 (``saved_bytes``), and every pack at the tensor's own size (``packed_bytes``). A layer's numbers are the
 difference between the two-layer and the one-layer model; the second layer's input already requires a
@@ -12,6 +13,7 @@ gradient (the first layer's adapters), so it is an interior layer.
 
 Usage (needs torch and transformers, which dse itself does not):
     python scripts/trace_lora.py > tests/fixtures/lora_saved_trace.json
+    python scripts/trace_lora.py --dropout 0.1 > tests/fixtures/lora_dropout_trace.json
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ TARGETS = {"all": ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj
            "attention": ("q_proj", "k_proj", "v_proj", "o_proj"), "qv": ("q_proj", "v_proj"),
            "mlp": ("gate_proj", "up_proj", "down_proj")}
 RANK = 8
+DROPOUT = 0.0
 
 
 def lora_model(layers: int, attn: str, targets: str):
@@ -40,9 +43,10 @@ def lora_model(layers: int, attn: str, targets: str):
             self.lora_a = nn.Linear(base.in_features, RANK, bias=False, dtype=torch.bfloat16)
             self.lora_b = nn.Linear(RANK, base.out_features, bias=False, dtype=torch.bfloat16)
             self.scaling = 16 / RANK
+            self.dropout = nn.Dropout(DROPOUT) if DROPOUT > 0 else nn.Identity()
 
         def forward(self, x):
-            return self.base(x) + self.lora_b(self.lora_a(x)) * self.scaling
+            return self.base(x) + self.lora_b(self.lora_a(self.dropout(x))) * self.scaling
 
     model = build("llama", layers, attn, DIMS["llama"])
     for p in model.parameters():
@@ -61,6 +65,7 @@ def run(layers: int, attn: str, targets: str) -> dict:
 
     d = DIMS["llama"]
     model = lora_model(layers, attn, targets)
+    model.train()
     ids = torch.randint(0, d["vocab"], (d["b"], d["s"]))
     saved: dict = {}
     packed: list = []
@@ -85,8 +90,13 @@ def main() -> None:
     import transformers
     from trace_stack import DIMS
 
+    global DROPOUT
+    if sys.argv[1:2] == ["--dropout"]:
+        DROPOUT = float(sys.argv[2])
     out = {"arch": "llama", "torch": torch.__version__, "transformers": transformers.__version__,
            "dims": DIMS["llama"], "rank": RANK, "runs": {}}
+    if DROPOUT:
+        out["lora_dropout"] = DROPOUT
     for attn in ("sdpa", "eager"):
         for targets in TARGETS:
             out["runs"][f"{attn}-{targets}"] = {str(n): run(n, attn, targets) for n in (1, 2)}

@@ -106,7 +106,7 @@ def pcie(gts: float, lanes: int) -> float:
 
 
 @pytest.mark.parametrize("name,gts,lanes", [("pcie3-x16", 8, 16), ("pcie4-x16", 16, 16), ("pcie5-x16", 32, 16),
-                                            ("pcie3-x4", 8, 4), ("pcie4-x4", 16, 4)])
+                                            ("pcie3-x4", 8, 4), ("pcie4-x4", 16, 4), ("pcie5-x4", 32, 4)])
 def test_pcie_bandwidth_follows_the_spec(name, gts, lanes):
     # The files round to 3-4 significant digits ("15.75 GB/s"); 0.1 % covers that rounding.
     assert component(name).bandwidth == pytest.approx(pcie(gts, lanes), rel=1e-3)

@@ -45,6 +45,18 @@ def test_adapters_split_over_tensor_parallel_ranks_as_the_layers_they_adapt():
 
 # --- saved tensors against PyTorch autograd (tests/fixtures/lora_saved_trace.json, scripts/trace_lora.py) --------
 
+def _traced_layer(fixture, attn, targets, **plan):
+    """The pytorch stack's LoRA layer table at the traced model's dimensions (scripts/trace_lora.py)."""
+    d = fixture["dims"]
+    m, _, p = resolve("llama2-7b", "dgx-h100", None,
+                      [f"model.hidden={d['h']}", f"model.heads={d['heads']}", f"model.kv_heads={d['kv_heads']}",
+                       f"model.ffn_hidden={d['ffn']}", f"model.vocab={d['vocab']}"],
+                      micro_batch=d["b"], seq_len=d["s"], stack="pytorch", precision="bf16-pure", dp=1,
+                      attention={"sdpa": "flash", "eager": "math"}[attn], finetune="lora", lora_rank=fixture["rank"],
+                      lora_targets=targets, **plan)
+    return KT.kernel_tables(m, p, recipe_of(p))["layer"]
+
+
 @pytest.mark.parametrize("key", sorted(_FIXTURE["runs"]))
 def test_a_lora_layer_saves_and_packs_what_pytorch_does(key):
     """Transformers' Llama with every weight frozen and PEFT-style LoRA adapters on the targeted linear layers:
@@ -57,13 +69,7 @@ def test_a_lora_layer_saves_and_packs_what_pytorch_does(key):
     difference counts the two (cos, sin) once."""
     attn, targets = key.split("-")
     d = _FIXTURE["dims"]
-    m, _, p = resolve("llama2-7b", "dgx-h100", None,
-                      [f"model.hidden={d['h']}", f"model.heads={d['heads']}", f"model.kv_heads={d['kv_heads']}",
-                       f"model.ffn_hidden={d['ffn']}", f"model.vocab={d['vocab']}"],
-                      micro_batch=d["b"], seq_len=d["s"], stack="pytorch", precision="bf16-pure", dp=1,
-                      attention={"sdpa": "flash", "eager": "math"}[attn], finetune="lora", lora_rank=_FIXTURE["rank"],
-                      lora_targets=targets)
-    t = KT.kernel_tables(m, p, recipe_of(p))["layer"]
+    t = _traced_layer(_FIXTURE, attn, targets)
     run_ = _FIXTURE["runs"][key]
     saved = run_["2"]["saved_bytes"] - run_["1"]["saved_bytes"]
     packed = run_["2"]["packed_bytes"] - run_["1"]["packed_bytes"]
@@ -146,7 +152,8 @@ def test_full_training_is_unchanged_by_the_fine_tuning_fields():
 @pytest.mark.parametrize("args, needle", [
     (["--lora-rank", "8"], "--lora-rank and --lora-targets need --finetune lora or qlora"),
     (["--finetune", "lora", "--quantization", "int8"], "--quantization int8 needs --finetune qlora"),
-    (["--finetune", "lora", "--zero", "3", "--offload-optimizer", "cpu"], "is not modelled yet"),
+    (["--finetune", "lora", "--hw", "smart-infinity-a100", "--zero", "3", "--offload-optimizer", "csd"],
+     "--finetune lora with --offload-optimizer csd is not modelled"),
     (["--finetune", "lora", "--lora-targets", "ffn"], "lora-targets"),
 ])
 def test_bad_fine_tuning_flags_are_one_line_errors(args, needle):
@@ -173,3 +180,32 @@ def test_saved_tensor_hooks_copy_what_a_lora_layer_packs():
     assert copied == pytest.approx(K.packed_bytes(layer) + weights + adapters)
     full, _, _ = _estimate(micro_batch=4, offload_activations="host", activation_offload_mechanism="hooks")
     assert copied < full["activation_offload"]["copied_bytes_per_layer"]
+
+
+_DROPOUT = json.loads((Path(__file__).parent / "fixtures" / "lora_dropout_trace.json").read_text())
+
+
+@pytest.mark.parametrize("key", sorted(_DROPOUT["runs"]))
+def test_lora_dropout_keeps_a_dropped_copy_and_a_mask_per_adapter_as_pytorch_does(key):
+    """PEFT's ``lora_dropout`` 0.1 (``scripts/trace_lora.py --dropout 0.1``): each adapter keeps its dropped input
+    and the mask, and the input itself is kept by no one. CUDA's fused dropout keeps a bool mask (1 B); the CPU
+    trace's ``F.dropout`` keeps a scaled mask in bf16 (2 B): one byte per adapter input element more, added here.
+    With dropout the attention output's CUDA layout copy is no longer kept, so no other correction applies."""
+    attn, targets = key.split("-")
+    d = _DROPOUT["dims"]
+    t = _traced_layer(_DROPOUT, attn, targets, lora_dropout=_DROPOUT["lora_dropout"])
+    run_ = _DROPOUT["runs"][key]
+    saved = run_["2"]["saved_bytes"] - run_["1"]["saved_bytes"]
+    packed = run_["2"]["packed_bytes"] - run_["1"]["packed_bytes"]
+    tok = d["b"] * d["s"]
+    adapters = FT.adapted_linears(d["h"], d["heads"], d["kv_heads"], 64, d["ffn"], "swiglu", "separate", targets)
+    cpu_mask = tok * sum(d_in for shapes in adapters.values() for d_in, _ in shapes)   # 1 B more per element on CPU
+    if targets == "mlp":
+        saved -= 2 * d["s"] * 64 * 2
+    assert K.saved_bytes(t) + cpu_mask == pytest.approx(saved, rel=1e-4)
+    assert K.packed_bytes(t) + cpu_mask == pytest.approx(packed, rel=1e-4)
+    # against dropout 0: the layer keeps more
+    q = _FIXTURE["runs"][key]
+    assert K.saved_bytes(t) > K.saved_bytes(_traced_layer(_DROPOUT, attn, targets))
+    assert (q["2"]["trainable_params"] - q["1"]["trainable_params"]
+            == run_["2"]["trainable_params"] - run_["1"]["trainable_params"])

@@ -22,6 +22,7 @@ from dse.specs import _schema, rules
 from dse.specs.plan import Plan, plan_rules
 
 GPU, DRIVES, NO_DRIVES, PKG = "dgx-a100-80gb", "dgx-a100-80gb", "a100-cluster-800g", "chiplet-train-8x8"
+CSD = "smart-infinity-a100"
 CHIPLET = {"global_batch": 16}
 
 # rule name -> (model, model overrides, hardware, plan fields)
@@ -84,9 +85,14 @@ WITNESSES = {
     "chiplet_minibatch does not divide the micro-batches": ("llama2-70b", (), PKG, {**CHIPLET, "chiplet_minibatch": 3}),
     "LoRA options need a LoRA fine-tune": ("llama2-70b", (), GPU, {"lora_rank": 8}),
     "quantization needs QLoRA": ("llama2-70b", (), GPU, {"finetune": "lora", "quantization": "int8"}),
-    "LoRA with optimizer or parameter offload is not modelled": ("llama2-70b", (), GPU,
-                                                                 {"finetune": "lora", "zero": 3,
-                                                                  "offload_optimizer": "cpu"}),
+    "LoRA with the update on computational storage is not modelled": ("llama2-70b", (), CSD,
+                                                                       {"finetune": "lora", "zero": 3,
+                                                                        "offload_optimizer": "csd"}),
+    "LoRA dropout needs a LoRA fine-tune": ("llama2-70b", (), GPU, {"lora_dropout": 0.1}),
+    "8-bit optimizer states with optimizer offload": ("llama2-70b", (), GPU, {"optimizer": "adam-8bit", "zero": 3,
+                                                                              "offload_optimizer": "cpu"}),
+    "paged optimizer with offload": ("llama2-70b", (), GPU, {"paged_optimizer": True, "zero": 3,
+                                                             "offload_optimizer": "cpu"}),
     "fine-tuning on chiplet packages is not modelled": ("llama2-70b", (), PKG, {**CHIPLET, "finetune": "lora"}),
     "fp8 needs FP8 tensor cores and their stated GEMM efficiency": ("llama2-70b", (), GPU, {"precision": "fp8"}),
     "fp8 is modelled for full training with Megatron's kernels": ("llama2-7b", (), "dgx-h100",

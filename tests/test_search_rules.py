@@ -42,7 +42,8 @@ def random_value(rng, name, tp, meta):
     return None
 
 
-SPECIAL = {"chiplet_mesh": ["8x8", "4x16", "6x6", "2x2"]}
+SPECIAL = {"chiplet_mesh": ["8x8", "4x16", "6x6", "2x2"],
+           "lora_dropout": [0.1], "paged_optimizer": [True]}   # rarely set: each is valid with few other choices
 
 
 def random_data(rng):

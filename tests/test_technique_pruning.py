@@ -110,7 +110,7 @@ def test_registry_follows_the_protocol_and_its_stated_order():
     from dse.estimate.technique import Technique, check_order
 
     names = [t.name for t in E.TECHNIQUES]
-    assert names == ["storage_offload", "activation_offload", "drive_wear", "economics"]
+    assert names == ["storage_offload", "activation_offload", "paged_optimizer", "drive_wear", "economics"]
     assert all(isinstance(t, Technique) and t.memory in ("exact", "floor") for t in E.TECHNIQUES)
     check_order(E.TECHNIQUES)
     with pytest.raises(ValueError, match="activation_offload must come after storage_offload"):

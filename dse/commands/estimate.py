@@ -92,6 +92,12 @@ def estimate(
         None, "--lora-targets", help="linear layers with adapters: all (default) | attention | qv | mlp"),
     quantization: Optional[Quantization] = typer.Option(
         None, "--quantization", help="qlora's frozen linear weights: nf4 (default, double-quantized) | int8"),
+    lora_dropout: Optional[float] = typer.Option(
+        None, "--lora-dropout", help="PEFT's lora_dropout in [0, 1): each adapter keeps a dropped copy of its input "
+                                     "and the mask (default 0)"),
+    paged_optimizer: Optional[bool] = typer.Option(
+        None, "--paged-optimizer/--no-paged-optimizer", help="bitsandbytes' paged optimizer: states evicted to CPU "
+                                                             "memory when the GPU runs short (docs/finetune.md)"),
     fp8_scaling: Optional[Fp8Scaling] = typer.Option(
         None, "--fp8-scaling", help="--precision fp8's scaling: delayed (default: amax history, casts fused into "
                                     "norms and activation) | current (each tensor's own amax: one more pass per cast)"),
@@ -129,7 +135,7 @@ def estimate(
                                  exchange_dtype))
     fields.update(activation_offload_fields(offload_activations, offload_layers, None, activation_io_path,
                                             activation_offload_mechanism))
-    fields.update(finetune_fields(finetune, lora_rank, lora_targets, quantization))
+    fields.update(finetune_fields(finetune, lora_rank, lora_targets, quantization, paged_optimizer, lora_dropout))
     if fp8_scaling is not None:
         fields["fp8_scaling"] = fp8_scaling
     if ep is not None:

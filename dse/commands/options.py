@@ -18,7 +18,7 @@ Precision = Literal["bf16", "fp16", "bf16-pure", "fp8"]
 ChipletScheme = Literal["megatron-1d", "summa-2d", "hecaton-2d"]
 OffloadOptimizer = Literal["gpu", "cpu", "nvme", "csd"]
 OffloadParams = Literal["gpu", "cpu", "nvme"]
-Optimizer = Literal["adam", "sgd-momentum", "adagrad"]
+Optimizer = Literal["adam", "adam-8bit", "sgd-momentum", "adagrad"]
 ExchangeDtype = Literal["fp32", "fp16"]
 OffloadActivations = Literal["none", "ssd", "host"]
 ActivationIOPath = Literal["gds", "bounce"]
@@ -56,7 +56,8 @@ flag = SimpleNamespace(
     attention=_flag(None, "--attention", help="flash | math"),
     zero=_flag(None, "--zero", min=0, max=3, help="ZeRO stage 0-3"),
     precision=_flag(None, "--precision", help="bf16 | fp16 | bf16-pure | fp8 (FP8 linear GEMMs, Transformer Engine)"),
-    optimizer=_flag(None, "--optimizer", help="adam | sgd-momentum | adagrad"),
+    optimizer=_flag(None, "--optimizer", help="adam | adam-8bit (bitsandbytes, block-wise 8-bit states) | "
+                    "sgd-momentum | adagrad"),
     set=_flag([], "--set", help="override any field: model.X=, hardware.X=, plan.X= (repeatable)"),
     json=_flag(False, "--json", help="print one JSON object"),
 )
@@ -83,9 +84,10 @@ def plan_fields(tp, pp, dp, micro_batch, global_batch, seq_len, recompute, atten
     return {k: v for k, v in fields.items() if v is not None}
 
 
-def finetune_fields(finetune, lora_rank, lora_targets, quantization) -> dict:
+def finetune_fields(finetune, lora_rank, lora_targets, quantization, paged_optimizer=None, lora_dropout=None) -> dict:
     """Fine-tuning plan fields given on the command line (unset flags keep the plan defaults)."""
-    fields = dict(finetune=finetune, lora_rank=lora_rank, lora_targets=lora_targets, quantization=quantization)
+    fields = dict(finetune=finetune, lora_rank=lora_rank, lora_targets=lora_targets, quantization=quantization,
+                  paged_optimizer=paged_optimizer, lora_dropout=lora_dropout)
     return {k: v for k, v in fields.items() if v is not None}
 
 

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from dse.catalog import load_hardware, load_model
-from dse.estimate import activation_offload, arrays, economics, feasibility, offload, wear
+from dse.estimate import activation_offload, arrays, economics, feasibility, offload, paged, wear
 from dse.estimate.backends import backend
 from dse.estimate.defaults import filled as filled_defaults, input_warnings
 from dse.estimate.result import Estimate
@@ -45,7 +45,8 @@ TIME_PARTS = {
 # The techniques, in the order they apply (dse/estimate/technique.py states the protocol:
 # memory half, time half, violations, report; ``after`` says whose results each one reads).
 # A new technique is one module with a ``TECHNIQUE`` object and one entry here.
-TECHNIQUES: list[Technique] = [offload.TECHNIQUE, activation_offload.TECHNIQUE, wear.TECHNIQUE, economics.TECHNIQUE]
+TECHNIQUES: list[Technique] = [offload.TECHNIQUE, activation_offload.TECHNIQUE, paged.TECHNIQUE, wear.TECHNIQUE,
+                               economics.TECHNIQUE]
 
 # Deprecated (use TECHNIQUES): the modules of the first two techniques. Setting it to other module
 # names (e.g. in a test) replaces those two by the listed modules; a module without a ``TECHNIQUE``

@@ -137,7 +137,6 @@ def memory_tiers(model: ModelSpec, system: SystemSpec, plan: Plan, prm: Section,
     else:
         states_first, states_last = (_frozen.states(prm, stage, model, plan, r, state_bytes, M)
                                      for stage in ("p_first", "p_last"))
-    zero3_buf = where(zero >= 3, M.zero3_gather_bytes(prm["p_layer_gpu"], r.weight_gathers), 0)
     fp8_meta = 0.0
     if r.weight_copies:   # FP8: the linear weights' FP8 copies and transposes beside the bf16 ones (dse.estimate.fp8)
         copies, fp8_meta = _fp8.memory(model, plan, r, prm["l_stage"])
@@ -146,6 +145,13 @@ def memory_tiers(model: ModelSpec, system: SystemSpec, plan: Plan, prm: Section,
     total_last = states_last["weights"] + states_last["gradients"] + states_last["optimizer"] + act["act_last"]
     first_is_max = total_first >= total_last
     pick = partial(where, first_is_max)     # (first, last) -> the fuller stage's value
+    frozen = pick(*(_frozen.frozen_bytes(prm, st, model, plan, r) for st in ("p_first", "p_last"))) \
+        if plan.finetune != "full" else 0.0
+    if plan.finetune == "full":
+        zero3_buf = where(zero >= 3, M.zero3_gather_bytes(prm["p_layer_gpu"], r.weight_gathers), 0)
+    else:   # a layer's frozen weights are gathered as stored (QLoRA: packed), its adapters at the gather dtype
+        layer = (frozen + prm["p_train_gpu"] * r.weight_gathers) / prm["l_stage"]
+        zero3_buf = where(zero >= 3, M.zero3_gather_bytes(layer, 1), 0)
 
     bwd_work = T.backward_working_bytes(_context.local_seq(plan), plan.micro_batch, model.hidden, _widest_mlp(model),
                                         tp=t, sequence_parallel=plan.sequence_parallel, ffn_type=model.ffn_type,
@@ -169,7 +175,9 @@ def memory_tiers(model: ModelSpec, system: SystemSpec, plan: Plan, prm: Section,
     mem_storage = {"weights": 0.0, "gradients": 0.0, "optimizer": 0.0, "activations": 0.0, "buffers": 0.0,
                    "total": 0.0, "capacity": storage_cap}
     memory = {"gpu": mem_gpu, "host": mem_host, "storage": mem_storage}
-    return memory, {"first_is_max": first_is_max, "states_first": states_first, "states_last": states_last}
+    return memory, {"first_is_max": first_is_max, "states_first": states_first, "states_last": states_last,
+                    "frozen": frozen,
+                    "constants": _frozen.quantization_constants(prm, model, plan)}
 
 
 def compose_memory(model: ModelSpec, system: SystemSpec, plan: Plan, F: Formulas | None = None) -> Result:
@@ -219,6 +227,7 @@ def compose_memory(model: ModelSpec, system: SystemSpec, plan: Plan, F: Formulas
         activations_last_stage=act["act_last"], states_first_stage=stages["states_first"],
         states_last_stage=stages["states_last"], kernels=tables, trainable_params_per_gpu=prm["p_train_gpu"],
         expert_params_per_gpu=prm["p_expert_gpu"] if _expert_parallel(plan, model) else 0.0,
+        frozen_weight_bytes=stages["frozen"], quantization_constant_bytes=stages["constants"],
     )
     return {
         "terms": terms,
@@ -279,7 +288,7 @@ def data_parallel(model: ModelSpec, plan: Plan, i: BaseTerms, r: Recipe, kt: Sec
     m, l_stage = i.micro_batches, i.layers_per_stage
     bw_dp, lat_dp = lk["dp"].bandwidth, lk["dp"].latency
     train = i.trainable_params_per_gpu          # LoRA: the adapters; ZeRO-3 still gathers every weight
-    gathered = i.params_per_gpu if plan.finetune == "full" else where(zero >= 3, i.params_per_gpu, train)
+    gathered = i.params_per_gpu if plan.finetune == "full" else train
     ep_on = _expert_parallel(plan, model)
     expert = i.expert_params_per_gpu if ep_on else 0.0
     if ep_on:   # the experts' gradients and weights go over the dp/ep ranks that hold them
@@ -287,6 +296,8 @@ def data_parallel(model: ModelSpec, plan: Plan, i: BaseTerms, r: Recipe, kt: Sec
     grad_b = train * r.dp_gradients
     gather_b = gathered * r.weight_gathers - (_fp8.gathered_fp8_bytes(model, plan, r, l_stage) if r.weight_copies
                                               else 0.0)   # FP8 weights gathered at 1 B (fp8_param_gather)
+    if plan.finetune != "full":   # ZeRO-3 gathers the frozen weights as stored (QLoRA: the packed 4-bit bytes)
+        gather_b = gather_b + where(zero >= 3, i.frozen_weight_bytes, 0.0)
     dp_ar = P.allreduce_time(grad_b, d, bw_dp, lat_dp)
     rs_grads = P.allgather_time(grad_b, d, bw_dp, lat_dp)             # reduce-scatter of the gradients
     ag_weights = P.allgather_time(gather_b, d, bw_dp, lat_dp)         # all-gather of the weights

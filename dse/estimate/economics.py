@@ -19,7 +19,7 @@ class Economics(TechniqueBase):
 
     name = "economics"
     sections = ("cost", "energy")
-    after = ("storage_offload", "activation_offload", "drive_wear")
+    after = ("storage_offload", "activation_offload", "paged_optimizer", "drive_wear")
 
     def apply_time(self, c: dict[str, Any], state: Any, model: Any, system: Any, plan: Any, F: Any = None) -> None:
         apply(c, model, system, plan, F)

@@ -51,14 +51,45 @@ def states(prm: Section, stage: str, model: ModelSpec, plan: Plan, r: Recipe, st
     """
     zero: Num = plan.zero       # a resolved plan: zero, dp, quantization are set
     d: Num = plan.dp
-    train = prm["p_train_gpu"]
-    out = M.model_state_bytes(train, d, zero, state_bytes["weights"], state_bytes["gradients"],
+    out = M.model_state_bytes(prm["p_train_gpu"], d, zero, state_bytes["weights"], state_bytes["gradients"],
                               state_bytes["optimizer"])
-    frozen_bytes = (prm[stage] - train) * r.weights
+    sharded = frozen_bytes(prm, stage, model, plan, r) / where(zero >= 3, d, 1)
+    return {**out, "weights": out["weights"] + sharded + quantization_constants(prm, model, plan)}
+
+
+def frozen_bytes(prm: Section, stage: str, model: ModelSpec, plan: Plan, r: Recipe) -> Num:
+    """Bytes of the frozen weights on one stage's GPU that ZeRO-3 shards and gathers (and ZeRO-Infinity offloads).
+
+    Formula: (P_stage - P_adapters) e_w, QLoRA: + P_linear (v - e_w), v the packed values' bytes per weight (nf4:
+    0.5, int8: 1; the quantization constants are :func:`quantization_constants`). bitsandbytes packs the 4-bit
+    values into the model's float dtype (``bnb_4bit_quant_storage``) so that ZeRO-3 / FSDP shard, gather and
+    offload the packed bytes (Hugging Face PEFT's "QLoRA and DeepSpeed with ZeRO3" guide; Answer.AI's FSDP+QLoRA,
+    2024).
+    """
+    stored = (prm[stage] - prm["p_train_gpu"]) * r.weights
     if plan.finetune == "qlora":
-        q = _finetune.quantized_bytes_per_param(plan.quantization or "nf4", model.hidden)   # int8: d_in ~ h
-        frozen_bytes = frozen_bytes + prm["p_linear_stage"] * (q - r.weights)
-    return {**out, "weights": out["weights"] + frozen_bytes / where(zero >= 3, d, 1)}
+        stored = stored + prm["p_linear_stage"] * (_VALUE_BYTES[plan.quantization or "nf4"] - r.weights)
+    return stored
+
+
+_VALUE_BYTES = {"nf4": 0.5, "int8": 1.0}   # bytes of a quantized weight's value, without its block's constants
+
+
+def quantization_constants(prm: Section, model: ModelSpec, plan: Plan) -> Num:
+    """Bytes of QLoRA's quantization constants on every GPU: replicated, never sharded or offloaded.
+
+    Formula: P_linear (q - v): nf4 with double quantization 0.0159 B per weight (8-bit absmax per 64, fp32 per
+    256 of those), int8 4 / d_in (an fp32 scale per row); 0 for LoRA
+    Source: bitsandbytes keeps them in each ``Params4bit``'s ``quant_state``, a Python object rather than a
+    parameter or buffer: FSDP and ZeRO-3 shard only parameters, so every rank holds the constants of every layer
+    (AnswerDotAI/fsdp_qlora PR #4: "quant_state ... doesn't get synced by FSDP ... only supports syncing
+    parameters and buffers").
+    """
+    if plan.finetune != "qlora":
+        return 0.0
+    fmt = plan.quantization or "nf4"
+    q = _finetune.quantized_bytes_per_param(fmt, model.hidden)   # int8: d_in ~ h
+    return prm["p_linear_stage"] * (q - _VALUE_BYTES[fmt])
 
 
 def dequantized_buffer(model: ModelSpec, r: Recipe, t: Num) -> Num:
@@ -78,7 +109,7 @@ def kernel_inputs(model: ModelSpec, plan: Plan) -> dict[str, Any] | None:
     ffn: Any = model.ffn_hidden
     adapters = _finetune.adapted_linears(model.hidden, model.heads, kv, d, ffn, model.ffn_type,
                                          model.qkv_projection, plan.lora_targets or "all")
-    out: dict[str, Any] = {"adapters": adapters, "rank": plan.lora_rank}
+    out: dict[str, Any] = {"adapters": adapters, "rank": plan.lora_rank, "lora_dropout": plan.lora_dropout}
     if plan.finetune == "qlora":
         # int8: d_in ~ h
         out["quantized_bytes"] = _finetune.quantized_bytes_per_param(plan.quantization or "nf4", model.hidden)

@@ -192,7 +192,7 @@ _TABLES: dict[tuple[Any, ...], tuple[Any, dict[str, Any]]] = {}
 # the formulas kernel_tables and table_sums call: part of the memo's key, so that a replaced one (a test, the
 # reference page's perturbation) is never served a stale table
 _FORMULAS = ("layer_kernels", "embedding_kernels", "head_kernels", "saved_bytes", "packed_bytes", "rerun_bytes",
-             "forward_flops", "recomputed_flops", "message_bytes")
+             "forward_flops", "backward_flops", "recomputed_flops", "message_bytes")
 
 
 def kernel_tables(model: ModelSpec, plan: Plan, r: Recipe, K: Module = _kernels) -> dict[str, Any]:
@@ -216,7 +216,7 @@ def kernel_tables(model: ModelSpec, plan: Plan, r: Recipe, K: Module = _kernels)
                getattr(plan, "expert_capacity", None), getattr(plan, "pad_to_capacity", False), sp, plan.recompute,
                plan.attention, e, comm,
                logits, stack, r.gradients,
-               plan.finetune, plan.lora_rank, plan.lora_targets, plan.quantization, fp8,
+               plan.finetune, plan.lora_rank, plan.lora_targets, plan.quantization, plan.lora_dropout, fp8,
                *map(K.__getattribute__, _FORMULAS))
         try:
             hit = _TABLES.get(key)

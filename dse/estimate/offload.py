@@ -116,15 +116,17 @@ def partition(c: Result, system: SystemSpec, plan: Plan, F: Formulas | None = No
     r = recipe_of(plan)
     i = c["terms"]
     zero: Num = plan.zero                                    # resolved: a stage (an array of them in a search)
-    d, p_gpu, pe = i.dp, i.params_per_gpu, i.expert_params_per_gpu
+    d, pe = i.dp, i.expert_params_per_gpu
+    p_gpu = i.trainable_params_per_gpu                       # LoRA/QLoRA: the adapters (full: every parameter)
     g_node = minimum(c["gpus"], system.node.gpus_per_node)   # GPUs sharing one host and its drives
     # ZeRO partitions of one GPU: dense parameters over dp; with expert parallelism the experts over the dp/ep
     # ranks holding them (DeepSpeed-MoE and Megatron-Core shard expert states over the expert-data-parallel group)
     sharded = (p_gpu + pe * (getattr(plan, "ep", 1) - 1)) / d   # (p - pe)/d + pe/(d/ep)
     shard_opt = where(zero >= 1, sharded, p_gpu)              # optimizer partition of one GPU
     shard_w = where(zero >= 3, sharded, p_gpu)                # fp16 parameter partition of one GPU
+    frozen = i.frozen_weight_bytes / where(zero >= 3, d, 1) if plan.finetune != "full" else 0.0
     return Partition(gpus_node=g_node, shard_opt=shard_opt, shard_w=shard_w, node_opt=shard_opt * g_node,
-                     node_w=shard_w * g_node,
+                     node_w=shard_w * g_node, frozen_w=frozen, node_frozen_w=frozen * g_node,
                      state_bytes=OPT.state_bytes_per_param(plan.optimizer, r),   # master + states (mixed Adam: 12)
                      drives=drives_used(system, plan), exchange_bytes=EXCHANGE_BYTES[plan.exchange_dtype],
                      weight_bytes=r.weights, gather_bytes=r.weight_gathers, grad_bytes=r.offload_gradients,
@@ -143,9 +145,10 @@ def place_model_state(c: Result, part: Partition, system: SystemSpec, plan: Plan
         mg["gradients"] = O.reduce_bucket_bytes(part.shard_opt, grad_bytes=g16)
         mh["gradients"] = mh["gradients"] + g16 * P_opt     # fp16 gradient partitions in pinned host memory
     if par != "gpu":
-        mg["weights"] = 0.0 * c["terms"].params_per_gpu     # only the gathered layers, counted in buffers
+        # only the gathered layers, counted in buffers (and QLoRA's constants, which ZeRO-3 does not partition)
+        mg["weights"] = 0.0 * c["terms"].params_per_gpu + c["terms"].quantization_constant_bytes
     if par == "cpu":
-        mh["weights"] = mh["weights"] + part.weight_bytes * P_w
+        mh["weights"] = mh["weights"] + part.weight_bytes * P_w + part.node_frozen_w
     if opt == "cpu":
         mh["gradients"] = mh["gradients"] + g32 * P_opt
         mh["optimizer"] = mh["optimizer"] + state * P_opt
@@ -159,7 +162,7 @@ def place_model_state(c: Result, part: Partition, system: SystemSpec, plan: Plan
     if par == "nvme":
         mh["buffers"] = mh["buffers"] + g_node * O.param_swap_buffer_bytes(plan.param_buffer_count,
                                                                             plan.param_buffer_size)
-        ms["weights"] = ms["weights"] + part.weight_bytes * P_w
+        ms["weights"] = ms["weights"] + part.weight_bytes * P_w + part.node_frozen_w
     for tier in (mg, mh, ms):
         tier["total"] = tier["weights"] + tier["gradients"] + tier["optimizer"] + tier["activations"] + tier["buffers"]
     if system.node.storage is not None:

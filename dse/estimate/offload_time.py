@@ -45,6 +45,9 @@ class Partition(_Mappable):
     gather_bytes: Num    # bytes per parameter moved when weights are fetched / written back (recipe)
     grad_bytes: Num      # bytes per element of the gradient partitions sent off the GPU (recipe, fp16)
     master_grad_bytes: Num  # bytes per element of the gradients swapped to the drives / CPU step (recipe, fp32)
+    frozen_w: Num = 0.0      # bytes of the frozen weights' partition of one GPU as stored (LoRA, QLoRA: fetched,
+                             # never written back; shard_w, node_w, shard_opt then count the adapters only)
+    node_frozen_w: Num = 0.0  # ... of the GPUs of one node [bytes]
 
 
 @dataclasses.dataclass
@@ -106,13 +109,16 @@ def param_fetch(f: Flows, part: Partition, m: Num, plan: Plan, b_host: Num, b_re
         return
     e = part.gather_bytes
     passes = O.fetch_passes(plan.recompute)
-    t_pass = O.transfer_time(O.param_fetch_bytes(part.shard_w, e, 1), b_host)
+    # frozen weights (LoRA, QLoRA) come in as stored, the trained ones at the gather dtype: bytes per pass
+    gpu_pass = O.param_fetch_bytes(part.shard_w, e, 1) + part.frozen_w
+    node_pass = O.param_fetch_bytes(part.node_w, e, 1) + part.node_frozen_w
+    t_pass = O.transfer_time(gpu_pass, b_host)
     if par == "nvme":
-        t_pass = maximum(t_pass, O.transfer_time(O.param_fetch_bytes(part.node_w, e, 1), b_read))
-        f.up_read = f.up_read + m * O.param_fetch_bytes(part.node_w, e, passes)
+        t_pass = maximum(t_pass, O.transfer_time(node_pass, b_read))
+        f.up_read = f.up_read + m * O.param_fetch_bytes(node_pass, 1, passes)
     f.t_fetch_fw = m * t_pass
     f.t_fetch_bw = m * (passes - 1) * t_pass
-    f.h2d = f.h2d + m * O.param_fetch_bytes(part.shard_w, e, passes)
+    f.h2d = f.h2d + m * O.param_fetch_bytes(gpu_pass, 1, passes)
 
 
 def gradients(f: Flows, part: Partition, m: Num, plan: Plan, gpu: GPUSpec, b_host: Num, b_write: Num, O: FormulaModule,

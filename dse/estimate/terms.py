@@ -123,6 +123,9 @@ class BaseTerms(_Mappable):
                                                 # the adapters; full training: params_per_gpu)
     expert_params_per_gpu: Num = 0.0            # of those, the routed experts' under expert parallelism (ep > 1;
                                                 # their replicas: dp/ep ranks), else 0
+    frozen_weight_bytes: Num = 0.0              # bytes of the frozen weights on that GPU as stored, before ZeRO-3
+                                                # shards them (LoRA, QLoRA; full training: 0)
+    quantization_constant_bytes: Num = 0.0      # QLoRA's quantization constants on that GPU: replicated, kept there
     time: TimeTerms | None = None     # the time side, once compose_time ran
     drive_writes: dict[str, Any] = dataclasses.field(default_factory=dict)   # technique name -> its DriveWrites
 

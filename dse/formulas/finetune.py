@@ -44,6 +44,8 @@ Symbols:
     quantized_bytes: bytes per frozen linear weight as stored [bytes]
     layer_linear_params: a layer's linear weights on this GPU [count]
     linears: frozen linear layers of a layer (their dequantization kernels) [count]
+    lora_dropout: p, PEFT's dropout on each adapter's input (0: none) [fraction]
+    mask_bytes: bytes per element of a dropout mask (CUDA's fused dropout: a bool) [bytes]
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ from typing import Any
 from dse.formulas._array import Num, maximum
 
 __all__ = ["FINETUNES", "LORA_TARGETS", "QUANTIZATIONS", "quantized_bytes_per_param", "adapted_linears",
-           "adapter_parameters", "linear_parameters", "largest_linear", "linear_count", "apply_layer"]
+           "adapter_parameters", "linear_parameters", "largest_linear", "linear_count", "apply_layer", "dropout_rows"]
 
 FINETUNES = ("full", "lora", "qlora")
 LORA_TARGETS = ("all", "attention", "qv", "mlp")
@@ -199,7 +201,8 @@ def linear_count(ffn_type: str = "gelu", qkv_projection: str = "fused") -> int:
 
 def apply_layer(table: dict[str, Any], adapters: dict[str, list[tuple[Num, Num]]], rank: Num, tok: Num, *,
                 tp: Num = 1, ffn_type: str = "gelu", ffn_elements: Num = 0, bytes_per_element: Num = 2,
-                quantized_bytes: Num | None = None, layer_linear_params: Num = 0, linears: Num = 0) -> dict[str, Any]:
+                quantized_bytes: Num | None = None, layer_linear_params: Num = 0, linears: Num = 0,
+                lora_dropout: float = 0.0) -> dict[str, Any]:
     """A layer's kernel table when its linear weights are frozen, with LoRA adapters (and QLoRA's dequantization).
 
     Formula: linear rows frozen (backward = the data-gradient GEMM only); an unadapted linear row saves nothing
@@ -211,7 +214,8 @@ def apply_layer(table: dict[str, Any], adapters: dict[str, list[tuple[Num, Num]]
     Source: Hu et al. 2021 (LoRA) §4.1; PyTorch autograd's mm formula (a GEMM saves its input only when its
     weight needs a gradient); Hugging Face PEFT's LoRA Linear forward (``result + lora_B(lora_A(x)) *
     scaling``); bitsandbytes ``dequantize_4bit`` before the GEMM (QLoRA §3, "we dequantize the storage data type
-    to the computation data type to perform the forward and backward pass").
+    to the computation data type to perform the forward and backward pass"). ``lora_dropout`` > 0:
+    :func:`dropout_rows`.
 
     Returns:
         kernel name -> row [dict]
@@ -261,8 +265,65 @@ def apply_layer(table: dict[str, Any], adapters: dict[str, list[tuple[Num, Num]]
         out["lora_merge"] = {"kind": "elementwise", "bytes": e * tok * fwd_passes,
                              "bytes_backward": e * tok * bwd_passes, "kernels": 2 * n_adapters,
                              "kernels_backward": 2 * n_adapters, "saved": 0}
+    if lora_dropout > 0:
+        dropout_rows(out, adapters, tok, tp=tp, ffn_type=ffn_type, ffn_elements=ffn_elements, bytes_per_element=e)
     if quantized_bytes is not None:
         moved = layer_linear_params * (quantized_bytes + e)
         out["dequantize"] = {"kind": "elementwise", "bytes": moved, "bytes_backward": moved, "kernels": linears,
                              "kernels_backward": linears, "saved": 0}
     return out
+
+
+def dropout_rows(table: dict[str, Any], adapters: dict[str, list[tuple[Num, Num]]], tok: Num, *, tp: Num = 1,
+                 ffn_type: str = "gelu", ffn_elements: Num = 0, bytes_per_element: Num = 2,
+                 mask_bytes: Num = 1) -> None:
+    """PEFT's ``lora_dropout`` > 0 in a LoRA layer's kernel table (in place): each adapter drops its own input.
+
+    Formula: an adapted row keeps n_a (e + e_mask) tok d_in instead of its input (e tok d_in): each of its n_a
+    adapters keeps its dropped input (for A's weight gradient) and its dropout mask, and the input itself is no
+    longer kept by anyone (a frozen GEMM keeps nothing); fc2 adapted: the activation row drops fc2's input too
+    (ReLU keeps its output anyway); the separate q, k, v adapters' extra packs of the normed input go. Time: one
+    dropout kernel per adapter each way, forward reading x and writing the dropped copy and the mask, backward
+    reading the gradient and the mask and writing the input gradient: tok d_in (2 e + e_mask) each way
+    Source: Hugging Face PEFT's LoRA ``Linear.forward`` (``lora_B(lora_A(dropout(x)))``, ``lora_dropout`` an
+    ``nn.Dropout`` per adapted layer); PyTorch's fused ``native_dropout`` on CUDA saves a bool mask (on CPU,
+    ``F.dropout`` saves a scaled mask in the input dtype: 2 B in bf16). Checked: ``scripts/trace_lora.py
+    --dropout 0.1`` (``tests/fixtures/lora_dropout_trace.json``).
+
+    Returns:
+        None: the table is changed in place [none]
+
+    >>> t = {"qkv": {"kind": "gemm", "m": 8, "k": 4, "n": 12, "saved": 64, "frozen": True},
+    ...      "lora_merge": {"kind": "elementwise", "bytes": 0, "bytes_backward": 0, "kernels": 2,
+    ...                     "kernels_backward": 2}}
+    >>> dropout_rows(t, {"qkv": [(4, 12)]}, 8)
+    >>> t["qkv"]["saved"], t["lora_merge"]["bytes"], t["lora_merge"]["kernels"]
+    (96, 160, 3)
+    """
+    e = bytes_per_element
+    moved: Num = 0
+    kernels = 0
+    for name, shapes in adapters.items():
+        row = table[name]
+        column = LINEAR_ROWS[name] == "column"
+        k_in = shapes[0][0] if column else _split(shapes[0][0], tp)       # the adapters of a row share its input
+        kept = len(shapes) * (e + mask_bytes) * tok * k_in
+        table[name] = {**row, "saved": kept, **({"packed": kept} if "packed" in row else {})}
+        moved = moved + len(shapes) * tok * k_in * (2 * e + mask_bytes)
+        kernels += len(shapes)
+    if "fc2" in adapters and "activation" in table and ffn_type != "relu":
+        act = dict(table["activation"])
+        act["saved"] = act["saved"] - e * ffn_elements
+        if "packed" in act:
+            act["packed"] = act["packed"] - e * ffn_elements
+        table["activation"] = act
+    if "fc1" in adapters and ffn_type == "swiglu" and "packed" in table.get("activation", {}):
+        act = dict(table["activation"])      # the up projection's A no longer packs the input: its dropout's copy does
+        act["packed"] = act["packed"] - e * table["fc1"]["m"] * table["fc1"]["k"]
+        table["activation"] = act
+    if "qkv_inputs" in table:
+        table["qkv_inputs"] = {**table["qkv_inputs"], "packed": 0}
+    merge = table["lora_merge"]
+    table["lora_merge"] = {**merge, "bytes": merge["bytes"] + moved, "bytes_backward": merge["bytes_backward"] + moved,
+                           "kernels": merge["kernels"] + kernels,
+                           "kernels_backward": merge["kernels_backward"] + kernels}

@@ -4,13 +4,17 @@ One table, :data:`OPTIMIZERS`, read by memory (model-state bytes per ZeRO stage,
 placement of master weights and states on offload tiers) and by time (the GPU step in the
 base estimate, the CPU and computational-storage steps of storage offload), so that both
 follow ``plan.optimizer``. Bytes per state come from the precision recipe
-(:mod:`dse.formulas.precision`) unless the optimizer fixes them (8-bit optimizers, later).
+(:mod:`dse.formulas.precision`) unless the optimizer fixes them (8-bit Adam: 1 byte per state plus its
+block-wise quantization constants).
 
 ========================  ========================  ==========================================
 optimizer                 states per parameter      source
 ========================  ========================  ==========================================
 adam, adamw               momentum m, variance v    Kingma & Ba 2015, Alg. 1; Loshchilov &
                                                     Hutter 2019 (decoupled weight decay)
+adam-8bit                 momentum m, variance v,   Dettmers et al. 2021 (8-bit Optimizers via
+                          8 bits each               Block-wise Quantization, arXiv 2110.02861);
+                                                    bitsandbytes Adam8bit / paged_adamw_8bit
 sgd-momentum              momentum                  Sutskever et al. 2013; PyTorch SGD
 adagrad                   sum of squared gradients  Duchi et al. 2011
 sgd                       none                      plain gradient descent
@@ -20,21 +24,24 @@ The step is memory-bound (a handful of FLOPs per element against tens of bytes),
 time is bytes / bandwidth on every device that runs it; no FLOP count is needed.
 
 Symbols:
-    optimizer: adam, adamw, sgd-momentum, adagrad or sgd [choice]
+    optimizer: adam, adamw, adam-8bit, sgd-momentum, adagrad or sgd [choice]
     params: P, parameters the step updates [count]
     recipe: the precision recipe giving bytes per tensor class (default: bf16 mixed precision) [Recipe]
     grad_bytes: g, bytes per gradient the step reads (default: the recipe's gradients) [bytes]
+    needed: GPU memory the step needs with every state on the GPU [bytes]
+    capacity: GPU memory there is [bytes]
+    pageable: bytes of the paged optimizer's states on the GPU (not its master weights) [bytes]
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dse.formulas._array import Num
+from dse.formulas._array import Num, maximum, minimum
 from dse.formulas.precision import Recipe, recipe as _recipe
 
-__all__ = ["Optimizer", "OPTIMIZERS", "state_bytes_per_param", "step_bytes_per_param", "step_bytes",
-           "model_state_bytes_per_param"]
+__all__ = ["Optimizer", "OPTIMIZERS", "BLOCKWISE_8BIT", "state_bytes_per_param", "step_bytes_per_param", "step_bytes",
+           "model_state_bytes_per_param", "paged_state_bytes", "paged_evicted_bytes"]
 
 
 @dataclass(frozen=True)
@@ -52,10 +59,16 @@ class Optimizer:
     state_bytes: float | None = None
 
 
+#: Bytes per element of an 8-bit optimizer state: the 1-byte code plus its block's fp32 absmax, one per block of
+#: 2,048 values, 1 + 4 / 2048 (Dettmers et al. 2021, arXiv 2110.02861, §2: block-wise quantization, B = 2048;
+#: bitsandbytes keeps tensors under 4,096 values in 32 bits: a LoRA adapter of rank 16 already has 65,536).
+BLOCKWISE_8BIT = 1 + 4 / 2048
+
 #: Every optimizer, by ``plan.optimizer`` name (AdaGrad's sum of squares is the "variance" class).
 OPTIMIZERS = {o.name: o for o in (
     Optimizer("adam", ("momentum", "variance")),
     Optimizer("adamw", ("momentum", "variance")),
+    Optimizer("adam-8bit", ("momentum", "variance"), BLOCKWISE_8BIT),
     Optimizer("sgd-momentum", ("momentum",)),
     Optimizer("adagrad", ("variance",)),
     Optimizer("sgd", ()),
@@ -86,6 +99,8 @@ def state_bytes_per_param(optimizer: str = "adam", recipe: Recipe | None = None)
 
     >>> state_bytes_per_param("adam"), state_bytes_per_param("sgd-momentum"), state_bytes_per_param("sgd")
     (12, 8, 4)
+    >>> state_bytes_per_param("adam-8bit")   # fp32 master + two 8-bit states with their block constants
+    6.00390625
     """
     r = recipe or _recipe()
     return r.master_weights + _moments(_get(optimizer), r)
@@ -147,3 +162,37 @@ def model_state_bytes_per_param(optimizer: str = "adam", recipe: Recipe | None =
     """
     r = recipe or _recipe()
     return {"weights": r.weights, "gradients": r.gradients, "optimizer": state_bytes_per_param(optimizer, r)}
+
+
+def paged_state_bytes(optimizer: str = "adam", recipe: Recipe | None = None) -> float:
+    """Bytes per parameter a paged optimizer allocates in unified memory: its states, not the master copy.
+
+    Formula: n_states x s (Adam 8, Adam 8-bit 2.0039; the fp32 master weights are the model's parameters)
+    Source: bitsandbytes' paged optimizers (``paged_adamw_32bit``, ``paged_adamw_8bit``) allocate only the state
+    buffers with ``cudaMallocManaged`` (QLoRA, Dettmers et al. 2023, arXiv 2305.14314, §3 "Paged Optimizers").
+
+    Returns:
+        bytes per parameter [bytes]
+
+    >>> paged_state_bytes("adam"), paged_state_bytes("adam-8bit")
+    (8, 2.00390625)
+    """
+    return _moments(_get(optimizer), recipe or _recipe())
+
+
+def paged_evicted_bytes(needed: Num, capacity: Num, pageable: Num) -> Num:
+    """Bytes of paged optimizer state that live in CPU memory when the GPU runs short: E.
+
+    Formula: E = min(max(needed - capacity, 0), pageable); each step moves 2 E over the GPU<->host link (the step
+    prefetches the evicted pages, the next forward's allocations evict them again)
+    Source: QLoRA (Dettmers et al. 2023, arXiv 2305.14314) §3: "automatic page-to-page transfers between the CPU
+    and GPU ... the optimizer states ... are automatically evicted to CPU RAM when the GPU runs out-of-memory and
+    paged back into GPU memory when the memory is needed in the optimizer update step"; NVIDIA unified memory.
+
+    Returns:
+        bytes [bytes]
+
+    >>> paged_evicted_bytes(48.7, 44.7, 1.6), paged_evicted_bytes(48.7, 44.7, 8.0), paged_evicted_bytes(40, 44.7, 8)
+    (1.6, 4.0, 0.0)
+    """
+    return minimum(maximum(needed - capacity, 0.0), pageable)

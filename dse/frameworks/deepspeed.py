@@ -214,8 +214,12 @@ def emit(model, system, plan) -> tuple[str, list[str]]:
         warnings.append("bf16-pure (no fp32 master weights): DeepSpeed's bf16 keeps fp32 master weights")
     if plan.grad_dtype == "half":
         cfg["data_types"] = {"grad_accum_dtype": "fp16" if plan.precision == "fp16" else "bf16"}
-    cfg["optimizer"] = {"adam": {"type": "AdamW"}, "sgd-momentum": {"type": "SGD", "params": {"momentum": 0.9}},
-                        "adagrad": {"type": "Adagrad"}}[plan.optimizer]
+    if plan.optimizer == "adam-8bit":    # a client optimizer: the training script passes it to deepspeed.initialize
+        warnings.append("adam-8bit is bitsandbytes' Adam8bit (Hugging Face Trainer: optim adamw_bnb_8bit), not a "
+                        "DeepSpeed optimizer: create it in the training script; no optimizer section written")
+    else:
+        cfg["optimizer"] = {"adam": {"type": "AdamW"}, "sgd-momentum": {"type": "SGD", "params": {"momentum": 0.9}},
+                            "adagrad": {"type": "Adagrad"}}[plan.optimizer]
     cfg["zero_optimization"] = _zero_section(plan)
     if "nvme" in (cfg["zero_optimization"].get("offload_optimizer", {}).get("device"),
                   cfg["zero_optimization"].get("offload_param", {}).get("device")):

@@ -335,9 +335,9 @@ def _precision_args(plan, warnings: list[str]) -> str:
                 "full": "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1"}[
         plan.recompute])
     out.append("--attention-backend " + ("flash" if plan.attention == "flash" else "unfused"))
-    out.append({"adam": "--optimizer adam", "sgd-momentum": "--optimizer sgd", "adagrad": ""}[plan.optimizer])
-    if plan.optimizer == "adagrad":
-        warnings.append("Adagrad is not a Megatron-LM optimizer (adam, sgd)")
+    out.append({"adam": "--optimizer adam", "sgd-momentum": "--optimizer sgd"}.get(plan.optimizer, ""))
+    if plan.optimizer in ("adagrad", "adam-8bit"):
+        warnings.append(f"{plan.optimizer} is not a Megatron-LM optimizer (adam, sgd)")
     if plan.offload_optimizer == "cpu":
         out.append("--optimizer-cpu-offload")
         if plan.zero == 0:

@@ -189,7 +189,7 @@ def emit(model, system, plan) -> tuple[str, list[str]]:
         warnings.append(f"{model.name} is not a torchtitan model flavor ({known}): define one, and set [model]")
     else:
         body += ["[model]", f'name = "{flavor[0]}"', f'flavor = "{flavor[1]}"', ""]
-    optimizer = {"adam": "AdamW", "sgd-momentum": "SGD", "adagrad": "Adagrad"}[plan.optimizer]
+    optimizer = {"adam": "AdamW", "sgd-momentum": "SGD", "adagrad": "Adagrad", "adam-8bit": "Adam8bit"}[plan.optimizer]
     if optimizer != "AdamW":
         warnings.append(f"optimizer {optimizer}: torchtitan builds Adam and AdamW")
     body += ["[optimizer]", f'name = "{optimizer}"', ""]

@@ -42,6 +42,7 @@ class Constraint:
     bound: float
     label: str
     unit: str
+    tokens: float | None = None   # max_train_time: the tokens to train (the table shows the time they take)
 
     def violation(self, value):
         """Normalised violation, <= 0 when satisfied (optuna's convention). Array-safe."""
@@ -126,6 +127,8 @@ def parse_constraints(raw, where: str) -> list[Constraint]:
             if not bound > 0:
                 raise InputError(f"{where}: constraints.{key}: must be greater than 0, got {value!r}")
             out.append(Constraint(key, metric, sense, bound, label, unit))
+        elif key == "max_train_time":
+            out.append(train_time_constraint(value, f"{where}: constraints.{key}"))
         elif "." in key and isinstance(value, dict) and set(value) <= {"max", "min"} and value:
             for sense, bound in value.items():
                 try:
@@ -134,9 +137,44 @@ def parse_constraints(raw, where: str) -> list[Constraint]:
                     raise InputError(f"{where}: constraints.{key}.{sense}: expected a number, got {bound!r}") from None
                 out.append(Constraint(f"{key} {sense}", key, sense, b, f"{key} ({sense} {b:g})", ""))
         else:
-            raise InputError(f"{where}: unknown constraint '{key}'{suggest(key, CONSTRAINTS)}; known: "
-                             f"{', '.join(CONSTRAINTS)}, or a metric path with {{max: X}} / {{min: X}}")
+            raise InputError(f"{where}: unknown constraint '{key}'{suggest(key, (*CONSTRAINTS, 'max_train_time'))}; "
+                             f"known: {', '.join(CONSTRAINTS)}, max_train_time, or a metric path with {{max: X}} / "
+                             "{min: X}")
     return out
+
+
+def train_time_constraint(value, where: str) -> Constraint:
+    """``max_train_time: {tokens: 500M, time: 24 h}``: train that many tokens within that time.
+
+    Formula: hours to train = tokens / (tokens/s); within T exactly when tokens/s >= tokens / T, so the constraint
+    bounds the estimate's ``throughput.tokens_per_s`` from below (a fine-tuning run's data set, e.g. 3 epochs of
+    50,000 samples of 2,048 tokens = 307M tokens).
+
+    >>> c = train_time_constraint({"tokens": "300M", "time": "24 h"}, "space")
+    >>> c.metric, c.sense, round(c.bound, 1)
+    ('throughput.tokens_per_s', 'min', 3472.2)
+    """
+    if not isinstance(value, dict) or set(value) != {"tokens", "time"}:
+        raise InputError(f"{where}: expected {{tokens: 500M, time: 24 h}} (tokens to train and the time allowed)")
+    tokens = _tokens(value["tokens"], f"{where}.tokens")
+    seconds = units.parse(value["time"], "s", f"{where}.time")
+    if not seconds > 0:
+        raise InputError(f"{where}.time: must be greater than 0, got {value['time']!r}")
+    label = f"train {units.fmt(tokens, 'count')} tokens within {units.fmt(seconds, 's')}"
+    return Constraint("max_train_time", "throughput.tokens_per_s", "min", tokens / seconds, label, "count", tokens)
+
+
+def _tokens(value, where: str) -> float:
+    """500M, 1.5B, 2e9, 300000 -> tokens (> 0)."""
+    text = str(value).strip().replace(",", "").replace("_", "")
+    mult = {"K": 1e3, "M": 1e6, "B": 1e9, "T": 1e12}.get(text[-1:].upper(), 1.0)
+    try:
+        n = float(text[:-1] if mult != 1.0 else text) * mult
+    except ValueError:
+        raise InputError(f"{where}: cannot parse {value!r} as a token count; write it like 500M, 1.5B or 2e9") from None
+    if not n > 0:
+        raise InputError(f"{where}: must be greater than 0, got {value!r}")
+    return n
 
 
 def _money(text: str, where: str) -> float:

@@ -172,6 +172,9 @@ def _table(title, ranked, space, varied, extra):
         tab.add_column(short(p.path), justify="right")
     for o in space.objectives:
         tab.add_column(f"[bold]{o.label}[/]", justify="right")
+    train = next((c.tokens for c in space.constraints if c.tokens), None)   # max_train_time: hours to train
+    if train:
+        tab.add_column(f"train {fmt(train, 'count')} tok", justify="right")
     for m in extra:
         tab.add_column(COLUMNS[m][0], justify="right")
     tab.add_column("bottleneck")
@@ -179,6 +182,9 @@ def _table(title, ranked, space, varied, extra):
         cells = [str(i)] + [fmt_param(p, e["params"].get(p.path)) for p in varied]
         cells += [fmt_metric(o.metric, v, o.unit) for o, v in zip(space.objectives, e["values"])]
         met = e["metrics"]
+        if train:
+            tps = met.get("throughput.tokens_per_s")
+            cells.append(fmt(train / tps, "s") if tps else "-")
         for m in extra:
             cap = m.rsplit(".", 1)[0] + ".capacity"
             if m in ("memory.gpu.total", "memory.sram.total") and m in met and cap in met:

@@ -25,7 +25,7 @@ RECOMPUTE = ("none", "selective", "full")
 ATTENTION = ("flash", "math")
 PRECISION = PRECISIONS              # names of the precision recipes (dse/formulas/precision.py)
 GRAD_DTYPE = tuple(GRAD_DTYPE_BYTES)
-OPTIMIZERS = ("adam", "sgd-momentum", "adagrad")
+OPTIMIZERS = ("adam", "adam-8bit", "sgd-momentum", "adagrad")
 OFFLOAD_OPTIMIZER = ("gpu", "cpu", "nvme", "csd")   # where the optimizer states (and fp32 gradients) live
 OFFLOAD_PARAMS = ("gpu", "cpu", "nvme")             # where the fp16 parameters live between uses
 EXCHANGE_DTYPES = ("fp32", "fp16")
@@ -179,6 +179,11 @@ class Plan:
                                           "default for Llama) or mlp")
     quantization: str | None = spec_field(None, choices=QUANTIZATIONS, help="storage of the frozen linear weights "
                                           "(qlora; default nf4: 4-bit NormalFloat with double quantization; int8)")
+    lora_dropout: float = spec_field(0.0, ge=0, lt=1, help="PEFT's lora_dropout (lora, qlora): each adapter keeps a "
+                                     "dropped copy of its input and the mask (0: none, PEFT's default)")
+    paged_optimizer: bool = spec_field(False, help="bitsandbytes' paged optimizer (QLoRA): the optimizer states in "
+                                       "unified memory, evicted to CPU memory when the GPU runs short and paged back "
+                                       "for the step (needs offload_optimizer gpu)")
 
     @property
     def gpus(self) -> int:

@@ -339,17 +339,29 @@ FINETUNE_RULES = (
          when=lambda p, m, s: p.finetune == "full", ok=lambda p, m, s: p.lora_rank is None and p.lora_targets is None,
          message=lambda p, m, s: "--lora-rank and --lora-targets need --finetune lora or qlora (full fine-tuning "
                                  "trains every weight)"),
+    Rule("LoRA dropout needs a LoRA fine-tune", ("lora_dropout", "finetune"),
+         when=lambda p, m, s: p.finetune == "full", ok=lambda p, m, s: p.lora_dropout == 0,
+         message=lambda p, m, s: f"--lora-dropout {p.lora_dropout:g} needs --finetune lora or qlora"),
     Rule("quantization needs QLoRA", ("quantization", "finetune"),
          when=lambda p, m, s: p.finetune != "qlora", ok=lambda p, m, s: p.quantization is None,
          message=lambda p, m, s: f"--quantization {p.quantization} needs --finetune qlora (it quantizes the frozen "
                                  "weights; full and lora keep them in the working dtype)"),
-    Rule("LoRA with optimizer or parameter offload is not modelled", ("finetune", "offload_optimizer",
-                                                                        "offload_params"),
-         when=lambda p, m, s: p.finetune != "full",
-         ok=lambda p, m, s: p.offload_optimizer == "gpu" and p.offload_params == "gpu",
-         message=lambda p, m, s: f"--finetune {p.finetune} with --offload-optimizer {p.offload_optimizer} "
-                                 f"--offload-params {p.offload_params} is not modelled yet; allowed: gpu and gpu "
-                                 "(LoRA's optimizer states are a fraction of a percent of full training's)"),
+    Rule("LoRA with the update on computational storage is not modelled", ("finetune", "offload_optimizer"),
+         when=lambda p, m, s: p.finetune != "full", ok=lambda p, m, s: p.offload_optimizer != "csd",
+         message=lambda p, m, s: f"--finetune {p.finetune} with --offload-optimizer csd is not modelled; allowed: "
+                                 "gpu, cpu, nvme (the adapters' states are a fraction of a percent of full "
+                                 "training's)"),
+    Rule("8-bit optimizer states with optimizer offload", ("optimizer", "offload_optimizer"),
+         when=lambda p, m, s: p.optimizer == "adam-8bit", ok=lambda p, m, s: p.offload_optimizer == "gpu",
+         message=lambda p, m, s: f"--optimizer adam-8bit with --offload-optimizer {p.offload_optimizer} is not "
+                                 "modelled (bitsandbytes' 8-bit states update on the GPU; DeepSpeed's CPU Adam is "
+                                 "32-bit); allowed: --offload-optimizer gpu"),
+    Rule("paged optimizer with offload", ("paged_optimizer", "offload_optimizer", "offload_activations"),
+         when=lambda p, m, s: p.paged_optimizer,
+         ok=lambda p, m, s: p.offload_optimizer == "gpu" and p.offload_activations == "none",
+         message=lambda p, m, s: f"--paged-optimizer with --offload-optimizer {p.offload_optimizer} "
+                                 f"--offload-activations {p.offload_activations} is not modelled; allowed: gpu and "
+                                 "none (a paged optimizer keeps its states on the GPU until memory runs short)"),
     Rule("LoRA of an MoE model is not modelled", ("finetune", "model.experts"),
          when=lambda p, m, s: p.finetune != "full", ok=lambda p, m, s: not m.experts,
          message=lambda p, m, s: f"--finetune {p.finetune}: adapters on the experts of an MoE model are not modelled "
