@@ -382,11 +382,14 @@ def _times_key(tables: dict[str, Any], gpu: GPUSpec, plan: Plan, peak: Num, link
     Every input of the times is in it: the tables and the GPU spec (by identity: the tables come from the
     :func:`kernel_tables` memo, the frozen spec from the catalog; a hit must be for the same objects), the
     precision recipe the GPU's kernel costs are read with (the plan's precision and gradient dtype), the GEMM
-    peak, the TP and EP links, the recompute mode, async TP, and the formulas called (so that a replaced one is never
+    peak, the TP and EP links, the recompute mode, async TP, the stack (its dispatch) and padding to capacity (the
+    MoE dispatcher's host sync), and the formulas called (so that a replaced one is never
     served a stale time). Only Python numbers: a search's numpy values (arrays, or numpy scalars whose results
     keep their type) are computed afresh, and times that come out as arrays (a vector system's GPU) are not kept.
     """
     if C is not _compute or P is not _parallelism or not set(map(type, (peak, *link, *(ep_link or ())))) <= _SCALARS:
         return None
     return (id(tables), id(gpu), plan.precision, plan.grad_dtype, peak, link, ep_link, plan.recompute, async_tp,
-            C.gemm_time, C.memory_time, P.allreduce_time, P.allgather_time, P.hierarchical_alltoall_time)
+            getattr(plan, "stack", "megatron"), bool(getattr(plan, "pad_to_capacity", False)),
+            C.gemm_time, C.memory_time, P.allreduce_time, P.allgather_time, P.hierarchical_alltoall_time,
+            _kernels.table_launches, _kernels.row_launches, _kernels.moe_host_syncs, _kernels.sync_exposed_time)
