@@ -2,7 +2,8 @@
 # Set up everything the tests need on a fresh machine, then run pytest.
 #  - a virtual environment with dse and its test, search and plot extras
 #  - the CPU build of PyTorch 2.13.0 (pinned: an unpinned torch pulls GBs of CUDA packages),
-#    for the activation-memory ground-truth tests
+#    for the activation-memory ground-truth tests, and Transformers 5.24.0 (test extra) for the parameter counts
+#    checked against each model built on the meta device
 #  - PostgreSQL binaries (Debian package), for the multi-worker search test; the test starts its own server
 #  - Chromium (Debian package), for the tests that open the --html pages in a headless browser
 # A system package that cannot be installed (no root, no sudo, no network) leaves a warning; its tests skip.
