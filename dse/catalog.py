@@ -20,6 +20,7 @@ from dse.specs.hardware import (
     CHIPLET_PACKAGE,
     GPU_SYSTEM,
     HARDWARE_KINDS,
+    CXLMemorySpec,
     GPUSpec,
     HostSpec,
     LinkSpec,
@@ -29,7 +30,8 @@ from dse.specs.hardware import (
 from dse.specs.model import ModelSpec
 
 # Component spec type -> catalog sub-directory of hwspecs/ where its files live.
-COMPONENT_DIRS = {GPUSpec: "gpus", HostSpec: "hosts", LinkSpec: "links", StorageSpec: "storage", SystemSpec: "systems"}
+COMPONENT_DIRS = {GPUSpec: "gpus", HostSpec: "hosts", LinkSpec: "links", StorageSpec: "storage",
+                  CXLMemorySpec: "cxl", SystemSpec: "systems"}
 
 
 @lru_cache(maxsize=1)

@@ -17,7 +17,7 @@ import pytest
 
 MODELS = ("mixtral-8x7b", "qwen3-30b-a3b", "gpt-oss-120b", "llama3-8b", "gemma3-27b", "gpt2-medium")
 SYSTEMS = ("dgx-h100", "h100-cluster", "dgx-a100-80gb", "workstation-rtx4090-x2", "workstation-rtx5090",
-           "mi300x-platform", "dgx-b200", "hgx-h20", "server-l40s-x8")
+           "mi300x-platform", "dgx-b200", "hgx-h20", "server-l40s-x8", "hgx-h100-cxl")
 CHOICES = {   # flag -> values (None: the flag is not given)
     "--tp": (None, None, 2, 4),
     "--dp": (None, None, 2, 8),
@@ -33,12 +33,14 @@ CHOICES = {   # flag -> values (None: the flag is not given)
     "--stack": (None, None, "pytorch", "compiled"),
     "--zero": (None, None, 1, 3),
     "--recompute": (None, "full"),
+    "--offload-optimizer": (None, None, "cpu", "cxl"),   # cxl on a system without CXL memory: one line, exit 2
+    "--offload-params": (None, None, "cpu", "cxl"),
 }
 FIELDS = {flag: flag[2:].replace("-", "_") for flag in CHOICES}
 
 
 FP8_SYSTEMS = ("dgx-h100", "h100-cluster", "workstation-rtx4090-x2", "workstation-rtx5090", "mi300x-platform",
-               "dgx-b200", "hgx-h20", "server-l40s-x8")
+               "dgx-b200", "hgx-h20", "server-l40s-x8", "hgx-h100-cxl")
 
 
 def _coherent(rnd: random.Random) -> dict[str, object]:
@@ -67,6 +69,8 @@ def _coherent(rnd: random.Random) -> dict[str, object]:
     if "--precision" not in f:
         f["--stack"] = rnd.choice(("megatron", "pytorch", "compiled"))
     f["--recompute"] = rnd.choice(("none", "selective", "full"))
+    if rnd.random() < 0.3 and f.get("--zero", 1) != 0:   # offload: CXL memory where the hardware has it
+        f["--offload-optimizer"] = rnd.choice(("cpu", "cxl") if hw == "hgx-h100-cxl" else ("cpu",))
     return f
 
 
@@ -177,6 +181,9 @@ BAD = [
     (["--model", "llama3-8b", "--finetune", "dora"], "--finetune"),
     (["--model", "mixtral-8x7b", "--finetune", "lora"], "--finetune lora"),
     (["--model", "llama3-8b", "--stack", "jax"], "--stack"),
+    (["--model", "llama3-8b", "--hw", "dgx-h100", "--offload-optimizer", "cxl"], "--offload-optimizer cxl"),
+    (["--model", "llama3-8b", "--hw", "dgx-h100", "--zero", "3", "--offload-params", "cxl"], "--offload-params cxl"),
+    (["--model", "llama3-8b", "--hw", "hgx-h100-cxl", "--offload-optimizer", "ram"], "--offload-optimizer"),
     (["--model", "llama3-8b", "--emit", "nemo"], "--emit"),
     (["--model", "llama3-8b", "--hw", "b200"], "b200"),
     (["--model", "llama3-8b", "--set", "plan.expert_capacity=1.25"], "expert_capacity"),

@@ -38,7 +38,7 @@ from dse.report.jsonout import plain
 MOE = ("mixtral-8x7b", "qwen3-30b-a3b", "gpt-oss-120b", "llama4-scout", "deepseek-v3")
 DENSE = ("llama3-8b", "llama2-7b", "mistral-7b", "qwen2-7b", "gemma2-9b", "gemma3-27b", "gpt2-medium")
 FP8_SYSTEMS = ("dgx-h100", "h100-cluster", "dgx-h200", "dgx-b200", "hgx-h20", "mi300x-platform", "mi325x-platform",
-               "server-l40s-x8", "workstation-rtx4090-x2", "workstation-rtx5090")
+               "server-l40s-x8", "workstation-rtx4090-x2", "workstation-rtx5090", "hgx-h100-cxl")
 SYSTEMS = (*FP8_SYSTEMS, "dgx-a100-80gb", "a100-cluster-800g")
 TIME_PARTS = ("compute", "recompute", "communication", "bubble", "optimizer", "overhead", "io_exposed")
 COMM_PARTS = ("tp_communication", "pp_communication", "cp_communication", "dp_communication", "embedding_sync",
@@ -66,6 +66,8 @@ raw_plans = st.fixed_dictionaries({
     "quantization": st.sampled_from(["nf4", "int8"]),
     "fp8_param_gather": st.booleans(),
     "sequence_parallel": st.booleans(),
+    "offload_optimizer": st.sampled_from(["gpu", "gpu", "gpu", "cpu", "cxl"]),   # cxl: on hgx-h100-cxl, else cpu
+    "offload_params": st.sampled_from(["gpu", "gpu", "gpu", "cpu", "cxl"]),
 })
 scenarios = st.tuples(st.sampled_from(MOE + DENSE), st.sampled_from(SYSTEMS), st.integers(2, 6), raw_plans)
 
@@ -97,6 +99,15 @@ def plan_of(model: str, system: str, raw: dict) -> dict:
         f["stack"] = "megatron"
     if model.startswith("gpt2"):
         f["seq_len"], f["tp"] = 1024, 1                      # 1,024 learned positions, 16 heads
+    for k in ("offload_optimizer", "offload_params"):    # CXL memory on the one system that has it
+        if f[k] == "cxl" and system != "hgx-h100-cxl":
+            f[k] = "cpu"
+    if f["offload_params"] != "gpu" and not moe:          # parameter offload: ZeRO-3 (dense models here)
+        f["zero"], f["pp"], f["fp8_param_gather"] = 3, 1, False
+    else:
+        f["offload_params"] = "gpu"
+    if f["zero"] == 0:                                     # optimizer offload: ZeRO 1-3
+        f["offload_optimizer"] = "gpu"
     f["global_batch"] = f["micro_batch"] * f["dp"] * 2 * f["pp"]
     return f
 
@@ -174,6 +185,8 @@ dense_plans = st.fixed_dictionaries({
     "stack": st.sampled_from(["megatron", "pytorch", "compiled"]),
     "zero": st.integers(0, 3),
     "sequence_parallel": st.booleans(),
+    "offload_optimizer": st.sampled_from(["gpu", "gpu", "gpu", "cpu", "cxl"]),   # cxl: on hgx-h100-cxl, else cpu
+    "offload_params": st.sampled_from(["gpu", "gpu", "gpu", "cpu", "cxl"]),
 })
 
 
@@ -280,6 +293,8 @@ def test_fp8_keeps_every_flop(model, system, layers, raw):
 @settings(max_examples=40, **SLOW)
 @given(st.sampled_from(DENSE), st.sampled_from(SYSTEMS), st.integers(2, 6), raw_plans)
 def test_lora_never_holds_more_gradients_or_optimizer_states_than_full_training(model, system, layers, raw):
+    # parameters on the GPU: with them offloaded LoRA keeps none there, QLoRA its (unpartitioned) quantization constants
+    raw = {**raw, "offload_params": "gpu"}
     full = plan_of(model, system, {**raw, "finetune": "full", "cp": 1, "precision": "bf16"})
     lora = plan_of(model, system, {**raw, "finetune": "lora", "cp": 1, "precision": "bf16"})
     qlora = plan_of(model, system, {**raw, "finetune": "qlora", "cp": 1, "precision": "bf16"})

@@ -34,6 +34,7 @@ WITNESSES = {
     "offload to drives on hardware without drives": ("llama2-70b", (), NO_DRIVES,
                                                      {"offload_optimizer": "nvme", "zero": 3}),
     "drives without near-storage compute": ("llama2-70b", (), DRIVES, {"offload_optimizer": "csd", "zero": 3}),
+    "offload to CXL memory on hardware without it": ("llama2-70b", (), GPU, {"offload_optimizer": "cxl", "zero": 3}),
     "tp does not divide the attention heads": ("llama2-70b", (), GPU, {"tp": 3}),
     "tp and the KV heads do not divide one another": ("gpt3-175b", ((["kv_heads"], 32),), GPU, {"tp": 3}),
     "tp does not divide ffn_hidden": ("llama2-7b", ((["ffn_hidden"], 1000),), GPU, {"tp": 16}),

@@ -61,9 +61,9 @@ def estimate(
     precision: Optional[Precision] = flag.precision(),
     offload_optimizer: Optional[OffloadOptimizer] = typer.Option(
         None, "--offload-optimizer",
-        help="optimizer states: gpu | cpu | nvme (ZeRO-Infinity) | csd (update on the drives)"),
+        help="optimizer states: gpu | cpu | cxl (CXL memory) | nvme (ZeRO-Infinity) | csd (update on the drives)"),
     offload_params: Optional[OffloadParams] = typer.Option(None, "--offload-params",
-                                                           help="fp16 parameters: gpu | cpu | nvme"),
+                                                           help="fp16 parameters: gpu | cpu | cxl | nvme"),
     gradient_compression: Optional[float] = typer.Option(
         None, "--gradient-compression",
         help="gradient bytes sent / dense, in (0, 1] (csd only; 0.02 = top-1% with indices)"),

@@ -88,7 +88,7 @@ def offload_compare(
     recompute: Optional[Recompute] = typer.Option(None, "--recompute", help="none | selective | full (default full)"),
     precision: Optional[Precision] = flag.precision(),
     offload_params: Optional[OffloadParams] = typer.Option(None, "--offload-params",
-                                                           help="gpu | cpu | nvme (default cpu)"),
+                                                           help="gpu | cpu | cxl | nvme (default cpu)"),
     optimizer: Optional[Optimizer] = flag.optimizer(),
     exchange_dtype: Optional[ExchangeDtype] = typer.Option(None, "--exchange-dtype",
                                                            help="fp32 (paper) | fp16 (released code)"),

@@ -34,9 +34,12 @@ def apply(c: dict[str, Any], model: Any, system: Any, plan: Any, F: Any = None) 
     use = drive_use(system, plan)          # drives per node, price and power of each (shared with offload)
     drives = nodes * use.count
     drive_price, drive_power = use.price, use.power
-    node_price = node.price + node.host.price
+    cxl = node.cxl                         # CXL memory expanders: part of the host's price and power
+    cxl_price = cxl.count * cxl.device.price if cxl is not None else 0.0
+    node_price = node.price + node.host.price + cxl_price
     capital = K.capital_cost(gpus, node.gpu.price, nodes, node_price, drives, drive_price)
-    power = K.power_draw(gpus, node.gpu.power, nodes, node.host.power, drives, drive_power)
+    host_power = node.host.power + (cxl.count * cxl.device.power if cxl is not None else 0.0)
+    power = K.power_draw(gpus, node.gpu.power, nodes, host_power, drives, drive_power)
     t_iter = c["time"]["iteration"]
     tokens = c["terms"].tokens
     site = system.site
@@ -52,6 +55,8 @@ def apply(c: dict[str, Any], model: Any, system: Any, plan: Any, F: Any = None) 
         "per_million_tokens_usd": usd_token * 1e6,
         "tokens_per_s_per_kusd": tps * 1e3 / where(capital > 0, capital, float("nan")),
     }
+    if cxl is not None:
+        c["cost"]["cxl_usd"] = nodes * cxl_price
     c["energy"] = {"iteration_j": energy, "per_token_j": per_token, "power_w": power * site.pue}
 
 

@@ -1,11 +1,11 @@
 """Storage offload (ZeRO-Infinity) and near-storage update (Smart-Infinity) in an estimate.
 
 A :class:`~dse.estimate.technique.Technique` (:data:`TECHNIQUE`), active when the plan offloads
-optimizer state or parameters (``--offload-optimizer cpu|nvme|csd``, ``--offload-params cpu|nvme``).
+optimizer state or parameters (``--offload-optimizer cpu|cxl|nvme|csd``, ``--offload-params cpu|cxl|nvme``).
 Its memory half (:meth:`StorageOffload.apply_memory`, exact) places the model state; its time
 half (:mod:`dse.estimate.offload_time`) adds the I/O. It
 
-- moves the model-state bytes between the memory tiers (GPU, host DRAM, drives) and
+- moves the model-state bytes between the memory tiers (GPU, host DRAM, CXL memory, drives) and
   adds the pinned host swap buffers;
 - replaces the iteration by three serial segments, ``phase_forward``,
   ``phase_backward`` (backward + gradient offload) and ``phase_update`` (update +
@@ -86,6 +86,8 @@ def mode_label(plan: Plan) -> Any:
         return label + (f" + top-k compression {cr:g}" if cr < 1 else "")
     if opt == "nvme":
         return "ZeRO-Infinity (optimizer on NVMe, CPU update)"
+    if opt == "cxl":
+        return "ZeRO-Offload (optimizer in CXL memory, CPU update)"
     if opt == "cpu":
         return "ZeRO-Offload (optimizer in host DRAM, CPU update)"
     return "ZeRO-3 with parameters offloaded"
@@ -101,6 +103,13 @@ def _argmax_name(busy: dict[str, Num]) -> Any:
 
     stack = np.stack(np.broadcast_arrays(*[np.asarray(v, dtype=float) for v in values]))
     return np.asarray(names)[np.argmax(stack, axis=0)]
+
+
+def _cxl_read(system: SystemSpec) -> Num:
+    """Read bandwidth of the node's CXL memory expanders (inf without them: no plan reads them)."""
+    from dse.estimate.offload_cxl import cxl_bandwidths
+
+    return cxl_bandwidths(system)[0]
 
 
 def _drive_name(system: SystemSpec) -> str:
@@ -140,6 +149,7 @@ def place_model_state(c: Result, part: Partition, system: SystemSpec, plan: Plan
     P_opt, P_w, g_node, state = part.node_opt, part.node_w, part.gpus_node, part.state_bytes
     mem = c["memory"]
     mg, mh, ms = mem["gpu"], mem["host"], mem["storage"]
+    mc = mem.get("cxl", {})                                 # CXL memory expanders (a node with them only)
     if opt != "gpu":
         mg["optimizer"] = 0.0 * c["terms"].params_per_gpu
         mg["gradients"] = O.reduce_bucket_bytes(part.shard_opt, grad_bytes=g16)
@@ -147,11 +157,13 @@ def place_model_state(c: Result, part: Partition, system: SystemSpec, plan: Plan
     if par != "gpu":
         # only the gathered layers, counted in buffers (and QLoRA's constants, which ZeRO-3 does not partition)
         mg["weights"] = 0.0 * c["terms"].params_per_gpu + c["terms"].quantization_constant_bytes
-    if par == "cpu":
-        mh["weights"] = mh["weights"] + part.weight_bytes * P_w + part.node_frozen_w
-    if opt == "cpu":
-        mh["gradients"] = mh["gradients"] + g32 * P_opt
-        mh["optimizer"] = mh["optimizer"] + state * P_opt
+    if par in ("cpu", "cxl"):   # cxl: host memory on the expanders' NUMA node
+        tier = mh if par == "cpu" else mc
+        tier["weights"] = tier["weights"] + part.weight_bytes * P_w + part.node_frozen_w
+    if opt in ("cpu", "cxl"):
+        tier = mh if opt == "cpu" else mc
+        tier["gradients"] = tier["gradients"] + g32 * P_opt
+        tier["optimizer"] = tier["optimizer"] + state * P_opt
     if opt in ("nvme", "csd"):
         mh["buffers"] = mh["buffers"] + g_node * O.optimizer_swap_buffer_bytes(plan.sub_group_size,
                                                                                 plan.optimizer_buffer_count)
@@ -163,7 +175,7 @@ def place_model_state(c: Result, part: Partition, system: SystemSpec, plan: Plan
         mh["buffers"] = mh["buffers"] + g_node * O.param_swap_buffer_bytes(plan.param_buffer_count,
                                                                             plan.param_buffer_size)
         ms["weights"] = ms["weights"] + part.weight_bytes * P_w + part.node_frozen_w
-    for tier in (mg, mh, ms):
+    for tier in (mg, mh, ms, mc) if mc else (mg, mh, ms):
         tier["total"] = tier["weights"] + tier["gradients"] + tier["optimizer"] + tier["activations"] + tier["buffers"]
     if system.node.storage is not None:
         ms["capacity"] = part.drives * system.node.storage.device.capacity
@@ -208,6 +220,10 @@ class StorageOffload(TechniqueBase):
                      ) -> Partition:
         O, _ = _formulas(F)
         part = partition(c, system, plan, F)
+        cxl = system.node.cxl
+        if cxl is not None:   # the expanders' tier, checked against their capacity like the others
+            c["memory"]["cxl"] = {"weights": 0.0, "gradients": 0.0, "optimizer": 0.0, "activations": 0.0,
+                                  "buffers": 0.0, "total": 0.0, "capacity": cxl.count * cxl.device.capacity}
         place_model_state(c, part, system, plan, O)
         return part
 
@@ -265,14 +281,18 @@ def required_bandwidths(c: Result, model: ModelSpec, system: SystemSpec, plan: P
     peak = i.peak_flops * gpu.efficiency.gemm
     s, b, m = i.seq_len, i.micro_batch, i.micro_batches
     avail_opt = None
+    b_cxl = _cxl_read(system)
     if opt == "cpu":
         avail_opt = system.node.host.dram_bandwidth       # the CPU updates the states where they are
+    elif opt == "cxl":
+        avail_opt = b_cxl
     elif opt == "nvme":
         avail_opt = b_read
     elif opt == "csd":
         ns = near_storage(system)
         avail_opt = N * minimum(ns.internal_read_bandwidth, ns.device_link)
-    avail_par = {"gpu": None, "cpu": b_host, "nvme": minimum(b_host, b_read)}[plan.offload_params]
+    avail_par = {"gpu": None, "cpu": b_host, "cxl": minimum(b_host, b_cxl), "nvme": minimum(b_host, b_read)
+                 }[plan.offload_params]
     rows = {
         "params_grads": (O.arithmetic_intensity("params", s, b), avail_par),
         "optimizer_states": (O.arithmetic_intensity("optimizer", s, b * m), avail_opt),

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
+from dse.estimate import offload_cxl as _cxl
 from dse.estimate.terms import Num, _Mappable, near_storage
 from dse.formulas import offload as _offload
 from dse.formulas._array import is_scalar, maximum, minimum, where
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from dse.specs.model import ModelSpec
     from dse.specs.plan import Plan
 
+INF = float("inf")
 Bandwidths = tuple[Num, Num, Num, Num]   # GPU<->host, switch uplink, drive array read, drive array write [bytes/s]
 
 
@@ -63,6 +65,8 @@ class Flows:
     w_params: Num        # ... fp16 parameters
     csd_read: Num = 0.0  # inside the CSDs (all of them): NAND -> FPGA
     csd_write: Num = 0.0  # FPGA -> NAND
+    cxl_read: Num = 0.0   # CXL memory expanders -> host / GPUs (node)
+    cxl_write: Num = 0.0  # host / GPUs -> CXL memory expanders (node)
     t_fetch_fw: Num = 0.0
     t_fetch_bw: Num = 0.0
     t_grad: Num = 0.0
@@ -102,8 +106,9 @@ def bandwidths(system: SystemSpec, N: Num, O: FormulaModule, plan: Plan | None =
     return b_host, b_up, O.array_bandwidth(N, per_drive[0], b_up), O.array_bandwidth(N, per_drive[1], b_up)
 
 
-def param_fetch(f: Flows, part: Partition, m: Num, plan: Plan, b_host: Num, b_read: Num, O: FormulaModule) -> None:
-    """ZeRO-3 parameters to the GPU every micro-batch (from host DRAM or the drives)."""
+def param_fetch(f: Flows, part: Partition, m: Num, plan: Plan, b_host: Num, b_read: Num, O: FormulaModule,
+                bc: tuple[Num, Num] = (INF, INF)) -> None:
+    """ZeRO-3 parameters to the GPU every micro-batch (from host DRAM, CXL memory or the drives)."""
     par = plan.offload_params
     if par == "gpu":
         return
@@ -116,13 +121,15 @@ def param_fetch(f: Flows, part: Partition, m: Num, plan: Plan, b_host: Num, b_re
     if par == "nvme":
         t_pass = maximum(t_pass, O.transfer_time(node_pass, b_read))
         f.up_read = f.up_read + m * O.param_fetch_bytes(node_pass, 1, passes)
+    elif par == "cxl":
+        t_pass = _cxl.fetch(f, t_pass, node_pass, m, passes, bc, O)
     f.t_fetch_fw = m * t_pass
     f.t_fetch_bw = m * (passes - 1) * t_pass
     f.h2d = f.h2d + m * O.param_fetch_bytes(gpu_pass, 1, passes)
 
 
 def gradients(f: Flows, part: Partition, m: Num, plan: Plan, gpu: GPUSpec, b_host: Num, b_write: Num, O: FormulaModule,
-              NS: FormulaModule) -> None:
+              NS: FormulaModule, bc: tuple[Num, Num] = (INF, INF)) -> None:
     """Gradients off the GPU (every micro-batch) and to the drives; top-k compression for a CSD.
 
     ZeRO-3 hands each gradient partition to an offloaded optimizer with a round trip (DeepSpeed
@@ -143,7 +150,9 @@ def gradients(f: Flows, part: Partition, m: Num, plan: Plan, gpu: GPUSpec, b_hos
         z3 = where(plan.zero == 3, 1.0, 0.0)                  # ZeRO-3's partition_grads (arrays in a sweep)
         f.h2d, f.d2h = f.h2d + z3 * back, f.d2h + z3 * again
         f.t_grad = f.t_grad + z3 * O.transfer_time(back + again, b_host)
-    if opt == "nvme":
+    if opt == "cxl":
+        _cxl.gradients(f, part, plan, again, b_host, bc, O)
+    elif opt == "nvme":
         g_tier = O.gradient_offload_bytes(P_opt, part.master_grad_bytes)
         f.up_write = f.up_write + g_tier
         f.w_grads = g_tier
@@ -159,8 +168,8 @@ def gradients(f: Flows, part: Partition, m: Num, plan: Plan, gpu: GPUSpec, b_hos
 
 
 def update(f: Flows, part: Partition, t_opt_base: Num, plan: Plan, system: SystemSpec, b_read: Num, b_write: Num,
-           b_up: Num, O: FormulaModule, NS: FormulaModule) -> None:
-    """The optimizer step where the states live: GPU, CPU, CPU with NVMe swaps, or each CSD's FPGA."""
+           b_up: Num, O: FormulaModule, NS: FormulaModule, bc: tuple[Num, Num] = (INF, INF)) -> None:
+    """The optimizer step where the states live: GPU, CPU (DRAM or CXL memory), CPU with NVMe swaps, or each CSD."""
     opt = plan.offload_optimizer
     P_opt, state, N, x = part.node_opt, part.state_bytes, part.drives, part.exchange_bytes
     host = system.node.host
@@ -169,6 +178,8 @@ def update(f: Flows, part: Partition, t_opt_base: Num, plan: Plan, system: Syste
     elif opt == "cpu":
         f.optimizer = O.cpu_optimizer_time(P_opt, state, host.optimizer_throughput)
         f.t_update = f.optimizer
+    elif opt == "cxl":
+        _cxl.update(f, part, system, bc, O)
     elif opt == "nvme":
         r_bytes = O.swap_in_bytes(P_opt, state, part.master_grad_bytes)
         w_bytes = O.swap_out_bytes(P_opt, state)
@@ -199,8 +210,9 @@ def update(f: Flows, part: Partition, t_opt_base: Num, plan: Plan, system: Syste
         f.up_read = f.up_read + x * P_opt
 
 
-def params_back(f: Flows, part: Partition, plan: Plan, b_host: Num, b_write: Num, O: FormulaModule) -> None:
-    """The updated fp16 parameters back where they live (GPU, host DRAM or the drives)."""
+def params_back(f: Flows, part: Partition, plan: Plan, b_host: Num, b_write: Num, O: FormulaModule,
+                bc: tuple[Num, Num] = (INF, INF)) -> None:
+    """The updated fp16 parameters back where they live (GPU, host DRAM, CXL memory or the drives)."""
     e = part.gather_bytes
     opt, par = plan.offload_optimizer, plan.offload_params
     t_post: Num = 0.0
@@ -214,6 +226,8 @@ def params_back(f: Flows, part: Partition, plan: Plan, b_host: Num, b_write: Num
         f.up_write = f.up_write + e * part.node_w
         f.w_params = e * part.node_w
         t_post = t_post + O.transfer_time(e * part.node_w, b_write)
+    if "cxl" in (opt, par):
+        t_post = _cxl.params_back(f, part, plan, t_post, b_host, bc, O)
     f.t_update = f.t_update + t_post
 
 
@@ -235,8 +249,8 @@ def phases(c: Result, f: Flows, compute_fw: Num, compute_bw: Num, gpu_part: Num,
         c["throughput"][k] = c["throughput"][k] * scale
 
 
-def traffic_and_links(c: Result, f: Flows, part: Partition, plan: Plan, system: SystemSpec, bws: Bandwidths
-                      ) -> tuple[dict[str, dict[str, Any]], dict[str, Num]]:
+def traffic_and_links(c: Result, f: Flows, part: Partition, plan: Plan, system: SystemSpec, bws: Bandwidths,
+                      bc: tuple[Num, Num] = (INF, INF)) -> tuple[dict[str, dict[str, Any]], dict[str, Num]]:
     """Add the bytes per link to ``traffic``; return (links section, busy seconds per link)."""
     b_host, b_up, b_read, b_write = bws
     storage = system.node.storage
@@ -273,6 +287,9 @@ def traffic_and_links(c: Result, f: Flows, part: Partition, plan: Plan, system: 
     if opt == "csd":
         links["csd_internal"] = {"bytes_read": f.csd_read, "bytes_written": f.csd_write,
                                  "per_csd": (f.csd_read + f.csd_write) / N, "busy_s": busy["csd_internal"]}
+    if "cxl" in (opt, par):   # the expanders' ports (full duplex); a key only where the plan uses them
+        tr["host_cxl"] = tr.get("host_cxl", 0.0) + f.cxl_read + f.cxl_write
+        links["host_cxl"], busy["host_cxl"] = _cxl.link(f, bc)
     return links, busy
 
 
@@ -283,6 +300,7 @@ def compose(c: Result, part: Partition, model: ModelSpec, system: SystemSpec, pl
     m = i.micro_batches
     p_gpu = i.params_per_gpu
     bws = bandwidths(system, part.drives, _offload, plan)      # not traced: link arithmetic, not a model term
+    bc = _cxl.cxl_bandwidths(system)                           # CXL memory expanders (read, write), likewise
     b_host, b_up, b_read, b_write = bws
 
     # GPU segments of the base estimate
@@ -296,10 +314,10 @@ def compose(c: Result, part: Partition, model: ModelSpec, system: SystemSpec, pl
     zero = 0.0 * p_gpu
     f = Flows(h2d=zero, d2h=zero, up_read=zero, up_write=zero, w_grads=zero, w_states=zero, w_params=zero,
               csd_read=zero, csd_write=zero)
-    param_fetch(f, part, m, plan, b_host, b_read, O)
-    gradients(f, part, m, plan, system.node.gpu, b_host, b_write, O, NS)
-    update(f, part, t_opt_base, plan, system, b_read, b_write, b_up, O, NS)
-    params_back(f, part, plan, b_host, b_write, O)
+    param_fetch(f, part, m, plan, b_host, b_read, O, bc)
+    gradients(f, part, m, plan, system.node.gpu, b_host, b_write, O, NS, bc)
+    update(f, part, t_opt_base, plan, system, b_read, b_write, b_up, O, NS, bc)
+    params_back(f, part, plan, b_host, b_write, O, bc)
     phases(c, f, compute_fw, compute_bw, gpu_part, O)
-    links, busy = traffic_and_links(c, f, part, plan, system, bws)
+    links, busy = traffic_and_links(c, f, part, plan, system, bws, bc)
     return f, links, busy, bws

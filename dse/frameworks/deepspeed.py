@@ -221,6 +221,10 @@ def emit(model, system, plan) -> tuple[str, list[str]]:
         cfg["optimizer"] = {"adam": {"type": "AdamW"}, "sgd-momentum": {"type": "SGD", "params": {"momentum": 0.9}},
                             "adagrad": {"type": "Adagrad"}}[plan.optimizer]
     cfg["zero_optimization"] = _zero_section(plan)
+    if "cxl" in (plan.offload_optimizer, plan.offload_params):
+        warnings.append("cxl: DeepSpeed has no CXL device; CXL memory is a CPU-less NUMA node, so the config says "
+                        "device cpu: start the launcher under numactl --membind=<that node> (numactl --hardware "
+                        "lists it) so the offloaded buffers land in the expanders")
     if "nvme" in (cfg["zero_optimization"].get("offload_optimizer", {}).get("device"),
                   cfg["zero_optimization"].get("offload_param", {}).get("device")):
         cfg["aio"] = {**AIO_DEFAULTS, "block_size": int(plan.aio_block_size), "queue_depth": plan.aio_queue_depth,
@@ -253,8 +257,9 @@ def _zero_section(plan) -> dict:
         if device == "nvme":
             z["offload_optimizer"].update(nvme_path=NVME_PATH, buffer_count=plan.optimizer_buffer_count,
                                           pipeline_read=plan.swap_pipeline, pipeline_write=plan.swap_pipeline)
-    if plan.offload_params != "gpu":
-        z["offload_param"] = {"device": plan.offload_params, "pin_memory": True}
+    if plan.offload_params != "gpu":   # cxl: host memory on the expanders' NUMA node (see emit's warning)
+        z["offload_param"] = {"device": "cpu" if plan.offload_params == "cxl" else plan.offload_params,
+                              "pin_memory": True}
         if plan.offload_params == "nvme":
             z["offload_param"].update(nvme_path=NVME_PATH, buffer_count=plan.param_buffer_count,
                                       buffer_size=int(plan.param_buffer_size))

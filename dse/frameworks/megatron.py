@@ -338,8 +338,11 @@ def _precision_args(plan, warnings: list[str]) -> str:
     out.append({"adam": "--optimizer adam", "sgd-momentum": "--optimizer sgd"}.get(plan.optimizer, ""))
     if plan.optimizer in ("adagrad", "adam-8bit"):
         warnings.append(f"{plan.optimizer} is not a Megatron-LM optimizer (adam, sgd)")
-    if plan.offload_optimizer == "cpu":
+    if plan.offload_optimizer in ("cpu", "cxl"):   # cxl: host memory on a CPU-less NUMA node
         out.append("--optimizer-cpu-offload")
+        if plan.offload_optimizer == "cxl":
+            warnings.append("cxl: Megatron-LM has no CXL setting; run it under numactl --membind=<the CXL memory's "
+                            "NUMA node> so the offloaded optimizer lands in the expanders")
         if plan.zero == 0:
             warnings.append("--optimizer-cpu-offload needs the distributed optimizer (ZeRO-1) in Megatron-LM")
     elif plan.offload_optimizer != "gpu":

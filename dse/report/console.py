@@ -105,7 +105,7 @@ def time_table(r: dict) -> Table:
 
 def memory_table(r: dict) -> Table:
     mem = r["memory"]
-    tiers = [k for k in ("gpu", "host", "storage") if k in mem and (mem[k]["capacity"] or mem[k]["total"])]
+    tiers = [k for k in ("gpu", "host", "cxl", "storage") if k in mem and (mem[k]["capacity"] or mem[k]["total"])]
     tab = Table(title="Memory (GPU: per GPU, most loaded stage; host and storage: per node)", box=box.SIMPLE_HEAVY,
                 title_justify="left")
     tab.add_column("tensor class")

@@ -55,7 +55,7 @@ def estimate_html(r: dict[str, Any]) -> str:
     parts.append(_table("Time per iteration", ["component", "time", "share"],
                         rows + [["iteration", fmt(total, "s"), "100.0%"]]))
     mem = r["memory"]
-    tiers = [k for k in ("gpu", "host", "storage") if k in mem and (mem[k]["capacity"] or mem[k]["total"])]
+    tiers = [k for k in ("gpu", "host", "cxl", "storage") if k in mem and (mem[k]["capacity"] or mem[k]["total"])]
     classes = list(_CLASSES) + sorted({k for tr in tiers for k in mem[tr]} - set(_CLASSES) - {"total", "capacity"})
     rows = [[c, *[fmt(mem[tr].get(c, 0.0), "bytes") for tr in tiers]] for c in classes
             if any(mem[tr].get(c, 0.0) for tr in tiers)]

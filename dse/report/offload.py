@@ -9,7 +9,8 @@ from dse.units import fmt
 
 LINK_NAMES = {"gpu_host": "GPU <-> host (PCIe, per GPU)", "host_switch": "host <-> switch (shared uplink)",
               "switch_drives": "switch <-> drives (all drives)",
-              "csd_internal": "inside the CSDs (drive <-> FPGA; bytes of all, busy per CSD)"}
+              "csd_internal": "inside the CSDs (drive <-> FPGA; bytes of all, busy per CSD)",
+              "host_cxl": "host <-> CXL memory (all expanders)"}
 CLASS_NAMES = {"params_grads": "params + gradients", "optimizer_states": "optimizer states",
                "activation_checkpoints": "activation checkpoints"}
 

@@ -165,6 +165,34 @@ class StorageArraySpec:
 
 
 @dataclass(frozen=True, kw_only=True)
+class CXLMemorySpec:
+    """A CXL memory expander (CXL 2.0 Type 3 device): DRAM behind a PCIe/CXL port of the host.
+
+    The OS shows it as a CPU-less NUMA node (docs/storage-offload.md, "CXL memory"): host memory that the
+    CPU reads and writes with loads and stores and that GPUs reach by DMA through the host's root complex.
+    Bandwidths are sustained rates of one device for bulk transfers in one direction.
+    """
+
+    name: str
+    capacity: float = spec_field(unit="bytes", gt=0)
+    read_bandwidth: float = spec_field(unit="bytes/s", gt=0, help="device -> host (reads from the expander)")
+    write_bandwidth: float = spec_field(unit="bytes/s", gt=0, help="host -> device (writes to the expander)")
+    link: LinkSpec | None = spec_field(None, help="the device's PCIe/CXL port (caps each direction; None: the "
+                                                  "device's rates)")
+    load_latency: float = spec_field(0.0, unit="s", ge=0, help="idle load-to-use latency from a CPU core "
+                                     "(reported, not used: bulk transfers are bandwidth-bound)")
+    power: float = spec_field(0.0, unit="W", ge=0)
+    price: float = spec_field(0.0, unit="USD", ge=0)
+    source: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CXLMemoryArraySpec:
+    device: CXLMemorySpec
+    count: int = spec_field(1, gt=0, help="expanders per node (interleaved: their bandwidths add)")
+
+
+@dataclass(frozen=True, kw_only=True)
 class NodeSpec:
     gpu: GPUSpec
     host: HostSpec
@@ -173,6 +201,8 @@ class NodeSpec:
     host_link: LinkSpec | None = spec_field(None, help="GPU-to-host (PCIe), per GPU per direction")
     network: LinkSpec | None = spec_field(None, help="node-to-node, whole node per direction")
     storage: StorageArraySpec | None = None
+    cxl: CXLMemoryArraySpec | None = spec_field(None, help="CXL memory expanders of the host (offload tier "
+                                                           "between host DRAM and the drives; None: none)")
     price: float = spec_field(0.0, unit="USD", ge=0, help="integration cost per node beyond its parts")
 
 

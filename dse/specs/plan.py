@@ -26,8 +26,8 @@ ATTENTION = ("flash", "math")
 PRECISION = PRECISIONS              # names of the precision recipes (dse/formulas/precision.py)
 GRAD_DTYPE = tuple(GRAD_DTYPE_BYTES)
 OPTIMIZERS = ("adam", "adam-8bit", "sgd-momentum", "adagrad")
-OFFLOAD_OPTIMIZER = ("gpu", "cpu", "nvme", "csd")   # where the optimizer states (and fp32 gradients) live
-OFFLOAD_PARAMS = ("gpu", "cpu", "nvme")             # where the fp16 parameters live between uses
+OFFLOAD_OPTIMIZER = ("gpu", "cpu", "cxl", "nvme", "csd")   # where the optimizer states (and fp32 gradients) live
+OFFLOAD_PARAMS = ("gpu", "cpu", "cxl", "nvme")      # where the fp16 parameters live between uses
 EXCHANGE_DTYPES = ("fp32", "fp16")
 SCHEDULES = ("1f1b", "interleaved", "gpipe")
 CHIPLET_SCHEMES = ("megatron-1d", "summa-2d", "hecaton-2d")
@@ -118,10 +118,12 @@ class Plan:
                                         "overlaps compute, NoP and DRAM (1: max of the three, 0: their sum)")
     # Storage offload (ZeRO-Infinity) and near-storage update (Smart-Infinity); see dse/formulas/offload/.
     offload_optimizer: str = spec_field("gpu", choices=OFFLOAD_OPTIMIZER,
-                                        help="optimizer states + fp32 gradients on gpu, host DRAM (cpu), NVMe drives, "
-                                             "or computational storage that runs the update (csd)")
+                                        help="optimizer states + fp32 gradients on gpu, host DRAM (cpu), CXL memory "
+                                             "expanders (cxl), NVMe drives, or computational storage that runs the "
+                                             "update (csd)")
     offload_params: str = spec_field("gpu", choices=OFFLOAD_PARAMS,
-                                     help="fp16 parameters between uses: gpu, host DRAM (cpu) or NVMe")
+                                     help="fp16 parameters between uses: gpu, host DRAM (cpu), CXL memory (cxl) or "
+                                          "NVMe")
     ssds: int | None = spec_field(None, gt=0, help="drives used for offload; default: all drives of the hardware")
     gradient_compression: float = spec_field(1.0, unit="fraction", gt=0, le=1,
                                              help="gradient bytes sent / dense bytes (Smart-Infinity SmartComp ratio; "

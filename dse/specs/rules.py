@@ -52,14 +52,28 @@ def _storage(s):
 
 _DRIVES = ("nvme", "csd")
 
+
+def _no_cxl(p, m, s) -> str:
+    """A rejected ``cxl``: the flag and the tiers it allows on this hardware."""
+    opt, st = p.offload_optimizer == "cxl", _storage(s)
+    ok = ["gpu", "cpu"] + ["nvme"] * (st is not None) + ["csd"] * (opt and st is not None and st.device.near_storage
+                                                                   is not None)
+    return (f"--offload-{'optimizer' if opt else 'params'} cxl: hardware '{s.name}' has no CXL memory (node.cxl); "
+            f"allowed: {', '.join(ok)}")
+
 OFFLOAD_RULES = (
     Rule("optimizer offload to drives needs ZeRO-3", ("offload_optimizer", "zero"),
          when=lambda p, m, s: p.offload_optimizer in _DRIVES, ok=lambda p, m, s: p.zero == 3,
          message=lambda p, m, s: f"--offload-optimizer {p.offload_optimizer} needs --zero 3 (ZeRO-Infinity swaps "
                                  f"optimizer state to drives only in stage 3), got --zero {p.zero}"),
     Rule("optimizer offload to the CPU needs ZeRO 1-3", ("offload_optimizer", "zero"),
-         when=lambda p, m, s: p.offload_optimizer == "cpu", ok=lambda p, m, s: p.zero >= 1,
-         message=lambda p, m, s: f"--offload-optimizer cpu needs --zero 1, 2 or 3 (ZeRO-Offload), got --zero {p.zero}"),
+         when=lambda p, m, s: p.offload_optimizer in ("cpu", "cxl"), ok=lambda p, m, s: p.zero >= 1,
+         message=lambda p, m, s: f"--offload-optimizer {p.offload_optimizer} needs --zero 1, 2 or 3 (ZeRO-Offload), "
+                                 f"got --zero {p.zero}"),
+    Rule("offload to CXL memory on hardware without it", ("offload_optimizer", "offload_params", "hardware.node.cxl"),
+         when=lambda p, m, s: _gpu(s) and "cxl" in (p.offload_optimizer, p.offload_params),
+         ok=lambda p, m, s: s.node.cxl is not None,
+         message=_no_cxl),
     Rule("parameter offload needs ZeRO-3", ("offload_params", "zero"),
          when=lambda p, m, s: p.offload_params != "gpu", ok=lambda p, m, s: p.zero == 3,
          message=lambda p, m, s: f"--offload-params {p.offload_params} needs --zero 3 (only stage 3 partitions "

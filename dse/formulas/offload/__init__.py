@@ -26,6 +26,7 @@ The equations live in one submodule per question; every name is importable from 
 - :mod:`~dse.formulas.offload.traffic`: bytes per iteration on each link (fetches, gradients, swaps);
 - :mod:`~dse.formulas.offload.bandwidth`: link and drive-array bandwidth, DeepSpeed aio queue depth, transfer time;
 - :mod:`~dse.formulas.offload.phases`: forward, backward and update segment times (CPU optimizer, swaps);
+- :mod:`~dse.formulas.offload.cxl`: CXL memory expanders: their bandwidth, the CPU step over states held there;
 - :mod:`~dse.formulas.offload.efficiency`: ZeRO-Infinity's arithmetic intensity and required bandwidth.
 
 Symbols:
@@ -70,6 +71,7 @@ from dse.formulas.offload.buffers import (
     param_swap_buffer_bytes,
     reduce_bucket_bytes,
 )
+from dse.formulas.offload.cxl import cpu_step_bytes, cxl_bandwidth, memory_bound_time
 from dse.formulas.offload.efficiency import arithmetic_intensity, offload_efficiency, required_bandwidth
 from dse.formulas.offload.phases import backward_phase_time, cpu_optimizer_time, forward_phase_time, swap_update_time
 from dse.formulas.offload.tiers import (
@@ -102,4 +104,4 @@ __all__ = ["TIERS", "TENSOR_CLASSES", "CLASS_BYTES", "OPTIMIZER_CLASSES", "TIER_
            "transfer_time", "AIO_BLOCK_SIZE", "AIO_QUEUE_DEPTH", "AIO_THREAD_COUNT", "RAID_CHUNK",
            "aio_inflight_bytes", "drive_request_bytes", "queue_limited_bandwidth", "cpu_optimizer_time",
            "swap_update_time", "forward_phase_time", "backward_phase_time", "arithmetic_intensity",
-           "offload_efficiency", "required_bandwidth"]
+           "offload_efficiency", "required_bandwidth", "cxl_bandwidth", "memory_bound_time", "cpu_step_bytes"]

@@ -12,8 +12,9 @@ from dse.formulas.precision import RECIPES as _RECIPES
 __all__ = ["TIERS", "TENSOR_CLASSES", "CLASS_BYTES", "OPTIMIZER_CLASSES", "TIER_SECTION", "CLASS_SECTION",
            "optimizer_state_bytes", "placement", "bytes_by_tier"]
 
-#: Memory tiers a tensor class can live on ("csd": drives whose accelerators run the update).
-TIERS = ("gpu", "cpu", "nvme", "csd")
+#: Memory tiers a tensor class can live on ("csd": drives whose accelerators run the update; "cxl": CXL memory
+#: expanders, host memory on a CPU-less NUMA node).
+TIERS = ("gpu", "cpu", "cxl", "nvme", "csd")
 #: Tensor classes of mixed-precision training with an adaptive optimizer; their bytes per parameter.
 TENSOR_CLASSES = ("params_fp16", "grads_fp16", "grads_fp32", "master_fp32", "momentum", "variance")
 # Both are views of the mixed-precision recipe (dse.formulas.precision) and of the one optimizer table
@@ -26,7 +27,7 @@ CLASS_BYTES = {"params_fp16": _MIXED.weights, "grads_fp16": _MIXED.offload_gradi
 # squared gradients is the "variance" class).
 OPTIMIZER_CLASSES = {name: ("master_fp32",) + o.states for name, o in _optimizer.OPTIMIZERS.items()}
 # Which memory section of an estimate holds a tier.
-TIER_SECTION = {"gpu": "gpu", "cpu": "host", "nvme": "storage", "csd": "storage"}
+TIER_SECTION = {"gpu": "gpu", "cpu": "host", "cxl": "cxl", "nvme": "storage", "csd": "storage"}
 # Memory-section class of each tensor class.
 CLASS_SECTION = {"params_fp16": "weights", "grads_fp16": "gradients", "grads_fp32": "gradients",
                  "master_fp32": "optimizer", "momentum": "optimizer", "variance": "optimizer"}
@@ -52,7 +53,7 @@ def optimizer_state_bytes(optimizer: str = "adam") -> float:
 
 def placement(zero: int, offload_optimizer: str = "gpu", offload_params: str = "gpu",
               optimizer: str = "adam") -> dict[str, str]:
-    """Tier of each tensor class: {class: "gpu" | "cpu" | "nvme" | "csd"}.
+    """Tier of each tensor class: {class: "gpu" | "cpu" | "cxl" | "nvme" | "csd"}.
 
     Formula: fp16 params on ``offload_params`` (stage 3 only; else gpu); fp16 gradients on the GPU; fp32 gradients
     and the optimizer states on ``offload_optimizer``
@@ -63,8 +64,8 @@ def placement(zero: int, offload_optimizer: str = "gpu", offload_params: str = "
     update). Classes the optimizer does not have are absent.
 
     Args:
-        offload_optimizer: gpu, cpu, nvme or csd [choice]
-        offload_params: gpu, cpu or nvme [choice]
+        offload_optimizer: gpu, cpu, cxl, nvme or csd [choice]
+        offload_params: gpu, cpu, cxl or nvme [choice]
     Returns:
         dict tensor class -> tier [choice]
 
