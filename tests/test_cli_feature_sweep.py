@@ -35,6 +35,8 @@ CHOICES = {   # flag -> values (None: the flag is not given)
     "--recompute": (None, "full"),
     "--offload-optimizer": (None, None, "cpu", "cxl"),   # cxl on a system without CXL memory: one line, exit 2
     "--offload-params": (None, None, "cpu", "cxl"),
+    "--offload-activations": (None, None, "host", "ssd"),
+    "--activation-offload-mechanism": (None, None, "hooks"),
 }
 FIELDS = {flag: flag[2:].replace("-", "_") for flag in CHOICES}
 
@@ -45,7 +47,8 @@ FP8_SYSTEMS = ("dgx-h100", "h100-cluster", "workstation-rtx4090-x2", "workstatio
 
 def _coherent(rnd: random.Random) -> dict[str, object]:
     """Flags that go together (most of them run): MoE with ep dividing the experts and dp, no adapters on experts,
-    cp whose 2 cp chunks divide the sequence, fp8 on FP8 GPUs with Megatron's kernels, LoRA flags with LoRA."""
+    cp whose 2 cp chunks divide the sequence, fp8 on FP8 GPUs with Megatron's kernels, LoRA flags with LoRA,
+    activation offload to host memory (forwarding or saved-tensor hooks) on any model."""
     model, hw = rnd.choice(MODELS), rnd.choice(SYSTEMS)
     f: dict[str, object] = {"--model": model, "--hw": hw}
     if model.startswith("gpt2"):
@@ -71,6 +74,9 @@ def _coherent(rnd: random.Random) -> dict[str, object]:
     f["--recompute"] = rnd.choice(("none", "selective", "full"))
     if rnd.random() < 0.3 and f.get("--zero", 1) != 0:   # offload: CXL memory where the hardware has it
         f["--offload-optimizer"] = rnd.choice(("cpu", "cxl") if hw == "hgx-h100-cxl" else ("cpu",))
+    if rnd.random() < 0.3:        # activation offload (MoE layers too), to host memory by either mechanism
+        f["--offload-activations"] = "host"
+        f["--activation-offload-mechanism"] = rnd.choice(("forwarding", "hooks"))
     return f
 
 

@@ -8,7 +8,8 @@ input checks still refuse are discarded. The invariants a user relies on:
 - strict JSON without NaN, infinity or a negative number; time and memory parts add up to their totals
   (communication: tp + pp + cp + dp + embedding + ep);
 - MFU <= HFU <= the best efficiency any kernel of the GPU reaches (FP8 GEMMs' own where fp8 runs);
-- one expert routed top-1 prices as the dense model; cp = 1 and ep = 1 are the plain plan;
+- one expert routed top-1 prices as the dense model (with activation offload by either mechanism too); cp = 1 and
+  ep = 1 are the plain plan;
 - a capacity factor never slows the step, changes nothing at or above the busiest expert's load, and padding to
   it never holds or sends less than dropping alone (C >= 1; below, a known gap: strict xfail);
 - more cp never raises activation memory per GPU; more ep never raises the per-GPU weights and gradients
@@ -68,6 +69,8 @@ raw_plans = st.fixed_dictionaries({
     "sequence_parallel": st.booleans(),
     "offload_optimizer": st.sampled_from(["gpu", "gpu", "gpu", "cpu", "cxl"]),   # cxl: on hgx-h100-cxl, else cpu
     "offload_params": st.sampled_from(["gpu", "gpu", "gpu", "cpu", "cxl"]),
+    "offload_activations": st.sampled_from(["none", "none", "host", "ssd"]),
+    "activation_offload_mechanism": st.sampled_from(["forwarding", "hooks"]),
 })
 scenarios = st.tuples(st.sampled_from(MOE + DENSE), st.sampled_from(SYSTEMS), st.integers(2, 6), raw_plans)
 
@@ -90,6 +93,8 @@ def plan_of(model: str, system: str, raw: dict) -> dict:
         f.pop("fp8_scaling")
     f["fp8_param_gather"] = f["fp8_param_gather"] and f["precision"] == "fp8" and f["zero"] in (1, 2)
     f["sequence_parallel"] = f["sequence_parallel"] and f["tp"] > 1
+    if f["offload_activations"] != "host":                   # saved-tensor hooks copy to pinned host memory
+        f["activation_offload_mechanism"] = "forwarding"
     if f["finetune"] == "full":
         for k in ("lora_rank", "lora_targets", "quantization"):
             f.pop(k)
@@ -187,6 +192,8 @@ dense_plans = st.fixed_dictionaries({
     "sequence_parallel": st.booleans(),
     "offload_optimizer": st.sampled_from(["gpu", "gpu", "gpu", "cpu", "cxl"]),   # cxl: on hgx-h100-cxl, else cpu
     "offload_params": st.sampled_from(["gpu", "gpu", "gpu", "cpu", "cxl"]),
+    "offload_activations": st.sampled_from(["none", "host"]),
+    "activation_offload_mechanism": st.sampled_from(["forwarding", "hooks"]),
 })
 
 
@@ -206,6 +213,8 @@ def test_one_expert_top1_is_the_dense_model(model, system, plan):
     from dse.estimate.table_inputs import stack_spec
 
     plan = {**plan, "sequence_parallel": plan["sequence_parallel"] and plan["tp"] > 1}
+    if plan["offload_activations"] == "none":
+        plan["activation_offload_mechanism"] = "forwarding"
     dense = estimate(model, system, 2, plan)
     moe = estimate(model, system, 2, plan, overrides=["model.experts=1", "model.experts_per_token=1"])
     d, m = dict(numbers(plain(dense))), dict(numbers(plain(moe)))
@@ -417,8 +426,10 @@ def test_capacity_factor_caps_the_busiest_expert_and_padding_never_saves(model, 
                                                                          capacity):
     """A capacity factor C (Megatron-Core --moe-expert-capacity-factor) never makes the step slower than no cap, and
     a cap at or above the busiest expert's load changes nothing; padding to capacity never holds fewer activations
-    or sends fewer all-to-all bytes than dropping alone; the dropped share is in [0, 1] and falls as C grows."""
-    plan = plan_of(model, system, raw)
+    or sends fewer all-to-all bytes than dropping alone; the dropped share is in [0, 1] and falls as C grows.
+    Without activation offload: its ``auto`` layer count follows the bytes (more padded bytes, more layers offloaded
+    to fit, fewer left on the GPU), so the GPU's activations need not grow with padding there."""
+    plan = {**plan_of(model, system, raw), "offload_activations": "none", "activation_offload_mechanism": "forwarding"}
     over = [f"model.expert_imbalance={imbalance}"]
     free = estimate(model, system, layers, plan, overrides=over)
     cap = estimate(model, system, layers, plan, overrides=over, expert_capacity=capacity)

@@ -268,10 +268,11 @@ def test_megatron_emit_carries_the_experts(capsys):
     assert code == 0 and "--swiglu" in capsys.readouterr().out      # GeGLU: the nearest, with a warning
 
 
-def test_activation_offload_of_moe_is_refused(capsys):
+def test_activation_offload_of_moe_runs(capsys):
+    """Refused before issue 15's composition: now priced (tests/test_activation_offload_moe.py)."""
     assert main(["estimate", "--model", "mixtral-8x7b", "--hw", "dgx-h100", "--tp", "8",
-                 "--offload-activations", "host"]) == 2
-    assert "activation offload of MoE layers is not modelled" in capsys.readouterr().err
+                 "--offload-activations", "host"]) == 0
+    assert "Activation offload to pinned host memory" in capsys.readouterr().out
 
 
 def test_moe_keys_on_a_type_that_does_not_read_them_are_still_errors():

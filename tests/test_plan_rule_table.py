@@ -67,7 +67,6 @@ WITNESSES = {
     "activation_io_path without offload to drives": ("llama2-70b", (), GPU, {"activation_io_path": "bounce"}),
     "hooks mechanism without activation offload to host": ("llama2-70b", (), GPU,
                                                            {"activation_offload_mechanism": "hooks"}),
-    "activation offload of an MoE model": ("mixtral-8x7b", (), GPU, {"offload_activations": "host"}),
     "activation offload on a chiplet package": ("llama2-70b", (), PKG, {**CHIPLET, "offload_activations": "host"}),
     "activation offload to drives on hardware without drives": ("llama2-70b", (), NO_DRIVES,
                                                                 {"offload_activations": "ssd"}),

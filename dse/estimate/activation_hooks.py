@@ -29,6 +29,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from dse.estimate.table_inputs import mean_layer
 from dse.formulas._array import minimum
 
 if TYPE_CHECKING:
@@ -45,7 +46,8 @@ if TYPE_CHECKING:
 def copied_bytes_per_layer(c: Result, model: ModelSpec, plan: Plan, A: FormulaModule) -> Num:
     """Bytes the hooks copy per layer and micro-batch on one GPU (saved tensors, once per save, and weights).
 
-    Megatron's fused kernels in full training: :func:`~dse.formulas.activation_offload.hooks_bytes_per_layer`.
+    Megatron's fused kernels in full training: :func:`~dse.formulas.activation_offload.hooks_bytes_per_layer`
+    (an MoE layer's MLP tensors in place of the dense MLP's; a model with dense and MoE layers: the mean layer).
     Another software stack, or frozen weights (LoRA: a frozen linear layer saves no input, an adapter its ``A x``):
     what the kernel table's rows pack (:func:`~dse.formulas.kernels.packed_bytes`, the stack file's ``packed``;
     the Megatron table's rows pack what they keep), plus the layer's weights, which every GEMM and norm saves
@@ -58,10 +60,9 @@ def copied_bytes_per_layer(c: Result, model: ModelSpec, plan: Plan, A: FormulaMo
             params = params + i.trainable_params_per_gpu / i.layers_per_stage
         weights = 0 if plan.recompute == "full" else params * i.bytes_per_element
         return i.kernels["sums"]["a_packed"] + weights
-    return A.hooks_bytes_per_layer(i.seq_len, i.micro_batch, model.hidden, model.heads, model.kv_heads,
-                                   model.head_dim, model.ffn_hidden,
-                                   layer_weight_bytes=i.layer_params_per_gpu * i.bytes_per_element,
-                                   **i.activation_options)
+    return mean_layer(model, plan, lambda moe: A.hooks_bytes_per_layer(
+        i.seq_len, i.micro_batch, model.hidden, model.heads, model.kv_heads, model.head_dim, model.ffn_hidden,
+        layer_weight_bytes=i.layer_params_per_gpu * i.bytes_per_element, moe=moe, **i.activation_options))
 
 
 def layers_and_io(c: Result, model: ModelSpec, before: Before, tm: Times, bw: tuple[Num, Num], plan: Plan,

@@ -4,6 +4,7 @@ MoE and multi-head-latent-attention options and the attention's share of the sco
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from dse.estimate import context as _context
@@ -22,6 +23,20 @@ def moe_options(model: ModelSpec, plan: Plan) -> dict[str, Any]:
             "shared_gate": model.shared_expert_gate, "imbalance": model.expert_imbalance,
             "ep": getattr(plan, "ep", 1), "capacity": getattr(plan, "expert_capacity", None),
             "pad": getattr(plan, "pad_to_capacity", False)}
+
+
+def mean_layer(model: ModelSpec, plan: Plan, of_layer: Callable[[dict[str, Any] | None], Any]) -> Any:
+    """``of_layer(moe)`` of the mean layer: of an MoE layer (``moe`` = :func:`moe_options`) for an MoE model, of a
+    dense one (None) for a dense model, and the layer-weighted mean of both for a model with dense and MoE layers
+    (as the kernel table's sums: :func:`dse.estimate.kernel_table.kernel_tables`)."""
+    n_moe = model.moe_layers
+    if not n_moe:
+        return of_layer(None)
+    moe = of_layer(moe_options(model, plan))
+    if n_moe == model.layers:
+        return moe
+    share = n_moe / model.layers
+    return moe * share + of_layer(None) * (1 - share)
 
 
 def mla_options(model: ModelSpec) -> dict[str, Any] | None:

@@ -252,10 +252,6 @@ ACTIVATION_OFFLOAD_RULES = (
          message=lambda p, m, s: f"--activation-offload-mechanism {p.activation_offload_mechanism} models PyTorch's "
                                  "save_on_cpu (pinned host memory); it needs --offload-activations host (got "
                                  f"{p.offload_activations}); allowed with ssd or none: forwarding"),
-    Rule("activation offload of an MoE model", ("offload_activations", "model.experts"),
-         when=lambda p, m, s: p.offload_activations != "none", ok=lambda p, m, s: not m.experts,
-         message=lambda p, m, s: f"--offload-activations {p.offload_activations}: activation offload of MoE layers "
-                                 f"is not modelled yet (model {m.name} has {m.experts} experts; docs/moe.md)"),
     Rule("activation offload on a chiplet package", ("offload_activations", "hardware.kind"),
          when=lambda p, m, s: p.offload_activations != "none", ok=lambda p, m, s: _gpu(s),
          message=lambda p, m, s: f"--offload-activations {p.offload_activations} applies to GPU systems; "

@@ -49,6 +49,7 @@ The equations live in one submodule per question; every name is importable from 
   freed memory buys;
 - :mod:`~dse.formulas.activation_offload.bandwidth`: drives per GPU, shared links, the I/O path (GDS, bounce, host);
 - :mod:`~dse.formulas.activation_offload.endurance`: drive capacity, bytes written, rated TBW, lifetime;
+- :mod:`~dse.formulas.activation_offload.moe`: what an MoE layer's MLP saves instead of the dense MLP's tensors;
 - :mod:`~dse.formulas.activation_offload.hooks`: the other mechanism, PyTorch's saved-tensor hooks
   (``save_on_cpu``): every saved tensor copied out in forward and back in backward on the compute stream.
 
@@ -82,6 +83,17 @@ Symbols:
     backward_start: B, time from the start of the forward pass until backward reaches the stage's last layer [s]
     window: T_mb, the stage's time per micro-batch [s]
     write_read_ratio: rho, the drives' own write over read bandwidth (1 for host memory) [1]
+    ffn_type: gelu, relu, swiglu or geglu: the MLP's activation (how many tensors it keeps) [choice]
+    experts: E, routed experts of an MoE layer [count]
+    experts_per_token: k, top-k [count]
+    expert_ffn: F_e, a routed expert's FFN inner size [count]
+    shared_experts: S, experts every token runs [count]
+    shared_ffn: F_s, a shared expert's FFN inner size [count]
+    shared_gate: a sigmoid gate on the shared experts' output [bool]
+    capacity: C, the experts' capacity factor (None: dropless) [ratio]
+    pad: every expert padded to its capacity [bool]
+    moe: an MoE layer's options, those of dse.formulas.kernels.moe_mlp_kernels (None: a dense MLP) [dict]
+    terms: a layer's saved tensors, name -> bytes [dict]
 """
 
 from __future__ import annotations
@@ -109,6 +121,7 @@ from dse.formulas.activation_offload.layer_choice import (
     hidden_offload_layers,
     paced_write_bandwidth,
 )
+from dse.formulas.activation_offload.moe import moe_layer_terms, moe_mlp_saved_terms
 from dse.formulas.activation_offload.overlap import (
     layer_forward_time,
     prefix_write_bandwidth_required,
@@ -127,4 +140,4 @@ __all__ = ["SMALL_TENSOR_ELEMENTS", "DAYS_PER_YEAR", "offloaded_terms", "offload
            "gpu_activation_bytes_offload", "rok_activation_peaks", "drives_per_gpu", "link_bandwidth_left",
            "activation_io_bandwidth", "ssd_capacity_needed", "bytes_written_per_iteration", "rated_endurance",
            "lifetime_years", "largest_micro_batch", "pipeline_iteration_time", "hooks_saved_terms",
-           "hooks_bytes_per_layer", "hooks_copy_time"]
+           "hooks_bytes_per_layer", "hooks_copy_time", "moe_mlp_saved_terms", "moe_layer_terms"]

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from dse.formulas._array import Num, where
+from dse.formulas.activation_offload.moe import moe_layer_terms
 from dse.formulas.transformer import activation_terms
 
 __all__ = ["hooks_saved_terms", "hooks_bytes_per_layer", "hooks_copy_time"]
@@ -25,7 +26,7 @@ __all__ = ["hooks_saved_terms", "hooks_bytes_per_layer", "hooks_copy_time"]
 def hooks_saved_terms(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: Num, ffn: Num, *,
                       layer_weight_bytes: Num = 0.0, tp: Num = 1, recompute: str = "none", attention: str = "flash",
                       position: str = "learned", dropout: bool = True, bytes_per_element: Num = 2,
-                      **options: Any) -> dict[str, Num]:
+                      moe: dict[str, Any] | None = None, **options: Any) -> dict[str, Num]:
     """Bytes the pack hook of ``save_on_cpu`` copies for one layer, per GPU and micro-batch, tensor by tensor.
 
     Formula: A_hooks = A - qkv_output + qkv_views + O_again + P_again + rope + W (terms below; A = activation_terms)
@@ -47,6 +48,11 @@ def hooks_saved_terms(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_di
       bytes on one GPU (GEMM biases are not saved; counted here, < 0.1 %). They stay on the GPU as parameters:
       copied, not freed.
 
+    An MoE layer (``moe``: the MoE options of :func:`dse.formulas.kernels.moe_mlp_kernels`) saves its MLP's
+    tensors instead of the dense fc1 input and activation (:func:`~dse.formulas.activation_offload.moe.
+    moe_layer_terms`), each once: the router's input, probabilities and indices, the routed copies, the
+    experts' activations and outputs; the experts' weights are in ``weights``.
+
     Full recompute saves only the checkpoint's input (the layer input, as ``activation_terms``); with
     selective recompute core attention saves only Q, K, V (as views) and the out-projection input once.
 
@@ -56,6 +62,7 @@ def hooks_saved_terms(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_di
         attention: flash or math [choice]
         position: learned or rotary [choice]
         dropout: the layer has dropout [bool]
+        moe: an MoE layer's options (None: a dense MLP) [dict]
         options: other keyword arguments of ``activation_terms`` (sequence_parallel, ffn_type, norm) [dict]
     Returns:
         dict tensor name -> bytes copied [bytes]
@@ -68,6 +75,7 @@ def hooks_saved_terms(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_di
     terms = dict(activation_terms(s, b, h, heads, kv_heads, head_dim, ffn, tp=tp, recompute=recompute,
                                   attention=attention, position=position, dropout=dropout, bytes_per_element=e,
                                   **options))
+    terms = moe_layer_terms(terms, moe, s, b, h, tp=tp, bytes_per_element=e, **options)
     if recompute == "full":
         return terms
     sb = s * b

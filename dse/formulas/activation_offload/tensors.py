@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from dse.formulas._array import Num, where
+from dse.formulas.activation_offload.moe import ELEMENT_BYTES, moe_layer_terms
 from dse.formulas.transformer import activation_terms
 
 __all__ = ["SMALL_TENSOR_ELEMENTS", "offloaded_terms", "offloaded_bytes_per_layer"]
@@ -19,7 +20,10 @@ SMALL_TENSOR_ELEMENTS = 8 * 1024 * 1024
 
 
 def _element_bytes(name: str, bytes_per_element: Num) -> Num:
-    """Bytes per element of one saved tensor of :func:`activation_terms` (masks 1 B, the fp32 LSE 4 B)."""
+    """Bytes per element of one saved tensor of :func:`activation_terms` (masks 1 B, the fp32 LSE 4 B; an MoE
+    layer's fp32 router probabilities 4 B, int64 top-k indices 8 B)."""
+    if name in ELEMENT_BYTES:
+        return ELEMENT_BYTES[name]
     if "mask" in name:
         return 1
     if name == "flash_lse":
@@ -29,7 +33,7 @@ def _element_bytes(name: str, bytes_per_element: Num) -> Num:
 
 def offloaded_terms(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: Num, ffn: Num, *,
                     min_elements: Num = SMALL_TENSOR_ELEMENTS, tp: Num = 1, sequence_parallel: bool = False,
-                    bytes_per_element: Num = 2, **options: Any) -> dict[str, Num]:
+                    bytes_per_element: Num = 2, moe: dict[str, Any] | None = None, **options: Any) -> dict[str, Num]:
     """Bytes of each saved tensor of one layer that SSDTrain writes to the drives (0 when skipped).
 
     Formula: A_off = sum over tensors i of bytes_i [elements_i >= 8 Mi]; elements_i = bytes_i / element size
@@ -45,6 +49,7 @@ def offloaded_terms(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim:
 
     Args:
         min_elements: tensors with fewer elements are not offloaded [count]
+        moe: an MoE layer's options (None: a dense MLP) [dict]
     Returns:
         dict tensor name -> bytes written (like ``activation_terms``) [bytes]
 
@@ -55,6 +60,8 @@ def offloaded_terms(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim:
     e = bytes_per_element
     terms = activation_terms(s, b, h, heads, kv_heads, head_dim, ffn, tp=tp, sequence_parallel=sequence_parallel,
                              bytes_per_element=e, **options)
+    terms = moe_layer_terms(terms, moe, s, b, h, tp=tp, sequence_parallel=sequence_parallel, bytes_per_element=e,
+                            **options)
     r = 1 / tp if sequence_parallel else 1
     rows = s * b * r
     out = {}
