@@ -149,6 +149,10 @@ def _build(cls, data: dict, where: str, head: str, overrides):
             for prefix in (f"{where}{key}:", f"{where}: {key}:", f"{where}{key} ", f"{where}: {key} "):
                 if msg.startswith(prefix):
                     raise InputError(f"--set {head}.{key}{msg[len(prefix) - 1:]}") from None
+        if overrides and msg.startswith(where):   # a check across fields that an override may have broken
+            given = ", ".join(f"--set {head}.{'.'.join(path)}={value}" for path, value in overrides)
+            head_of_msg = where.rstrip(": ")
+            raise InputError(f"{head_of_msg} (with {given}){msg[len(head_of_msg):]}") from None
         raise
 
 

@@ -161,7 +161,10 @@ def test_capacity_caps_the_busiest_expert_and_padding_fills_every_expert():
     assert free["expert_fc1"]["m"] == 1.5 * tok * k * 8 / E                 # imbalance 1.5 sets the time
     assert capped["expert_fc1"]["m"] == 1.25 * tok * k * 8 / E              # ... capped at C
     assert padded["expert_fc1"]["m"] == 1.25 * tok * k * 8 / E
-    assert capped["ep_dispatch"]["comm"] == free["ep_dispatch"]["comm"]
+    kept = 1 - T_.dropped_token_fraction(tok, E, k, 1.25, 1.5)     # the busiest expert's excess: (1.5 - 1.25)/8
+    assert kept == pytest.approx(1 - 0.25 / 8, rel=1e-9)
+    assert capped["ep_dispatch"]["comm"] == pytest.approx(kept * free["ep_dispatch"]["comm"], rel=1e-12)  # dropped
+    assert capped["expert_fc1"]["saved"] == pytest.approx(kept * free["expert_fc1"]["saved"], rel=1e-12)
     assert padded["ep_dispatch"]["comm"] == 1.25 * free["ep_dispatch"]["comm"]   # the padded buffers travel
     assert padded["expert_fc1"]["saved"] == 1.25 * free["expert_fc1"]["saved"]
     assert capped["expert_fc1"]["flops"] == free["expert_fc1"]["flops"]         # model FLOPs: unchanged

@@ -255,6 +255,8 @@ def kernel_tables(model: ModelSpec, plan: Plan, r: Recipe, K: Module = _kernels)
         head = {**head, "lm_head": {**head["lm_head"], "frozen": True}}
         embedding = {**embedding, "embedding": {**embedding["embedding"], "bytes_backward": 0, "kernels_backward": 0}}
     out = {"layer": layer, "embedding": embedding, "head": head}
+    # biases on the linear layers: the host's launches per row (bias-gradient sums; the launch floor)
+    out["bias"] = {"bias": model.bias, "qkv_bias": model.bias if model.qkv_bias is None else model.qkv_bias}
     out["sums"] = table_sums(out, plan.recompute, K)
     if dense is not None:   # dense and MoE layers, or encoder and decoder ones: the mean layer (sums; kernel_times)
         share = n_moe / model.layers
@@ -326,7 +328,7 @@ def kernel_times(tables: dict[str, Any], system: SystemSpec, plan: Plan, peak: N
     stack = getattr(plan, "stack", "megatron")
     dispatch = stack_spec(stack).dispatch
     count = bool(dispatch)
-    launches = _kernels.MEGATRON_LAUNCHES if stack == "megatron" else None
+    launches = _kernels.megatron_launches(**tables.get("bias", {})) if stack == "megatron" else None
     lt = table_time(tables["layer"], hw, lk["tp"], C, P, recompute=plan.recompute, async_tp=async_tp, count=count,
                     ep_link=lk.get("ep"), launches=launches)
     if "dense_layer" in tables:   # a mixed dense/MoE model: the mean layer's time
@@ -392,4 +394,5 @@ def _times_key(tables: dict[str, Any], gpu: GPUSpec, plan: Plan, peak: Num, link
     return (id(tables), id(gpu), plan.precision, plan.grad_dtype, peak, link, ep_link, plan.recompute, async_tp,
             getattr(plan, "stack", "megatron"), bool(getattr(plan, "pad_to_capacity", False)),
             C.gemm_time, C.memory_time, P.allreduce_time, P.allgather_time, P.hierarchical_alltoall_time,
-            _kernels.table_launches, _kernels.row_launches, _kernels.moe_host_syncs, _kernels.sync_exposed_time)
+            _kernels.table_launches, _kernels.row_launches, _kernels.megatron_launches, _kernels.moe_host_syncs,
+            _kernels.sync_exposed_time)

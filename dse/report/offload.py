@@ -19,13 +19,22 @@ def _bw(x) -> str:
     return "-" if x is None else fmt(x, "bytes/s")
 
 
+def _params(plan: dict) -> str:
+    """What the parameter tier holds: 16-bit weights, or QLoRA's quantized frozen ones."""
+    if plan.get("finetune") == "qlora":
+        return f"{plan.get('quantization') or 'nf4'} frozen weights"
+    if plan.get("finetune") == "lora":
+        return "16-bit frozen weights"
+    return "16-bit params"
+
+
 def render(con, r: dict) -> None:
     """The ``offload`` section of ``dse estimate``."""
     o = r["offload"]
     total = r["time"]["iteration"]
     what_if = o["drives"] != o["drives_in_hardware"]
     extra = f" (the hardware has {o['drives_in_hardware']}: a what-if)" if what_if else ""
-    con.print(f"[bold]Offload[/]: {o['mode']}; optimizer states on {o['optimizer_tier']}, fp16 params on "
+    con.print(f"[bold]Offload[/]: {o['mode']}; optimizer states on {o['optimizer_tier']}, {_params(r['plan'])} on "
               f"{o['params_tier']}, {int(o['drives'])} drive(s){extra}")
     tab = Table(title="Links per iteration", box=box.SIMPLE_HEAVY, title_justify="left")
     for col, j in (("link", "left"), ("toward storage", "right"), ("toward GPU", "right"), ("bandwidth", "right"),

@@ -166,8 +166,13 @@ def _value(value, tp, meta, where):
         _check_range(value, meta, where)
         return value
     if tp is float:
-        kind = meta.get("unit") or "count"
-        num = units.parse(value, kind, where)
+        if not meta.get("unit") and isinstance(value, str):   # a plain number (a factor, a fraction, a count)
+            try:
+                num = units.parse(value, "count", where)
+            except InputError:
+                raise InputError(f"{where}: expected a number, got {value!r}") from None
+        else:
+            num = units.parse(value, meta.get("unit") or "count", where)
         _check_range(num, meta, where)
         return num
     return value  # pragma: no cover - unused types

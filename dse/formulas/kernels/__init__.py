@@ -109,6 +109,7 @@ from dse.formulas.kernels.cross import cross_attention_kernels, position_bias_ke
 from dse.formulas.kernels.ends import embedding_kernels, head_kernels
 from dse.formulas.kernels.launches import (
     MEGATRON_LAUNCHES,
+    megatron_launches,
     moe_host_syncs,
     row_launches,
     sync_exposed_time,
@@ -133,5 +134,6 @@ from dse.formulas.kernels.sums import (
 __all__ = ["KINDS", "layer_kernels", "moe_mlp_kernels", "mla_attention_kernels", "cross_attention_kernels",
            "position_bias_kernel", "embedding_kernels", "head_kernels", "weight_gemms",
            "forward_flops", "recomputed_flops", "executed_flops", "backward_flops", "saved_bytes", "packed_bytes",
-           "rerun_bytes", "message_bytes", "MEGATRON_LAUNCHES", "row_launches", "table_launches", "softmax_row",
+           "rerun_bytes", "message_bytes", "MEGATRON_LAUNCHES", "megatron_launches", "row_launches", "table_launches",
+           "softmax_row",
            "fused_softmax_available", "moe_host_syncs", "sync_exposed_time"]

@@ -10,7 +10,7 @@ from typing import Any
 from dse.formulas._array import Num, where
 from dse.formulas.kernels.rows import Row, Table
 
-__all__ = ["MEGATRON_LAUNCHES", "row_launches", "table_launches", "moe_host_syncs", "sync_exposed_time"]
+__all__ = ["MEGATRON_LAUNCHES", "megatron_launches", "row_launches", "table_launches", "moe_host_syncs", "sync_exposed_time"]
 
 #: (forward, backward) kernels Megatron-LM launches for a row of its layer, counted from microsoft/Megatron-DeepSpeed
 #: megatron/model/transformer.py (ParallelTransformerLayer, ParallelAttention, ParallelMLP), megatron/mpu/layers.py
@@ -28,6 +28,34 @@ MEGATRON_LAUNCHES: dict[str, tuple[int, int]] = {
     "attn_residual": (1, 3), "mlp_residual": (1, 3),
     "activation": (1, 2),     # bias-GeLU (GeLUFunction): one kernel each way, and the fc1 bias gradient's sum
 }
+
+
+def megatron_launches(bias: bool = True, qkv_bias: bool | None = None) -> dict[str, tuple[int, int]]:
+    """:data:`MEGATRON_LAUNCHES` for a model with or without biases on its linear layers.
+
+    Formula: each bias-gradient column sum counted there (``grad_output.sum(0)`` of a linear with a bias; the
+    bias-dropout-add's and bias-GeLU's bias gradient) is one backward launch that a bias-free layer does not make:
+    qkv (1, 2 + [qkv bias]), attn_residual and mlp_residual (1, 2 + [bias]), activation (1, 1 + [bias])
+    Source: the files :data:`MEGATRON_LAUNCHES` is counted from (Megatron-DeepSpeed mpu/layers.py computes the
+    bias gradient only ``if use_bias``); Megatron-Core's bias_dropout_add and bias_geglu/bias_swiglu skip the bias
+    when it is None.
+
+    Args:
+        bias: biases on the linear layers [bool]
+        qkv_bias: a bias on Q/K/V (None: ``bias``) [bool]
+    Returns:
+        (forward, backward) launches per row name [count]
+
+    >>> megatron_launches() == MEGATRON_LAUNCHES, megatron_launches(False)["activation"], megatron_launches(False)["qkv"]
+    (True, (1, 1), (1, 2))
+    >>> megatron_launches(False, qkv_bias=True)["qkv"], megatron_launches(False, qkv_bias=True)["mlp_residual"]
+    ((1, 3), (1, 2))
+    """
+    qkv = bias if qkv_bias is None else qkv_bias
+    if bias and qkv:
+        return MEGATRON_LAUNCHES
+    return {**MEGATRON_LAUNCHES, "qkv": (1, 2 + int(qkv)), "attn_residual": (1, 2 + int(bias)),
+            "mlp_residual": (1, 2 + int(bias)), "activation": (1, 1 + int(bias))}
 
 
 def row_launches(name: str, row: Row, launches: dict[str, tuple[int, int]] | None = None,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dse.formulas._array import Num, minimum
 from dse.formulas.kernels.rows import Table
+from dse.formulas.transformer.moe import dropped_token_fraction
 
 __all__ = ["moe_mlp_kernels"]
 
@@ -43,7 +44,10 @@ def moe_mlp_kernels(s: Num, b: Num, h: Num, experts: int, experts_per_token: Num
     Capacity factor C (``capacity``; Megatron-Core --moe-expert-capacity-factor): an expert keeps at most C times the
     mean, so the busiest expert's GEMMs run min(c, C) T k / E tokens (the rest are dropped); padded to capacity
     (``pad``, --moe-pad-expert-input-to-capacity) every expert runs C T k / E, and the dispatch and combine
-    messages, the routed copies saved and the expert activation carry C T k copies (the padded buffers).
+    messages, the routed copies saved and the expert activation carry C T k copies (the padded buffers); without
+    padding the router drops the copies over capacity before the dispatch, and those rows carry the kept ones,
+    (1 - d) T k (d: :func:`dse.formulas.transformer.dropped_token_fraction` of the T r tokens a GPU routes;
+    Megatron-Core ``moe_utils.apply_router_token_dropping``: routing_map AND capacity_mask is what is permuted).
     Source: Megatron-Core MoE (``TopKRouter``, ``MoEAllGatherTokenDispatcher``, ``GroupedMLP``; Shoeybi et al.
     2019 for the TP split); Hugging Face MixtralSparseMoeBlock (fp32 softmax, top-k, index_add_ combine);
     Fedus et al. 2021 (Switch Transformer, arXiv 2101.03961) §2.2 for the capacity of the busiest expert;
@@ -87,7 +91,9 @@ def moe_mlp_kernels(s: Num, b: Num, h: Num, experts: int, experts_per_token: Num
     load: Num = imbalance                   # the busiest expert's tokens over the mean
     rows: Num = 1                           # routed copies over T k
     if routed and capacity is not None:     # capacity factor: capped, or padded to it
-        load, rows = (capacity, capacity) if pad else (minimum(imbalance, capacity), 1)
+        load, rows = ((capacity, capacity) if pad else
+                      (minimum(imbalance, capacity), 1 - dropped_token_fraction(tok * r, experts, k, capacity,
+                                                                                imbalance)))
     a2a = e * tok * r * k * h * rows                           # the routed copies a GPU sends in one all-to-all
     if parallel:
         t["ep_dispatch"] = {"kind": "collective", "op": "alltoall", "group": "ep", "comm": a2a, "pass": "forward",

@@ -129,7 +129,7 @@ def _erf(x: Num) -> Num:
     return np.asarray(np.frompyfunc(math.erf, 1, 1)(x), dtype=float)
 
 
-def dropped_token_fraction(tokens: Num, experts: int, experts_per_token: int, capacity: Num,
+def dropped_token_fraction(tokens: Num, experts: int, experts_per_token: Num, capacity: Num,
                            imbalance: Num = 1.0) -> Num:
     """Share of the routed token copies that experts of capacity factor C drop (a lower bound for a skewed router).
 
