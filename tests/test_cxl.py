@@ -146,3 +146,17 @@ def test_deepspeed_sees_host_memory(dse_cli):
     z = json.loads(res.out)["zero_optimization"]
     assert z["offload_optimizer"]["device"] == "cpu" and z["offload_param"]["device"] == "cpu"
     assert "numactl --membind" in res.err and "CPU-less NUMA node" in res.err
+
+
+def test_a_tie_between_links_names_the_same_bottleneck_for_scalar_and_array_plans():
+    """ZeRO-3 with parameters in CXL: the GPU's host link and the CXL links are equally busy; the scalar estimate
+    and an array plan name the same (first listed) link (found by the array-vs-loop property test)."""
+    import numpy as np
+
+    import dse
+
+    kw = dict(tp=2, dp=2, seq_len=1024, recompute="none", zero=3, offload_params="cxl", overrides=["model.layers=2"])
+    one = dse.estimate("llama3-8b", "hgx-h100-cxl", micro_batch=1, **kw)["offload"]
+    many = dse.estimate("llama3-8b", "hgx-h100-cxl", micro_batch=np.array([1, 2, 4]), **kw)["offload"]
+    assert one["links"]["gpu_host"]["busy_s"] == one["links"]["host_cxl"]["busy_s"]
+    assert list(many["bottleneck_link"]) == [one["bottleneck_link"]] * 3 == ["gpu_host"] * 3

@@ -94,11 +94,12 @@ def mode_label(plan: Plan) -> Any:
 
 
 def _argmax_name(busy: dict[str, Num]) -> Any:
-    """Name of the busiest link (an array of names when the inputs are arrays)."""
+    """Name of the busiest link (an array of names when the inputs are arrays); a tie goes to the first link listed,
+    as numpy's argmax breaks it for an array plan."""
     names = list(busy)
     values = list(busy.values())
     if all(is_scalar(v) for v in values):
-        return max(zip(values, names))[1]
+        return names[values.index(max(values))]
     import numpy as np
 
     stack = np.stack(np.broadcast_arrays(*[np.asarray(v, dtype=float) for v in values]))

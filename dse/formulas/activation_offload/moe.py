@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from dse.formulas._array import Num
+from dse.formulas.transformer.moe import dropped_token_fraction
 
 __all__ = ["moe_mlp_saved_terms", "moe_layer_terms"]
 
@@ -28,10 +29,12 @@ def moe_mlp_saved_terms(s: Num, b: Num, h: Num, experts: int, experts_per_token:
                         tp: Num = 1, sequence_parallel: bool = False, ffn_type: str = "swiglu",
                         shared_experts: Num = 0, shared_ffn: Num = 0, shared_gate: bool = False,
                         bytes_per_element: Num = 2, capacity: Num | None = None, pad: bool = False,
-                        **ignored: Any) -> dict[str, Num]:
+                        imbalance: Num = 1.0, **ignored: Any) -> dict[str, Num]:
     """Bytes each tensor an MoE layer's MLP saves for backward, per GPU and micro-batch (balanced routing).
 
-    Formula: T = s b, r = 1/t with SP, k top-k, c_p = C when padded to capacity (else 1), F_l = F_e / t:
+    Formula: T = s b, r = 1/t with SP, k top-k, c_p = C when padded to capacity, 1 - d with a capacity factor and
+    no padding (d: the dropped share, :func:`dse.formulas.transformer.dropped_token_fraction`; the router drops
+    those copies before the permutation), else 1, F_l = F_e / t:
     mlp_input e T h r (the router's GEMM input; with one expert, E = 1, the expert's: no router);
     router_probs 4 T r E (fp32 softmax output); router_indices 8 T r k (int64 top-k);
     routed_tokens e T k h c_p (the k copies in expert order, fc1's input); expert_activation n e T k F_l c_p
@@ -44,7 +47,7 @@ def moe_mlp_saved_terms(s: Num, b: Num, h: Num, experts: int, experts_per_token:
     Source: Megatron-Core MoE (``TopKRouter``: fp32 probabilities, top-k indices; ``GroupedMLP`` saves the
     permuted tokens; ``moe_utils.unpermute`` keeps the expert outputs for the probabilities' gradient); Hugging Face
     ``MixtralSparseMoeBlock`` saves the same tensors per expert (tests/test_activation_offload_moe_torch.py).
-    Expert parallelism and the busiest expert's load do not change them (a GPU holds T k copies).
+    Expert parallelism does not change them (a GPU holds T k copies); the busiest expert's load only through d.
 
     Args:
         experts: E, routed experts [count]
@@ -55,7 +58,8 @@ def moe_mlp_saved_terms(s: Num, b: Num, h: Num, experts: int, experts_per_token:
         shared_gate: a sigmoid gate h x 1 on the shared output [bool]
         capacity: C, the experts' capacity factor (None: dropless) [ratio]
         pad: every expert padded to its capacity [bool]
-        ignored: other MoE options (ep, imbalance), which change no saved byte [dict]
+        imbalance: c, the busiest expert's tokens over the mean (the dropped share) [fraction]
+        ignored: other MoE options (ep), which change no saved byte [dict]
     Returns:
         dict tensor name -> bytes [bytes]
 
@@ -70,8 +74,8 @@ def moe_mlp_saved_terms(s: Num, b: Num, h: Num, experts: int, experts_per_token:
     kept = 3 if ffn_type in ("swiglu", "geglu") else (1 if ffn_type == "relu" else 2)
     k = experts_per_token
     rows: Num = 1
-    if experts > 1 and capacity is not None and pad:
-        rows = capacity
+    if experts > 1 and capacity is not None:
+        rows = capacity if pad else 1 - dropped_token_fraction(tok * r, experts, k, capacity, imbalance)
     out: dict[str, Num] = {"mlp_input": e * tok * h * r}
     if experts > 1:
         out["router_probs"] = 4 * tok * r * experts
