@@ -212,6 +212,7 @@ def test_estimate_with_no_flags_uses_the_shipped_defaults(capsys):
 GB, TB = 1e9, 1e12
 NEW_GPUS = {
     "b200-sxm-180gb": (2250, 180 * GB, 8 * TB, 1000),   # HGX B200: 4,500 sparse; DGX B200 1,440 GB / 8
+    "gb200-186gb": (2500, 186 * GB, 8 * TB, 1200),      # GB200 at 1,200 W: 5,000 sparse; NVL72 13.4 TB / 72
     "rtx-4090": (165.2, 24564 * MiB, 1008 * GB, 450),   # Ada whitepaper, BF16 with FP32 accumulate
     "rtx-5090": (209.5, 32109 * MiB, 1792 * GB, 575),   # RTX Blackwell whitepaper (not verified)
     "l40s": (366.5, 48 * GB, 864 * GB, 350),            # L40S datasheet: 733 with sparsity
@@ -221,6 +222,7 @@ NEW_GPUS = {
 }
 NEW_SYSTEMS = {  # system: (gpu, gpus per node, gpu link or None)
     "dgx-b200": ("b200-sxm-180gb", 8, "nvlink5"),
+    "gb200-nvl72": ("gb200-186gb", 72, "nvlink5"),
     "workstation-rtx4090-x2": ("rtx-4090", 2, "pcie4-x16-gpu-peer"),
     "workstation-rtx5090": ("rtx-5090", 1, None),
     "server-l40s-x8": ("l40s", 8, "pcie4-x16-gpu-peer"),
@@ -282,6 +284,7 @@ def _finite(tree) -> bool:
 
 @pytest.mark.parametrize("name,model,plan,fits", [
     ("dgx-b200", "llama3-8b", dict(dp=8, micro_batch=1, seq_len=4096, zero=1), True),
+    ("gb200-nvl72", "llama3-8b", dict(dp=8, micro_batch=1, seq_len=4096, zero=1), True),
     ("mi300x-platform", "llama3-8b", dict(dp=8, micro_batch=1, seq_len=4096, zero=1), True),
     ("mi325x-platform", "llama3-8b", dict(dp=8, micro_batch=1, seq_len=4096, zero=1), True),
     ("hgx-h20", "llama3-8b", dict(dp=8, micro_batch=1, seq_len=4096, zero=1), True),

@@ -17,7 +17,7 @@ import pytest
 
 MODELS = ("mixtral-8x7b", "qwen3-30b-a3b", "gpt-oss-120b", "llama3-8b", "gemma3-27b", "gpt2-medium")
 SYSTEMS = ("dgx-h100", "h100-cluster", "dgx-a100-80gb", "workstation-rtx4090-x2", "workstation-rtx5090",
-           "mi300x-platform", "dgx-b200", "hgx-h20", "server-l40s-x8", "hgx-h100-cxl")
+           "mi300x-platform", "dgx-b200", "gb200-nvl72", "hgx-h20", "server-l40s-x8", "hgx-h100-cxl")
 CHOICES = {   # flag -> values (None: the flag is not given)
     "--tp": (None, None, 2, 4),
     "--dp": (None, None, 2, 8),
@@ -42,7 +42,7 @@ FIELDS = {flag: flag[2:].replace("-", "_") for flag in CHOICES}
 
 
 FP8_SYSTEMS = ("dgx-h100", "h100-cluster", "workstation-rtx4090-x2", "workstation-rtx5090", "mi300x-platform",
-               "dgx-b200", "hgx-h20", "server-l40s-x8", "hgx-h100-cxl")
+               "dgx-b200", "gb200-nvl72", "hgx-h20", "server-l40s-x8", "hgx-h100-cxl")
 
 
 def _coherent(rnd: random.Random) -> dict[str, object]:

@@ -38,8 +38,8 @@ from dse.report.jsonout import plain
 
 MOE = ("mixtral-8x7b", "qwen3-30b-a3b", "gpt-oss-120b", "llama4-scout", "deepseek-v3")
 DENSE = ("llama3-8b", "llama2-7b", "mistral-7b", "qwen2-7b", "gemma2-9b", "gemma3-27b", "gpt2-medium")
-FP8_SYSTEMS = ("dgx-h100", "h100-cluster", "dgx-h200", "dgx-b200", "hgx-h20", "mi300x-platform", "mi325x-platform",
-               "server-l40s-x8", "workstation-rtx4090-x2", "workstation-rtx5090", "hgx-h100-cxl")
+FP8_SYSTEMS = ("dgx-h100", "h100-cluster", "dgx-h200", "dgx-b200", "gb200-nvl72", "hgx-h20", "mi300x-platform",
+               "mi325x-platform", "server-l40s-x8", "workstation-rtx4090-x2", "workstation-rtx5090", "hgx-h100-cxl")
 SYSTEMS = (*FP8_SYSTEMS, "dgx-a100-80gb", "a100-cluster-800g")
 TIME_PARTS = ("compute", "recompute", "communication", "bubble", "optimizer", "overhead", "io_exposed")
 COMM_PARTS = ("tp_communication", "pp_communication", "cp_communication", "dp_communication", "embedding_sync",

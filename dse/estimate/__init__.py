@@ -102,8 +102,8 @@ def run(model: ModelSpec, system: Hardware, plan: Plan, *, trace: Trace | None =
 
 
 # keys of the composed dict that are not result sections (terms, and numbers the result holds elsewhere)
-_NOT_SECTIONS = frozenset(("terms", "params", "params_trainable", "params_active", "gpus", "nodes", "micro_batches",
-                           "layers_per_stage", "params_per_gpu", "peak_flops", "extra_violations"))
+_NOT_SECTIONS = frozenset(("terms", "params", "params_trainable", "params_active", "gpus", "nodes", "hosts",
+                           "micro_batches", "layers_per_stage", "params_per_gpu", "peak_flops", "extra_violations"))
 
 
 def numbers(model: ModelSpec, system: SystemSpec, plan: Plan, *, trace: Trace | None = None
@@ -152,6 +152,9 @@ def numbers(model: ModelSpec, system: SystemSpec, plan: Plan, *, trace: Trace | 
             r[k] = v
     r["hardware"] = {"name": system.name, "gpu": system.node.gpu.name, "gpus_per_node": system.node.gpus_per_node,
                      "nodes": system.nodes}
+    if system.node.gpus_per_host is not None:   # hosts smaller than the node (GB200 NVL72: one Grace per 2 GPUs)
+        r["parallelism"]["hosts"] = c["hosts"]
+        r["hardware"]["gpus_per_host"] = system.node.gpus_per_host
     r["plan"] = vars(plan).copy()   # plan fields are scalars: a shallow copy is the whole plan
     if r["plan"].get("target_len") is None:   # a decoder's length only: target_len is an encoder-decoder's
         r["plan"].pop("target_len", None)

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from dse.estimate import activation_hooks as _hooks
 from dse.estimate.table_inputs import mean_layer
 from dse.estimate.technique import TechniqueBase
-from dse.estimate.terms import DriveWrites, Layers, MicrobatchIO, Num, _Mappable, drive_use, drives
+from dse.estimate.terms import DriveWrites, Layers, MicrobatchIO, Num, _Mappable, drive_use, drives, gpus_per_host
 from dse.estimate.wear import apply_wear
 from dse.formulas._array import ceil, maximum, minimum, where
 
@@ -335,7 +335,7 @@ class ActivationOffload(TechniqueBase):
         A = _formulas(F)
         i = c["terms"]
         mode = plan.offload_activations
-        gpus_node = minimum(c["gpus"], system.node.gpus_per_node)   # GPUs of one node sharing its drives and DRAM
+        gpus_node = gpus_per_host(c, system)   # GPUs of one host sharing its drives and DRAM
         layers, a, a_off = i.layers_per_stage, i.layer_activation_bytes, state.offloaded_per_layer
         tm = stage_times(c)
         bw_w, bw_r, path, per_gpu = io_bandwidths(c, system, plan, gpus_node, A)

@@ -238,6 +238,7 @@ def compose_memory(model: ModelSpec, system: SystemSpec, plan: Plan, F: Formulas
         "layer_params": prm["p_layer"],
         "gpus": gpus,
         "nodes": ceil(gpus / system.node.gpus_per_node),
+        "hosts": ceil(gpus / system.node.host_gpus),   # CPU + DRAM + host link + drives units (a node by default)
         "micro_batches": m,
         "layers_per_stage": prm["l_stage"],
         "peak_flops": peak,

@@ -64,11 +64,11 @@ class Violation:
                 "message": self.message if message is None else message, "reason": self.reason}
 
 
-def _memory_text(tier: str, mem: dict[str, Any]) -> Callable[[], str]:
+def _memory_text(tier: str, mem: dict[str, Any], unit: str = "node") -> Callable[[], str]:
     def text() -> str:
         from dse.units import fmt
 
-        return (f"{tier} memory: needs {fmt(mem['total'], 'bytes')} per {'GPU' if tier == 'gpu' else 'node'}, "
+        return (f"{tier} memory: needs {fmt(mem['total'], 'bytes')} per {'GPU' if tier == 'gpu' else unit}, "
                 f"has {fmt(mem['capacity'], 'bytes')}")
     return text
 
@@ -107,6 +107,8 @@ def check(memory: dict[str, Any], system: Any, plan: Any, *, gpus: Num | None = 
     constraints from (``technique.violations(c, system, plan)``); ``describe``: see
     :func:`memory_checks`.
     """
+    if describe is None and getattr(getattr(system, "node", None), "gpus_per_host", None) is not None:
+        describe = lambda tier, mem: _memory_text(tier, mem, "host")   # noqa: E731  (hosts smaller than a node)
     out = memory_checks(memory, describe)
     if gpus is not None:
         out.append(gpu_count_check(gpus, nodes, system))

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from dse.estimate.feasibility import Violation
 from dse.estimate.technique import TechniqueBase
-from dse.estimate.terms import DriveWrites, drive_use, near_storage
+from dse.estimate.terms import DriveWrites, drive_use, gpus_per_host, near_storage
 from dse.estimate.wear import apply_wear, drive_endurance
 from dse.formulas import optimizer as _optimizer
 from dse.formulas._array import is_scalar, minimum, where
@@ -128,7 +128,7 @@ def partition(c: Result, system: SystemSpec, plan: Plan, F: Formulas | None = No
     zero: Num = plan.zero                                    # resolved: a stage (an array of them in a search)
     d, pe = i.dp, i.expert_params_per_gpu
     p_gpu = i.trainable_params_per_gpu                       # LoRA/QLoRA: the adapters (full: every parameter)
-    g_node = minimum(c["gpus"], system.node.gpus_per_node)   # GPUs sharing one host and its drives
+    g_node = gpus_per_host(c, system)                         # GPUs sharing one host and its drives
     # ZeRO partitions of one GPU: dense parameters over dp; with expert parallelism the experts over the dp/ep
     # ranks holding them (DeepSpeed-MoE and Megatron-Core shard expert states over the expert-data-parallel group)
     sharded = (p_gpu + pe * (getattr(plan, "ep", 1) - 1)) / d   # (p - pe)/d + pe/(d/ep)

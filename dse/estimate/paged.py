@@ -16,8 +16,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from dse.estimate.technique import TechniqueBase
+from dse.estimate.terms import gpus_per_host
 from dse.formulas import optimizer as _optimizer
-from dse.formulas._array import minimum
 from dse.formulas.precision import recipe_of
 
 if TYPE_CHECKING:
@@ -48,7 +48,7 @@ class PagedOptimizer(TechniqueBase):
         total = O.state_bytes_per_param(plan.optimizer, r)
         share = O.paged_state_bytes(plan.optimizer, r) / total if total else 0.0   # states / (master + states)
         evicted = O.paged_evicted_bytes(gpu["total"], gpu["capacity"], share * gpu["optimizer"])
-        g_node = minimum(c["gpus"], system.node.gpus_per_node)
+        g_node = gpus_per_host(c, system)          # GPUs whose evicted states share one host's DRAM
         for tier, sign in ((gpu, -1.0), (host, g_node)):
             tier["optimizer"] = tier["optimizer"] + sign * evicted
             tier["total"] = tier["total"] + sign * evicted

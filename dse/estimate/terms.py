@@ -18,6 +18,8 @@ import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
+from dse.formulas._array import minimum
+
 if TYPE_CHECKING:
     from dse.specs.hardware import NearStorageSpec, StorageArraySpec, SystemSpec
 
@@ -148,15 +150,15 @@ class DriveWrites(_Mappable):
 class DriveUse(_Mappable):
     """The drives a plan uses on each node and what the cost model charges for each (:func:`drive_use`)."""
 
-    count: Num                  # drives per node the plan uses (plan.ssds, else every drive; 0 without drives)
+    count: Num                  # drives per host the plan uses (plan.ssds, else every drive; 0 without drives)
     price: Num                  # USD per drive (a computational SSD is bought whole: drive + accelerator)
     power: Num                  # W per drive (a CSD's accelerator draws power only when it runs the update)
 
 
 def drive_use(system: Any, plan: Any) -> DriveUse:
-    """How many drives of a node the plan uses and their price and power (computed once, shared by techniques).
+    """How many drives of a host the plan uses and their price and power (computed once, shared by techniques).
 
-    ``plan.ssds`` when given, else every drive of the node; 0 on a node without drives. A CSD's
+    ``plan.ssds`` when given, else every drive of the host (the array is stated per host); 0 without drives. A CSD's
     accelerator is charged in the price whether or not the plan uses it; its power counts only when
     the plan runs the optimizer update on it (``offload_optimizer: csd``; its idle draw is not modelled).
     """
@@ -168,6 +170,15 @@ def drive_use(system: Any, plan: Any) -> DriveUse:
     return DriveUse(count=plan.ssds if plan.ssds is not None else storage.count,
                     price=dev.price + (ns.price if ns is not None else 0.0),
                     power=dev.power + (ns.power if ns is not None and plan.offload_optimizer == "csd" else 0.0))
+
+
+def gpus_per_host(c: Any, system: Any) -> Num:
+    """GPUs of the plan that share one host, its DRAM, host link and drives: min(gpus, gpus_per_host).
+
+    A host is the node unless the node states ``gpus_per_host`` (a GB200 NVL72 rack: one Grace per two GPUs);
+    host memory, host-side bandwidth and drive traffic are per host, collectives per node.
+    """
+    return minimum(c["gpus"], system.node.host_gpus)
 
 
 def drives(system: SystemSpec) -> StorageArraySpec:

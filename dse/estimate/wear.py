@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from dse.estimate.technique import TechniqueBase
-from dse.formulas._array import minimum
+from dse.estimate.terms import gpus_per_host
 
 
 def drive_endurance(c: dict[str, Any], device: Any, by_source: dict[str, Any], per_drive: Any, gpus_node: Any,
@@ -54,7 +54,7 @@ def apply_wear(c: dict[str, Any], system: Any, F: Any = None) -> None:
     for w in writes.values():      # registry order: storage offload, then activation offload
         by_source.update(w.by_source)
         per_drive = per_drive + w.per_drive
-    gpus_node = minimum(c["gpus"], system.node.gpus_per_node)
+    gpus_node = gpus_per_host(c, system)
     drive_endurance(c, system.node.storage.device, by_source, per_drive, gpus_node, F)
 
 

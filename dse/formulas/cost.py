@@ -19,42 +19,46 @@ SECONDS_PER_YEAR = 365.25 * 86400
 
 
 def capital_cost(gpus: Num, gpu_price: Num, nodes: Num, node_price: Num, drives: Num = 0,
-                 drive_price: Num = 0.0) -> Num:
+                 drive_price: Num = 0.0, hosts: Num = 0, host_price: Num = 0) -> Num:
     """Purchase cost of the parts a plan uses.
 
-    Formula: C = n_gpu p_gpu + n_node p_node + n_drive p_drive
+    Formula: C = n_gpu p_gpu + n_node p_node + n_host p_host + n_drive p_drive
     Source: definition (sum of part prices); prices are in the hardware spec files, each with its citation.
 
     Args:
         gpus: n_gpu, GPUs used [count]
         gpu_price: p_gpu, price of one GPU [USD]
         nodes: n_node, nodes used [count]
-        node_price: p_node, price of one node without its GPUs (chassis, host, network) [USD]
+        node_price: p_node, price of one node beyond its GPUs and hosts (chassis, switches, network) [USD]
         drives: n_drive, drives used [count]
         drive_price: p_drive, price of one drive (with its accelerator for a CSD) [USD]
+        hosts: n_host, hosts used: one per node unless the node states smaller hosts [count]
+        host_price: p_host, price of one host (CPU, DRAM, board) [USD]
     Returns:
         capital cost [USD]
 
     >>> capital_cost(8, 15_000, 1, 50_000, drives=4, drive_price=400)   # one 8-GPU node with 4 drives
     171600
+    >>> capital_cost(8, 40_000, 1, 250_000, 8, 700, hosts=4, host_price=5_000)   # 8 GPUs of a rack: 4 hosts of 2
+    595600
     >>> import numpy as np
     >>> capital_cost(np.array([8, 16, 32]), 15_000, np.array([1, 2, 4]), 50_000)
     array([170000., 340000., 680000.])
     """
-    return gpus * gpu_price + nodes * node_price + drives * drive_price
+    return gpus * gpu_price + nodes * node_price + hosts * host_price + drives * drive_price
 
 
 def power_draw(gpus: Num, gpu_power: Num, nodes: Num, host_power: Num, drives: Num = 0, drive_power: Num = 0.0) -> Num:
     """Electrical power of the parts in use, at their rated power.
 
-    Formula: P = n_gpu P_gpu + n_node P_host + n_drive P_drive
+    Formula: P = n_gpu P_gpu + n_host P_host + n_drive P_drive
     Source: definition; rated powers (TDP) from the hardware spec files.
 
     Args:
         gpus: n_gpu, GPUs used [count]
         gpu_power: P_gpu, rated power of one GPU [W]
-        nodes: n_node, nodes used [count]
-        host_power: P_host, rated power of one node without its GPUs [W]
+        nodes: n_host, hosts used: the nodes unless a node states smaller hosts [count]
+        host_power: P_host, rated power of one host without its GPUs and drives [W]
         drives: n_drive, drives used [count]
         drive_power: P_drive, rated power of one drive [W]
     Returns:

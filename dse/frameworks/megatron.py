@@ -290,7 +290,7 @@ def emit(model, system, plan) -> tuple[str, list[str]]:
     from dse.frameworks.common import gpu_layout, plan_limits
 
     warnings = plan_limits(plan, "Megatron-LM")
-    nodes, per_node = gpu_layout(plan.gpus, system.node.gpus_per_node)
+    nodes, per_node = gpu_layout(plan.gpus, system.node.host_gpus)   # one launcher per host (OS instance)
     args = [f"--tensor-model-parallel-size {plan.tp} --pipeline-model-parallel-size {plan.pp}"
             + f" --context-parallel-size {plan.cp}" * (plan.cp > 1)]
     if plan.schedule == "interleaved" and plan.virtual_stages > 1:

@@ -179,7 +179,7 @@ def emit(model, system, plan) -> tuple[str, list[str]]:
 
     warnings = plan_limits(plan, "torchtitan")
     world = plan.gpus
-    nodes, per_node = gpu_layout(world, system.node.gpus_per_node)
+    nodes, per_node = gpu_layout(world, system.node.host_gpus)   # one launcher per host (OS instance)
     flavor = {v: k for k, v in TORCHTITAN_MODELS.items()}.get(model.name)
     lines = [f"# dse: torchtitan job for {model.name} on {system.name}: {world} GPUs; launch with "
              f"torchrun --nnodes {nodes} --nproc_per_node {per_node} -m torchtitan.train --job.config_file FILE"]

@@ -71,6 +71,7 @@ def header(r: dict) -> str:
            if "active_params" in mo else "")
     text = (f"[bold]{mo['name']}[/] ({fmt(mo['params'], 'count')} parameters{moe}) on "
             f"[bold]{r['hardware']['name']}[/] — {int(par['gpus'])} GPUs in {int(par['nodes'])} node(s), "
+            + (f"{int(par['hosts'])} host(s), " if "hosts" in par else "") +
             f"{par['micro_batches']:g} micro-batches\n" + " · ".join(bits))
     return text + notes(r)
 
@@ -106,7 +107,8 @@ def time_table(r: dict) -> Table:
 def memory_table(r: dict) -> Table:
     mem = r["memory"]
     tiers = [k for k in ("gpu", "host", "cxl", "storage") if k in mem and (mem[k]["capacity"] or mem[k]["total"])]
-    tab = Table(title="Memory (GPU: per GPU, most loaded stage; host and storage: per node)", box=box.SIMPLE_HEAVY,
+    unit = "host" if "hosts" in r["parallelism"] else "node"   # a node of several hosts (GB200 NVL72)
+    tab = Table(title=f"Memory (GPU: per GPU, most loaded stage; host and storage: per {unit})", box=box.SIMPLE_HEAVY,
                 title_justify="left")
     tab.add_column("tensor class")
     for tier in tiers:

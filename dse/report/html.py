@@ -61,7 +61,8 @@ def estimate_html(r: dict[str, Any]) -> str:
             if any(mem[tr].get(c, 0.0) for tr in tiers)]
     rows.append(["total", *[fmt(mem[tr]["total"], "bytes") for tr in tiers]])
     rows.append(["capacity", *[fmt(mem[tr]["capacity"], "bytes") for tr in tiers]])
-    parts.append(_table("Memory (GPU: per GPU; host and storage: per node)", ["tensor class", *tiers], rows))
+    unit = "host" if "hosts" in r["parallelism"] else "node"   # a node of several hosts (GB200 NVL72)
+    parts.append(_table(f"Memory (GPU: per GPU; host and storage: per {unit})", ["tensor class", *tiers], rows))
     th = r["throughput"]
     rows = [["tokens/s", f"{th['tokens_per_s']:,.0f}"], ["MFU", fmt(th["mfu"], "fraction")],
             ["HFU", fmt(th["hfu"], "fraction")], ["model FLOPs / iteration", fmt(r["flops"]["model_per_iteration"],

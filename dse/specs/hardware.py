@@ -2,7 +2,10 @@
 
 Every number is in SI base units once loaded (spec files use readable units).
 A *system* is a number of identical *nodes*; a plan that needs ``tp*pp*dp`` GPUs
-fills ``ceil(tp*pp*dp / gpus_per_node)`` of them. Bandwidths are per direction.
+fills ``ceil(tp*pp*dp / gpus_per_node)`` of them. A node is one NVLink domain (8 GPUs of a DGX, 72 of a
+GB200 NVL72 rack); its GPUs are grouped into *hosts* of ``gpus_per_host`` (default: the whole node), each
+with its own CPU and DRAM, host link and drives, and a plan uses ``ceil(gpus / gpus_per_host)`` of them.
+Bandwidths are per direction.
 """
 
 from __future__ import annotations
@@ -189,21 +192,37 @@ class CXLMemorySpec:
 @dataclass(frozen=True, kw_only=True)
 class CXLMemoryArraySpec:
     device: CXLMemorySpec
-    count: int = spec_field(1, gt=0, help="expanders per node (interleaved: their bandwidths add)")
+    count: int = spec_field(1, gt=0, help="expanders per host (interleaved: their bandwidths add)")
 
 
 @dataclass(frozen=True, kw_only=True)
 class NodeSpec:
     gpu: GPUSpec
     host: HostSpec
-    gpus_per_node: int = spec_field(8, gt=0)
+    gpus_per_node: int = spec_field(8, gt=0, help="GPUs in one NVLink domain (tensor-, expert- and data-parallel "
+                                                  "groups inside it run on gpu_link)")
+    gpus_per_host: int | None = spec_field(None, gt=0, help="GPUs that share one host: its CPU and DRAM, its "
+                                           "host_link and its storage array, all stated per host; a divisor of "
+                                           "gpus_per_node (GB200 NVL72: 2, one Grace per two GPUs); default: "
+                                           "gpus_per_node")
     gpu_link: LinkSpec | None = spec_field(None, help="GPU-to-GPU inside a node (NVLink), per GPU per direction")
-    host_link: LinkSpec | None = spec_field(None, help="GPU-to-host (PCIe), per GPU per direction")
+    host_link: LinkSpec | None = spec_field(None, help="GPU-to-host (PCIe, NVLink-C2C), per GPU per direction")
     network: LinkSpec | None = spec_field(None, help="node-to-node, whole node per direction")
-    storage: StorageArraySpec | None = None
+    storage: StorageArraySpec | None = spec_field(None, help="drives of one host")
     cxl: CXLMemoryArraySpec | None = spec_field(None, help="CXL memory expanders of the host (offload tier "
                                                            "between host DRAM and the drives; None: none)")
-    price: float = spec_field(0.0, unit="USD", ge=0, help="integration cost per node beyond its parts")
+    price: float = spec_field(0.0, unit="USD", ge=0, help="integration cost per node beyond its parts and hosts")
+
+    @property
+    def host_gpus(self) -> int:
+        """GPUs sharing one host (``gpus_per_host``, or the whole node)."""
+        return self.gpus_per_host or self.gpus_per_node
+
+    def _check(self, where: str) -> None:
+        h, g = self.gpus_per_host, self.gpus_per_node
+        if h is not None and g % h:
+            divisors = ", ".join(str(d) for d in range(1, g + 1) if g % d == 0)
+            raise InputError(f"{where}.gpus_per_host: {h} does not divide gpus_per_node {g}; allowed: {divisors}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -229,3 +248,7 @@ class SystemSpec:
     @property
     def gpus(self) -> int:
         return self.nodes * self.node.gpus_per_node
+
+    @property
+    def hosts(self) -> int:
+        return self.gpus // self.node.host_gpus

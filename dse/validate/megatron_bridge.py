@@ -1,11 +1,14 @@
-"""Published Megatron-Bridge (NeMo) pre-training throughput of dense Llama models in FP8 on DGX H100 and B200.
+"""Published Megatron-Bridge (NeMo) pre-training throughput of dense Llama models in FP8 on DGX H100, B200, GB200.
 
 The rows of ``data/published/megatron_bridge.yaml``: tokens per second per GPU of NVIDIA's performance recipes,
 each estimated with the plan its table states and its recipe sets: Megatron's kernels, FP8 with current
 (tensorwise) scaling and ``fp8_param_gather`` (``bf16_with_fp8_current_scaling_mixed``), the distributed optimizer
 (ZeRO-1) with overlapped gradient reduction, sequence parallelism wherever tp > 1, the interleaved schedule with
 the table's VP, no recomputation. These cases were not used to set any efficiency: the H100's come from its
-micro-benchmarks (docs/calibration.md), and the B200 carries the H100's, an assumption its spec states.
+micro-benchmarks (docs/calibration.md), and the B200 and the GB200 carry the H100's, an assumption their specs
+state. The GB200 rows (DGX-GB200 = GB200 NVL72 racks, ``gb200-nvl72``) are the dense ones whose plan the 25.11 table
+states in full (FSDP 0); the Llama-3-70B row runs Megatron FSDP with 40 layers' activations offloaded to the Grace
+CPUs (``cpu_offloading_num_layers``, in the recipe only) and is left out.
 
 What the recipes do that the estimate does not price (each a stated source of error, not a fitted term):
 
@@ -15,7 +18,9 @@ What the recipes do that the estimate does not price (each a stated source of er
 - Blackwell's FP8 needs no transposed copies (the estimate keeps Hopper's, conservative for B200).
 
 Memory: the estimate holds Llama-3.1-405B on B200 (TP 4, PP 8, CP 2, VP 8, GBS 64) at 175 GiB against the
-B200's 167.6 GiB, where the recipe ran: the suite compares time only, and this row's note says so.
+B200's 167.6 GiB, and on GB200 (TP 4, PP 16, VP 4) at 197 GiB against 173 GiB, where the recipes ran: the suite
+compares time only, and these rows' notes say so. The systems are one node (one DGX B200, one NVL72 rack); the
+rows' 128 and 256 GPUs are priced as that many nodes of it.
 """
 
 from __future__ import annotations
@@ -56,6 +61,9 @@ ROWS = {
     "b200_llama3_8b": ("llama3-8b", "dgx-b200", dict(tp=1, pp=1, dp=8, global_batch=128, micro_batch=2)),
     "b200_llama31_405b": ("llama3.1-405b", "dgx-b200", dict(tp=4, pp=8, cp=2, dp=2, global_batch=64,
                                                             virtual_stages=8)),
+    "gb200_llama3_8b": ("llama3-8b", "gb200-nvl72", dict(tp=1, pp=1, dp=8, global_batch=128, micro_batch=2)),
+    "gb200_llama31_405b": ("llama3.1-405b", "gb200-nvl72", dict(tp=4, pp=16, dp=4, global_batch=1536,
+                                                                virtual_stages=4)),
 }
 #: case -> the name ``dse validate`` prints
 NAMES = {
@@ -65,10 +73,14 @@ NAMES = {
     "h100_llama31_405b_gbs1536": "H100 Llama-3.1-405B, 1024 GPUs, GBS 1536",
     "b200_llama3_8b": "B200 Llama-3-8B, 8 GPUs, GBS 128",
     "b200_llama31_405b": "B200 Llama-3.1-405B, 128 GPUs, GBS 64",
+    "gb200_llama3_8b": "GB200 Llama-3-8B, 8 GPUs, GBS 128",
+    "gb200_llama31_405b": "GB200 Llama-3.1-405B, 256 GPUs, GBS 1536",
 }
 NOTES = {
     "b200_llama31_405b": "the estimate holds 175 GiB per GPU against the B200's 167.6 GiB (the recipe ran): "
                          "time compared as if it fitted",
+    "gb200_llama31_405b": "the estimate holds 197 GiB per GPU against the GB200's 173 GiB (the recipe ran): "
+                          "time compared as if it fitted",
 }
 
 
