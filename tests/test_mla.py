@@ -233,8 +233,8 @@ def test_deepseek_v3_validation_case():
     suite = run_suite("deepseek-v3")
     (case,) = suite.cases
     assert case.reference == 180_000 and case.tolerance == 0.5
-    assert 180_000 < case.value < 300_000      # dse is slower: no DualPipe overlap, bf16 instead of FP8
-    assert case.accepted and "DualPipe" in case.expected_miss
+    assert 90_000 < case.value < 270_000       # within the 50 % tolerance: DualPipe priced, FP8 and MTP not
+    assert case.accepted and not case.expected_miss and "DualPipe" in case.name
     assert gpu_hours_per_trillion(3600.0, 1, 10**12) == 1.0
 
 

@@ -105,6 +105,12 @@ WITNESSES = {
     "LoRA of an MoE model is not modelled": ("mixtral-8x7b", (), GPU, {"finetune": "lora"}),
     "multi-head latent attention beyond what is modelled": ("deepseek-v3", (), "dgx-h100", {"stack": "pytorch"}),
     "LoRA rank larger than the layer it adapts": ("llama2-7b", (), GPU, {"finetune": "lora", "lora_rank": 4097}),
+    "dualpipe needs an even number of pipeline ranks": ("llama2-7b", (), GPU, {"schedule": "dualpipe", "pp": 1}),
+    "dualpipe needs an even number of micro-batches": ("llama2-7b", (), GPU, {"schedule": "dualpipe", "pp": 2,
+                                                                              "dp": 4, "global_batch": 12}),
+    "dualpipe is modelled for full training without offload": ("llama2-7b", (), GPU, {"schedule": "dualpipe",
+                                                                                      "pp": 2, "zero": 3}),
+    "dualpipe on a chiplet package": ("llama2-70b", (), PKG, {**CHIPLET, "schedule": "dualpipe"}),
 }
 
 

@@ -42,8 +42,8 @@ def random_value(rng, name, tp, meta):
     return None
 
 
-SPECIAL = {"chiplet_mesh": ["8x8", "4x16", "6x6", "2x2"],
-           "lora_dropout": [0.1], "paged_optimizer": [True]}   # rarely set: each is valid with few other choices
+SPECIAL = {"chiplet_mesh": ["8x8", "4x16", "6x6", "2x2"],   # rarely set: each is valid with few other choices
+           "lora_dropout": [0.1], "paged_optimizer": [True], "schedule": ["interleaved", "gpipe", "dualpipe"]}
 
 
 def random_data(rng):

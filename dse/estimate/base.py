@@ -1,15 +1,13 @@
 """Compose the base formulas into one training-iteration estimate on GPUs.
 
-Works on scalars (``dse estimate``) and, for every numeric plan/hardware field,
-on numpy arrays (the vectorised search): only string/boolean choices branch in
-Python; numeric ones go through :mod:`dse.formulas._array`.
+Works on scalars (``dse estimate``) and, for every numeric plan/hardware field, on numpy arrays (the vectorised
+search): only string/boolean choices branch in Python; numeric ones go through :mod:`dse.formulas._array`.
 
-The pieces, in order: the kernel tables of a layer, the embedding and the head
-(:mod:`dse.formulas.kernels`, built once); parameter placement per stage; memory per
-tier (checked first: a search can stop there); the time of each table
-(:mod:`dse.estimate.kernel_table`); the pipeline; data-parallel reduction and optimizer step;
-the breakdown, FLOPs, throughput and traffic (:mod:`dse.estimate.totals`). Parameter counts and link
-bandwidths of scalar plans are kept per spec (:mod:`dse.estimate.memo`).
+The pieces, in order: the kernel tables of a layer, the embedding and the head (:mod:`dse.formulas.kernels`, built
+once); parameter placement per stage; memory per tier (checked first: a search can stop there); the time of each
+table (:mod:`dse.estimate.kernel_table`); the pipeline (DualPipe: :mod:`dse.estimate.dualpipe`); data-parallel
+reduction and optimizer step; the breakdown, FLOPs, throughput and traffic (:mod:`dse.estimate.totals`). Parameter
+counts and link bandwidths of scalar plans are kept per spec (:mod:`dse.estimate.memo`).
 """
 
 from __future__ import annotations
@@ -17,7 +15,7 @@ from __future__ import annotations
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from dse.estimate import context as _context, fp8 as _fp8, frozen as _frozen
+from dse.estimate import context as _context, dualpipe as _dualpipe, fp8 as _fp8, frozen as _frozen
 from dse.estimate.kernel_table import Link, kernel_tables, kernel_times
 from dse.estimate.links import links
 from dse.estimate.parameters import parameters
@@ -71,11 +69,11 @@ def compose(model: ModelSpec, system: SystemSpec, plan: Plan, F: Formulas | None
 
 def activations(sums: Section, plan: Plan, m: Num, l_stage: Num, T: FormulaModule = _transformer) -> Section:
     """Activation bytes per layer, head and embedding, and on the first and last stage's GPU."""
-    p, v = plan.pp, plan.virtual_stages
-    single = p == 1
+    p, v, dual = plan.pp, plan.virtual_stages, plan.schedule == "dualpipe"
+    single = (p == 1) | dual      # DualPipe: rank 0 holds the first and the last stage
     a_layer, a_work, a_head, a_emb = sums["a_layer"], sums["a_work"], sums["a_head"], sums["a_emb"]
-    if plan.schedule == "gpipe":
-        in_flight = m
+    if plan.schedule == "gpipe" or dual:
+        in_flight = m if not dual else minimum(p + 1, m)   # DualPipe: p + 1 (DeepSeek-V3 Table 2)
     else:
         in_flight = minimum(p, m) * where(v > 1, T.interleave_factor(p, v), 1)
     return {"a_layer": a_layer, "a_work": a_work, "a_head": a_head, "a_emb": a_emb, "in_flight": in_flight,
@@ -259,6 +257,8 @@ def pipeline(model: ModelSpec, system: SystemSpec, plan: Plan, i: BaseTerms, r: 
     pp_msg = r.pp_messages * i.tokens_per_microbatch * model.hidden / plan.tp
     t_p2p = where(single, 0.0, 2 * P.p2p_time(pp_msg, lk["pp"].bandwidth, lk["pp"].latency))
     t_mb_fixed = system.node.gpu.efficiency.microbatch_overhead
+    if plan.schedule == "dualpipe":
+        return _dualpipe.schedule(model, plan, i, kt, pp_msg, t_p2p, t_mb_fixed, P)
     layer_total, t_embed, t_head = kt["layer_total"], kt["t_embed"], kt["t_head"]
     stage_first = l_stage * layer_total + t_embed + where(single, t_head, 0)
     stage_last = l_stage * layer_total + t_head + where(single, t_embed, 0)

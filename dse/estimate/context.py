@@ -34,9 +34,11 @@ def local_seq(plan: Any) -> Num:
 
 
 def grad_ranks(plan: Any) -> Num:
-    """Ranks that hold the same weights and reduce their gradients: dp x cp (Megatron's data-parallel-with-cp group)."""
+    """Ranks that hold the same weights and reduce their gradients: dp x cp (Megatron's data-parallel-with-cp group);
+    twice that under DualPipe, whose ranks hold two stages each (stage i on ranks i and p-1-i)."""
     cp = getattr(plan, "cp", 1)
-    return plan.dp if _one(cp) else plan.dp * cp
+    d = plan.dp if _one(cp) else plan.dp * cp
+    return 2 * d if getattr(plan, "schedule", "1f1b") == "dualpipe" else d
 
 
 def split_attention(layer: dict[str, Any], model: Any, plan: Any, e: Num, P: Any = _parallelism) -> dict[str, Any]:

@@ -1,12 +1,10 @@
 """The kernel tables of a scenario (:mod:`dse.formulas.kernels`) and their time on one GPU.
 
-:func:`kernel_tables` builds the tables of one micro-batch (a layer, the embedding, the head)
-from the model, the plan and the precision, with the sums the memory and FLOP counts read.
-:func:`kernel_time` is the one place where a kernel's cost is decided: a GEMM at the
-GEMM efficiency plus the fixed per-kernel overhead, a flash-attention kernel at the
-attention efficiency, an element-wise kernel as bytes over HBM bandwidth. A
-shape-dependent GEMM efficiency or a per-kernel launch floor belongs there.
-:func:`table_time` sums it over a table and adds the tensor-parallel collectives.
+:func:`kernel_tables` builds the tables of one micro-batch (a layer, the embedding, the head) from the model, the
+plan and the precision, with the sums the memory and FLOP counts read. :func:`kernel_time` is the one place where a
+kernel's cost is decided: a GEMM at the GEMM efficiency plus the fixed per-kernel overhead, a flash-attention kernel
+at the attention efficiency, an element-wise kernel as bytes over HBM bandwidth. A shape-dependent GEMM efficiency
+or a per-kernel launch floor belongs there. :func:`table_time` sums it over a table and adds the collectives.
 
 Array-safe: the table's numbers and the hardware's may be numpy arrays; only the
 kernel kinds and the plan's string/boolean choices branch.
@@ -128,7 +126,8 @@ def table_time(table: Table, hw: KernelCost, link: Link, C: Module, P: Module, *
                launches: dict[str, tuple[int, int]] | None = None) -> dict[str, Num]:
     """Forward, backward and recompute time of the kernels of ``table`` on one GPU (``P``: parallelism module).
 
-    Returns ``forward``, ``backward``, ``recompute`` (GPU time, collectives included) and ``tp_forward``,
+    Returns ``forward``, ``backward``, ``recompute`` (GPU time, collectives included), ``weight_backward`` (the
+    weight-gradient GEMMs' share of backward: a weight GEMM's forward time, not frozen) and ``tp_forward``,
     ``tp_backward`` (the collectives' share), ``ep_forward`` and ``ep_backward`` (the expert-parallel all-to-alls'
     share: rows of group ``ep`` run on ``ep_link``); with ``count``, also ``kernels_forward`` and
     ``kernels_backward`` (the host's launches: :func:`dse.formulas.kernels.table_launches` with the stack's
@@ -151,10 +150,13 @@ def table_time(table: Table, hw: KernelCost, link: Link, C: Module, P: Module, *
     msg: Any = None
     op: Any = None
     ar: Num = 0.0
+    wgrad: Num = 0.0
     for name, row in table.items():
         if row["kind"] != "collective":
             f, b = times[name] = kernel_time(row, hw, C)
             fwd, bwd = fwd + f, bwd + b
+            if row["kind"] == "gemm" and row.get("split") and "frozen" not in row:   # a weight's gradient GEMM
+                wgrad = wgrad + f
             if "selective" in row:
                 sel = sel + f
             continue
@@ -180,7 +182,7 @@ def table_time(table: Table, hw: KernelCost, link: Link, C: Module, P: Module, *
     fwd, bwd = fwd + tp_f + ep_f, bwd + tp_b + ep_b
     rec = fwd if recompute == "full" else (sel if recompute == "selective" else 0.0)
     out = {"forward": fwd, "backward": bwd, "recompute": rec, "tp_forward": tp_f, "tp_backward": tp_b,
-           "ep_forward": ep_f, "ep_backward": ep_b}
+           "ep_forward": ep_f, "ep_backward": ep_b, "weight_backward": wgrad}
     if count:
         out["kernels_forward"], out["kernels_backward"] = _kernels.table_launches(
             table, launches, link.ranks, link.ranks if ep_link is None else ep_link.ranks)
@@ -362,7 +364,7 @@ def kernel_times(tables: dict[str, Any], system: SystemSpec, plan: Plan, peak: N
     out = {"gpu_fwd": lt["forward"], "gpu_bwd": lt["backward"], "gpu_rec": lt["recompute"],
             "tp_fwd": lt["tp_forward"], "tp_bwd": lt["tp_backward"], "ep_fwd": lt["ep_forward"],
             "ep_bwd": lt["ep_backward"], "layer_fwd": layer_fwd, "layer_bwd": layer_bwd,
-            "layer_rec": layer_rec, "layer_total": layer_total,
+            "layer_rec": layer_rec, "layer_total": layer_total, "layer_wgrad": lt["weight_backward"],
             "layer_host_excess": layer_total - (lt["forward"] + lt["backward"] + lt["recompute"]),
             "t_head": head["forward"] + head["backward"], "t_embed": emb["forward"] + emb["backward"]}
     if key is not None and set(map(type, out.values())) <= _SCALARS:   # a vector system's arrays: not kept
@@ -384,10 +386,9 @@ def _times_key(tables: dict[str, Any], gpu: GPUSpec, plan: Plan, peak: Num, link
     Every input of the times is in it: the tables and the GPU spec (by identity: the tables come from the
     :func:`kernel_tables` memo, the frozen spec from the catalog; a hit must be for the same objects), the
     precision recipe the GPU's kernel costs are read with (the plan's precision and gradient dtype), the GEMM
-    peak, the TP and EP links, the recompute mode, async TP, the stack (its dispatch) and padding to capacity (the
-    MoE dispatcher's host sync), and the formulas called (so that a replaced one is never
-    served a stale time). Only Python numbers: a search's numpy values (arrays, or numpy scalars whose results
-    keep their type) are computed afresh, and times that come out as arrays (a vector system's GPU) are not kept.
+    peak, the TP and EP links, the recompute mode, async TP, the stack (its dispatch), padding to capacity (the
+    MoE dispatcher's host sync), and the formulas called (so that a replaced one is never served a stale time).
+    Only Python numbers: a search's numpy values are computed afresh, and array times (a vector system) not kept.
     """
     if C is not _compute or P is not _parallelism or not set(map(type, (peak, *link, *(ep_link or ())))) <= _SCALARS:
         return None

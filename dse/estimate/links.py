@@ -26,16 +26,18 @@ def links(system: SystemSpec, plan: Plan, P: FormulaModule = _parallelism, model
     """Bandwidth and latency of the TP, CP, DP and PP groups (Megatron rank order: tp fastest, then cp, dp, pp).
 
     A group runs at the intra-node link's rate while its ranks fit in one node, at the network's otherwise.
-    The ``dp`` group reduces gradients over dp x cp ranks (contiguous after tp). With expert parallelism, the
+    The ``dp`` group reduces gradients over dp x cp ranks (contiguous after tp; DualPipe: twice as many, the group
+    spanning the two ranks that hold each stage, priced as if contiguous). With expert parallelism, the
     ``ep`` link also carries what its hierarchical all-to-all needs (the model's routing: :func:`_expert_links`).
     A scalar plan's links are kept per system (:mod:`dse.estimate.memo`) and shared: read them, do not change them.
     """
     t, d, cp, ep = plan.tp, plan.dp, plan.cp, plan.ep
     route = _routing(model)
+    dual = plan.schedule == "dualpipe"   # DualPipe: each stage on 2 dp cp ranks (dse.estimate.context.grad_ranks)
     if P is _parallelism and ints(t, d, cp, ep):
-        return remembered(("links", id(system), t, d, cp, ep, route, P.group_bandwidth, P.internode_share), system,
-                          lambda: _links(system, t, d, P, cp, ep, route))
-    return _links(system, t, d, P, cp, ep, route)
+        return remembered(("links", id(system), t, d, cp, ep, route, dual, P.group_bandwidth, P.internode_share),
+                          system, lambda: _links(system, t, d, P, cp, ep, route, dual))
+    return _links(system, t, d, P, cp, ep, route, dual)
 
 
 def _routing(model: ModelSpec | None) -> tuple[int, int, int, int]:
@@ -46,20 +48,21 @@ def _routing(model: ModelSpec | None) -> tuple[int, int, int, int]:
 
 
 def _links(system: SystemSpec, t: Num, d: Num, P: FormulaModule, cp: Num = 1, ep: Num = 1,
-           route: tuple[int, int, int, int] = (0, 0, 0, 0)) -> dict[str, Link]:
+           route: tuple[int, int, int, int] = (0, 0, 0, 0), dual: bool = False) -> dict[str, Link]:
     node = system.node
     G = node.gpus_per_node
     intra = node.gpu_link.bandwidth * node.gpu_link.efficiency if node.gpu_link else float("inf")
     intra_lat = node.gpu_link.latency if node.gpu_link else 0.0
     inter = node.network.bandwidth * node.network.efficiency if node.network else intra / 1e3
     inter_lat = node.network.latency if node.network else 0.0
-    dc = d * cp                 # the gradient group: dp x cp ranks, tp apart
-    tp_in, cp_in, dp_in, pp_in = t <= G, t * cp <= G, t * dc <= G, t * dc * 2 <= G
+    dc = d * cp                 # dp x cp ranks, tp apart: the gradient group (DualPipe: 2 dc, grad_ranks)
+    dg = 2 * dc if dual else dc
+    tp_in, cp_in, dp_in, pp_in = t <= G, t * cp <= G, t * dg <= G, t * dc * 2 <= G
     return {"tp": Link(t, P.group_bandwidth(t, 1, G, intra, inter), where(tp_in, intra_lat, inter_lat), tp_in),
             "cp": Link(cp, P.group_bandwidth(cp, t, G, intra, inter), where(cp_in, intra_lat, inter_lat), cp_in),
-            "dp": Link(dc, P.group_bandwidth(dc, t, G, intra, inter), where(dp_in, intra_lat, inter_lat), dp_in),
+            "dp": Link(dg, P.group_bandwidth(dg, t, G, intra, inter), where(dp_in, intra_lat, inter_lat), dp_in),
             "pp": Link(2, P.group_bandwidth(2, t * dc, G, intra, inter), where(pp_in, intra_lat, inter_lat), pp_in),
-            **_expert_links(P, G, t, dc, ep, (intra, inter, intra_lat, inter_lat), route)}
+            **_expert_links(P, G, t, dg, ep, (intra, inter, intra_lat, inter_lat), route)}
 
 
 def _expert_links(P: FormulaModule, G: Num, t: Num, dc: Num, ep: Num, rates: tuple[Num, Num, Num, Num],

@@ -33,8 +33,25 @@ def parameters(model: ModelSpec, plan: Plan, T: FormulaModule = _transformer) ->
                T.embedding_parameters, T.head_parameters, T.norm_parameters, T.ffn_matrices, T.mlp_parameters,
                T.moe_mlp_parameters, T.moe_mlp_parameters_replicated, T.mla_attention_parameters,
                T.mla_attention_parameters_replicated, T.cross_attention_parameters, T.relative_position_parameters)
-        return remembered(key, model, lambda: _parameters(model, t, p, v, T, ft, ep))
-    return _parameters(model, t, p, v, T, ft, ep)
+        out = remembered(key, model, lambda: _parameters(model, t, p, v, T, ft, ep))
+    else:
+        out = _parameters(model, t, p, v, T, ft, ep)
+    return dualpipe_copies(out, model, t) if plan.schedule == "dualpipe" else out
+
+
+def dualpipe_copies(prm: Section, model: ModelSpec, t: Num) -> Section:
+    """A DualPipe rank's parameters: pipeline stages i and p-1-i (DeepSeek-V3 §3.2.1 Table 2: "2x" parameters).
+
+    Formula: P_gpu = 2 l_stage P_layer_gpu + (P_emb + P_head) / t on every rank (rank 0 holds the first and the last
+    stage: the embedding and the head); the experts' share doubles alike. Each stage's weights are then replicated
+    on 2 dp x cp ranks (:func:`dse.estimate.context.grad_ranks`), which reduce its gradients and shard its ZeRO states.
+    Source: github.com/deepseek-ai/DualPipe examples/example_dualpipe.py (rank r holds modules r and p-1-r; the
+    two copies' gradients are summed before the step).
+    """
+    both = 2 * prm["l_stage"] * prm["p_layer_gpu"] + (prm["p_emb"] + prm["p_head"]) / t
+    out = {**prm, "p_first": both, "p_last": both, "p_gpu": both, "p_expert_gpu": 2 * prm["p_expert_gpu"]}
+    out["p_train_gpu"] = both
+    return out
 
 
 def layer_counts(model: ModelSpec, T: FormulaModule = _transformer) -> Section:

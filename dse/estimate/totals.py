@@ -32,24 +32,27 @@ def breakdown(plan: Plan, i: BaseTerms, kt: Section, pp: Section, dp: Section, t
     t_embed, t_head = kt["t_embed"], kt["t_head"]
     cp_f, cp_b, cp_r = kt.get("cp_fwd", 0.0), kt.get("cp_bwd", 0.0), kt.get("cp_rec", 0.0)   # the K/V ring
     ep_f, ep_b = kt["ep_fwd"], kt["ep_bwd"]                                                 # the MoE all-to-alls
+    dual = pp.get("dualpipe")     # DualPipe: the all-to-alls and sends overlapped, their exposed share counts
+    ends = where(single, t_embed + t_head, maximum(t_embed, t_head)) if dual is None else dual["ends"]
     compute_mb = (l_stage * (kt["gpu_fwd"] - kt["tp_fwd"] - cp_f - ep_f + kt["gpu_bwd"] - kt["tp_bwd"] - cp_b - ep_b)
-                  + where(single, t_embed + t_head, maximum(t_embed, t_head)))
+                  + ends)
     recompute_mb = l_stage * ((kt["gpu_rec"] - kt["tp_fwd"] - ep_f if full else kt["gpu_rec"]) - cp_r)
     tp_mb = l_stage * (kt["tp_fwd"] + kt["tp_bwd"] + (kt["tp_fwd"] if full else 0.0))
     cp_mb = l_stage * (cp_f + cp_b + cp_r)
-    ep_mb = l_stage * (ep_f + ep_b + (ep_f if full else 0.0))
+    ep_mb = l_stage * (ep_f + ep_b + (ep_f if full else 0.0)) if dual is None else dual["ep_exposed"]
+    p2p_mb = pp["t_p2p"] if dual is None else dual["p2p_exposed"]
     overhead_mb = l_stage * kt["layer_host_excess"] + pp["t_mb_fixed"]
     out = {
         "iteration": t_iter,
         "compute": m * compute_mb,
         "recompute": m * recompute_mb,
-        "communication": m * (tp_mb + cp_mb + pp["t_p2p"] + ep_mb) + dp["dp_exposed"] + dp["emb_sync"],
+        "communication": m * (tp_mb + cp_mb + p2p_mb + ep_mb) + dp["dp_exposed"] + dp["emb_sync"],
         "bubble": pp["bubble"],
         "optimizer": t_opt,
         "overhead": m * overhead_mb,
         "io_exposed": 0.0,
         "tp_communication": m * tp_mb,
-        "pp_communication": m * pp["t_p2p"],
+        "pp_communication": m * p2p_mb,
         "cp_communication": m * cp_mb,
         "dp_communication": dp["dp_exposed"],
         "embedding_sync": dp["emb_sync"],

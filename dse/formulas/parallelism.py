@@ -49,7 +49,8 @@ from dse.formulas._array import Num, clip, floor, maximum, minimum, where
 
 __all__ = ["allreduce_time", "allgather_time", "alltoall_time", "expert_nodes_per_token", "internode_share",
            "hierarchical_alltoall_time", "p2p_time", "group_bandwidth",
-           "pipeline_bubble_fraction", "pipeline_time", "context_parallel_kv_bytes", "context_parallel_attention_flops",
+           "pipeline_bubble_fraction", "pipeline_time", "dualpipe_pair_time", "dualpipe_bubble",
+           "context_parallel_kv_bytes", "context_parallel_attention_flops",
            "ring_attention_time"]
 
 
@@ -284,6 +285,52 @@ def pipeline_time(micro_batches: Num, pp: Num, stage_max: Num, stage_mean: Num, 
     3.9000000000000004
     """
     return micro_batches * stage_max + (pp - 1) * stage_mean / virtual_stages
+
+
+def dualpipe_pair_time(compute: Num, comm: Num, comm_sm_share: Num) -> Num:
+    """Time of a DualPipe forward chunk and backward chunk run together, their communication under the compute.
+
+    Formula: t = max(M, C + sigma M): communication kernels hold a share sigma of the SMs while they run (M), so the
+    compute C progresses at 1 - sigma of its rate meanwhile; the pair ends when both are done (C (1 - sigma) >= M:
+    C + sigma M; else the communication sets it, M)
+    Source: DeepSeek-AI 2024 (DeepSeek-V3, arXiv 2412.19437) §3.2.1 (each forward/backward chunk pair overlaps the
+    all-to-all dispatch and combine and the PP communication of one with the compute of the other: "both all-to-all
+    and PP communication can be fully hidden") and §3.2.2 (20 of the H800's 132 SMs suffice to drive IB and NVLink:
+    the communication kernels' share of the SMs).
+
+    Args:
+        compute: C, compute of the two chunks (every kernel but the overlapped communication) [s]
+        comm: M, their all-to-alls and pipeline sends at full bandwidth [s]
+        comm_sm_share: sigma, share of the SMs the communication kernels hold [fraction]
+    Returns:
+        time of the pair [s]
+
+    >>> round(dualpipe_pair_time(1.0, 0.5, 20 / 132), 4), dualpipe_pair_time(0.3, 0.5, 20 / 132)   # hidden; comm-bound
+    (1.0758, 0.5)
+    """
+    return maximum(comm, compute + comm_sm_share * comm)
+
+
+def dualpipe_bubble(pp: Num, paired: Num, backward: Num, weight_backward: Num) -> Num:
+    """Idle time of the DualPipe schedule (bidirectional: micro-batches fed from both ends of the pipeline).
+
+    Formula: (p/2 - 1) (F&B + B - 3W) against 1F1B's (p - 1)(F + B)
+    Source: DeepSeek-AI 2024 (DeepSeek-V3, arXiv 2412.19437) §3.2.1 Table 2 and github.com/deepseek-ai/DualPipe
+    README: F&B the time of a forward and a backward chunk overlapped, B a full backward chunk, W its weight-gradient
+    part (deferred into the bubbles, as in zero-bubble pipelining).
+
+    Args:
+        pp: p, pipeline ranks (even) [count]
+        paired: F&B, a forward and a backward chunk overlapped [s]
+        backward: B, a backward chunk [s]
+        weight_backward: W, its weight-gradient share [s]
+    Returns:
+        bubble time per iteration [s]
+
+    >>> round(dualpipe_bubble(16, 1.0, 0.6, 0.3), 6)   # 7 x (1.0 + 0.6 - 0.9)
+    4.9
+    """
+    return (pp / 2 - 1) * maximum(paired + backward - 3 * weight_backward, 0.0)
 
 
 def context_parallel_kv_bytes(s: Num, b: Num, kv_dim: Num, cp: Num, bytes_per_element: Num = 2) -> Num:

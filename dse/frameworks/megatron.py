@@ -1,17 +1,16 @@
 """Megatron-LM's ``pretrain_gpt.py`` arguments <-> a dse plan (and the model they define).
 
-The option names are Megatron-LM's (NVIDIA/Megatron-LM ``megatron/training/arguments.py`` at 67f3515c8a, the
-last version that declares every option by hand; since #2896 the same names are generated from
-``TransformerConfig`` and ``megatron/training/config/training_config.py``), and torchrun's launcher options
-(``--nnodes``, ``--nproc_per_node``/``--nproc-per-node``) for the world size. Megatron's own defaults are
-applied where dse's differ: dropout 0.1 (``--attention-dropout``/``--hidden-dropout``), the FFN size
-(4h, or ``int(4h * 2/3 / 64) * 64`` with ``--swiglu``), the global batch (micro-batch x data-parallel size),
-and the vocabulary padded to a multiple of ``--make-vocab-size-divisible-by`` (128) x tp
-(``_vocab_size_with_padding``). The vocabulary: ``--padded-vocab-size``, else ``--vocab-size`` (plus the
-end-of-document token with ``NullTokenizer``), else the tokenizer's size where it is fixed (GPT2BPETokenizer
-50,257, Llama2Tokenizer 32,000, BertWordPieceLowerCase 30,522, BertWordPieceCase 28,996); a Hugging Face or
-SentencePiece tokenizer's size is not known offline: the ``--model``'s vocabulary is used, or give
-``--vocab-size``.
+The option names are Megatron-LM's (NVIDIA/Megatron-LM ``megatron/training/arguments.py`` at 67f3515c8a, the last
+version that declares every option by hand; since #2896 the same names are generated from ``TransformerConfig``
+and ``megatron/training/config/training_config.py``), and torchrun's launcher options (``--nnodes``,
+``--nproc_per_node``/``--nproc-per-node``) for the world size. Megatron's own defaults are applied where dse's
+differ: dropout 0.1 (``--attention-dropout``/``--hidden-dropout``), the FFN size (4h, or ``int(4h * 2/3 / 64) *
+64`` with ``--swiglu``), the global batch (micro-batch x data-parallel size), and the vocabulary padded to a
+multiple of ``--make-vocab-size-divisible-by`` (128) x tp (``_vocab_size_with_padding``). The vocabulary:
+``--padded-vocab-size``, else ``--vocab-size`` (plus the end-of-document token with ``NullTokenizer``), else the
+tokenizer's size where it is fixed (GPT2BPETokenizer 50,257, Llama2Tokenizer 32,000, BertWordPieceLowerCase
+30,522, BertWordPieceCase 28,996); a Hugging Face or SentencePiece tokenizer's size is not known offline: the
+``--model``'s vocabulary is used, or give ``--vocab-size``.
 
 :func:`read` takes the arguments as one string, or a launch script (:mod:`dse.frameworks.arguments`;
 ``--name=value`` and ``--name value`` both parse). :func:`emit` writes the torchrun command line of a plan.
@@ -295,8 +294,8 @@ def emit(model, system, plan) -> tuple[str, list[str]]:
             + f" --context-parallel-size {plan.cp}" * (plan.cp > 1)]
     if plan.schedule == "interleaved" and plan.virtual_stages > 1:
         args.append(f"--num-virtual-stages-per-pipeline-rank {plan.virtual_stages}")
-    elif plan.schedule == "gpipe" and plan.pp > 1:
-        warnings.append("the GPipe schedule is not a Megatron-LM option: it runs 1F1B")
+    elif plan.schedule in ("gpipe", "dualpipe") and plan.pp > 1:
+        warnings.append(f"the {plan.schedule} schedule is not a Megatron-LM option: it runs 1F1B")
     zero = {0: "", 1: "--use-distributed-optimizer",
             2: "--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads",
             3: "--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params"}[plan.zero]

@@ -240,7 +240,11 @@ def _parallelism_section(model, plan, warnings: list[str]) -> list[str]:
     if model.experts:
         out.append(f"expert_parallel_degree = {plan.ep}")
     if plan.pp > 1:
-        sched = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "Interleaved1F1B"}[plan.schedule]
+        sched = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "Interleaved1F1B", "dualpipe": "DualPipeV"}[
+            plan.schedule]
+        if sched == "DualPipeV":
+            warnings.append("DualPipeV (torch.distributed.pipelining) is DualPipe cut in half: 2 pp stages, two per "
+                            "rank in a V, one copy of the parameters; dse estimated DualPipe's two copies")
         out += [f"pipeline_parallel_microbatch_size = {plan.micro_batch}", f'pipeline_parallel_schedule = "{sched}"']
         if sched == "Interleaved1F1B":
             out.append(f"pipeline_parallel_layers_per_stage = {model.layers // (plan.pp * plan.virtual_stages)}")

@@ -58,6 +58,9 @@ def header(r: dict) -> str:
         bits.append("sequence-parallel")
     if p.get("virtual_stages", 1) > 1:
         bits.append(f"interleaved x{p['virtual_stages']}")
+    if p.get("schedule") in ("dualpipe", "gpipe"):
+        bits.append(p["schedule"] if p["schedule"] == "gpipe" else
+                    f"DualPipe ({100 * p['comm_sm_share']:.0f}% of SMs communicating)")
     if p.get("expert_capacity") is not None:
         bits.append(f"expert capacity {p['expert_capacity']:g}" + " (padded)" * bool(p.get("pad_to_capacity"))
                     + f": {100 * r['model']['dropped_tokens']:.2g}% of routed tokens dropped")

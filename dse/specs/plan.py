@@ -29,7 +29,7 @@ OPTIMIZERS = ("adam", "adam-8bit", "sgd-momentum", "adagrad")
 OFFLOAD_OPTIMIZER = ("gpu", "cpu", "cxl", "nvme", "csd")   # where the optimizer states (and fp32 gradients) live
 OFFLOAD_PARAMS = ("gpu", "cpu", "cxl", "nvme")      # where the fp16 parameters live between uses
 EXCHANGE_DTYPES = ("fp32", "fp16")
-SCHEDULES = ("1f1b", "interleaved", "gpipe")
+SCHEDULES = ("1f1b", "interleaved", "gpipe", "dualpipe")
 CHIPLET_SCHEMES = ("megatron-1d", "summa-2d", "hecaton-2d")
 CHIPLET_SCHEDULES = ("auto", "minibatch", "microbatch")
 OFFLOAD_ACTIVATIONS = ("none", "ssd", "host")   # where saved activations go between forward and backward
@@ -94,6 +94,9 @@ class Plan:
     optimizer: str = spec_field("adam", choices=OPTIMIZERS)
     schedule: str = spec_field("1f1b", choices=SCHEDULES, help="pipeline schedule")
     virtual_stages: int = spec_field(1, gt=0, help="model chunks per pipeline stage (interleaved schedule)")
+    comm_sm_share: float = spec_field(20 / 132, ge=0, lt=1, help="dualpipe: share of the GPU's SMs the all-to-all "
+                                      "and pipeline communication kernels hold while they overlap compute "
+                                      "(DeepSeek-V3 §3.2.2: 20 of the H800's 132)")
     overlap_grad_reduce: bool = spec_field(False, help="overlap data-parallel communication with compute: the "
                                            "gradient reduction with backward, ZeRO-1/2's weight gather with the next "
                                            "forward, ZeRO-3's prefetch (False: Megatron's default, all exposed)")
