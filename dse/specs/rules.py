@@ -294,11 +294,6 @@ FINETUNE_RULES = (
          when=lambda p, m, s: p.finetune != "qlora", ok=lambda p, m, s: p.quantization is None,
          message=lambda p, m, s: f"--quantization {p.quantization} needs --finetune qlora (it quantizes the frozen "
                                  "weights; full and lora keep them in the working dtype)"),
-    Rule("LoRA with the update on computational storage is not modelled", ("finetune", "offload_optimizer"),
-         when=lambda p, m, s: p.finetune != "full", ok=lambda p, m, s: p.offload_optimizer != "csd",
-         message=lambda p, m, s: f"--finetune {p.finetune} with --offload-optimizer csd is not modelled; allowed: "
-                                 "gpu, cpu, nvme (the adapters' states are a fraction of a percent of full "
-                                 "training's)"),
     Rule("8-bit optimizer states with optimizer offload", ("optimizer", "offload_optimizer"),
          when=lambda p, m, s: p.optimizer == "adam-8bit", ok=lambda p, m, s: p.offload_optimizer == "gpu",
          message=lambda p, m, s: f"--optimizer adam-8bit with --offload-optimizer {p.offload_optimizer} is not "
