@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from dse.catalog import load_hardware, load_model
 from dse.estimate import activation_offload, arrays, economics, feasibility, offload, paged, wear
+from dse.estimate.allocator import allocator_memory
 from dse.estimate.backends import backend
 from dse.estimate.defaults import filled as filled_defaults, input_warnings
 from dse.estimate.result import Estimate
@@ -147,6 +148,7 @@ def numbers(model: ModelSpec, system: SystemSpec, plan: Plan, *, trace: Trace | 
     r["peak_flops_per_gpu"] = c["peak_flops"]
     for k in ("flops", "activation_bytes_per_layer", "memory", "traffic", "time", "throughput"):
         r[k] = c[k]
+    r["allocator"] = allocator_memory(c, model, system, plan)   # allocated and reserved, as PyTorch reports them
     for k, v in c.items():  # sections added by techniques (cost, energy, activation_offload, ...)
         if k not in r and k not in _NOT_SECTIONS:
             r[k] = v

@@ -8,6 +8,7 @@ One module per concern:
 - :mod:`dse.formulas.fp8` — FP8 training (Transformer Engine): cast kernels, FP8 weight copies, scaling metadata
 - :mod:`dse.formulas.optimizer` — the optimizers: states, bytes kept, bytes moved by the step
 - :mod:`dse.formulas.memory` — model-state bytes per tensor class and ZeRO stage
+- :mod:`dse.formulas.allocator` — PyTorch's CUDA caching allocator: reserved beyond allocated (segments, holes)
 - :mod:`dse.formulas.parallelism` — collectives, group bandwidths, pipeline bubble
 - :mod:`dse.formulas.compute` — GEMM, attention and element-wise kernel times
 - :mod:`dse.formulas.kernels` — a layer as a table of kernels (shapes, bytes, saved tensors, collectives)
@@ -37,7 +38,7 @@ from dse.formulas._array import Num
 
 __all__ = ["transformer", "memory", "parallelism", "compute", "kernels", "cost", "offload", "near_storage",
            "chiplet", "package_cost", "activation_offload", "energy", "precision", "finetune", "fp8", "optimizer",
-           "stacks",
+           "stacks", "allocator",
            "Num"]
 
 

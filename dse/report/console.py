@@ -127,6 +127,11 @@ def memory_table(r: dict) -> Table:
         style = "red" if u > c else "green"
         cap.append(Text(f"{fmt(c, 'bytes')} ({100 * u / c:.0f}%)" if c else "-", style=style))
     tab.add_row("capacity (used)", *cap)
+    alloc = r.get("allocator")
+    if alloc and "gpu" in tiers and alloc["holes"]:   # PyTorch's max_memory_allocated and max_memory_reserved
+        rest = ["-"] * (len(tiers) - 1)
+        tab.add_row("PyTorch: peak allocated", fmt(alloc["allocated"], "bytes"), *rest, style="dim")
+        tab.add_row("PyTorch: peak reserved", fmt(alloc["reserved"], "bytes"), *rest, style="dim")
     return tab
 
 
