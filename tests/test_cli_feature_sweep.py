@@ -59,6 +59,10 @@ def _coherent(rnd: random.Random) -> dict[str, object]:
     if model in ("mixtral-8x7b", "qwen3-30b-a3b", "gpt-oss-120b"):
         f["--ep"] = rnd.choice((1, 2, 4, 8))
         f["--dp"] = f["--ep"] * rnd.choice((1, 2))
+        if hw in FP8_SYSTEMS and rnd.random() < 0.5:     # FP8 expert GEMMs (Transformer Engine's GroupedLinear)
+            f["--precision"] = "fp8"
+            f["--fp8-scaling"] = rnd.choice(("delayed", "current"))
+            f["--zero"] = rnd.choice((0, 1, 2))
     elif rnd.random() < 0.5 and f.get("--cp", 1) == 1:
         f["--finetune"] = rnd.choice(("lora", "qlora"))
         f["--lora-rank"] = rnd.choice((4, 16, 64))
@@ -169,7 +173,8 @@ BAD = [
     (["--model", "llama3-8b", "--cp", "2", "--attention", "math"], "--cp 2"),
     (["--model", "llama3-8b", "--hw", "dgx-a100-80gb", "--precision", "fp8"], "--precision fp8"),
     (["--model", "llama3-8b", "--hw", "dgx-h100", "--precision", "fp4"], "--precision"),
-    (["--model", "mixtral-8x7b", "--hw", "dgx-h100", "--precision", "fp8"], "--precision fp8"),
+    (["--model", "mixtral-8x7b", "--hw", "dgx-a100-80gb", "--precision", "fp8"], "--precision fp8"),
+    (["--model", "mixtral-8x7b", "--hw", "dgx-h100", "--precision", "fp8", "--zero", "3"], "--zero 3"),
     (["--model", "llama3-8b", "--hw", "dgx-h100", "--precision", "fp8", "--stack", "pytorch"], "--precision fp8"),
     (["--model", "llama3-8b", "--hw", "dgx-h100", "--fp8-scaling", "current"], "--fp8-scaling current"),
     (["--model", "llama3-8b", "--hw", "dgx-h100", "--fp8-scaling", "sometimes"], "--fp8-scaling"),

@@ -2,7 +2,8 @@
 FP8, LoRA/QLoRA fine-tuning and the software stacks, on the 2025-26 hardware catalog.
 
 Plans are drawn valid by construction where that is cheap (ep divides the experts and dp, cp's 2 cp chunks divide
-the sequence, fp8 on the GPUs with FP8 tensor cores and Megatron's kernels, adapters on dense models); the plans the
+the sequence, fp8 on the GPUs with FP8 tensor cores and Megatron's kernels, dense and MoE models alike, adapters on
+dense models); the plans the
 input checks still refuse are discarded. The invariants a user relies on:
 
 - strict JSON without NaN, infinity or a negative number; time and memory parts add up to their totals
@@ -85,7 +86,7 @@ def plan_of(model: str, system: str, raw: dict) -> dict:
         f["ep"] = ep
     if moe or f["cp"] > 1 or f["precision"] == "fp8":      # adapters on experts, with cp, with fp8: not modelled
         f["finetune"] = "full"
-    if f["precision"] == "fp8" and (system not in FP8_SYSTEMS or moe):
+    if f["precision"] == "fp8" and system not in FP8_SYSTEMS:   # MoE and MLA in fp8 are drawn too
         f["precision"] = "bf16"
     if f["precision"] == "fp8":
         f["stack"] = "megatron"                              # Transformer Engine's layers
@@ -370,10 +371,14 @@ FEATURE_SPACES = [
     {"model": "llama3-8b", "hardware": "workstation-rtx4090-x2", "fixed": {"plan.seq_len": 2048, "model.layers": 4},
      "parameters": {"gpus": [1, 2], "plan.finetune": ["full", "lora", "qlora"], "plan.lora_rank": [4, 64],
                     "plan.micro_batch": [1, 2], "plan.recompute": ["none", "full"]}},
+    {"model": "qwen3-30b-a3b", "hardware": "h100-cluster", "fixed": {"plan.seq_len": 4096, "model.layers": 4},
+     "parameters": {"gpus": [16], "plan.ep": [1, 4, 16], "plan.precision": ["bf16", "fp8"],
+                    "plan.fp8_scaling": ["delayed", "current"], "plan.fp8_param_gather": [False, True],
+                    "plan.zero": [1, 2], "plan.expert_capacity": [0.75, 1.5], "plan.pad_to_capacity": [False, True]}},
 ]
 
 
-@pytest.mark.parametrize("space", FEATURE_SPACES, ids=["moe-ep-cp", "fp8-cp-stack", "lora-workstation"])
+@pytest.mark.parametrize("space", FEATURE_SPACES, ids=["moe-ep-cp", "fp8-cp-stack", "lora-workstation", "moe-fp8"])
 def test_search_block_path_equals_point_path(space):
     from _block_vs_point import block_vs_point
 

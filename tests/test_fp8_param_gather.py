@@ -90,7 +90,7 @@ def test_megatron_bridge_suite():
     state)."""
     r = run_suite("megatron-bridge")
     dense = [c for c in r.cases if c.quantity == "dense"]
-    assert r.stats["cases"] == 9 and len(dense) == 8 and all(c.within for c in dense)
+    assert r.stats["cases"] == 10 and len(dense) == 8 and all(c.within for c in dense)
     assert r.stats["by_quantity"]["dense"]["mape"] <= 0.07, r.stats
     h100 = [c for c in dense if c.name.startswith("H100")]
     b200 = [c for c in dense if c.name.startswith("B200")]
@@ -106,6 +106,16 @@ def test_megatron_bridge_moe_row_is_a_documented_optimistic_miss():
     suite as a documented expected miss, so the direction of the error is visible; it fails if it grows past
     +100 % or if the estimate becomes slower than the measurement without the miss being re-examined."""
     r = run_suite("megatron-bridge")
-    (moe,) = [c for c in r.cases if c.quantity == "moe"]
+    (moe,) = [c for c in r.cases if c.quantity == "moe" and "GPT-OSS" in c.name]
     assert moe.expected_miss and 0.5 < moe.error < 1.0, moe.error
     assert not r.passed and r.accepted
+
+
+def test_megatron_bridge_fp8_moe_row_shows_the_small_expert_pattern():
+    """Qwen3-30B-A3B in FP8 (16 H100s, EP 16; 26.06: 8,826 tokens/s/GPU): the estimate is 45 % too fast
+    (2026-11-26), the same direction as GPT-OSS in BF16: small experts (2,048 x 768, 128 of them, top 8). A
+    documented expected miss; it fails if it grows past +100 % or turns slower than the measurement."""
+    r = run_suite("megatron-bridge")
+    (moe,) = [c for c in r.cases if c.quantity == "moe" and "Qwen3" in c.name]
+    assert moe.expected_miss and 0.3 < moe.error < 1.0, moe.error
+    assert moe.reference == 8826

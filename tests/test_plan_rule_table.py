@@ -94,7 +94,6 @@ WITNESSES = {
     "fp8 needs FP8 tensor cores and their stated GEMM efficiency": ("llama2-70b", (), GPU, {"precision": "fp8"}),
     "fp8 is modelled for full training with Megatron's kernels": ("llama2-7b", (), "dgx-h100",
                                                                   {"precision": "fp8", "finetune": "lora"}),
-    "fp8 of an MoE model is not modelled": ("mixtral-8x7b", (), "dgx-h100", {"precision": "fp8"}),
     "fp8 with ZeRO-3 or offload is not modelled": ("llama2-7b", (), "dgx-h100", {"precision": "fp8", "zero": 3}),
     "fp8_param_gather needs fp8 and the distributed optimizer": ("llama2-7b", (), "dgx-h100",
                                                                 {"fp8_param_gather": True}),

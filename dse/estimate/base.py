@@ -295,14 +295,15 @@ def data_parallel(model: ModelSpec, plan: Plan, i: BaseTerms, r: Recipe, kt: Sec
     if ep_on:   # the experts' gradients and weights go over the dp/ep ranks that hold them
         train, gathered = train - expert, gathered - expert
     grad_b = train * r.dp_gradients
-    gather_b = gathered * r.weight_gathers - (_fp8.gathered_fp8_bytes(model, plan, r, l_stage) if r.weight_copies
-                                              else 0.0)   # FP8 weights gathered at 1 B (fp8_param_gather)
+    fp8_dense, fp8_exp = (_fp8.gathered_fp8_bytes(model, plan, r, l_stage) if r.weight_copies
+                          else (0.0, 0.0))   # FP8 weights gathered at 1 B (fp8_param_gather)
+    gather_b = gathered * r.weight_gathers - fp8_dense - (0.0 if ep_on else fp8_exp)
     if plan.finetune != "full":   # ZeRO-3 gathers the frozen weights as stored (QLoRA: the packed 4-bit bytes)
         gather_b = gather_b + where(zero >= 3, i.frozen_weight_bytes, 0.0)
     dp_ar = P.allreduce_time(grad_b, d, bw_dp, lat_dp)
     rs_grads = P.allgather_time(grad_b, d, bw_dp, lat_dp)             # reduce-scatter of the gradients
     ag_weights = P.allgather_time(gather_b, d, bw_dp, lat_dp)         # all-gather of the weights
-    exp_grad_b, exp_gather_b = expert * r.dp_gradients, expert * r.weight_gathers
+    exp_grad_b, exp_gather_b = expert * r.dp_gradients, expert * r.weight_gathers - (fp8_exp if ep_on else 0.0)
     if ep_on:
         n_e, bw_e, lat_e = lk["edp"][:3]
         lat_e = where(plan.ep > 1, lat_e, 0.0)   # an array's ep 1: one group, whose latency the dense share paid

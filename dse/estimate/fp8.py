@@ -25,11 +25,53 @@ if TYPE_CHECKING:
 
 
 def linear_params_gpu(model: ModelSpec, plan: Plan) -> Num:
-    """Linear weights of one layer on one GPU (the weights with FP8 copies)."""
+    """Linear weights of one layer on one GPU (the weights with FP8 copies; the mean over the layers)."""
+    dense, experts, _ = _linears(model, plan)
+    return dense + experts
+
+
+def _linears(model: ModelSpec, plan: Plan) -> tuple[Num, Num, Num]:
+    """(linear weights outside the routed experts, the routed experts' on this GPU, TE linear modules) of one layer
+    on one GPU, the mean over the layers.
+
+    Formula: dense model: (h (a + 2kv) d + a d h + n_m h F) / t, 4 modules (qkv, out, fc1, fc2); MLA attention:
+    (A - R) / t + R - d_c' - d_c (A, R: its parameters and their TP-replicated part, less the two latent norms);
+    MoE layer: the attention's + S n_m h F_s / t (shared experts), the routed experts' P_e / (t ep) (E/ep
+    experts, ``p_expert`` of :func:`dse.estimate.parameters.parameters`), modules: the attention's + 2 E/ep (a
+    grouped GEMM keeps FP8 metadata per expert GEMM: TE ``GroupedLinear(num_gemms)``) + 2 with shared experts
+    """
     kv: Any = model.kv_heads          # resolved specs: set
     d: Any = model.head_dim
     ffn: Any = model.ffn_hidden
-    return _finetune.linear_parameters(model.hidden, model.heads, kv, d, ffn, model.ffn_type, plan.tp)
+    t = plan.tp
+    if not model.experts and not model.mla:
+        return _finetune.linear_parameters(model.hidden, model.heads, kv, d, ffn, model.ffn_type, t), 0.0, 4
+    from dse.estimate.parameters import _mean, layer_counts
+    from dse.estimate.table_inputs import mla_options
+    from dse.formulas import transformer as _transformer
+
+    h, a = model.hidden, model.heads
+    attn: Num = _finetune.linear_parameters(h, a, kv, d, 0, model.ffn_type, t)
+    attn_modules = 2
+    mla = mla_options(model)
+    if mla:
+        q, c, rope = mla["q_lora"], mla["kv_lora"], mla["rope"]
+        full = _transformer.mla_attention_parameters(h, a, q, c, mla["nope"], rope, mla["v_dim"])
+        rep = _transformer.mla_attention_parameters_replicated(h, q, c, rope)
+        attn = (full - rep) / t + rep - q - c
+        attn_modules = 5 if q else 4
+    mlp = _finetune.linear_parameters(h, a, kv, d, ffn, model.ffn_type, t) - _finetune.linear_parameters(
+        h, a, kv, d, 0, model.ffn_type, t)
+    n = model.moe_layers
+    if not n:
+        return attn + mlp, 0.0, attn_modules + 2
+    ep = plan.ep
+    n_m = _transformer.ffn_matrices(model.ffn_type)
+    shared = model.shared_experts * n_m * h * (model.shared_expert_ffn or 0) / t
+    experts = layer_counts(model)["moe_experts"] / (t * ep)
+    moe_modules = attn_modules + 2 * model.experts / ep + (2 if model.shared_experts else 0)
+    return (attn + _mean(model, n, mlp, shared), _mean(model, n, 0.0, experts),
+            _mean(model, n, attn_modules + 2, moe_modules))
 
 
 def memory(model: ModelSpec, plan: Plan, r: Recipe, l_stage: Num) -> tuple[Num, Num]:
@@ -37,11 +79,12 @@ def memory(model: ModelSpec, plan: Plan, r: Recipe, l_stage: Num) -> tuple[Num, 
 
     Formula: copies = L_stage P_lin,gpu (w_copies - e 1_param_gather) (1 + 1 B: the FP8 weight and its transpose;
     with ``fp8_param_gather`` they replace the e-byte bf16 weight, which is not kept); metadata =
-    amax_bytes(4 L_stage) (four TE linear modules per layer)
+    amax_bytes(n_lin L_stage) (n_lin TE linear modules per layer: 4 in a dense layer, :func:`_linears`)
     """
     kept = r.weight_copies - (r.weights if plan.fp8_param_gather else 0)
-    copies = l_stage * linear_params_gpu(model, plan) * kept
-    return copies, _fp8.amax_bytes(4 * l_stage, plan.fp8_scaling)
+    dense, experts, modules = _linears(model, plan)
+    copies = l_stage * (dense + experts) * kept
+    return copies, _fp8.amax_bytes(modules * l_stage, plan.fp8_scaling)
 
 
 def weight_cast_time(model: ModelSpec, plan: Plan, gpu: GPUSpec, r: Recipe, l_stage: Num, shard_ranks: Num
@@ -49,25 +92,34 @@ def weight_cast_time(model: ModelSpec, plan: Plan, gpu: GPUSpec, r: Recipe, l_st
     """Time of casting a stage's linear weights to FP8 (weight and transpose) once per iteration, HBM-bound.
 
     Formula: weight_cast_bytes(L_stage P_lin,gpu) / (B_hbm eta_mem); with ``fp8_param_gather``
-    param_gather_cast_bytes(L_stage P_lin,gpu, d): the fp32 shard cast straight to FP8, then the transposes
+    param_gather_cast_bytes(L_stage P_lin,gpu, d): the fp32 shard cast straight to FP8, then the transposes (the
+    routed experts' master shards are over the d/ep ranks that hold the same experts, as their optimizer states)
     """
-    lin = l_stage * linear_params_gpu(model, plan)
+    dense, experts, _ = _linears(model, plan)
     if plan.fp8_param_gather:
-        moved = _fp8.param_gather_cast_bytes(lin, shard_ranks, plan.fp8_scaling, r.master_weights)
+        moved = _fp8.param_gather_cast_bytes(l_stage * dense, shard_ranks, plan.fp8_scaling, r.master_weights)
+        if model.moe_layers:
+            ep = plan.ep
+            moved = moved + _fp8.param_gather_cast_bytes(l_stage * experts, shard_ranks / ep, plan.fp8_scaling,
+                                                         r.master_weights)
     else:
-        moved = _fp8.weight_cast_bytes(lin, plan.fp8_scaling, r.activations)
+        moved = _fp8.weight_cast_bytes(l_stage * (dense + experts), plan.fp8_scaling, r.activations)
     return _compute.memory_time(moved, gpu.hbm_bandwidth, gpu.efficiency.memory)
 
 
-def gathered_fp8_bytes(model: ModelSpec, plan: Plan, r: Recipe, l_stage: Num) -> Num:
-    """Bytes the ZeRO-1/2 weight all-gather saves per GPU when the linear weights are gathered in FP8.
+def gathered_fp8_bytes(model: ModelSpec, plan: Plan, r: Recipe, l_stage: Num) -> tuple[Num, Num]:
+    """Bytes the ZeRO-1/2 weight all-gather saves per GPU when the linear weights are gathered in FP8: (outside the
+    routed experts, the routed experts' own).
 
     Formula: L_stage P_lin,gpu (w_gather - 1) with ``fp8_param_gather`` (1 B per linear weight instead of the
-    w_gather-byte bf16 one), else 0
+    w_gather-byte bf16 one), else 0; split into the dense part and the routed experts' (gathered over the dp/ep
+    ranks that hold them under expert parallelism)
     """
     if not plan.fp8_param_gather:
-        return 0.0
-    return l_stage * linear_params_gpu(model, plan) * (r.weight_gathers - _fp8.FP8_BYTES)
+        return 0.0, 0.0
+    dense, experts, _ = _linears(model, plan)
+    saved = r.weight_gathers - _fp8.FP8_BYTES
+    return l_stage * dense * saved, l_stage * experts * saved
 
 
 def breakdown(layer: dict[str, Any], gpu: GPUSpec, r: Recipe, peak: Num, t_weight_cast: Num, t_iteration: Num

@@ -37,7 +37,12 @@ What it changes on the kernel table (:mod:`dse.formulas.kernels`), per layer and
 
 Not modelled (stated): the per-micro-batch all-reduce of the amax values over the data-parallel group (a few KB,
 latency only), FP8 tensor-parallel all-gathers (the collectives stay bf16), FP8 attention (TE's optional FP8 DPA),
-Blackwell's MXFP8 block scaling (no transposes needed there: the Hopper rule here is conservative for B200).
+Blackwell's MXFP8 block scaling (no transposes needed there: the Hopper rule here is conservative for B200),
+blockwise (1x128, 128x128) scales, an MoE layer's FP8 dispatch (Megatron-Core's all-to-all payload stays bf16;
+DeepSeek-V3 dispatches FP8), the padding of each expert's tokens to a multiple of 16 rows (TE ``Fp8Padding``).
+
+MoE and MLA layers (:func:`apply_layer`): the routed and shared experts and MLA's projections are Transformer Engine
+linears too; the router, the permutations and the all-to-alls stay bf16.
 
 Symbols:
     table: a layer's kernel table (kernel name -> row) [dict]
@@ -45,6 +50,8 @@ Symbols:
     bytes_per_element: e, bytes of a bf16 element [bytes]
     ffn_type: gelu, relu or swiglu [choice]
     ffn_elements: elements of fc2's input on this GPU, s b F / t [count]
+    routed_tokens: routed copies the grouped expert GEMMs run on this GPU: T k, C T k padded, (1-d) T k capped [count]
+    input_elements: elements of the layer's normed input as stored, s b h (/t with sequence parallelism) [count]
     elements: elements of the tensor cast to FP8 [count]
     transpose: the cast also writes the FP8 transpose (Hopper's weight-gradient layout) [bool]
     linear_params: linear weights on one GPU (those with FP8 copies) [count]
@@ -64,8 +71,12 @@ __all__ = ["SCALINGS", "LINEAR_ROWS", "cast_bytes", "weight_cast_bytes", "param_
            "apply_layer"]
 
 SCALINGS = ("delayed", "current")
-#: The linear GEMM rows of a layer's kernel table: their GEMMs run in FP8.
-LINEAR_ROWS = ("qkv", "out", "fc1", "fc2")
+#: The linear GEMM rows of a layer's kernel table (Transformer Engine modules): their GEMMs run in FP8. The MoE
+#: router and the shared experts' sigmoid gate are plain PyTorch GEMMs in Megatron-Core and stay bf16.
+LINEAR_ROWS = ("qkv", "out", "fc1", "fc2", "q_proj", "q_down", "kv_down", "q_up", "kv_up", "expert_fc1",
+               "expert_fc2", "shared_fc1", "shared_fc2")
+#: FP8 rows whose input another row keeps in bf16 (the router, q_down): they keep their own FP8 copy as well.
+_OWN_COPY = ("kv_down", "shared_fc1")
 #: Bytes of one FP8 element (E4M3 or E5M2).
 FP8_BYTES = 1
 
@@ -152,17 +163,30 @@ def amax_bytes(linears: Num, scaling: str = "delayed", history: Num = 1024) -> N
 
 
 def apply_layer(table: dict[str, Any], *, scaling: str = "delayed", bytes_per_element: Num = 2,
-                ffn_type: str = "gelu", ffn_elements: Num = 0) -> dict[str, Any]:
+                ffn_type: str = "gelu", ffn_elements: Num = 0, routed_tokens: Num = 0,
+                input_elements: Num = 0) -> dict[str, Any]:
     """A layer's kernel table with FP8 linear GEMMs, their FP8 saved inputs and the cast kernels (``fp8_cast``).
 
-    Formula: GEMM rows qkv, out, fc1, fc2: ``fp8`` and ``operand_bytes`` 1; saved inputs x 1/e; fc2's input (counted
-    on the activation row) 1 B instead of e (ReLU keeps its bf16 output as well: + 1 B). Delayed scaling: the
-    norms write FP8 (bytes - (e - 1) per output element), the activation writes FP8 (same); ``fp8_cast`` forward:
-    cast + transpose of the output projection's input, (e + 2) s b a d / t; backward: cast + transpose of every
-    output gradient (e + 2) m n, transposes of the other three saved inputs 2 m k; 1 and 7 kernels. Current
-    scaling: norms and activation unchanged; ``fp8_cast``: (2e + 2) m k per input forward, (2e + 2) m n per output
-    gradient backward; 8 kernels each way (an amax kernel and a cast kernel per tensor)
-    Source: the module docstring (Transformer Engine's Linear, LayerNormLinear, LayerNormMLP).
+    Formula: GEMM rows of :data:`LINEAR_ROWS` present: ``fp8`` and ``operand_bytes`` 1; saved inputs x 1/e; the inputs
+    of fc2, the routed and the shared experts' fc2 (counted on their activation rows) 1 B instead of e (ReLU keeps
+    its bf16 output as well: + 1 B); kv_down and shared_fc1, whose input another row keeps in bf16, keep their own
+    FP8 copy (``input_elements`` bytes). Delayed scaling: the norms that feed a LayerNorm-fused linear write FP8
+    (norm1 before qkv, norm2 before fc1 or one expert, MLA's q_norm and kv_norm before q_up and kv_up; bytes -
+    (e - 1) per output element), and the dense activation writes FP8 (same); every other FP8 input is cast and
+    transposed by its GEMM's module in forward, (e + 2) m k (out, MLA's q_proj/q_down/kv_down, the grouped expert
+    GEMMs over all ``routed_tokens`` rows, the shared experts); backward: cast + transpose of every output gradient
+    (e + 2) m n, transposes of the inputs their producers wrote in FP8, 2 m k; one kernel per tensor (a grouped
+    GEMM's experts in one multi-tensor kernel). Current scaling: norms and activations unchanged; ``fp8_cast``:
+    (2e + 2) m k per input forward, (2e + 2) m n per output gradient backward; 2 kernels per tensor (amax and cast)
+    Source: the module docstring (Transformer Engine's Linear, LayerNormLinear, LayerNormMLP); Megatron-Core's
+    MoE and MLA layers with Transformer Engine: the MoE layer's ``pre_mlp_layernorm`` is a separate TENorm (its
+    output also feeds the router), the routed experts are TE ``GroupedLinear`` modules (``TEGroupedMLP``) whose
+    input and output gradient are quantized with one ``fused_multi_quantize`` over the local experts
+    (transformer_engine/pytorch/module/grouped_linear.py), with Megatron's fused SwiGLU between them writing
+    bf16 (megatron/core/transformer/moe/experts.py); the shared experts are TE linears after that norm
+    (``SharedExpertMLP``); MLA's down projections are TE ``Linear`` after the separate ``input_layernorm`` and its
+    up projections ``TELayerNormColumnParallelLinear`` with the latent norms fused (gpt_layer_specs.py). One
+    expert without a router (``E = 1``) is priced as the dense MLP, LayerNormMLP's fusions included.
 
     Returns:
         kernel name -> row [dict]
@@ -175,35 +199,50 @@ def apply_layer(table: dict[str, Any], *, scaling: str = "delayed", bytes_per_el
     (48.0, 32.0, True, 128)
     >>> out["fp8_cast"]["bytes_backward"]   # dY of qkv and out cast + transposed; qkv's input transposed
     576
+    >>> g = {"router": {"kind": "gemm", "m": 8, "k": 4, "n": 4, "batch": 1, "saved": 64, "flops": 256},
+    ...      "expert_fc1": {"kind": "gemm", "m": 6, "k": 4, "n": 2, "batch": 4, "saved": 128, "flops": 256}}
+    >>> out = apply_layer(g, routed_tokens=16)   # 4 local experts, 16 routed copies: the router stays bf16
+    >>> "fp8" in out["router"], out["expert_fc1"]["fp8"], out["fp8_cast"]["bytes"], out["fp8_cast"]["bytes_backward"]
+    (False, True, 256, 128)
     """
     e = bytes_per_element
     delayed = scaling == "delayed"
+    routed = "router" in table                                 # experts behind a router (E > 1)
+    one_expert = () if routed else ("expert_fc1", "expert_fc2", "expert_activation")   # E = 1: the dense MLP
+    fused = ("qkv", "fc1", "fc2", "q_up", "kv_up", *one_expert[:2])     # inputs their producers write in FP8
+    fused_out = (("norm1",) if "qkv" in table else ()) + ("q_norm", "kv_norm")
+    if "fc1" in table or one_expert and "expert_fc1" in table:
+        fused_out += ("norm2",)
+    fp8_act = ("activation", *one_expert[2:])                 # write fc2's input in FP8
     out: dict[str, Any] = {}
     fwd: Num = 0
     bwd: Num = 0
     kf = kb = 0
     for name, row in table.items():
         if name in LINEAR_ROWS and row["kind"] == "gemm":
-            m, k, n = row["m"], row["k"], row["n"]
-            row = {**row, "fp8": True, "operand_bytes": FP8_BYTES, "saved": row["saved"] * FP8_BYTES / e}
+            k, n = row["k"], row["n"]
+            m = routed_tokens if routed and name.startswith("expert_") else row["m"]   # all routed rows
+            saved = row["saved"] * FP8_BYTES / e + (FP8_BYTES * input_elements if name in _OWN_COPY else 0)
+            row = {**row, "fp8": True, "operand_bytes": FP8_BYTES, "saved": saved}
             bwd = bwd + cast_bytes(m * n, scaling, e)          # the output gradient dY, cast and transposed
             kb += 1 if delayed else 2
             if not delayed:                                    # the input: amax pass, cast + transpose
                 fwd = fwd + cast_bytes(m * k, scaling, e)
                 kf += 2
-            elif name == "out":                                # the attention output: fused cast + transpose
+            elif name in fused:
+                bwd = bwd + 2 * FP8_BYTES * m * k              # written in FP8 by its producer: transpose it later
+                kb += 1
+            else:                                              # cast + transpose by its module
                 fwd = fwd + cast_bytes(m * k, scaling, e)
                 kf += 1
-            else:                                              # written in FP8 by its producer: transpose it later
-                bwd = bwd + 2 * FP8_BYTES * m * k
-                kb += 1
-        elif delayed and name in ("norm1", "norm2"):           # the norm writes its output in FP8
+        elif delayed and name in fused_out:                    # the norm writes its output in FP8
             row = {**row, "bytes": row["bytes"] * (e + FP8_BYTES) / (2 * e)}
-        elif name == "activation":                             # fc2's saved input in FP8
+        elif name in ("activation", "expert_activation", "shared_activation"):   # fc2's saved input in FP8
+            elements = ffn_elements if name == "activation" else row["elements"]
             row = dict(row)
-            row["saved"] = row["saved"] + (FP8_BYTES if ffn_type == "relu" else FP8_BYTES - e) * ffn_elements
-            if delayed:                                        # the activation writes its output in FP8
-                row["bytes"] = row["bytes"] - (e - FP8_BYTES) * ffn_elements
+            row["saved"] = row["saved"] + (FP8_BYTES if ffn_type == "relu" else FP8_BYTES - e) * elements
+            if delayed and name in fp8_act:                    # the activation writes its output in FP8
+                row["bytes"] = row["bytes"] - (e - FP8_BYTES) * elements
         out[name] = row
     out["fp8_cast"] = {"kind": "elementwise", "bytes": fwd, "bytes_backward": bwd, "kernels": kf,
                        "kernels_backward": kb, "saved": 0}

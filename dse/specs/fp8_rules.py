@@ -29,10 +29,6 @@ FP8_RULES = (
          when=_fp8, ok=lambda p, m, s: p.finetune == "full" and p.stack == "megatron",
          message=lambda p, m, s: f"--precision fp8 with --finetune {p.finetune} --stack {p.stack} is not modelled; "
                                  "allowed: --finetune full --stack megatron (Transformer Engine's layers)"),
-    Rule("fp8 of an MoE model is not modelled", ("precision", "model.experts"),
-         when=_fp8, ok=lambda p, m, s: not m.experts,
-         message=lambda p, m, s: f"--precision fp8: FP8 expert GEMMs are not modelled yet (model {m.name} has "
-                                 f"{m.experts} experts); allowed: bf16, fp16, bf16-pure"),
     Rule("fp8 with ZeRO-3 or offload is not modelled", ("precision", "zero", "offload_optimizer"),
          when=_fp8, ok=lambda p, m, s: (p.zero < 3) & (p.offload_optimizer == "gpu"),
          message=lambda p, m, s: f"--precision fp8 with --zero {p.zero} --offload-optimizer {p.offload_optimizer} is "

@@ -103,11 +103,11 @@ OFFLOAD_RULES = (
 
 # ----------------------------------------------------------------------------- parallelism and batch vs the model
 
-MLA_RULE = Rule("multi-head latent attention beyond what is modelled", ("attention", "stack", "finetune", "precision",
+MLA_RULE = Rule("multi-head latent attention beyond what is modelled", ("attention", "stack", "finetune",
      "offload_activations", "hardware.kind"), when=lambda p, m, s: m.mla, ok=lambda p, m, s: not _mla_off(p, s),
      message=lambda p, m, s: f"{_mla_off(p, s)} is not modelled with multi-head latent attention (model {m.name},"
-                             " kv_lora_rank); allowed: --attention flash --stack megatron --finetune full, bf16/"
-                             "fp16, no activation offload, a GPU system (docs/mla.md)")
+                             " kv_lora_rank); allowed: --attention flash --stack megatron --finetune full, "
+                             "no activation offload, a GPU system (docs/mla.md)")
 
 MODEL_RULES = (
     Rule("tp does not divide the attention heads", ("tp", "model.heads"),
@@ -193,7 +193,7 @@ def _not_modelled_with_cp(p) -> str:
 def _mla_off(p, s) -> str:
     """The first plan choice multi-head latent attention's kernels are not modelled with ('' if none)."""
     bad = (("--attention", p.attention, "flash"), ("--stack", p.stack, "megatron"), ("--finetune", p.finetune, "full"))
-    off = [f"{flag} {v}" for flag, v, ok in bad if v != ok] + ["--precision fp8"] * (p.precision == "fp8")
+    off = [f"{flag} {v}" for flag, v, ok in bad if v != ok]
     off += [f"--offload-activations {p.offload_activations}"] * (p.offload_activations != "none")
     return (off + ["a chiplet package"] * (s is not None and not _gpu(s)) + [""])[0]
 

@@ -9,12 +9,14 @@ architecture) and every efficiency as the H800 spec states it (the H100's measur
   all-to-alls and pipeline sends, 20 of the H800's 132 SMs communicating, §3.2.2; two stages per rank; the
   bubble of its Table 2), ep 64 (8 nodes of 8), dp 128 with ZeRO-1, tp 1, seq 4096, global batch 15,360 (the
   batch after the ramp), micro-batch 1 (not stated), no recomputation (DeepSeek recomputes only the RMSNorms and
-  the MLA up-projections, §3.2.3: a small share of the FLOPs), bf16 (dse does not model FP8 expert GEMMs,
-  :data:`dse.specs.rules.FP8_RULES`).
+  the MLA up-projections, §3.2.3: a small share of the FLOPs), FP8 linear GEMMs (§3.3: Fprop, Dgrad and Wgrad of
+  the linear layers, the experts' and MLA's included; the embedding, the output head, the MoE gating, the norms
+  and the attention core in bf16/fp32) with the scaling dse has closest to DeepSeek's fine-grained one: current
+  (:data:`SCALING`: per tensor, from the tensor itself; DeepSeek's 1x128 tile and 128x128 block scales are
+  computed online in the cast, §3.3.2, so dse's separate amax pass per tensor is an overcount).
 
 What the report leaves out or dse does not model, and which way each moves dse against the reference:
 
-- FP8 GEMMs for the linear layers (§3.3: Fprop, Dgrad, Wgrad in FP8) -> dse (bf16) slower;
 - the dispatch in FP8 (§3.3.3: activations before the up-projections and the dispatch quantised to FP8) -> dse
   (bf16 messages) slower; node-limited routing (at most 4 nodes per token) and the IB-then-NVLink forwarding are
   priced (``expert_groups``, the hierarchical all-to-all of docs/moe.md);
@@ -26,9 +28,10 @@ What the report leaves out or dse does not model, and which way each moves dse a
 
 Tolerance 50 %, set before the all-to-all was priced hierarchically and before DualPipe was modelled: the
 omissions above go both ways and are each tens of per cent (dse's own FP8 estimates run 1.5-1.9x faster on large
-GEMMs). With 1F1B dse lands at 274K (+52 %: 8.4 s of a 30.3 s iteration is exposed all-to-all); with DualPipe at
-182K (+0.8 %), the all-to-all exposed only for the SMs it takes. The near match is not a calibration (nothing is
-fitted to this case), and FP8 and MTP, both unpriced, pull in opposite directions by tens of per cent.
+GEMMs). In bf16, with 1F1B dse landed at 274K (+52 %: 8.4 s of a 30.3 s iteration is exposed all-to-all); with
+DualPipe at 182K (+0.8 %), the all-to-all exposed only for the SMs it takes. With the paper's FP8 GEMMs priced
+(since FP8 of MoE and MLA layers is modelled) it lands at 155K (-13.7 %): the MTP module and the batch ramp, not
+priced, make dse fast; the FP8 dispatch, not priced either, would make it faster still. Nothing is fitted.
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ from __future__ import annotations
 SYSTEM = "h800-cluster"
 MODEL = "deepseek-v3"
 TOLERANCE = 0.5
+#: The GEMMs' FP8 scaling: the paper's fine-grained scales are computed from each tile's own values (§3.3.2)
+SCALING = "current"
 
 
 def gpu_hours_per_trillion(iteration_s: float, gpus: int, tokens_per_iteration: int) -> float:
@@ -51,8 +56,8 @@ def result():
     p = load("deepseek_v3").values("plan")
     dp = p["gpus"] // (p["pp"] * p["tp"])
     return estimate(MODEL, SYSTEM, tp=p["tp"], pp=p["pp"], dp=dp, ep=p["ep"], zero=1, micro_batch=1,
-                    global_batch=p["global_batch"], seq_len=p["seq_len"], recompute="none", precision="bf16",
-                    schedule="dualpipe")
+                    global_batch=p["global_batch"], seq_len=p["seq_len"], recompute="none", precision="fp8",
+                    fp8_scaling=SCALING, schedule="dualpipe")
 
 
 def cases():
@@ -67,7 +72,7 @@ def cases():
         return gpu_hours_per_trillion(r["time"]["iteration"], p["gpus"], p["global_batch"] * p["seq_len"])
 
     ref = pub.values("gpu_hours")["per_trillion_tokens"]
-    return [Case("deepseek-v3 H800 GPU hours per trillion tokens (pp16 DualPipe ep64 dp128 ZeRO-1, bf16)", ref,
+    return [Case("deepseek-v3 H800 GPU hours per trillion tokens (pp16 DualPipe ep64 dp128 ZeRO-1, fp8)", ref,
                  compute, TOLERANCE, pub.source("gpu_hours"), unit="",
-                 note="dse prices bf16 instead of FP8, no MTP, no batch ramp; its plan does not fit 80 GB "
-                      "(DeepSeek's memory savings are not modelled)")]
+                 note="dse prices tensor-wise FP8 scales, a bf16 dispatch, no MTP, no batch ramp; its plan does not "
+                      "fit 80 GB (DeepSeek's memory savings are not modelled)")]

@@ -278,7 +278,12 @@ def layer_kernels(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: N
         t = _finetune.apply_layer(t, tok=tok, tp=tp, ffn_type=ffn_type, ffn_elements=tok * f_loc,
                                   bytes_per_element=e, **finetune)
     if fp8:  # Transformer Engine's FP8 linear layers (dse.formulas.fp8)
-        t = _fp8.apply_layer(t, scaling=fp8, bytes_per_element=e, ffn_type=ffn_type, ffn_elements=tok * f_loc)
+        routed: Num = 0
+        if moe and moe["experts"] > 1:    # the routed copies the grouped GEMMs run: the expert activation's rows
+            f_exp = moe["expert_ffn"] if not split else moe["expert_ffn"] / tp    # (C T k padded, kept ones capped)
+            routed = t["expert_activation"]["elements"] / f_exp
+        t = _fp8.apply_layer(t, scaling=fp8, bytes_per_element=e, ffn_type=ffn_type, ffn_elements=tok * f_loc,
+                             routed_tokens=routed, input_elements=x_in / e)
     if full:   # the checkpoint keeps the layer input; the rest is held only while the layer runs again
         for row in t.values():
             row["rerun"], row["saved"] = row["saved"], 0
