@@ -17,8 +17,8 @@ Measures, on one core (numpy element-wise work is single-threaded):
 3. the search's block path (:meth:`dse.search.evaluate.Evaluator.block`: plan rules, memory
    with every technique's memory half, time only for the points that fit) over technique
    spaces: benchmarks/spaces/storage-offload-sweep.yaml (504,000 points),
-   activation-offload-sweep.yaml (250,880), moe-long-context-sweep.yaml (an MoE model with expert and
-   context parallelism, 172,800) and the two technique examples; scenarios/s and the
+   activation-offload-sweep.yaml (250,880), moe-long-context-sweep.yaml (an MoE model with expert, expert tensor
+   and context parallelism, 518,400) and the two technique examples; scenarios/s and the
    share of valid points whose time was composed (memory-first pruning);
 4. ``dse search --engine exhaustive`` over benchmarks/spaces/ten-million.yaml
    (11.3M points) in a subprocess: wall time and peak resident memory.

@@ -35,6 +35,8 @@ def _options(m, tp: int, sp: bool, recompute: str) -> dict:
     dict(shared_experts=1, shared_ffn=512, shared_gate=True),
     dict(capacity=1.25, pad=True, ep=4, imbalance=1.5),
     dict(capacity=1.1, ffn_type="gelu", tp=4),
+    dict(tp=4, sequence_parallel=True, ep=8, etp=1),                       # MoE Parallel Folding
+    dict(tp=2, sequence_parallel=True, etp=4, shared_experts=1, shared_ffn=512, capacity=1.25, pad=True),
 ])
 def test_the_tensors_sum_to_the_saved_bytes_of_the_moe_rows(kw):
     rows = moe_mlp_kernels(1024, 2, 1024, 8, 2, 2048, **kw)

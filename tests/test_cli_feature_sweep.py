@@ -164,7 +164,8 @@ def test_the_sweep_has_both_outcomes(dse):
 BAD = [
     (["--model", "mixtral-8x7b", "--ep", "3", "--dp", "3"], "--ep 3"),
     (["--model", "mixtral-8x7b", "--ep", "16", "--dp", "16"], "--ep 16"),
-    (["--model", "mixtral-8x7b", "--ep", "4", "--dp", "2"], "--ep 4 does not divide --dp 2"),
+    (["--model", "mixtral-8x7b", "--ep", "4", "--dp", "2"],
+     "--ep 4 x --etp 1 = 4 does not divide --tp 1 x --cp 1 x --dp 2 = 2"),
     (["--model", "llama3-8b", "--ep", "2"], "--ep 2"),
     (["--model", "mixtral-8x7b", "--ep", "0"], "--ep"),
     (["--model", "llama3-8b", "--cp", "3", "--seq-len", "4096"], "--cp 3"),

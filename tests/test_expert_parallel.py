@@ -157,7 +157,8 @@ def test_numpy_ep_column_matches_the_scalar_estimates():
 @pytest.mark.parametrize("argv, message", [
     (["--model", "llama2-7b", "--ep", "2"], "--ep 2: expert parallelism needs an MoE model"),
     (["--model", "mixtral-8x7b", "--ep", "3", "--dp", "3"], "--ep 3 does not divide the model's 8 experts"),
-    (["--model", "mixtral-8x7b", "--ep", "4", "--dp", "2"], "--ep 4 does not divide --dp 2"),
+    (["--model", "mixtral-8x7b", "--ep", "4", "--dp", "2"],
+     "--ep 4 x --etp 1 = 4 does not divide --tp 1 x --cp 1 x --dp 2 = 2"),
 ])
 def test_bad_ep_is_a_one_line_error(capsys, argv, message):
     assert main(["estimate", "--hw", "dgx-h100", *argv]) == 2

@@ -364,6 +364,16 @@ FEATURE_SPACES = [
      "parameters": {"gpus": [16, 32], "plan.tp": [1, 2], "plan.ep": [1, 2, 4, 8], "plan.cp": [1, 2],
                     "plan.zero": [1, 2], "plan.recompute": ["none", "full"], "plan.expert_capacity": [0.75, 1.5],
                     "plan.pad_to_capacity": [False, True]}},
+    # MoE Parallel Folding: etp other than tp, ep drawn from tp x cp x dp (and a model with a shared expert)
+    {"model": "mixtral-8x7b", "hardware": "h100-cluster",
+     "fixed": {"plan.seq_len": 4096, "model.layers": 4, "plan.sequence_parallel": True},
+     "parameters": {"gpus": [16, 32], "plan.tp": [1, 2, 4], "plan.etp": [1, 2, 4], "plan.ep": [1, 2, 8],
+                    "plan.cp": [1, 2], "plan.zero": [1, 3], "plan.recompute": ["none", "full"]}},
+    {"model": "mixtral-8x7b", "hardware": "h100-cluster",
+     "fixed": {"plan.seq_len": 4096, "model.layers": 2, "plan.sequence_parallel": True, "model.shared_experts": 1,
+               "model.shared_expert_ffn": 4096},
+     "parameters": {"gpus": [16], "plan.tp": [1, 2, 4], "plan.etp": [1, 2, 8], "plan.ep": [1, 4, 8],
+                    "plan.zero": [0, 1]}},
     {"model": "llama3-8b", "hardware": "dgx-h100", "fixed": {"plan.seq_len": 8192, "model.layers": 4},
      "parameters": {"gpus": [8], "plan.tp": [1, 2], "plan.cp": [1, 2, 4], "plan.precision": ["bf16", "fp8"],
                     "plan.fp8_scaling": ["delayed", "current"], "plan.zero": [1, 3],
@@ -378,7 +388,8 @@ FEATURE_SPACES = [
 ]
 
 
-@pytest.mark.parametrize("space", FEATURE_SPACES, ids=["moe-ep-cp", "fp8-cp-stack", "lora-workstation", "moe-fp8"])
+@pytest.mark.parametrize("space", FEATURE_SPACES, ids=["moe-ep-cp", "moe-etp", "moe-etp-shared", "fp8-cp-stack",
+                                                       "lora-workstation", "moe-fp8"])
 def test_search_block_path_equals_point_path(space):
     from _block_vs_point import block_vs_point
 

@@ -22,7 +22,7 @@ HW = "a100-server-nvme"          # 8 GPUs a node and NVMe drives (storage offloa
 CARRIED = {
     "megatron": ("tp", "pp", "dp", "micro_batch", "global_batch", "seq_len", "recompute", "attention",
                  "sequence_parallel", "zero", "precision", "grad_dtype", "optimizer", "schedule", "virtual_stages",
-                 "overlap_grad_reduce", "offload_optimizer", "stack"),
+                 "overlap_grad_reduce", "offload_optimizer", "stack", "ep", "etp"),
     "deepspeed": ("dp", "micro_batch", "global_batch", "zero", "precision", "grad_dtype", "optimizer",
                   "overlap_grad_reduce", "sub_group_size", "offload_optimizer", "offload_params",
                   "optimizer_buffer_count", "param_buffer_count", "param_buffer_size", "swap_pipeline"),
@@ -46,7 +46,10 @@ def plans(framework: str):
                      zero=st.sampled_from([0, 1, 2, 3]),
                      precision=st.sampled_from(["bf16", "fp16"]), grad_dtype=st.sampled_from(["fp32", "half"]),
                      optimizer=st.sampled_from(["adam", "sgd-momentum"]), interleave=st.sampled_from([1, 2]),
-                     offload_optimizer=st.sampled_from(["gpu", "cpu"]))
+                     offload_optimizer=st.sampled_from(["gpu", "cpu"]),
+                     # MoE models: expert parallelism and expert tensor parallelism (MoE Parallel Folding)
+                     model=st.sampled_from((*models, "mixtral-8x7b")),
+                     ep=st.sampled_from([1, 2, 4, 8]), etp=st.sampled_from([None, 1, 2, 4]))
     elif framework == "deepspeed":
         extra = dict(zero=st.sampled_from([0, 1, 2, 3]), precision=st.sampled_from(["bf16", "fp16"]),
                      grad_dtype=st.sampled_from(["fp32", "half"]),
@@ -66,7 +69,10 @@ def plans(framework: str):
 
 def resolved(framework: str, d: dict):
     """The drawn fields as a resolved plan (an invalid combination is skipped with ``assume``)."""
-    fields = {k: v for k, v in d.items() if k not in ("model", "accumulation", "interleave", "offload")}
+    fields = {k: v for k, v in d.items() if k not in ("model", "accumulation", "interleave", "offload")
+              and (k not in ("ep", "etp") or d["model"] == "mixtral-8x7b")}
+    if fields.get("etp") is None:
+        fields.pop("etp", None)
     fields["global_batch"] = d["micro_batch"] * d["accumulation"] * d["dp"]
     if "sequence_parallel" in fields:
         fields["sequence_parallel"] &= d["tp"] > 1        # a no-op at tp 1, which Megatron turns off

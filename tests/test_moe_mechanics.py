@@ -252,7 +252,7 @@ def test_search_excludes_invalid_ep_and_reruns_with_the_ep_flag(cli):
     res = json.loads(out)
     excluded = res["excluded"]
     assert excluded["ep does not divide the experts"] == 4          # ep 16 with each of the 4 tp
-    assert excluded["ep does not divide dp"] == 3                   # ep 4 at tp 8 (dp 2), ep 8 at tp 4 and 8
+    assert excluded["ep x etp does not divide tp x cp x dp"] == 3   # ep 4 at tp 8 (dp 2), ep 8 at tp 4 and 8
     assert all(t["params"]["plan.ep"] != 16 for t in res["trials"] if t.get("valid", True))
     rc, out, err = cli("search", "--space", space, "--engine", "exhaustive", "--top", "1", "-q")
     cmd = out.strip().splitlines()[-1]

@@ -43,7 +43,8 @@ def random_value(rng, name, tp, meta):
 
 
 SPECIAL = {"chiplet_mesh": ["8x8", "4x16", "6x6", "2x2"],   # rarely set: each is valid with few other choices
-           "lora_dropout": [0.1], "paged_optimizer": [True], "schedule": ["interleaved", "gpipe", "dualpipe"]}
+           "lora_dropout": [0.1], "paged_optimizer": [True], "schedule": ["interleaved", "gpipe", "dualpipe"],
+           "etp": [None]}                                      # etp other than tp: MoE models only
 
 
 def random_data(rng):

@@ -45,7 +45,9 @@ def estimate(
     dp: Optional[int] = flag.dp(),
     cp: Optional[int] = flag.cp(),
     ep: Optional[int] = typer.Option(None, "--ep", min=1, help="expert-parallel degree of an MoE model (divides "
-                                     "--dp and the experts; default 1)"),
+                                     "the experts; ep x etp divides tp x cp x dp; default 1)"),
+    etp: Optional[int] = typer.Option(None, "--etp", min=1, help="expert tensor-parallel degree of an MoE model "
+                                      "(Megatron --expert-tensor-parallel-size; default: --tp); docs/moe.md"),
     micro_batch: Optional[int] = flag.micro_batch(),
     global_batch: Optional[int] = flag.global_batch(),
     seq_len: Optional[int] = flag.seq_len(),
@@ -138,8 +140,7 @@ def estimate(
     fields.update(finetune_fields(finetune, lora_rank, lora_targets, quantization, paged_optimizer, lora_dropout))
     if fp8_scaling is not None:
         fields["fp8_scaling"] = fp8_scaling
-    if ep is not None:
-        fields["ep"] = ep
+    fields.update({k: v for k, v in (("ep", ep), ("etp", etp)) if v is not None})
     imported = None
     if from_ and from_[0] is not None:
         from dse.frameworks.apply import apply, read

@@ -21,7 +21,7 @@ from dse.estimate.defaults import filled as filled_defaults, input_warnings
 from dse.estimate.result import Estimate
 from dse.estimate.technique import Technique, compose
 from dse.specs import _schema
-from dse.specs.plan import Plan
+from dse.specs.plan import Plan, folded
 
 if TYPE_CHECKING:
     from dse.estimate.aliases import Formulas, Hardware, Result
@@ -160,6 +160,8 @@ def numbers(model: ModelSpec, system: SystemSpec, plan: Plan, *, trace: Trace | 
     r["plan"] = vars(plan).copy()   # plan fields are scalars: a shallow copy is the whole plan
     if r["plan"].get("target_len") is None:   # a decoder's length only: target_len is an encoder-decoder's
         r["plan"].pop("target_len", None)
+    if not folded(plan):       # expert TP equal to tp (the default): reported only where it may differ
+        r["plan"].pop("etp", None)
     return r, list(c.get("extra_violations", []))
 
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from dse.estimate import context as _context, dualpipe as _dualpipe, fp8 as _fp8, frozen as _frozen
 from dse.estimate.kernel_table import Link, kernel_tables, kernel_times
-from dse.estimate.links import links
+from dse.estimate.links import expert_replicas, links
 from dse.estimate.parameters import parameters
 from dse.estimate.terms import BaseTerms, TimeTerms
 from dse.estimate.totals import breakdown, flops, traffic
@@ -31,6 +31,7 @@ from dse.formulas import (
 )
 from dse.formulas._array import ceil, maximum, minimum, where
 from dse.formulas.precision import peak_flops, recipe_of
+from dse.specs.plan import folded
 
 if TYPE_CHECKING:
     from dse.estimate.aliases import FormulaModule, Formulas, Num, Result, Section
@@ -95,20 +96,18 @@ def _widest_mlp(model: ModelSpec) -> Num:
 
 
 def _expert_parallel(plan: Plan, model: ModelSpec) -> bool:
-    """Expert parallelism applies: an MoE model and ep not the Python int 1 (``p_expert_gpu`` then counts)."""
-    return bool(model.moe_layers) and not (type(plan.ep) is int and plan.ep == 1)
+    """Expert parallelism applies: an MoE model, ep not the Python int 1 or etp not tp (``p_expert_gpu`` counts)."""
+    return bool(model.moe_layers) and (folded(plan) or not (type(plan.ep) is int and plan.ep == 1))
 
 
-def _expert_states(M: FormulaModule, p_stage: Num, p_expert: Num, d: Num, ep: Num, zero: Num,
+def _expert_states(M: FormulaModule, p_stage: Num, p_expert: Num, d: Num, edp: Num, zero: Num,
                    state_bytes: Section) -> Section:
-    """Model states of a stage's GPU under expert parallelism: dense parameters sharded over dp, experts over dp/ep.
-
-    Megatron-Core: an expert's replicas are the dp/ep ranks of the expert-data-parallel group, which reduce its
-    gradients and shard its optimizer states (distributed optimizer, ``expert_data_parallel_group``).
-    """
+    """Model states of a stage's GPU under expert parallelism: dense parameters sharded over d = dp cp, experts over
+    the ``edp`` ranks of the expert-data-parallel group, which reduce their gradients and shard their optimizer
+    states (Megatron-Core's distributed optimizer, ``expert_data_parallel_group``; :func:`expert_replicas`)."""
     w, g, o = state_bytes["weights"], state_bytes["gradients"], state_bytes["optimizer"]
     dense = M.model_state_bytes(p_stage - p_expert, d, zero, w, g, o)
-    experts = M.model_state_bytes(p_expert, d / ep, zero, w, g, o)
+    experts = M.model_state_bytes(p_expert, edp, zero, w, g, o)
     return {k: dense[k] + experts[k] for k in dense}
 
 
@@ -130,8 +129,9 @@ def memory_tiers(model: ModelSpec, system: SystemSpec, plan: Plan, prm: Section,
         states_last = M.model_state_bytes(prm["p_last"], d, zero, w_bytes, g_bytes, opt_bytes)
         pe = prm["p_expert_gpu"]
         if _expert_parallel(plan, model):   # the experts' ZeRO shards split over the dp/ep ranks holding them
-            states_first, states_last = (_expert_states(M, prm[stage], pe, d, plan.ep, zero, state_bytes)
-                                         for stage in ("p_first", "p_last"))
+            edp = expert_replicas(plan, d)
+            states_first, states_last = (_expert_states(M, prm[st], pe, d, edp, zero, state_bytes)
+                                         for st in ("p_first", "p_last"))
     else:
         states_first, states_last = (_frozen.states(prm, stage, model, plan, r, state_bytes, M)
                                      for stage in ("p_first", "p_last"))
@@ -306,7 +306,7 @@ def data_parallel(model: ModelSpec, plan: Plan, i: BaseTerms, r: Recipe, kt: Sec
     exp_grad_b, exp_gather_b = expert * r.dp_gradients, expert * r.weight_gathers - (fp8_exp if ep_on else 0.0)
     if ep_on:
         n_e, bw_e, lat_e = lk["edp"][:3]
-        lat_e = where(plan.ep > 1, lat_e, 0.0)   # an array's ep 1: one group, whose latency the dense share paid
+        lat_e = where(n_e != d, lat_e, 0.0)   # EDP = dp cp (an array's ep 1): one group, whose latency was paid
         dp_ar = dp_ar + P.allreduce_time(exp_grad_b, n_e, bw_e, lat_e)
         rs_grads = rs_grads + P.allgather_time(exp_grad_b, n_e, bw_e, lat_e)
         ag_weights = ag_weights + P.allgather_time(exp_gather_b, n_e, bw_e, lat_e)
@@ -337,8 +337,9 @@ def optimizer_step(system: SystemSpec, plan: Plan, i: BaseTerms, r: Recipe, C: F
     zero: Num = plan.zero       # a resolved plan: zero and dp are set
     d: Num = _context.grad_ranks(plan)
     opt_params = i.trainable_params_per_gpu / where(zero >= 1, d, 1)
-    if model is not None and _expert_parallel(plan, model):   # the experts' ZeRO shard: over dp/ep ranks
-        opt_params = opt_params + i.expert_params_per_gpu * (plan.ep - 1) / where(zero >= 1, d, 1)
+    if model is not None and _expert_parallel(plan, model):   # the experts' ZeRO shard: over the EDP ranks
+        e = i.expert_params_per_gpu                             # (ZeRO-0: every parameter of the GPU, as above)
+        opt_params = opt_params + where(zero >= 1, e / expert_replicas(plan, d) - e / d, 0.0)
     t_opt = C.memory_time(O.step_bytes(opt_params, plan.optimizer, r), gpu.hbm_bandwidth, gpu.efficiency.memory)
     return {"opt_params": opt_params, "t_opt": t_opt}
 

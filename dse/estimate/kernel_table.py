@@ -19,6 +19,7 @@ from dse.estimate.table_inputs import attention_shares, mla_options, moe_options
 from dse.formulas import compute as _compute, kernels as _kernels, parallelism as _parallelism, stacks as _stacks
 from dse.formulas._array import Num, maximum, where
 from dse.formulas.precision import Recipe, peak_flops, recipe_of
+from dse.specs.plan import expert_tp
 
 if TYPE_CHECKING:
     from dse.specs.hardware import GPUSpec, SystemSpec
@@ -123,16 +124,15 @@ def collective_time(row: Row, link: Link, P: Module) -> Num:
 
 def table_time(table: Table, hw: KernelCost, link: Link, C: Module, P: Module, *, recompute: str = "none",
                async_tp: bool = False, count: bool = False, ep_link: Link | None = None,
-               launches: dict[str, tuple[int, int]] | None = None) -> dict[str, Num]:
+               launches: dict[str, tuple[int, int]] | None = None, etp_link: Link | None = None) -> dict[str, Num]:
     """Forward, backward and recompute time of the kernels of ``table`` on one GPU (``P``: parallelism module).
 
     Returns ``forward``, ``backward``, ``recompute`` (GPU time, collectives included), ``weight_backward`` (the
     weight-gradient GEMMs' share of backward: a weight GEMM's forward time, not frozen) and ``tp_forward``,
     ``tp_backward`` (the collectives' share), ``ep_forward`` and ``ep_backward`` (the expert-parallel all-to-alls'
-    share: rows of group ``ep`` run on ``ep_link``); with ``count``, also ``kernels_forward`` and
-    ``kernels_backward`` (the host's launches: :func:`dse.formulas.kernels.table_launches` with the stack's
-    ``launches``, for the launch floor). Other collectives run on ``link``
-    (:func:`collective_time`);
+    share: rows of group ``ep`` run on ``ep_link``, of group ``etp`` on ``etp_link``); with ``count``, also
+    ``kernels_forward`` and ``kernels_backward`` (the host's launches: :func:`dse.formulas.kernels.table_launches`
+    with the stack's ``launches``, for the launch floor). Other collectives run on ``link`` (:func:`collective_time`);
     with ``async_tp``
     a backward one hides behind the weight-gradient GEMM it names (``hidden_by``), which takes as long as
     that GEMM's forward. Full recompute runs the whole forward again, collectives included; selective runs
@@ -169,7 +169,9 @@ def table_time(table: Table, hw: KernelCost, link: Link, C: Module, P: Module, *
             continue
         if row["comm"] is not msg or row["op"] != op:   # a layer's collectives share one message: one time
             msg, op = row["comm"], row["op"]
-            ar = collective_time(row, link, P)
+            ar = collective_time(row, (etp_link or link) if row["group"] == "etp" else link, P)
+            if "optional" in row:                         # no bytes, no collective (expert TP other than tp)
+                ar = where(msg > 0, ar, 0.0)
         if row["pass"] == "forward":
             tp_f = tp_f + ar
         elif async_tp and "hidden_by" in row:
@@ -185,7 +187,8 @@ def table_time(table: Table, hw: KernelCost, link: Link, C: Module, P: Module, *
            "ep_forward": ep_f, "ep_backward": ep_b, "weight_backward": wgrad}
     if count:
         out["kernels_forward"], out["kernels_backward"] = _kernels.table_launches(
-            table, launches, link.ranks, link.ranks if ep_link is None else ep_link.ranks)
+            table, launches, link.ranks, link.ranks if ep_link is None else ep_link.ranks,
+            None if etp_link is None else etp_link.ranks)
     return out
 
 
@@ -216,8 +219,7 @@ def kernel_tables(model: ModelSpec, plan: Plan, r: Recipe, K: Module = _kernels)
     if K is _kernels:                      # not when traced: the trace records every formula call
         key = (id(model), s, getattr(plan, "target_len", None), plan.cp, b, t, getattr(plan, "ep", 1),
                getattr(plan, "expert_capacity", None), getattr(plan, "pad_to_capacity", False), sp, plan.recompute,
-               plan.attention, e, comm,
-               logits, stack, r.gradients,
+               plan.attention, e, comm, logits, stack, r.gradients, expert_tp(plan),
                plan.finetune, plan.lora_rank, plan.lora_targets, plan.quantization, plan.lora_dropout, fp8,
                *map(K.__getattribute__, _FORMULAS))
         try:
@@ -306,8 +308,7 @@ def table_sums(tables: dict[str, Table], recompute: str, K: Module = _kernels) -
             "a_emb": K.saved_bytes(tables["embedding"]),
             "flops_layer": K.forward_flops(layer), "flops_head": K.forward_flops(tables["head"]),
             "flops_recompute": K.recomputed_flops(layer, recompute),
-            "tp_messages": K.message_bytes(layer, "tp", recompute),
-            "ep_messages": K.message_bytes(layer, "ep", recompute)}
+            **{f"{g}_messages": K.message_bytes(layer, g, recompute) for g in ("tp", "ep", "etp")}}
 
 
 def kernel_times(tables: dict[str, Any], system: SystemSpec, plan: Plan, peak: Num, lk: dict[str, Link],
@@ -319,7 +320,7 @@ def kernel_times(tables: dict[str, Any], system: SystemSpec, plan: Plan, peak: N
     """
     gpu = system.node.gpu
     async_tp = plan.async_tp_allreduce and not plan.sequence_parallel   # hidden behind the weight-gradient GEMMs
-    key = _times_key(tables, gpu, plan, peak, lk["tp"], async_tp, C, P, lk.get("ep"))
+    key = _times_key(tables, gpu, plan, peak, lk["tp"], async_tp, C, P, lk.get("ep"), lk.get("etp"))
     hit = _TIMES.get(key) if key is not None else None
     if hit is not None and hit[0] is tables and hit[1] is gpu:
         return hit[2]
@@ -332,7 +333,7 @@ def kernel_times(tables: dict[str, Any], system: SystemSpec, plan: Plan, peak: N
     count = bool(dispatch)
     launches = _kernels.megatron_launches(**tables.get("bias", {})) if stack == "megatron" else None
     lt = table_time(tables["layer"], hw, lk["tp"], C, P, recompute=plan.recompute, async_tp=async_tp, count=count,
-                    ep_link=lk.get("ep"), launches=launches)
+                    ep_link=lk.get("ep"), launches=launches, etp_link=lk.get("etp"))
     if "dense_layer" in tables:   # a mixed dense/MoE model: the mean layer's time
         dt = table_time(tables["dense_layer"], hw, lk["tp"], C, P, recompute=plan.recompute, async_tp=async_tp,
                         count=count, launches=launches)
@@ -380,7 +381,8 @@ _SCALARS = frozenset((int, float, bool))
 
 
 def _times_key(tables: dict[str, Any], gpu: GPUSpec, plan: Plan, peak: Num, link: Link, async_tp: bool,
-               C: Module, P: Module, ep_link: Link | None = None) -> tuple[Any, ...] | None:
+               C: Module, P: Module, ep_link: Link | None = None, etp_link: Link | None = None
+               ) -> tuple[Any, ...] | None:
     """The memo key of :func:`kernel_times`, or None when it is not memoised (arrays, traced or replaced formulas).
 
     Every input of the times is in it: the tables and the GPU spec (by identity: the tables come from the
@@ -390,9 +392,11 @@ def _times_key(tables: dict[str, Any], gpu: GPUSpec, plan: Plan, peak: Num, link
     MoE dispatcher's host sync), and the formulas called (so that a replaced one is never served a stale time).
     Only Python numbers: a search's numpy values are computed afresh, and array times (a vector system) not kept.
     """
-    if C is not _compute or P is not _parallelism or not set(map(type, (peak, *link, *(ep_link or ())))) <= _SCALARS:
+    if C is not _compute or P is not _parallelism or not {*map(type, (peak, *link, *(ep_link or ()),
+                                                                        *(etp_link or ())))} <= _SCALARS:
         return None
-    return (id(tables), id(gpu), plan.precision, plan.grad_dtype, peak, link, ep_link, plan.recompute, async_tp,
+    return (id(tables), id(gpu), plan.precision, plan.grad_dtype, peak, link, ep_link, etp_link, plan.recompute,
+            async_tp,
             getattr(plan, "stack", "megatron"), bool(getattr(plan, "pad_to_capacity", False)),
             C.gemm_time, C.memory_time, P.allreduce_time, P.allgather_time, P.hierarchical_alltoall_time,
             _kernels.table_launches, _kernels.row_launches, _kernels.megatron_launches, _kernels.moe_host_syncs,

@@ -13,6 +13,7 @@ from dse.estimate.kernel_table import Link
 from dse.estimate.memo import ints, remembered
 from dse.formulas import parallelism as _parallelism
 from dse.formulas._array import clip, floor, where
+from dse.specs.plan import differs, expert_tp, folded
 
 if TYPE_CHECKING:
     from dse.estimate.aliases import FormulaModule, Num
@@ -32,12 +33,23 @@ def links(system: SystemSpec, plan: Plan, P: FormulaModule = _parallelism, model
     A scalar plan's links are kept per system (:mod:`dse.estimate.memo`) and shared: read them, do not change them.
     """
     t, d, cp, ep = plan.tp, plan.dp, plan.cp, plan.ep
+    et = expert_tp(plan)
     route = _routing(model)
     dual = plan.schedule == "dualpipe"   # DualPipe: each stage on 2 dp cp ranks (dse.estimate.context.grad_ranks)
-    if P is _parallelism and ints(t, d, cp, ep):
-        return remembered(("links", id(system), t, d, cp, ep, route, dual, P.group_bandwidth, P.internode_share),
-                          system, lambda: _links(system, t, d, P, cp, ep, route, dual))
-    return _links(system, t, d, P, cp, ep, route, dual)
+    if P is _parallelism and ints(t, d, cp, ep, et):
+        return remembered(("links", id(system), t, d, cp, ep, et, route, dual, P.group_bandwidth,
+                           P.internode_share), system, lambda: _links(system, t, d, P, cp, ep, route, dual, et))
+    return _links(system, t, d, P, cp, ep, route, dual, et)
+
+
+def expert_replicas(plan: Plan, d: Num) -> Num:
+    """The expert-data-parallel ranks EDP = tp d / (etp ep) (``d`` = dp cp): the replicas of a GPU's experts.
+
+    MoE Parallel Folding (Liu et al. 2025, arXiv 2504.14960): ETP x EP x EDP = TP x CP x DP. Equal to d / ep at
+    etp = tp (written so, exactly, there)."""
+    if not folded(plan):
+        return d / plan.ep
+    return plan.tp * d / (expert_tp(plan) * plan.ep)
 
 
 def _routing(model: ModelSpec | None) -> tuple[int, int, int, int]:
@@ -48,7 +60,8 @@ def _routing(model: ModelSpec | None) -> tuple[int, int, int, int]:
 
 
 def _links(system: SystemSpec, t: Num, d: Num, P: FormulaModule, cp: Num = 1, ep: Num = 1,
-           route: tuple[int, int, int, int] = (0, 0, 0, 0), dual: bool = False) -> dict[str, Link]:
+           route: tuple[int, int, int, int] = (0, 0, 0, 0), dual: bool = False, et: Num | None = None
+           ) -> dict[str, Link]:
     node = system.node
     G = node.gpus_per_node
     intra = node.gpu_link.bandwidth * node.gpu_link.efficiency if node.gpu_link else float("inf")
@@ -62,27 +75,37 @@ def _links(system: SystemSpec, t: Num, d: Num, P: FormulaModule, cp: Num = 1, ep
             "cp": Link(cp, P.group_bandwidth(cp, t, G, intra, inter), where(cp_in, intra_lat, inter_lat), cp_in),
             "dp": Link(dg, P.group_bandwidth(dg, t, G, intra, inter), where(dp_in, intra_lat, inter_lat), dp_in),
             "pp": Link(2, P.group_bandwidth(2, t * dc, G, intra, inter), where(pp_in, intra_lat, inter_lat), pp_in),
-            **_expert_links(P, G, t, dg, ep, (intra, inter, intra_lat, inter_lat), route)}
+            **_expert_links(P, G, t, dg, ep, (intra, inter, intra_lat, inter_lat), route, t if et is None else et)}
 
 
 def _expert_links(P: FormulaModule, G: Num, t: Num, dc: Num, ep: Num, rates: tuple[Num, Num, Num, Num],
-                  route: tuple[int, int, int, int]) -> dict[str, Link]:
-    """The expert-parallel group ``ep`` (ranks tp apart) and the expert-data-parallel group ``edp`` (dc/ep ranks,
-    tp ep apart; dc = dp cp, the gradient group): Megatron-Core's expert rank order tp-ep-dp-pp. None with ep the
-    Python int 1. ``rates``: the intra-node and network bandwidths (whole node) and latencies.
+                  route: tuple[int, int, int, int], et: Num) -> dict[str, Link]:
+    """The expert groups of Megatron-Core's expert rank order etp-ep-edp-pp (MoE Parallel Folding, Liu et al. 2025,
+    arXiv 2504.14960; ``parallel_state``'s expert ``RankGenerator``, order tp-ep-dp-pp with cp folded away): the
+    expert tensor-parallel group ``etp`` (``et`` consecutive ranks), the expert-parallel group ``ep`` (ranks et
+    apart) and the expert-data-parallel group ``edp`` (t dc / (et ep) ranks, et ep apart; dc = dp cp, the
+    attention's gradient group, so that the MoE layers' ETP x EP x EDP ranks are the attention's TP x CP x DP).
+    ``etp`` is there when it may differ from tp, ``ep`` and ``edp`` then too and when ep is not the Python int 1.
+    ``rates``: the intra-node and network bandwidths (whole node) and latencies.
 
     The ``ep`` group's all-to-all is hierarchical (:func:`dse.formulas.parallelism.hierarchical_alltoall_time`):
-    q = clip(floor(G/t), 1, ep) of its ranks share a node, N = ep/q nodes; the NVLink stage runs at the intra-node
+    q = clip(floor(G/et), 1, ep) of its ranks share a node, N = ep/q nodes; the NVLink stage runs at the intra-node
     rate, the network stage at the GPU's share of its node's network (all G GPUs of a node run their groups'
     all-to-alls at once) with the share of bytes that leave the node (:func:`dse.formulas.parallelism.
     internode_share` of the model's routing ``route``)."""
-    if type(ep) is int and ep == 1:
-        return {}
     intra, inter, intra_lat, inter_lat = rates
-    ep_in, edp_in = t * ep <= G, t * dc <= G
-    q = clip(floor(G / t), 1, ep)
+    out = {}
+    fold = bool(route[0]) and differs(t, et)   # an MoE model whose etp differs from tp
+    if fold:
+        et_in = et <= G
+        out["etp"] = Link(et, P.group_bandwidth(et, 1, G, intra, inter), where(et_in, intra_lat, inter_lat), et_in)
+    if type(ep) is int and ep == 1 and not fold:
+        return out
+    ep_in, edp_in = et * ep <= G, t * dc <= G
+    q = clip(floor(G / et), 1, ep)
     E, k, groups, per_token = route
     share = P.internode_share(E, k, ep / q, groups, per_token) if E else 0.0
-    return {"ep": Link(ep, intra, where(ep_in, intra_lat, inter_lat), ep_in, q, share, inter / G),
-            "edp": Link(dc / ep, P.group_bandwidth(dc / ep, t * ep, G, intra, inter),
-                        where(edp_in, intra_lat, inter_lat), edp_in)}
+    n_e = t * dc / (et * ep)
+    return {**out, "ep": Link(ep, intra, where(ep_in, intra_lat, inter_lat), ep_in, q, share, inter / G),
+            "edp": Link(n_e, P.group_bandwidth(n_e, et * ep, G, intra, inter), where(edp_in, intra_lat, inter_lat),
+                        edp_in)}

@@ -31,12 +31,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from dse.estimate.feasibility import Violation
+from dse.estimate.links import expert_replicas
 from dse.estimate.technique import TechniqueBase
 from dse.estimate.terms import DriveWrites, drive_use, gpus_per_host, near_storage
 from dse.estimate.wear import apply_wear, drive_endurance
 from dse.formulas import optimizer as _optimizer
 from dse.formulas._array import is_scalar, minimum, where
 from dse.formulas.precision import recipe_of
+from dse.specs.plan import folded
 
 if TYPE_CHECKING:
     from dse.estimate.aliases import FormulaModule, Formulas, Num, Result
@@ -131,7 +133,10 @@ def partition(c: Result, system: SystemSpec, plan: Plan, F: Formulas | None = No
     g_node = gpus_per_host(c, system)                         # GPUs sharing one host and its drives
     # ZeRO partitions of one GPU: dense parameters over dp; with expert parallelism the experts over the dp/ep
     # ranks holding them (DeepSpeed-MoE and Megatron-Core shard expert states over the expert-data-parallel group)
-    sharded = (p_gpu + pe * (getattr(plan, "ep", 1) - 1)) / d   # (p - pe)/d + pe/(d/ep)
+    if folded(plan):   # etp other than tp: the experts over the tp dp / (etp ep) ranks holding them
+        sharded = (p_gpu - pe) / d + pe / expert_replicas(plan, d)
+    else:
+        sharded = (p_gpu + pe * (getattr(plan, "ep", 1) - 1)) / d   # (p - pe)/d + pe/(d/ep)
     shard_opt = where(zero >= 1, sharded, p_gpu)              # optimizer partition of one GPU
     shard_w = where(zero >= 3, sharded, p_gpu)                # fp16 parameter partition of one GPU
     frozen = i.frozen_weight_bytes / where(zero >= 3, d, 1) if plan.finetune != "full" else 0.0

@@ -4,9 +4,10 @@ A dense model's layers are alike. An MoE model (:mod:`dse.formulas.transformer.m
 experts instead of the MLP) and possibly dense ones; the per-layer numbers are then the mean over the layers, so
 that L times a layer is the model's layers exactly (a stage holding more dense or more MoE layers than the mean
 is not modelled). The routed experts split over TP like the dense MLP and, with expert parallelism (``plan.ep``),
-over the ep ranks too: a GPU holds E/ep experts (Megatron-Core's expert tensor parallelism = tp), so its expert
-parameters are the experts' / (tp ep); ``p_expert_gpu`` counts them on a stage's GPU (their gradients are reduced
-and their ZeRO shards split over the dp/ep ranks that hold the same experts, :mod:`dse.estimate.base`).
+over the ep ranks too: a GPU holds E/ep experts, each split over the expert tensor-parallel ranks (``plan.etp``,
+default tp; Megatron-Core's MoE Parallel Folding), so its expert parameters are the experts' / (etp ep);
+``p_expert_gpu`` counts them on a stage's GPU (their gradients are reduced and their ZeRO shards split over the
+tp cp dp / (etp ep) ranks that hold the same experts, :mod:`dse.estimate.base`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dse.estimate import frozen as _frozen
 from dse.estimate.memo import ints, remembered
 from dse.formulas import transformer as _transformer
 from dse.formulas._array import ceil, maximum, where
+from dse.specs.plan import differs, expert_tp
 
 if TYPE_CHECKING:
     from dse.estimate.aliases import FormulaModule, Num, Section
@@ -27,15 +29,16 @@ if TYPE_CHECKING:
 def parameters(model: ModelSpec, plan: Plan, T: FormulaModule = _transformer) -> Section:
     """Parameters of the model, of one layer (per GPU) and of the first and last pipeline stage's GPU (shared)."""
     t, p, v, ep = plan.tp, plan.pp, plan.virtual_stages, plan.ep
+    et = expert_tp(plan)
     ft = (plan.finetune, plan.lora_rank, plan.lora_targets)
-    if T is _transformer and ints(t, p, v, ep) and (plan.lora_rank is None or ints(plan.lora_rank)):
-        key = ("parameters", id(model), t, p, v, ep, ft, T.layer_parameters, T.layer_parameters_replicated,
+    if T is _transformer and ints(t, p, v, ep, et) and (plan.lora_rank is None or ints(plan.lora_rank)):
+        key = ("parameters", id(model), t, p, v, ep, et, ft, T.layer_parameters, T.layer_parameters_replicated,
                T.embedding_parameters, T.head_parameters, T.norm_parameters, T.ffn_matrices, T.mlp_parameters,
                T.moe_mlp_parameters, T.moe_mlp_parameters_replicated, T.mla_attention_parameters,
                T.mla_attention_parameters_replicated, T.cross_attention_parameters, T.relative_position_parameters)
-        out = remembered(key, model, lambda: _parameters(model, t, p, v, T, ft, ep))
+        out = remembered(key, model, lambda: _parameters(model, t, p, v, T, ft, ep, et))
     else:
-        out = _parameters(model, t, p, v, T, ft, ep)
+        out = _parameters(model, t, p, v, T, ft, ep, et)
     return dualpipe_copies(out, model, t) if plan.schedule == "dualpipe" else out
 
 
@@ -99,17 +102,24 @@ def _mean(model: ModelSpec, n_moe: int, dense: Num, moe: Num) -> Num:
 
 
 def _parameters(model: ModelSpec, t: Num, p: Num, v: Num, T: FormulaModule,
-                ft: tuple[str, Any, Any] = ("full", None, None), ep: Num = 1) -> Section:
+                ft: tuple[str, Any, Any] = ("full", None, None), ep: Num = 1, et: Num | None = None) -> Section:
     L, h, V = model.layers, model.hidden, model.vocab
     c = layer_counts(model, T)
     n = c["moe_layers"]
     p_layer = _mean(model, n, c["dense"], c["moe"])
     p_layer_rep = _mean(model, n, c["dense_rep"], c["moe_rep"])
     p_layer_gpu = (p_layer - p_layer_rep) / t + p_layer_rep
-    split = n > 0 and not (type(ep) is int and ep == 1)   # expert parallelism: the experts also split over ep
-    p_exp = _mean(model, n, 0, c["moe_experts"]) / (t * ep) if split else 0.0   # a layer's experts on one GPU
-    if split:
+    fold = et is not None and differs(t, et)
+    split = n > 0 and (fold or not (type(ep) is int and ep == 1))   # the experts split over ep (and etp)
+    if split and fold:   # MoE Parallel Folding: a GPU holds 1/(etp ep) of the routed experts, not 1/tp
+        experts = _mean(model, n, 0, c["moe_experts"])
+        p_exp = experts / (et * ep)
+        p_layer_gpu = p_layer_gpu - experts / t + p_exp
+    elif split:
+        p_exp = _mean(model, n, 0, c["moe_experts"]) / (t * ep)   # a layer's experts on one GPU
         p_layer_gpu = p_layer_gpu - p_exp * (ep - 1)
+    else:
+        p_exp = 0.0
     p_emb = T.embedding_parameters(h, V, model.position_embeddings, model.token_types, model.embedding_norm,
                                    model.norm)
     p_head = T.head_parameters(h, V, model.tied_embeddings, model.final_norm, model.norm, model.pooler,

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from dse.estimate import context as _context
 from dse.formulas import stacks as _stacks
+from dse.specs.plan import expert_tp, folded
 
 if TYPE_CHECKING:
     from dse.specs.model import ModelSpec
@@ -22,7 +23,7 @@ def moe_options(model: ModelSpec, plan: Plan) -> dict[str, Any]:
             "shared_experts": model.shared_experts, "shared_ffn": model.shared_expert_ffn or 0,
             "shared_gate": model.shared_expert_gate, "imbalance": model.expert_imbalance,
             "ep": getattr(plan, "ep", 1), "capacity": getattr(plan, "expert_capacity", None),
-            "pad": getattr(plan, "pad_to_capacity", False)}
+            "pad": getattr(plan, "pad_to_capacity", False), **({"etp": expert_tp(plan)} if folded(plan) else {})}
 
 
 def mean_layer(model: ModelSpec, plan: Plan, of_layer: Callable[[dict[str, Any] | None], Any]) -> Any:

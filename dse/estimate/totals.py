@@ -92,7 +92,8 @@ def traffic(model: ModelSpec, plan: Plan, i: BaseTerms, lk: dict[str, Link], pp:
     does not land on the GPU it arrives at) and over the network (the share that leaves the node, once per
     destination node; :func:`dse.formulas.parallelism.hierarchical_alltoall_time`); in one node (q = ep) that is
     (ep-1)/ep of each message; with expert parallelism the experts' gradient and weight traffic (over the dp/ep
-    ranks holding them) counts in ``dp``.
+    ranks holding them) counts in ``dp``; with expert tensor parallelism other than tp the etp group's token
+    all-gathers and reduce-scatters count in ``tp``.
     """
     zero: Num = plan.zero       # a resolved plan: zero and dp are set
     d: Num = _context.grad_ranks(plan)     # the gradient group: dp x cp
@@ -119,6 +120,12 @@ def traffic(model: ModelSpec, plan: Plan, i: BaseTerms, lk: dict[str, Link], pp:
         "pp": pp_bytes,
         "cp": cp_bytes,
     }
+    if "etp" in lk:   # expert TP other than tp: the etp group's token all-gathers and reduce-scatters count in tp
+        et, et_in = lk["etp"].ranks, lk["etp"].inside
+        etp_bytes = m * i.layers_per_stage * where(et > 1, 2 * (et - 1) / et, 0.0) * i.kernels["sums"]["etp_messages"]
+        out["tp"] = out["tp"] + etp_bytes
+        out["intra_node"] = out["intra_node"] + where(et_in, etp_bytes, 0.0)
+        out["inter_node"] = out["inter_node"] + where(et_in, 0.0, etp_bytes)
     if "ep" in lk:   # expert parallelism: the all-to-alls, and the experts' share of the data-parallel traffic
         n_e, edp_in, q = lk["edp"].ranks, lk["edp"].inside, lk["ep"].per_node
         messages = m * i.layers_per_stage * i.kernels["sums"]["ep_messages"]

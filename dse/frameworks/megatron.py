@@ -46,7 +46,7 @@ OPTIONS = {
     "--attention-dropout": "float", "--hidden-dropout": "float", "--vocab-size": "int",
     "--padded-vocab-size": "int", "--make-vocab-size-divisible-by": "int", "--tokenizer-type": "str",
     "--vocab-file": "str", "--merge-file": "str", "--rampup-batch-size": 3,
-    "--expert-model-parallel-size": "int", **_moe.OPTIONS,
+    "--expert-model-parallel-size": "int", "--expert-tensor-parallel-size": "int", **_moe.OPTIONS,
     # torchrun (the launcher in front of pretrain_gpt.py) and a plain world size
     "--nnodes": "int", "--nproc_per_node": "int", "--nproc-per-node": "int", "--world-size": "int",
 }
@@ -95,7 +95,8 @@ def _getter(values: dict, source: str):
 
 def _parallelism(imp: Imported, get) -> None:
     for opt, name in (("--tensor-model-parallel-size", "tp"), ("--pipeline-model-parallel-size", "pp"),
-                      ("--expert-model-parallel-size", "ep"), ("--micro-batch-size", "micro_batch"),
+                      ("--expert-model-parallel-size", "ep"), ("--expert-tensor-parallel-size", "etp"),
+                      ("--micro-batch-size", "micro_batch"),
                       ("--global-batch-size", "global_batch"),
                       ("--seq-length", "seq_len")):
         if get(opt) is not None:
@@ -306,7 +307,7 @@ def emit(model, system, plan) -> tuple[str, list[str]]:
     args.append(f"--micro-batch-size {plan.micro_batch} --global-batch-size {plan.global_batch} {seq}")
     args.append(_precision_args(plan, warnings))
     args += _model_args(model, warnings)
-    if model.experts:   # expert parallelism: ep ranks carved out of the data-parallel ones, as dse prices it
+    if model.experts:   # expert (tensor) parallelism: ep x etp ranks folded over tp x cp x dp, as dse prices it
         args.append(_moe.plan_args(plan, system))
     if plan.stack != "megatron":
         warnings.append(f"the estimate used the {plan.stack} stack; Megatron-LM runs its own fused kernels "

@@ -119,10 +119,12 @@ def moe_args(m, warnings: list[str]) -> str:
 def plan_args(plan, system) -> str:
     """Expert parallelism, the token dispatcher dse prices (NCCL's all-to-all in one node, DeepEP's NVLink + RDMA
     forwarding when the group spans nodes: :func:`dse.formulas.parallelism.hierarchical_alltoall_time`) and the
-    capacity factor."""
-    out = f"--expert-model-parallel-size {plan.ep}"
+    capacity factor. Expert tensor parallelism other than tp (MoE Parallel Folding) is written as
+    --expert-tensor-parallel-size; the EP group is etp x ep consecutive ranks (Megatron's expert rank order)."""
+    etp = plan.tp if plan.etp is None else plan.etp
+    out = f"--expert-model-parallel-size {plan.ep}" + f" --expert-tensor-parallel-size {etp}" * (etp != plan.tp)
     if plan.ep > 1:
-        out += (" --moe-token-dispatcher-type alltoall" if plan.tp * plan.ep <= system.node.gpus_per_node
+        out += (" --moe-token-dispatcher-type alltoall" if etp * plan.ep <= system.node.gpus_per_node
                 else " --moe-token-dispatcher-type flex --moe-enable-deepep")
     if plan.expert_capacity is not None:
         out += f" --moe-expert-capacity-factor {plan.expert_capacity:g}"

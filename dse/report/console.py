@@ -44,6 +44,7 @@ def header(r: dict) -> str:
     p = r["plan"]
     par = r["parallelism"]
     bits = [f"tp {p['tp']}", f"pp {p['pp']}", f"dp {p['dp']}", *([f"ep {p['ep']}"] if p.get("ep", 1) > 1 else []),
+            *([f"etp {p['etp']}"] if "etp" in p else []),
             f"micro-batch {p['micro_batch']}",
             f"global batch {p['global_batch']}", f"seq {p['seq_len']}", f"recompute {p['recompute']}",
             f"{p['attention']} attention", f"ZeRO-{p['zero']}",

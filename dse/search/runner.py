@@ -298,7 +298,7 @@ def _verify(space, ev, cands, notes, vector_values: bool) -> list[dict]:
 # ----------------------------------------------------------------------------- re-running the best
 
 FLAGS = {"plan.tp": "--tp", "plan.pp": "--pp", "plan.dp": "--dp", "plan.cp": "--cp", "plan.ep": "--ep",
-         "plan.micro_batch": "--micro-batch",
+         "plan.etp": "--etp", "plan.micro_batch": "--micro-batch",
          "plan.global_batch": "--global-batch", "plan.seq_len": "--seq-len", "plan.recompute": "--recompute",
          "plan.attention": "--attention", "plan.zero": "--zero", "plan.precision": "--precision"}
 

@@ -37,10 +37,10 @@ CHIPLET_RULES = (
          message=lambda p, m, s: _first((("--tp", p.tp, 1), ("--pp", p.pp, 1), ("--dp", p.dp, 1), ("--cp", p.cp, 1)))
                                  + " does not apply to a chiplet package; its dies are split by --chiplet-scheme and "
                                    "--mesh (one package, tp = pp = dp = 1)"),
-    Rule("ep must be 1 on a chiplet package", ("ep",),
-         ok=lambda p, m, s: p.ep == 1,
-         message=lambda p, m, s: f"--ep {p.ep} does not apply to a chiplet package (expert parallelism is modelled "
-                                 "on GPU systems)"),
+    Rule("ep must be 1 on a chiplet package", ("ep", "etp"),
+         ok=lambda p, m, s: (p.ep == 1) & (p.etp == 1),
+         message=lambda p, m, s: _first((("--ep", p.ep, 1), ("--etp", p.etp, 1))) + " does not apply to a chiplet "
+                                 "package (expert parallelism is modelled on GPU systems; allowed: 1)"),
     Rule("ZeRO does not apply to a chiplet package", ("zero",),
          ok=lambda p, m, s: p.zero == 0,
          message=lambda p, m, s: f"--zero {p.zero} does not apply to a chiplet package (one package holds every "

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 from dse.formulas._array import maximum, where
 from dse.formulas.fp8 import SCALINGS as FP8_SCALINGS
@@ -51,8 +52,11 @@ class Plan:
                          "split over cp GPUs, ring attention exchanges K/V; docs/long-context.md")
     dp: int | None = spec_field(None, gt=0, help="data-parallel replicas; default: fill one node of the system")
     ep: int = spec_field(1, gt=0, help="expert-parallel degree of an MoE model: its experts split over ep ranks "
-                         "carved out of the data-parallel ones (Megatron-Core --expert-model-parallel-size; ep "
-                         "divides dp and the experts); docs/moe.md")
+                         "folded over the tp x cp x dp ones (Megatron-Core --expert-model-parallel-size; ep divides "
+                         "the experts, ep x etp divides tp x cp x dp); docs/moe.md")
+    etp: int | None = spec_field(None, gt=0, help="expert tensor-parallel degree of an MoE model (Megatron-Core "
+                                 "--expert-tensor-parallel-size, MoE Parallel Folding): each routed expert split over "
+                                 "etp GPUs; ep x etp divides tp x cp x dp; default: tp; docs/moe.md")
     expert_capacity: float | None = spec_field(None, gt=0, help="capacity factor C of an MoE model's experts "
                                                "(Megatron-Core --moe-expert-capacity-factor): an expert takes at most "
                                                "C T k / E of a GPU's T routed tokens, the rest are dropped; default: "
@@ -243,9 +247,30 @@ def _derived(f: dict, model, system) -> dict:
     rank = f["lora_rank"] if f["lora_rank"] is not None or not adapted else 16
     targets = f["lora_targets"] if f["lora_targets"] is not None or not adapted else "all"
     quant = f["quantization"] if f["quantization"] is not None or f["finetune"] != "qlora" else "nf4"
-    return {"dp": dp, "global_batch": gb, "zero": zero, "seq_len": seq, "target_len": tgt, "sub_group_size": sg,
-            "grad_dtype": grad,
+    etp = f["etp"] if f["etp"] is not None else tp   # expert tensor parallelism: Megatron's default, tp
+    return {"dp": dp, "etp": etp, "global_batch": gb, "zero": zero, "seq_len": seq, "target_len": tgt,
+            "sub_group_size": sg, "grad_dtype": grad,
             "lora_rank": rank, "lora_targets": targets, "quantization": quant}
+
+
+def expert_tp(plan: Plan) -> Any:
+    """The plan's expert tensor-parallel degree (``plan.etp``; unset: tp, Megatron-Core's default)."""
+    et = getattr(plan, "etp", None)
+    return plan.tp if et is None else et
+
+
+def folded(plan: Plan) -> bool:
+    """The MoE layers' expert tensor parallelism differs from tp somewhere (MoE Parallel Folding; array plans: in
+    some element, and the estimate then takes the folded path element by element)."""
+    return differs(plan.tp, expert_tp(plan))
+
+
+def differs(t: Any, et: Any) -> bool:
+    """:func:`folded` of a tp and an etp degree (numbers or arrays)."""
+    if et is t:
+        return False
+    same = et == t
+    return not (same if type(same) is bool else bool(same.all()))
 
 
 # ----------------------------------------------------------------------------- validity: the rule table's two faces

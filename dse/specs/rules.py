@@ -38,6 +38,7 @@ from dse.specs.hardware import GPU_SYSTEM
 from dse.specs.pipeline_rules import DUALPIPE_NOT_ON_CHIPLETS, DUALPIPE_RULES
 from dse.specs.rule import Rule, check, holds
 from dse.specs.rules_encoder_decoder import ENCODER_DECODER_RULES
+from dse.specs.rules_expert import EXPERT_RULES
 
 __all__ = ["Rule", "check", "holds"]
 
@@ -119,22 +120,7 @@ MODEL_RULES = (
     Rule("tp does not divide ffn_hidden", ("tp", "model.ffn_hidden"),
          ok=lambda p, m, s: m.ffn_hidden % p.tp == 0,
          message=lambda p, m, s: f"--tp {p.tp} does not divide ffn_hidden {m.ffn_hidden}"),
-    Rule("tp does not divide expert_ffn", ("tp", "model.expert_ffn"),
-         when=lambda p, m, s: bool(m.experts),
-         ok=lambda p, m, s: (m.expert_ffn % p.tp == 0) & ((m.shared_expert_ffn or 0) % p.tp == 0),
-         message=lambda p, m, s: f"--tp {p.tp} does not divide the experts' FFN size (expert_ffn {m.expert_ffn}, "
-                                 f"shared_expert_ffn {m.shared_expert_ffn})"),
-    Rule("ep > 1 needs an MoE model", ("ep", "model.experts"),
-         ok=lambda p, m, s: (p.ep == 1) | bool(m.experts),
-         message=lambda p, m, s: f"--ep {p.ep}: expert parallelism needs an MoE model; {m.name} is dense "
-                                 "(allowed: --ep 1)"),
-    Rule("ep does not divide the experts", ("ep", "model.experts"),
-         when=lambda p, m, s: bool(m.experts), ok=lambda p, m, s: m.experts % p.ep == 0,
-         message=lambda p, m, s: f"--ep {p.ep} does not divide the model's {m.experts} experts"),
-    Rule("ep does not divide dp", ("ep", "dp"),
-         ok=lambda p, m, s: p.dp % p.ep == 0,
-         message=lambda p, m, s: f"--ep {p.ep} does not divide --dp {p.dp} (expert-parallel ranks are carved out of "
-                                 "the data-parallel ones, as in Megatron-Core)"),
+    *EXPERT_RULES,
     Rule("expert capacity needs an MoE model", ("expert_capacity", "model.experts"),
          when=lambda p, m, s: p.expert_capacity is not None, ok=lambda p, m, s: bool(m.experts),
          message=lambda p, m, s: f"plan.expert_capacity {p.expert_capacity:g}: a capacity factor needs an MoE model; "

@@ -29,7 +29,7 @@ def moe_mlp_saved_terms(s: Num, b: Num, h: Num, experts: int, experts_per_token:
                         tp: Num = 1, sequence_parallel: bool = False, ffn_type: str = "swiglu",
                         shared_experts: Num = 0, shared_ffn: Num = 0, shared_gate: bool = False,
                         bytes_per_element: Num = 2, capacity: Num | None = None, pad: bool = False,
-                        imbalance: Num = 1.0, **ignored: Any) -> dict[str, Num]:
+                        imbalance: Num = 1.0, etp: Num | None = None, **ignored: Any) -> dict[str, Num]:
     """Bytes each tensor an MoE layer's MLP saves for backward, per GPU and micro-batch (balanced routing).
 
     Formula: T = s b, r = 1/t with SP, k top-k, c_p = C when padded to capacity, 1 - d with a capacity factor and
@@ -48,6 +48,8 @@ def moe_mlp_saved_terms(s: Num, b: Num, h: Num, experts: int, experts_per_token:
     permuted tokens; ``moe_utils.unpermute`` keeps the expert outputs for the probabilities' gradient); Hugging Face
     ``MixtralSparseMoeBlock`` saves the same tensors per expert (tests/test_activation_offload_moe_torch.py).
     Expert parallelism does not change them (a GPU holds T k copies); the busiest expert's load only through d.
+    Expert tensor parallelism other than tp (``etp``, MoE Parallel Folding) makes them T u k copies, u = etp / t (the
+    routed tokens an expert GPU gathers over its etp group), the activation n e T u k F_e / etp (the same bytes).
 
     Args:
         experts: E, routed experts [count]
@@ -59,6 +61,7 @@ def moe_mlp_saved_terms(s: Num, b: Num, h: Num, experts: int, experts_per_token:
         capacity: C, the experts' capacity factor (None: dropless) [ratio]
         pad: every expert padded to its capacity [bool]
         imbalance: c, the busiest expert's tokens over the mean (the dropped share) [fraction]
+        etp: expert tensor-parallel degree (None: t) [count]
         ignored: other MoE options (ep), which change no saved byte [dict]
     Returns:
         dict tensor name -> bytes [bytes]
@@ -71,6 +74,9 @@ def moe_mlp_saved_terms(s: Num, b: Num, h: Num, experts: int, experts_per_token:
     tok = s * b
     r = 1 / tp if sequence_parallel else 1
     f_loc = expert_ffn if type(tp) is int and tp == 1 else expert_ffn / tp
+    u: Num = 1                                   # an expert GPU's tokens over T (etp / t)
+    if etp is not None:
+        u, f_loc = etp / tp, expert_ffn if type(etp) is int and etp == 1 else expert_ffn / etp
     kept = 3 if ffn_type in ("swiglu", "geglu") else (1 if ffn_type == "relu" else 2)
     k = experts_per_token
     rows: Num = 1
@@ -80,10 +86,10 @@ def moe_mlp_saved_terms(s: Num, b: Num, h: Num, experts: int, experts_per_token:
     if experts > 1:
         out["router_probs"] = 4 * tok * r * experts
         out["router_indices"] = 8 * tok * r * k
-        out["routed_tokens"] = e * tok * k * h * rows
-    out["expert_activation"] = kept * e * tok * k * f_loc * rows
+        out["routed_tokens"] = e * tok * u * k * h * rows
+    out["expert_activation"] = kept * e * tok * u * k * f_loc * rows
     if experts > 1:
-        out["expert_outputs"] = e * tok * k * h
+        out["expert_outputs"] = e * tok * u * k * h
     if shared_experts:
         fs = shared_experts * shared_ffn if type(tp) is int and tp == 1 else shared_experts * shared_ffn / tp
         out["shared_activation"] = kept * e * tok * fs

@@ -67,7 +67,8 @@ Symbols:
     finetune: frozen weights and LoRA adapters: dse.formulas.finetune.apply_layer's keywords (None: full training) [dict]
     grad_bytes: bytes per gradient element [bytes]
     fp8: FP8 linear layers' scaling, delayed or current (None: GEMMs in the activations' dtype; dse.formulas.fp8) [choice]
-    group: the parallel group of a collective (tp: tensor parallel; ep: expert parallel) [choice]
+    group: the parallel group of a collective (tp: tensor parallel; ep: expert parallel; etp: expert tensor
+        parallel) [choice]
     layer_norms: norms per layer (2 pre-LN; 4 Gemma 2) [count]
     qk_norm: an RMSNorm of each query and key head (Qwen3) [bool]
     moe: the MoE MLP's keyword arguments (experts, experts_per_token, expert_ffn, ...); None: a dense MLP [dict]
@@ -95,6 +96,8 @@ Symbols:
     launches: a stack's (forward, backward) launches per row name (None: by kind) [dict]
     ranks: ranks of the tensor-parallel group (a collective launches only when > 1) [count]
     ep_ranks: ranks of the expert-parallel group [count]
+    etp: expert tensor-parallel degree: each routed expert split over etp GPUs (None: tp) [count]
+    etp_ranks: ranks of the expert tensor-parallel group (None: the tensor-parallel group's) [count]
     capacity: C, capacity factor of the experts (None: dropless) [ratio]
     pad: pad every expert's tokens to its capacity [bool]
     parallel_residual: attention and MLP read the same layer input, one forward all-reduce (GPT-NeoX, Falcon) [bool]

@@ -59,12 +59,13 @@ def megatron_launches(bias: bool = True, qkv_bias: bool | None = None) -> dict[s
 
 
 def row_launches(name: str, row: Row, launches: dict[str, tuple[int, int]] | None = None,
-                 ranks: Num = 2, ep_ranks: Num = 2) -> tuple[Num, Num]:
+                 ranks: Num = 2, ep_ranks: Num = 2, etp_ranks: Num | None = None) -> tuple[Num, Num]:
     """(forward, backward) kernels the host launches for one row.
 
     Formula: the stack's count for the row where it has one (``launches``; a software stack's element-wise rows:
     their ``kernels``, ``kernels_backward``), else by kind: GEMM (1, 2), flash (1, 2), element-wise (1, 1), a
-    collective 1 in its pass when its group has more than one rank (``ranks``; an expert-parallel one: ``ep_ranks``)
+    collective 1 in its pass when its group has more than one rank (``ranks``; an expert-parallel one: ``ep_ranks``,
+    an expert tensor-parallel one: ``etp_ranks``) and, where the row may be empty (``optional``), bytes to move
     Source: the host issues one launch per CUDA kernel (CUDA C++ Programming Guide, "Asynchronous Concurrent
     Execution"); counts: :data:`MEGATRON_LAUNCHES`, the stack files.
 
@@ -78,7 +79,11 @@ def row_launches(name: str, row: Row, launches: dict[str, tuple[int, int]] | Non
     """
     kind = row["kind"]
     if kind == "collective":
-        n: Any = where((ep_ranks if row.get("group") == "ep" else ranks) > 1, 1, 0)
+        group = row.get("group")
+        n: Any = where((ep_ranks if group == "ep" else etp_ranks if group == "etp" and etp_ranks is not None
+                        else ranks) > 1, 1, 0)
+        if row.get("optional"):
+            n = n * where(row["comm"] > 0, 1, 0)
         return (0, n) if row.get("pass") == "backward" else (n, 0)
     if launches is not None and name in launches and not ("kernels" in row or "bytes_backward" in row):
         return launches[name]
@@ -88,7 +93,7 @@ def row_launches(name: str, row: Row, launches: dict[str, tuple[int, int]] | Non
 
 
 def table_launches(table: Table, launches: dict[str, tuple[int, int]] | None = None,
-                   ranks: Num = 2, ep_ranks: Num = 2) -> tuple[Num, Num]:
+                   ranks: Num = 2, ep_ranks: Num = 2, etp_ranks: Num | None = None) -> tuple[Num, Num]:
     """(forward, backward) kernels the host launches for a whole table: :func:`row_launches` summed.
 
     Formula: L_f = sum of the rows' forward launches, L_b = sum of their backward launches
@@ -107,7 +112,7 @@ def table_launches(table: Table, launches: dict[str, tuple[int, int]] | None = N
     f: Num = 0
     b: Num = 0
     for name, row in table.items():
-        rf, rb = row_launches(name, row, launches, ranks, ep_ranks)
+        rf, rb = row_launches(name, row, launches, ranks, ep_ranks, etp_ranks)
         f, b = f + rf, b + rb
     return f, b
 

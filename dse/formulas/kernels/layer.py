@@ -247,11 +247,14 @@ def layer_kernels(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: N
                     "flops": 2 * tok * f_loc * h}
     if extra_norms:
         t["post_mlp_norm"] = {"kind": "elementwise", "bytes": 2 * x_in, "saved": norm_in}
-    t["mlp_allreduce"] = {"kind": "collective", "op": "allreduce", "group": "tp", "comm": msg, "pass": "forward",
-                          "saved": 0}
+    mlp_msg, empty = msg, {}   # expert TP other than tp: the tp group carries the shared experts' tokens only
+    if moe and "etp" in moe:
+        mlp_msg, empty = msg * where(moe["etp"] == tp, 1, 1 if moe.get("shared_experts") else 0), {"optional": True}
+    t["mlp_allreduce"] = {"kind": "collective", "op": "allreduce", "group": "tp", "comm": mlp_msg,
+                          "pass": "forward", "saved": 0, **empty}
     t["mlp_residual"] = {"kind": "elementwise", "bytes": (3 * e + drop) * tok * h * r, "saved": drop * tok * h * r}
-    t["fc1_dgrad_allreduce"] = {"kind": "collective", "op": "allreduce", "group": "tp", "comm": msg,
-                                "pass": "backward", "hidden_by": "expert_fc1" if moe else "fc1", "saved": 0}
+    t["fc1_dgrad_allreduce"] = {"kind": "collective", "op": "allreduce", "group": "tp", "comm": mlp_msg,
+                                "pass": "backward", "hidden_by": "expert_fc1" if moe else "fc1", "saved": 0, **empty}
     if mla:   # the latents' input gradients (the up projections are column-parallel, the down ones duplicated)
         q_in = mla["q_lora"] if mla["q_lora"] else h
         t["qkv_dgrad_allreduce"] = {"kind": "collective", "op": "allreduce", "group": "tp", "pass": "backward",

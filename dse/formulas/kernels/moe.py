@@ -3,12 +3,13 @@
 Part of :mod:`dse.formulas.kernels` (the row format and the symbols are there). One GPU. Without expert
 parallelism (``ep`` 1) every expert's weights are on every GPU and split over tensor parallelism like the dense
 MLP (Megatron-Core MoE with expert tensor parallelism equal to tp and the all-gather token dispatcher); with
-``ep`` > 1 a GPU holds E/ep experts and the routed tokens reach them by all-to-all (the alltoall dispatcher).
+``ep`` > 1 a GPU holds E/ep experts and the routed tokens reach them by all-to-all (the alltoall dispatcher);
+with ``etp`` other than tp (MoE Parallel Folding) each expert splits over etp GPUs instead.
 """
 
 from __future__ import annotations
 
-from dse.formulas._array import Num, minimum
+from dse.formulas._array import Num, minimum, where
 from dse.formulas.kernels.rows import Table
 from dse.formulas.transformer.moe import dropped_token_fraction
 
@@ -19,7 +20,7 @@ def moe_mlp_kernels(s: Num, b: Num, h: Num, experts: int, experts_per_token: Num
                     sequence_parallel: bool = False, ffn_type: str = "swiglu", shared_experts: Num = 0,
                     shared_ffn: Num = 0, shared_gate: bool = False, imbalance: Num = 1.0,
                     bytes_per_element: Num = 2, ep: Num = 1, capacity: Num | None = None,
-                    pad: bool = False) -> Table:
+                    pad: bool = False, etp: Num | None = None) -> Table:
     """The kernels of one MoE layer's MLP on one GPU for one micro-batch (balanced routing, the busiest expert's share).
 
     Formula: T = s b, r = 1/t with SP (else 1), k top-k, E experts, c the busiest expert's tokens over the mean.
@@ -48,6 +49,17 @@ def moe_mlp_kernels(s: Num, b: Num, h: Num, experts: int, experts_per_token: Num
     padding the router drops the copies over capacity before the dispatch, and those rows carry the kept ones,
     (1 - d) T k (d: :func:`dse.formulas.transformer.dropped_token_fraction` of the T r tokens a GPU routes;
     Megatron-Core ``moe_utils.apply_router_token_dropping``: routing_map AND capacity_mask is what is permuted).
+    Expert tensor parallelism other than tp (``etp``; MoE Parallel Folding, Liu et al. 2025, arXiv 2504.14960;
+    Megatron-Core --expert-tensor-parallel-size; None: etp = t, the rows above): each routed expert splits over etp
+    GPUs, F_e / etp columns each, and the tokens enter the MoE layer sharded over t (sequence parallelism, or t = 1),
+    so an expert GPU sees u = etp / t times the layer's tokens T: E grouped GEMMs of c T u k / E tokens (c T u k ep
+    / E with ep), permutation and un-permutation of T u tokens, the saved routed copies e T u k h; FLOPs and
+    activation per GPU stay T k F_e / t's. The token dispatcher gathers the tokens inside the etp group before the
+    experts and reduce-scatters their output after them (``expert_allreduce`` forward, ``expert_dgrad_allreduce``
+    backward: an all-gather and a reduce-scatter of e T u h bytes, of the k routed copies e T u k h with ep > 1;
+    Megatron-Core ``MoEAllGatherTokenDispatcher`` over tp x ep, ``MoEAlltoAllTokenDispatcher.dispatch_postprocess``
+    / ``combine_preprocess``); element by element where etp equals t these rows carry 0 bytes (the layer's TP
+    collectives carry the tokens, as above).
     Source: Megatron-Core MoE (``TopKRouter``, ``MoEAllGatherTokenDispatcher``, ``GroupedMLP``; Shoeybi et al.
     2019 for the TP split); Hugging Face MixtralSparseMoeBlock (fp32 softmax, top-k, index_add_ combine);
     Fedus et al. 2021 (Switch Transformer, arXiv 2101.03961) §2.2 for the capacity of the busiest expert;
@@ -73,6 +85,10 @@ def moe_mlp_kernels(s: Num, b: Num, h: Num, experts: int, experts_per_token: Num
     r = 1 / tp if sequence_parallel else 1
     unsplit = type(tp) is int and tp == 1
     f_loc = expert_ffn if unsplit else expert_ffn / tp
+    u: Num = 1                              # an expert GPU's tokens over the layer's T (etp / tp)
+    if etp is not None:                     # expert tensor parallelism other than tp (MoE Parallel Folding)
+        u = etp / tp
+        f_loc = expert_ffn if type(etp) is int and etp == 1 else expert_ffn / etp
     gated = ffn_type in ("swiglu", "geglu")
     n_up = 2 if gated else 1
     kept = 3 if gated else (1 if ffn_type == "relu" else 2)
@@ -87,7 +103,7 @@ def moe_mlp_kernels(s: Num, b: Num, h: Num, experts: int, experts_per_token: Num
                        "flops": 2 * tok * h * experts / tp}
         t["routing"] = {"kind": "elementwise", "bytes": tok * r * (experts * (e + 8) + 12 * k),
                         "saved": tok * r * (4 * experts + 8 * k)}
-        t["permute"] = {"kind": "elementwise", "bytes": e * tok * h * (1 + k), "saved": 0}
+        t["permute"] = {"kind": "elementwise", "bytes": e * tok * u * h * (1 + k), "saved": 0}
     load: Num = imbalance                   # the busiest expert's tokens over the mean
     rows: Num = 1                           # routed copies over T k
     if routed and capacity is not None:     # capacity factor: capped, or padded to it
@@ -98,14 +114,20 @@ def moe_mlp_kernels(s: Num, b: Num, h: Num, experts: int, experts_per_token: Num
     if parallel:
         t["ep_dispatch"] = {"kind": "collective", "op": "alltoall", "group": "ep", "comm": a2a, "pass": "forward",
                             "saved": 0}
-    per_expert = load * tok * k * ep / experts if parallel else load * tok * k / experts
+    if etp is not None and routed:          # the etp group's all-gather of the tokens (the copies with ep)
+        t["expert_allreduce"] = {"kind": "collective", "op": "allreduce", "group": "etp", "pass": "forward",
+                                 "comm": where(etp != tp, e * tok * u * h * where(ep > 1, k * rows, 1), 0.0),
+                                 "saved": 0, "optional": True}
+    per_expert = load * tok * u * k * ep / experts if parallel else load * tok * u * k / experts
     t["expert_fc1"] = {"kind": "gemm", "m": per_expert, "k": h, "n": n_up * f_loc, "batch": local,
-                       "split": "column", "saved": e * tok * k * h * rows if routed else x_in,
-                       "flops": 2 * tok * k * h * n_up * f_loc}
-    t["expert_activation"] = {"kind": "elementwise", "bytes": (3 if gated else 2) * e * tok * k * f_loc * rows,
-                              "saved": kept * e * tok * k * f_loc * rows, "elements": tok * k * f_loc * rows}
+                       "split": "column", "saved": e * tok * u * k * h * rows if routed else x_in,
+                       "flops": 2 * tok * u * k * h * n_up * f_loc}
+    t["expert_activation"] = {"kind": "elementwise", "bytes": (3 if gated else 2) * e * tok * u * k * f_loc * rows,
+                              "saved": kept * e * tok * u * k * f_loc * rows, "elements": tok * u * k * f_loc * rows}
     t["expert_fc2"] = {"kind": "gemm", "m": per_expert, "k": f_loc, "n": h, "batch": local, "split": "row",
-                       "saved": 0, "flops": 2 * tok * k * f_loc * h}
+                       "saved": 0, "flops": 2 * tok * u * k * f_loc * h}
+    if "expert_allreduce" in t:             # backward: the gradients' reduce-scatter and all-gather
+        t["expert_dgrad_allreduce"] = {**t["expert_allreduce"], "pass": "backward"}
     if parallel:   # the combine, then backward's two: the gradients of the combine's and the dispatch's outputs
         t["ep_combine"] = {"kind": "collective", "op": "alltoall", "group": "ep", "comm": a2a, "pass": "forward",
                            "saved": 0}
@@ -114,7 +136,7 @@ def moe_mlp_kernels(s: Num, b: Num, h: Num, experts: int, experts_per_token: Num
         t["ep_dispatch_backward"] = {"kind": "collective", "op": "alltoall", "group": "ep", "comm": a2a,
                                      "pass": "backward", "saved": 0}
     if routed:
-        t["unpermute"] = {"kind": "elementwise", "bytes": e * tok * h * (k + 1), "saved": e * tok * k * h}
+        t["unpermute"] = {"kind": "elementwise", "bytes": e * tok * u * h * (k + 1), "saved": e * tok * u * k * h}
     if shared_experts:
         fs = shared_experts * shared_ffn if unsplit else shared_experts * shared_ffn / tp
         t["shared_fc1"] = {"kind": "gemm", "m": tok, "k": h, "n": n_up * fs, "batch": 1, "split": "column",

@@ -1,0 +1,58 @@
+"""The plan rules of an MoE model's expert parallelism, part of :data:`dse.specs.rules.MODEL_RULES`.
+
+Megatron-Core's MoE Parallel Folding (Liu et al. 2025, arXiv 2504.14960; ``parallel_state.
+initialize_model_parallel``): the attention layers run on TP x CP x DP (x PP) ranks, the MoE layers on
+ETP x EP x EDP (x PP) of the same ranks, so ``ep x etp`` divides ``tp x cp x dp`` (EDP is the quotient). The
+routed experts' FFN splits over ``etp`` (``--expert-tensor-parallel-size``, default tp), the shared experts' over
+tp (``SharedExpertMLP`` is a dense tensor-parallel MLP). Training with tensor parallelism needs sequence
+parallelism in Megatron-Core's MoE layer (``MoELayer.forward`` raises otherwise); dse asks for it where ``etp``
+differs from ``tp`` (the tokens then enter the MoE layer sharded over tp).
+"""
+
+from __future__ import annotations
+
+from dse.specs.rule import Rule
+
+
+def _attention_ranks(p):
+    return p.tp * p.cp * p.dp
+
+
+def _divisors(n) -> str:
+    return ", ".join(str(d) for d in range(1, int(n) + 1) if n % d == 0)
+
+
+EXPERT_RULES = (
+    Rule("etp does not divide expert_ffn", ("etp", "tp", "model.expert_ffn"),
+         when=lambda p, m, s: bool(m.experts), ok=lambda p, m, s: m.expert_ffn % p.etp == 0,
+         message=lambda p, m, s: f"expert tensor parallelism {p.etp} (--etp, default --tp) does not divide the "
+                                 f"routed experts' FFN size expert_ffn {m.expert_ffn}; allowed --etp: divisors of "
+                                 f"{m.expert_ffn}"),
+    Rule("tp does not divide shared_expert_ffn", ("tp", "model.shared_expert_ffn"),
+         when=lambda p, m, s: bool(m.experts and m.shared_experts),
+         ok=lambda p, m, s: (m.shared_expert_ffn or 0) % p.tp == 0,
+         message=lambda p, m, s: f"--tp {p.tp} does not divide the shared experts' FFN size (shared_expert_ffn "
+                                 f"{m.shared_expert_ffn}: a shared expert is a tensor-parallel MLP)"),
+    Rule("ep > 1 needs an MoE model", ("ep", "model.experts"),
+         ok=lambda p, m, s: (p.ep == 1) | bool(m.experts),
+         message=lambda p, m, s: f"--ep {p.ep}: expert parallelism needs an MoE model; {m.name} is dense "
+                                 "(allowed: --ep 1)"),
+    Rule("etp other than tp needs an MoE model", ("etp", "tp", "model.experts"),
+         ok=lambda p, m, s: (p.etp == p.tp) | bool(m.experts),
+         message=lambda p, m, s: f"--etp {p.etp}: expert tensor parallelism needs an MoE model; {m.name} is dense "
+                                 f"(allowed: unset, or --etp {p.tp} = --tp)"),
+    Rule("ep does not divide the experts", ("ep", "model.experts"),
+         when=lambda p, m, s: bool(m.experts), ok=lambda p, m, s: m.experts % p.ep == 0,
+         message=lambda p, m, s: f"--ep {p.ep} does not divide the model's {m.experts} experts"),
+    Rule("ep x etp does not divide tp x cp x dp", ("ep", "etp", "tp", "cp", "dp"),
+         ok=lambda p, m, s: _attention_ranks(p) % (p.ep * p.etp) == 0,
+         message=lambda p, m, s: f"--ep {p.ep} x --etp {p.etp} = {p.ep * p.etp} does not divide --tp {p.tp} x --cp "
+                                 f"{p.cp} x --dp {p.dp} = {_attention_ranks(p)} (the MoE layers' ETP x EP x EDP "
+                                 "groups fold over the attention's TP x CP x DP ranks, Megatron-Core's MoE Parallel "
+                                 f"Folding); allowed ep x etp: {_divisors(_attention_ranks(p))}"),
+    Rule("etp other than tp needs sequence parallelism", ("etp", "tp", "sequence_parallel"),
+         when=lambda p, m, s: not p.sequence_parallel, ok=lambda p, m, s: (p.etp == p.tp) | (p.tp == 1),
+         message=lambda p, m, s: f"--etp {p.etp} with --tp {p.tp} needs --sequence-parallel (Megatron-Core's MoE "
+                                 "layer trains tensor parallelism with sequence parallelism only: the tokens enter "
+                                 f"it sharded over tp); allowed without it: --etp {p.tp}"),
+)
