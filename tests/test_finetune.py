@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from dse import estimate
 from dse.estimate import kernel_table as KT, resolve, run
 from dse.formulas import finetune as FT, kernels as K
 from dse.formulas.precision import recipe_of
@@ -207,3 +208,17 @@ def test_lora_dropout_keeps_a_dropped_copy_and_a_mask_per_adapter_as_pytorch_doe
     assert K.saved_bytes(t) > K.saved_bytes(_traced_layer(_DROPOUT, attn, targets))
     assert (q["2"]["trainable_params"] - q["1"]["trainable_params"]
             == run_["2"]["trainable_params"] - run_["1"]["trainable_params"])
+
+
+def test_a_gated_gelu_mlp_has_three_adapted_and_quantized_matrices():
+    """Gemma's GeGLU MLP has gate, up and down projections like SwiGLU: LoRA on all linear layers adapts all
+    seven per layer (PEFT: r (in + out) each) and QLoRA quantizes the gate too (was: GeGLU counted as two matrices,
+    42.0 M trainable instead of 54.0 M on gemma2-9b; the gate's weights kept in bf16)."""
+    h, layers, r = 3584, 42, 16                     # gemma2-9b: 16 x 256 query, 8 x 256 key/value, FFN 14,336
+    per_layer = r * ((h + 4096) + 2 * (h + 2048) + (4096 + h) + 2 * (h + 14336) + (14336 + h))
+    lora = estimate("gemma2-9b", "workstation-l40s-x2-gen5", finetune="lora", lora_rank=r)
+    assert lora["model"]["params_trainable"] == layers * per_layer == 54_018_048
+    qlora = estimate("gemma2-9b", "workstation-l40s-x2-gen5", finetune="qlora", lora_rank=r)
+    swiglu = estimate("gemma2-9b", "workstation-l40s-x2-gen5", finetune="qlora", lora_rank=r,
+                      overrides=["model.ffn_type=swiglu"])
+    assert qlora["memory"]["gpu"]["weights"] == pytest.approx(swiglu["memory"]["gpu"]["weights"], rel=1e-12)

@@ -54,6 +54,9 @@ from typing import Any
 
 from dse.formulas._array import Num, maximum
 
+#: the gated MLPs: three matrices (gate, up, down), the gate and up projections reading the same input
+GATED = ("swiglu", "geglu")
+
 __all__ = ["FINETUNES", "LORA_TARGETS", "QUANTIZATIONS", "quantized_bytes_per_param", "adapted_linears",
            "adapter_parameters", "linear_parameters", "largest_linear", "linear_count", "apply_layer", "dropout_rows"]
 
@@ -118,7 +121,7 @@ def adapted_linears(h: Num, heads: Num, kv_heads: Num, head_dim: Num, ffn: Num, 
     if targets in ("all", "attention"):
         out["out"] = [(q, h)]
     if targets in ("all", "mlp"):
-        out["fc1"] = [(h, ffn), (h, ffn)] if ffn_type == "swiglu" else [(h, ffn)]
+        out["fc1"] = [(h, ffn), (h, ffn)] if ffn_type in GATED else [(h, ffn)]
         out["fc2"] = [(ffn, h)]
     return out
 
@@ -161,7 +164,7 @@ def linear_parameters(h: Num, heads: Num, kv_heads: Num, head_dim: Num, ffn: Num
     >>> linear_parameters(4096, 32, 32, 128, 11008, "swiglu")   # Llama-2-7B: all but its two RMSNorm weights
     202375168
     """
-    n_m = 3 if ffn_type == "swiglu" else 2
+    n_m = 3 if ffn_type in GATED else 2
     return _split(h * (heads + 2 * kv_heads) * head_dim + heads * head_dim * h + n_m * h * ffn, tp)
 
 
@@ -196,7 +199,7 @@ def linear_count(ffn_type: str = "gelu", qkv_projection: str = "fused") -> int:
     >>> linear_count("swiglu", "separate"), linear_count("gelu", "fused")
     (7, 4)
     """
-    return (1 if qkv_projection == "fused" else 3) + 1 + (3 if ffn_type == "swiglu" else 2)
+    return (1 if qkv_projection == "fused" else 3) + 1 + (3 if ffn_type in GATED else 2)
 
 
 def apply_layer(table: dict[str, Any], adapters: dict[str, list[tuple[Num, Num]]], rank: Num, tok: Num, *,
@@ -241,7 +244,7 @@ def apply_layer(table: dict[str, Any], adapters: dict[str, list[tuple[Num, Num]]
                     row["saved"] = row["saved"] - e * ffn_elements
                 if "packed" in row:
                     row["packed"] = row["packed"] - e * ffn_elements
-            if "fc1" not in adapters and ffn_type == "swiglu" and "packed" in row:   # the up projection's pack of
+            if "fc1" not in adapters and ffn_type in GATED and "packed" in row:   # the up projection's pack of
                 row["packed"] = row["packed"] - e * table["fc1"]["m"] * table["fc1"]["k"]   # the input: none now
         elif name == "qkv_inputs":             # one pack of the normed input per adapter's A (the qkv row: the first)
             x = e * table["qkv"]["m"] * table["qkv"]["k"]
@@ -317,7 +320,7 @@ def dropout_rows(table: dict[str, Any], adapters: dict[str, list[tuple[Num, Num]
         if "packed" in act:
             act["packed"] = act["packed"] - e * ffn_elements
         table["activation"] = act
-    if "fc1" in adapters and ffn_type == "swiglu" and "packed" in table.get("activation", {}):
+    if "fc1" in adapters and ffn_type in GATED and "packed" in table.get("activation", {}):
         act = dict(table["activation"])      # the up projection's A no longer packs the input: its dropout's copy does
         act["packed"] = act["packed"] - e * table["fc1"]["m"] * table["fc1"]["k"]
         table["activation"] = act
