@@ -104,6 +104,8 @@ WITNESSES = {
     "fp8 on chiplet packages is not modelled": ("llama2-70b", (), PKG, {**CHIPLET, "precision": "fp8"}),
     "LoRA of an MoE model is not modelled": ("mixtral-8x7b", (), GPU, {"finetune": "lora"}),
     "multi-head latent attention beyond what is modelled": ("deepseek-v3", (), "dgx-h100", {"stack": "pytorch"}),
+    "multi-token prediction beyond what is modelled": ("llama2-7b", ((["mtp_layers"], 1),), GPU,
+                                                       {"finetune": "lora"}),
     "LoRA rank larger than the layer it adapts": ("llama2-7b", (), GPU, {"finetune": "lora", "lora_rank": 4097}),
     "dualpipe needs an even number of pipeline ranks": ("llama2-7b", (), GPU, {"schedule": "dualpipe", "pp": 1}),
     "dualpipe needs an even number of micro-batches": ("llama2-7b", (), GPU, {"schedule": "dualpipe", "pp": 2,

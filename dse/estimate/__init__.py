@@ -104,7 +104,8 @@ def run(model: ModelSpec, system: Hardware, plan: Plan, *, trace: Trace | None =
 
 # keys of the composed dict that are not result sections (terms, and numbers the result holds elsewhere)
 _NOT_SECTIONS = frozenset(("terms", "params", "params_trainable", "params_active", "gpus", "nodes", "hosts",
-                           "micro_batches", "layers_per_stage", "params_per_gpu", "peak_flops", "extra_violations"))
+                           "micro_batches", "layers_per_stage", "params_per_gpu", "peak_flops", "extra_violations",
+                           "params_mtp"))
 
 
 def numbers(model: ModelSpec, system: SystemSpec, plan: Plan, *, trace: Trace | None = None
@@ -143,6 +144,8 @@ def numbers(model: ModelSpec, system: SystemSpec, plan: Plan, *, trace: Trace | 
                           experts_per_token=model.experts_per_token, moe_layers=model.moe_layers)
         if plan.expert_capacity is not None:   # a capacity factor: the routed copies its experts drop
             r["model"]["dropped_tokens"] = _dropped(model, plan)
+    if "params_mtp" in c:   # multi-token prediction: its depths and their own parameters (dse.estimate.mtp)
+        r["model"].update(mtp_layers=model.mtp_layers, mtp_params=c["params_mtp"])
     r["parallelism"] = {"gpus": c["gpus"], "nodes": c["nodes"], "micro_batches": c["micro_batches"],
                         "layers_per_stage": c["layers_per_stage"], "params_per_gpu": c["params_per_gpu"]}
     r["peak_flops_per_gpu"] = c["peak_flops"]

@@ -15,7 +15,7 @@ from __future__ import annotations
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from dse.estimate import context as _context, dualpipe as _dualpipe, fp8 as _fp8, frozen as _frozen
+from dse.estimate import context as _context, dualpipe as _dualpipe, fp8 as _fp8, frozen as _frozen, mtp as _mtp
 from dse.estimate.kernel_table import Link, kernel_tables, kernel_times
 from dse.estimate.links import expert_replicas, links
 from dse.estimate.parameters import parameters
@@ -73,6 +73,7 @@ def activations(sums: Section, plan: Plan, m: Num, l_stage: Num, T: FormulaModul
     p, v, dual = plan.pp, plan.virtual_stages, plan.schedule == "dualpipe"
     single = (p == 1) | dual      # DualPipe: rank 0 holds the first and the last stage
     a_layer, a_work, a_head, a_emb = sums["a_layer"], sums["a_work"], sums["a_head"], sums["a_emb"]
+    a_mtp = sums.get("a_mtp", 0)   # multi-token prediction depths on the last stage (dse.estimate.mtp)
     if plan.schedule == "gpipe" or dual:
         in_flight = m if not dual else minimum(p + 1, m)   # DualPipe: p + 1 (DeepSeek-V3 Table 2)
     else:
@@ -80,8 +81,9 @@ def activations(sums: Section, plan: Plan, m: Num, l_stage: Num, T: FormulaModul
     return {"a_layer": a_layer, "a_work": a_work, "a_head": a_head, "a_emb": a_emb, "in_flight": in_flight,
             # the head's saved tensors and the loss's buffers are freed by its backward, before any layer is
             # recomputed: a stage holding both peaks at the larger of the two
-            "act_first": in_flight * (l_stage * a_layer + a_emb) + where(single, maximum(a_head, a_work), a_work),
-            "act_last": l_stage * a_layer + maximum(a_head, a_work) + where(single, a_emb, 0)}
+            "act_first": in_flight * (l_stage * a_layer + a_emb)
+            + where(single, maximum(a_head, a_work) + a_mtp, a_work),
+            "act_last": l_stage * a_layer + maximum(a_head, a_work) + where(single, a_emb, 0) + a_mtp}
 
 
 def _widest_mlp(model: ModelSpec) -> Num:
@@ -127,11 +129,11 @@ def memory_tiers(model: ModelSpec, system: SystemSpec, plan: Plan, prm: Section,
     if plan.finetune == "full":
         states_first = M.model_state_bytes(prm["p_first"], d, zero, w_bytes, g_bytes, opt_bytes)
         states_last = M.model_state_bytes(prm["p_last"], d, zero, w_bytes, g_bytes, opt_bytes)
-        pe = prm["p_expert_gpu"]
+        pe = _mtp.end_experts(prm, plan.pp)   # the routed experts on a GPU of the first and of the last stage
         if _expert_parallel(plan, model):   # the experts' ZeRO shards split over the dp/ep ranks holding them
             edp = expert_replicas(plan, d)
-            states_first, states_last = (_expert_states(M, prm[st], pe, d, edp, zero, state_bytes)
-                                         for st in ("p_first", "p_last"))
+            states_first, states_last = (_expert_states(M, prm[st], p_e, d, edp, zero, state_bytes)
+                                         for st, p_e in zip(("p_first", "p_last"), pe))
     else:
         states_first, states_last = (_frozen.states(prm, stage, model, plan, r, state_bytes, M)
                                      for stage in ("p_first", "p_last"))
@@ -183,8 +185,8 @@ def compose_memory(model: ModelSpec, system: SystemSpec, plan: Plan, F: Formulas
 
     Returns the composed dict with ``terms`` (the memory-side terms, a
     :class:`~dse.estimate.terms.BaseTerms`), ``params``,
-    ``params_per_gpu``, ``layer_params``, ``gpus``, ``nodes``, ``micro_batches``,
-    ``layers_per_stage``, ``peak_flops``, ``activation_bytes_per_layer`` and ``memory``.
+    ``params_per_gpu``, ``layer_params``, ``gpus``, ``nodes``, ``micro_batches``, ``layers_per_stage``, ``peak_flops``,
+    ``activation_bytes_per_layer``, ``memory`` (and ``params_mtp``).
     """
     T, M, _, _, K = _modules(F)
     gpu = system.node.gpu
@@ -224,7 +226,7 @@ def compose_memory(model: ModelSpec, system: SystemSpec, plan: Plan, F: Formulas
         first_stage_is_max=stages["first_is_max"], activations_first_stage=act["act_first"],
         activations_last_stage=act["act_last"], states_first_stage=stages["states_first"],
         states_last_stage=stages["states_last"], kernels=tables, trainable_params_per_gpu=prm["p_train_gpu"],
-        expert_params_per_gpu=prm["p_expert_gpu"] if _expert_parallel(plan, model) else 0.0,
+        expert_params_per_gpu=_mtp.stage_experts(prm) if _expert_parallel(plan, model) else 0.0,
         frozen_weight_bytes=stages["frozen"], quantization_constant_bytes=stages["constants"],
     )
     return {
@@ -242,6 +244,7 @@ def compose_memory(model: ModelSpec, system: SystemSpec, plan: Plan, F: Formulas
         "peak_flops": peak,
         "activation_bytes_per_layer": act["a_layer"],
         "memory": memory,
+        **({"params_mtp": prm["params_mtp"]} if "params_mtp" in prm else {}),
     }
 
 
@@ -257,6 +260,7 @@ def pipeline(model: ModelSpec, system: SystemSpec, plan: Plan, i: BaseTerms, r: 
     pp_msg = r.pp_messages * i.tokens_per_microbatch * model.hidden / plan.tp
     t_p2p = where(single, 0.0, 2 * P.p2p_time(pp_msg, lk["pp"].bandwidth, lk["pp"].latency))
     t_mb_fixed = system.node.gpu.efficiency.microbatch_overhead
+    kt = {**kt, "t_head": kt["t_head"] + kt["t_mtp"]} if "t_mtp" in kt else kt   # MTP: with the head, last stage
     if plan.schedule == "dualpipe":
         return _dualpipe.schedule(model, plan, i, kt, pp_msg, t_p2p, t_mb_fixed, P)
     layer_total, t_embed, t_head = kt["layer_total"], kt["t_embed"], kt["t_head"]
@@ -321,7 +325,7 @@ def data_parallel(model: ModelSpec, plan: Plan, i: BaseTerms, r: Recipe, kt: Sec
                                  m * z3_mb)) + 0.05 * dp_time
     else:
         dp_exposed = dp_time
-    if model.tied_embeddings and plan.finetune == "full":   # both end stages hold the word embedding: sum its gradients
+    if (model.tied_embeddings or model.mtp_layers) and plan.finetune == "full":   # both end stages hold it: sum grads
         emb_bytes = model.vocab * model.hidden / plan.tp * r.dp_gradients
         emb_sync = where(plan.pp == 1, 0.0, P.allreduce_time(emb_bytes, 2, lk["pp"].bandwidth, lk["pp"].latency))
     else:
@@ -370,6 +374,7 @@ def compose_time(c: Result, model: ModelSpec, system: SystemSpec, plan: Plan, F:
     if "cp_kv" in tables["layer"].get("attention", {}):   # context parallelism: the K/V ring's exposed time
         kt = _context.add_ring(kt, _context.ring_times(tables, _attention_cost(system, plan, i.peak_flops),
                                                        lk["cp"], plan, C, P))
+    kt = {**kt, **_mtp.time(kt, model.mtp_layers)} if "mtp" in tables else kt   # MTP depths on the last stage
     pp = pipeline(model, system, plan, i, r, kt, lk, P)
     dp = data_parallel(model, plan, i, r, kt, lk, P)
     opt = optimizer_step(system, plan, i, r, C, O, model)

@@ -101,15 +101,8 @@ def input_warnings(model: Any, plan: Any, system: Any = None) -> list[str]:
     The notes of the model's source (:attr:`~dse.specs.model.ModelSpec.unmodelled`, e.g. a ``config.json``'s
     quantization). Sliding-window and chunked attention are priced on GPU systems (docs/attention.md); a chiplet
     package's attention is full causal, so a window or chunk shorter than the sequence is a warning there.
-    Multi-token prediction depths (``mtp_layers``, DeepSeek-V3 arXiv 2412.19437 §2.2: per depth one more
-    transformer block, an RMSNorm pair, a 2h x h projection and a second pass of the shared LM head and loss) are
-    read, not priced.
     """
     out = list(model.unmodelled)
-    if getattr(model, "mtp_layers", 0):
-        out.append(f"{model.name}: mtp_layers {model.mtp_layers} (multi-token prediction) is not priced: per depth "
-                   "one more transformer block and LM-head pass are left out of time, memory and FLOPs "
-                   "(docs/mla.md)")
     if system is not None and getattr(system, "kind", GPU_SYSTEM) != GPU_SYSTEM:
         n = model.attention_layers
         short = [f"{name} {v}" for name, v, k in (("sliding_window", model.sliding_window, "sliding"),

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from dse.estimate import context as _context, encoder_decoder as _encdec, frozen as _frozen
+from dse.estimate import context as _context, encoder_decoder as _encdec, frozen as _frozen, mtp as _mtp
+from dse.estimate.passes import layer_passes
 from dse.estimate.table_inputs import attention_shares, mla_options, moe_options, stack_inputs, stack_spec
 from dse.formulas import compute as _compute, kernels as _kernels, parallelism as _parallelism, stacks as _stacks
 from dse.formulas._array import Num, maximum, where
@@ -197,7 +198,7 @@ _TABLES: dict[tuple[Any, ...], tuple[Any, dict[str, Any]]] = {}
 # the formulas kernel_tables and table_sums call: part of the memo's key, so that a replaced one (a test, the
 # reference page's perturbation) is never served a stale table
 _FORMULAS = ("layer_kernels", "embedding_kernels", "head_kernels", "saved_bytes", "packed_bytes", "rerun_bytes",
-             "forward_flops", "backward_flops", "recomputed_flops", "message_bytes")
+             "forward_flops", "backward_flops", "recomputed_flops", "message_bytes", "mtp_kernels")
 
 
 def kernel_tables(model: ModelSpec, plan: Plan, r: Recipe, K: Module = _kernels) -> dict[str, Any]:
@@ -262,6 +263,9 @@ def kernel_tables(model: ModelSpec, plan: Plan, r: Recipe, K: Module = _kernels)
     # biases on the linear layers: the host's launches per row (bias-gradient sums; the launch floor)
     out["bias"] = {"bias": model.bias, "qkv_bias": model.bias if model.qkv_bias is None else model.qkv_bias}
     out["sums"] = table_sums(out, plan.recompute, K)
+    if _mtp.depths(model):   # multi-token prediction: D depths of the last layer kind, head and embedding
+        out["sums"].update(_mtp.sums(out["sums"], out.setdefault("mtp", _mtp.extra_table(model, plan, r, K, s)),
+                                     _mtp.depths(model), plan.recompute, K))
     if dense is not None:   # dense and MoE layers, or encoder and decoder ones: the mean layer (sums; kernel_times)
         share = n_moe / model.layers
         out["dense_layer"], out["moe_share"] = dense, share
@@ -290,7 +294,7 @@ def _layer_tables(model: ModelSpec, plan: Plan, K: Module, shape: tuple[Any, ...
 
 #: the sums of table_sums that belong to the embedding and the head; the others belong to one layer (a mixed
 #: dense/MoE model averages those over its layers)
-_END_SUMS = ("a_head", "a_emb", "flops_head", "flops_backward_head")
+_END_SUMS = ("a_head", "a_emb", "flops_head", "flops_backward_head", *_mtp.END_SUMS)
 
 
 def table_sums(tables: dict[str, Table], recompute: str, K: Module = _kernels) -> dict[str, Num]:
@@ -334,6 +338,7 @@ def kernel_times(tables: dict[str, Any], system: SystemSpec, plan: Plan, peak: N
     launches = _kernels.megatron_launches(**tables.get("bias", {})) if stack == "megatron" else None
     lt = table_time(tables["layer"], hw, lk["tp"], C, P, recompute=plan.recompute, async_tp=async_tp, count=count,
                     ep_link=lk.get("ep"), launches=launches, etp_link=lk.get("etp"))
+    last = lt
     if "dense_layer" in tables:   # a mixed dense/MoE model: the mean layer's time
         dt = table_time(tables["dense_layer"], hw, lk["tp"], C, P, recompute=plan.recompute, async_tp=async_tp,
                         count=count, launches=launches)
@@ -341,26 +346,19 @@ def kernel_times(tables: dict[str, Any], system: SystemSpec, plan: Plan, peak: N
         lt = {k: v * share + dt[k] * (1 - share) for k, v in lt.items()}
     head = table_time(tables["head"], hw, lk["tp"], C, P, count=count, launches=launches)
     emb = table_time(tables["embedding"], hw, lk["tp"], C, P, count=count, launches=launches)
-    # the host launches every kernel (dispatch each) and spends the GPU spec's layer_overhead per layer pass: the
-    # GPU waits when its kernels are shorter (asynchronous execution: time = max(GPU, host) per pass)
-    host_f: Num = eff.layer_overhead
-    host_b: Num = 2 * eff.layer_overhead
     if count:
-        host_f, host_b = host_f + dispatch * lt["kernels_forward"], host_b + dispatch * lt["kernels_backward"]
         for part in (head, emb):
             part["forward"] = maximum(part["forward"], dispatch * part["kernels_forward"])
             part["backward"] = maximum(part["backward"], dispatch * part["kernels_backward"])
-    host_rec = host_f if plan.recompute == "full" else 0.0
     # Megatron-Core's dropless token dispatcher waits for the per-expert token counts once per MoE layer forward
     # (and its full recompute): the GPU idles while the host issues the next launch
     sync: Num = 0.0
     if launches is not None and "router" in tables["layer"]:
         pad = bool(getattr(plan, "pad_to_capacity", False))
         syncs = _kernels.moe_host_syncs(tables["layer"]["router"]["n"], pad=pad)[0]
-        sync = _kernels.sync_exposed_time(syncs, dispatch) * tables.get("moe_share", 1.0)
-    layer_fwd = maximum(lt["forward"], host_f) + sync
-    layer_bwd = maximum(lt["backward"], host_b)
-    layer_rec = maximum(lt["recompute"], host_rec) + (sync if plan.recompute == "full" else 0.0)
+        sync = _kernels.sync_exposed_time(syncs, dispatch)
+    layer_fwd, layer_bwd, layer_rec = layer_passes(lt, eff.layer_overhead, dispatch if count else 0, plan.recompute,
+                                              sync * tables.get("moe_share", 1.0))
     layer_total = layer_fwd + layer_bwd + layer_rec
     out = {"gpu_fwd": lt["forward"], "gpu_bwd": lt["backward"], "gpu_rec": lt["recompute"],
             "tp_fwd": lt["tp_forward"], "tp_bwd": lt["tp_backward"], "ep_fwd": lt["ep_forward"],
@@ -368,6 +366,9 @@ def kernel_times(tables: dict[str, Any], system: SystemSpec, plan: Plan, peak: N
             "layer_rec": layer_rec, "layer_total": layer_total, "layer_wgrad": lt["weight_backward"],
             "layer_host_excess": layer_total - (lt["forward"] + lt["backward"] + lt["recompute"]),
             "t_head": head["forward"] + head["backward"], "t_embed": emb["forward"] + emb["backward"]}
+    if "mtp" in tables:   # multi-token prediction: a layer of the last kind alone, and the depth's own kernels
+        own = table_time(tables["mtp"], hw, lk["tp"], C, P, recompute=plan.recompute, async_tp=async_tp)
+        out.update(_mtp.pass_times(last, own, eff.layer_overhead, dispatch if count else 0, plan.recompute, sync))
     if key is not None and set(map(type, out.values())) <= _SCALARS:   # a vector system's arrays: not kept
         if len(_TIMES) >= 512:         # bounded like _TABLES
             _TIMES.clear()

@@ -130,18 +130,49 @@ def _parameters(model: ModelSpec, t: Num, p: Num, v: Num, T: FormulaModule,
         emb_extra, head_extra = end_parameters(model, T)
         p_emb, p_head = p_emb + emb_extra, p_head + head_extra
     l_stage = ceil(L / (p * v)) * v       # layers on the most loaded stage
-    tied_copy = V * h if model.tied_embeddings else 0
+    D = model.mtp_layers
+    # multi-token prediction (dse.estimate.mtp) on the last stage, which then keeps a copy of the word embedding
+    tied_copy = V * h if model.tied_embeddings or D else 0
     single = p == 1
-    p_first = l_stage * p_layer_gpu + p_emb / t + where(single, p_head / t, 0)
-    p_last = l_stage * p_layer_gpu + p_head / t + where(single, 0, tied_copy / t)
+    mtp = _mtp_gpu(model, c, t, ep, split, et if fold else None) if D else (0.0, 0.0, 0.0)
+    p_first = l_stage * p_layer_gpu + p_emb / t + where(single, p_head / t + mtp[1], 0)
+    p_last = l_stage * p_layer_gpu + p_head / t + where(single, 0, tied_copy / t) + mtp[1]
     layers = (L - n) * c["dense"] + n * c["moe"]
     active = (L - n) * c["dense"] + n * c["moe_active"]
     out = {"params": p_emb + layers + p_head, "params_active": p_emb + active + p_head, "p_layer": p_layer,
            "p_layer_gpu": p_layer_gpu, "p_emb": p_emb, "p_head": p_head, "l_stage": l_stage, "p_first": p_first,
            "p_last": p_last, "p_gpu": maximum(p_first, p_last), "p_expert_gpu": l_stage * p_exp}
+    if D:   # the MTP modules' own parameters (not in "params": Transformers does not build them either)
+        out["params_mtp"] = mtp[0]
+        out["p_expert_mtp"] = mtp[2]   # the MTP layers' routed experts on a last-stage GPU (expert parallelism)
     if ft[0] == "full":
         return {**out, "p_train": out["params"], "p_train_gpu": out["p_gpu"]}
     return _frozen.with_adapters(out, model, t, 16 if ft[1] is None else ft[1], ft[2] or "all")
+
+
+def _mtp_gpu(model: ModelSpec, c: Section, t: Num, ep: Num, split: bool, et: Num | None = None
+             ) -> tuple[Num, Num, Num]:
+    """The MTP depths' parameters (total, on a last-stage GPU, of which routed experts on that GPU).
+
+    Each depth's layer is of the model's last layer kind (Megatron-Core's MTP spec: the decoder's last layer spec;
+    :class:`~dse.specs.model.ModelSpec` refuses an MoE model whose last layer is dense), split like the model's
+    layers (its experts over ep, and etp with MoE Parallel Folding); eh_proj is column-parallel (split over tp),
+    the three norms replicated.
+    """
+    D, h = model.mtp_layers, model.hidden
+    layer, rep = (c["moe"], c["moe_rep"]) if c["moe_layers"] else (c["dense"], c["dense_rep"])
+    experts = c["moe_experts"] if c["moe_layers"] else 0
+    total = _transformer.mtp_parameters(layer, h, D, model.norm)
+    layer_gpu = (layer - rep) / t + rep
+    exp_gpu: Num = 0.0
+    if split and et is not None:
+        exp_gpu = experts / (et * ep)
+        layer_gpu = layer_gpu - experts / t + exp_gpu
+    elif split:
+        exp_gpu = experts / (t * ep)
+        layer_gpu = layer_gpu - exp_gpu * (ep - 1)
+    norms = 3 * _transformer.norm_parameters(h, model.norm)
+    return total, D * (layer_gpu + 2 * h * h / t + norms), D * exp_gpu
 
 
 def model_parameters(model: ModelSpec, T: FormulaModule = _transformer) -> tuple[Num, Num]:

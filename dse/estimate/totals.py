@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dse.estimate import context as _context
+from dse.estimate import context as _context, mtp as _mtp
 from dse.formulas._array import maximum, where
 
 if TYPE_CHECKING:
@@ -62,6 +62,8 @@ def breakdown(plan: Plan, i: BaseTerms, kt: Section, pp: Section, dp: Section, t
     }
     if moe:
         out["ep_communication"] = m * ep_mb
+    if "t_mtp" in kt:   # multi-token prediction: its depths on the last stage, in the parts (and "mtp": of which)
+        _mtp.breakdown(out, kt, m, single, dual is not None)
     return out
 
 
@@ -75,7 +77,8 @@ def flops(model: ModelSpec, plan: Plan, sums: Section) -> Section:
     ranks = B / plan.micro_batch * plan.tp * plan.cp   # micro-batches of the iteration x TP and CP ranks each
     f_model = ranks * (model.layers * (sums["flops_layer"] + sums["flops_backward_layer"]) + sums["flops_head"]
                        + sums["flops_backward_head"])
-    f_hw = f_model + ranks * model.layers * sums["flops_recompute"]
+    f_model = f_model + ranks * sums.get("flops_mtp", 0)         # multi-token prediction (Megatron-LM counts it)
+    f_hw = f_model + ranks * model.layers * sums["flops_recompute"] + ranks * sums.get("flops_recompute_mtp", 0)
     return {"model_per_iteration": f_model, "hardware_per_iteration": f_hw}
 
 
@@ -99,7 +102,8 @@ def traffic(model: ModelSpec, plan: Plan, i: BaseTerms, lk: dict[str, Link], pp:
     d: Num = _context.grad_ranks(plan)     # the gradient group: dp x cp
     t, m = plan.tp, i.micro_batches
     ring = where(t > 1, 2 * (t - 1) / t, 0.0)      # an all-reduce moves 2 (t-1)/t of its message through each rank
-    tp_bytes = m * i.layers_per_stage * ring * i.kernels["sums"]["tp_messages"]
+    sums = i.kernels["sums"]   # (+ the MTP depths' messages: the last stage's)
+    tp_bytes = m * i.layers_per_stage * ring * sums["tp_messages"] + m * ring * sums.get("tp_messages_mtp", 0)
     dp_bytes = _dp_bytes(d, zero, m, dp["grad_b"], dp["gather_b"])
     pp_bytes = where(plan.pp == 1, 0.0, 2 * m * pp["pp_msg"] + dp["emb_bytes"])   # activations both ways + embedding
     attention = i.kernels["layer"].get("attention", {})
@@ -128,7 +132,7 @@ def traffic(model: ModelSpec, plan: Plan, i: BaseTerms, lk: dict[str, Link], pp:
         out["inter_node"] = out["inter_node"] + where(et_in, 0.0, etp_bytes)
     if "ep" in lk:   # expert parallelism: the all-to-alls, and the experts' share of the data-parallel traffic
         n_e, edp_in, q = lk["edp"].ranks, lk["edp"].inside, lk["ep"].per_node
-        messages = m * i.layers_per_stage * i.kernels["sums"]["ep_messages"]
+        messages = m * i.layers_per_stage * sums["ep_messages"] + m * sums.get("ep_messages_mtp", 0)
         nvlink_bytes, network_bytes = (q - 1) / q * messages, lk["ep"].share * messages
         edp_bytes = _dp_bytes(n_e, zero, m, dp["expert_grad_b"], dp["expert_gather_b"])
         out["intra_node"] = out["intra_node"] + nvlink_bytes + where(edp_in, edp_bytes, 0.0)

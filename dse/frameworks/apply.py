@@ -102,6 +102,8 @@ def apply(imp: Imported, *, model: Any, model_given: bool, hw: Any, overrides=()
     notes = list(imp.notes)
     overridden = _overridden(imp, explicit, overrides)
     ref = _model(imp, model, model_given, overridden, notes)
+    if imp.model is None or model_given:   # training choices the config makes for the --model (--set wins)
+        overrides = [*(f"model.{f}={v}" for f, (v, _) in imp.model_set.items()), *overrides]
     m, s, data = load(ref, hw, None, overrides, **{**imp.plan, **explicit})
     for field, (value, key) in imp.expect.items():   # e.g. Megatron's --num-experts beside a --model
         have = getattr(m, field) or (0 if field == "experts" else None)

@@ -50,6 +50,8 @@ class Imported:
     notes: list[str] = field(default_factory=list)       # assumptions and approximations, one sentence each
     expect: dict[str, tuple[Any, str]] = field(default_factory=dict)   # model field -> (value, key) the --model
     #                                              estimated must have (the config names it but defines no model)
+    model_set: dict[str, tuple[Any, str]] = field(default_factory=dict)   # model field -> (value, key) the config
+    #                                              sets on the --model estimated (a training choice: MTP depths)
 
     def set(self, name: str, value: Any, key: str) -> None:
         """Set plan field ``name`` from config key ``key``."""

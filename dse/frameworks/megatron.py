@@ -46,7 +46,8 @@ OPTIONS = {
     "--attention-dropout": "float", "--hidden-dropout": "float", "--vocab-size": "int",
     "--padded-vocab-size": "int", "--make-vocab-size-divisible-by": "int", "--tokenizer-type": "str",
     "--vocab-file": "str", "--merge-file": "str", "--rampup-batch-size": 3,
-    "--expert-model-parallel-size": "int", "--expert-tensor-parallel-size": "int", **_moe.OPTIONS,
+    "--expert-model-parallel-size": "int", "--expert-tensor-parallel-size": "int", "--mtp-num-layers": "int",
+    "--mtp-loss-scaling-factor": "float", **_moe.OPTIONS,
     # torchrun (the launcher in front of pretrain_gpt.py) and a plain world size
     "--nnodes": "int", "--nproc_per_node": "int", "--nproc-per-node": "int", "--world-size": "int",
 }
@@ -72,12 +73,26 @@ def read(text: str) -> Imported:
     _precision_recompute(imp, get)
     _moe.read_plan(imp, get)
     _model(imp, get, values)
+    _mtp(imp, get)
     imp.plan["stack"] = "megatron"
     imp.keys["stack"] = "pretrain_gpt.py"
     for name in unknown:
         close = difflib.get_close_matches(name, OPTIONS, n=1, cutoff=0.9)
         imp.ignore(name, f"unknown: did you mean {close[0]}?" if close else "")
     return imp
+
+
+def _mtp(imp: Imported, get) -> None:
+    """Multi-token prediction depths (``--mtp-num-layers``; Megatron's default None: none, whatever the checkpoint
+    holds): the model's ``mtp_layers``, on the model the arguments define or the --model estimated."""
+    depths = get("--mtp-num-layers")
+    value = as_int(imp.source, "--mtp-num-layers", depths, 0) if depths is not None else 0
+    if isinstance(imp.model, dict):
+        imp.model["mtp_layers"] = value
+    else:
+        imp.model_set["mtp_layers"] = (value, "--mtp-num-layers")
+    if get("--mtp-loss-scaling-factor") is not None:
+        imp.ignore("--mtp-loss-scaling-factor", "scales the MTP loss: no cost")
 
 
 def _getter(values: dict, source: str):
@@ -363,10 +378,10 @@ def _model_args(m, warnings: list[str]) -> list[str]:
                      f"--qk-pos-emb-head-dim {m.qk_rope_head_dim} --v-head-dim {m.v_head_dim}"
                      + (f" --q-lora-rank {m.q_lora_rank}" if m.q_lora_rank else ""))
         warnings.append("multi-head latent attention arguments: the read side (--from megatron) ignores them")
-    if m.mtp_layers:   # Megatron-Core's multi-token prediction (priced by neither: docs/attention.md)
-        extra.append(f"--mtp-num-layers {m.mtp_layers}")
     elif m.head_dim != m.hidden // m.heads:
         extra.append(f"--kv-channels {m.head_dim}")
+    if m.mtp_layers:   # Megatron-Core's multi-token prediction on the last stage (docs/mla.md)
+        extra.append(f"--mtp-num-layers {m.mtp_layers}")
     if m.kv_heads != m.heads:
         extra.append(f"--group-query-attention --num-query-groups {m.kv_heads}")
     extra.append({"swiglu": "--swiglu", "geglu": "--swiglu", "relu": "--squared-relu", "gelu": ""}[m.ffn_type])

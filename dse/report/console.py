@@ -16,7 +16,7 @@ TIME_ROWS = [
     ("ep_communication", "expert-parallel all-to-all"),
     ("pp_communication", "pipeline point-to-point"),
     ("dp_communication", "data-parallel reduction (exposed)"),
-    ("embedding_sync", "tied-embedding gradient sync"),
+    ("embedding_sync", "word-embedding gradient sync (tied, MTP)"),
     ("bubble", "pipeline bubble"),
     ("optimizer", "optimizer step"),
     ("overhead", "host overhead"),
@@ -73,6 +73,8 @@ def header(r: dict) -> str:
     mo = r["model"]
     moe = (f", {fmt(mo['active_params'], 'count')} active: {mo['experts_per_token']} of {mo['experts']} experts"
            if "active_params" in mo else "")
+    if "mtp_params" in mo:   # multi-token prediction depths on the last stage
+        moe += f"; + {fmt(mo['mtp_params'], 'count')} in {mo['mtp_layers']} MTP depth(s)"
     text = (f"[bold]{mo['name']}[/] ({fmt(mo['params'], 'count')} parameters{moe}) on "
             f"[bold]{r['hardware']['name']}[/] — {int(par['gpus'])} GPUs in {int(par['nodes'])} node(s), "
             + (f"{int(par['hosts'])} host(s), " if "hosts" in par else "") +
@@ -101,6 +103,8 @@ def time_table(r: dict) -> Table:
         v = t.get(key, 0.0)
         if v:
             tab.add_row(label, fmt(v, "s"), _pct(v, total))
+    if t.get("mtp"):   # of which: the multi-token prediction depths (in the rows above)
+        tab.add_row("of which multi-token prediction depths", fmt(t["mtp"], "s"), _pct(t["mtp"], total), style="dim")
     for key, v in t.items():
         if key.startswith("phase_"):
             tab.add_row(key[6:].replace("_", " "), fmt(v, "s"), _pct(v, total), style="dim")

@@ -16,7 +16,7 @@ _TIME = (("compute", "compute"), ("recompute", "recompute"), ("tp_communication"
          ("cp_communication", "context-parallel K/V ring"), ("ep_communication", "expert-parallel all-to-all"),
          ("pp_communication", "pipeline point-to-point"),
          ("dp_communication", "data-parallel reduction (exposed)"),
-         ("embedding_sync", "tied-embedding sync"), ("bubble", "pipeline bubble"), ("optimizer", "optimizer step"),
+         ("embedding_sync", "word-embedding sync"), ("bubble", "pipeline bubble"), ("optimizer", "optimizer step"),
          ("overhead", "host overhead"), ("io_exposed", "storage / host I/O (exposed)"))
 _CLASSES = ("weights", "gradients", "optimizer", "activations", "buffers")
 

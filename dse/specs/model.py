@@ -153,8 +153,8 @@ class ModelSpec:
     qk_rope_head_dim: int | None = spec_field(None, gt=0, help="MLA: per-head decoupled rotary dimension d_h^R "
                                               "(64; even), the key's part shared by all heads")
     v_head_dim: int | None = spec_field(None, gt=0, help="MLA: per-head value dimension (128)")
-    mtp_layers: int = spec_field(0, ge=0, help="multi-token prediction depths (DeepSeek-V3 num_nextn_predict_layers):"
-                                 " read and reported, not priced (a warning; docs/mla.md)")
+    mtp_layers: int = spec_field(0, ge=0, help="multi-token prediction depths (DeepSeek-V3 num_nextn_predict_layers, "
+                                 "Megatron-Core --mtp-num-layers): priced on the last pipeline stage (docs/mla.md)")
     expert_imbalance: float = spec_field(1.0, ge=1.0, help="tokens of the busiest expert over the "
                                          "mean T k / E (1: balanced routing); the busiest expert sets the time")
     source: str = spec_field("", help="where the architecture numbers come from")
@@ -173,9 +173,22 @@ class ModelSpec:
         self._check_experts(where)
         self._check_layer_types(where)
         self._check_mla(where)
+        if self.mtp_layers:
+            self._check_mtp(where)
         table = self.position_embeddings or self.max_seq_len
         if self.seq_len is not None and self.position == "learned" and self.seq_len > table:
             raise InputError(f"{where}: seq_len {self.seq_len} exceeds the learned position table ({table})")
+
+    def _check_mtp(self, where: str) -> None:
+        """Multi-token prediction: a decoder, and (Megatron-Core builds its layer of the last layer's kind) a last
+        layer of the kind the estimate prices it as."""
+        if self.architecture != "decoder":
+            raise InputError(f"{where}: mtp_layers needs a decoder model (architecture: {self.architecture})")
+        last = self.layers - 1
+        if self.experts and (last < self.first_dense_layers or (last + 1) % self.moe_layer_step
+                             or last in self.dense_layers):
+            raise InputError(f"{where}: mtp_layers with a dense last layer in an MoE model is not modelled "
+                             "(the MTP layer is priced as an MoE layer)")
 
     def _check_mla(self, where: str) -> None:
         """Multi-head latent attention's fields (DeepSeek-V2, arXiv 2405.04434 §2.1): all three head dims, an even

@@ -39,6 +39,7 @@ from dse.specs.pipeline_rules import DUALPIPE_NOT_ON_CHIPLETS, DUALPIPE_RULES
 from dse.specs.rule import Rule, check, holds
 from dse.specs.rules_encoder_decoder import ENCODER_DECODER_RULES
 from dse.specs.rules_expert import EXPERT_RULES
+from dse.specs.rules_mtp import MTP_RULES
 
 __all__ = ["Rule", "check", "holds"]
 
@@ -159,6 +160,7 @@ MODEL_RULES = (
          message=lambda p, m, s: f"--seq-len {p.seq_len} exceeds the model's {m.position_embeddings} learned "
                                  "positions"),
     *ENCODER_DECODER_RULES,
+    *MTP_RULES,
 )
 
 
@@ -322,4 +324,4 @@ NOT_ON_CHIPLETS = Rule(
 GPU_SYSTEM_RULES = (*OFFLOAD_RULES, *MODEL_RULES, *CONTEXT_RULES, NO_CHIPLET_FIELDS, *ACTIVATION_OFFLOAD_RULES,
                     *FINETUNE_RULES, LORA_RANK_RULE, *FP8_RULES, *DUALPIPE_RULES)
 CHIPLET_PACKAGE_RULES = (*CHIPLET_RULES, *ACTIVATION_OFFLOAD_RULES, NOT_ON_CHIPLETS, FP8_NOT_ON_CHIPLETS, MLA_RULE,
-                         DUALPIPE_NOT_ON_CHIPLETS)
+                         DUALPIPE_NOT_ON_CHIPLETS, *MTP_RULES)

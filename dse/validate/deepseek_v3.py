@@ -20,8 +20,12 @@ What the report leaves out or dse does not model, and which way each moves dse a
 - the dispatch in FP8 (§3.3.3: activations before the up-projections and the dispatch quantised to FP8) -> dse
   (bf16 messages) slower; node-limited routing (at most 4 nodes per token) and the IB-then-NVLink forwarding are
   priced (``expert_groups``, the hierarchical all-to-all of docs/moe.md);
-- the batch ramp (3,072 to 15,360 over the first 469B tokens, §4.2) and the MTP module (§2.2, one more
-  MoE block and LM-head pass per token: not priced) -> dse faster;
+- the batch ramp (3,072 to 15,360 over the first 469B tokens, §4.2) -> dse faster;
+- the MTP module (§2.2, ``mtp_layers 1``: one more MoE block, eh_proj and LM-head pass per token) is priced on
+  the last stage (dse.estimate.mtp), which DualPipe puts on rank 0 beside the first: rank 0 runs it with the
+  head for half the micro-batches (+4.8 s of 22.4 s per iteration). DeepSeek can balance its stages around it
+  (the report does not give its layer split); dse prices a uniform ceil(61/16) = 4 layers per stage -> dse
+  slower;
 - DeepSeek's memory savings (recomputed norms and up-projections, FP8 activation caching, §3.2.3, §3.3.2):
   dse's plan does not fit in 80 GB (reported, not an input to the time);
 - the micro-batch, the split of the 61 layers over the 16 stages and the host side are not stated.
@@ -30,8 +34,9 @@ Tolerance 50 %, set before the all-to-all was priced hierarchically and before D
 omissions above go both ways and are each tens of per cent (dse's own FP8 estimates run 1.5-1.9x faster on large
 GEMMs). In bf16, with 1F1B dse landed at 274K (+52 %: 8.4 s of a 30.3 s iteration is exposed all-to-all); with
 DualPipe at 182K (+0.8 %), the all-to-all exposed only for the SMs it takes. With the paper's FP8 GEMMs priced
-(since FP8 of MoE and MLA layers is modelled) it lands at 155K (-13.7 %): the MTP module and the batch ramp, not
-priced, make dse fast; the FP8 dispatch, not priced either, would make it faster still. Nothing is fitted.
+(since FP8 of MoE and MLA layers is modelled) it lands at 155K (-13.7 %) without the MTP module and at 202K
+(+12.5 %) with it priced; the batch ramp, not priced, makes dse fast, the FP8 dispatch, not priced either, would
+make it faster. Nothing is fitted.
 """
 
 from __future__ import annotations
@@ -74,5 +79,6 @@ def cases():
     ref = pub.values("gpu_hours")["per_trillion_tokens"]
     return [Case("deepseek-v3 H800 GPU hours per trillion tokens (pp16 DualPipe ep64 dp128 ZeRO-1, fp8)", ref,
                  compute, TOLERANCE, pub.source("gpu_hours"), unit="",
-                 note="dse prices tensor-wise FP8 scales, a bf16 dispatch, no MTP, no batch ramp; its plan does not "
-                      "fit 80 GB (DeepSeek's memory savings are not modelled)")]
+                 note="dse prices tensor-wise FP8 scales, a bf16 dispatch, the MTP depth on a last stage of 4 "
+                      "layers (no stage balancing), no batch ramp; its plan does not fit 80 GB (DeepSeek's memory "
+                      "savings are not modelled)")]

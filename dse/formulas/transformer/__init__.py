@@ -49,6 +49,7 @@ Symbols:
     v_dim: d_v, MLA per-head value dims [count]
     attention: parameters of a layer's attention when it is not multi-head/grouped-query (MLA) [count]
     attention_replicated: parameters of that attention tensor parallelism does not split [count]
+    depths: D, multi-token prediction depths (DeepSeek-V3 §2.2; Megatron-Core --mtp-num-layers) [count]
 """
 
 from __future__ import annotations
@@ -88,6 +89,7 @@ from dse.formulas.transformer.parameters import (
     layer_parameters,
     layer_parameters_replicated,
     mlp_parameters,
+    mtp_parameters,
     norm_parameters,
     parameter_count,
     relative_position_parameters,
@@ -97,7 +99,7 @@ __all__ = ["GATED_FFN", "norm_parameters", "ffn_matrices", "mlp_parameters", "la
            "layer_parameters_replicated", "moe_layer_count", "router_parameters", "moe_mlp_parameters",
            "moe_mlp_parameters_replicated", "dropped_token_fraction", "mla_attention_parameters",
            "mla_attention_parameters_replicated", "cross_attention_parameters", "relative_position_parameters",
-           "embedding_parameters", "head_parameters", "parameter_count", "layer_gemm_flops_per_token",
+           "embedding_parameters", "head_parameters", "mtp_parameters", "parameter_count", "layer_gemm_flops_per_token",
            "attention_flops_per_token", "attention_pairs", "attention_share", "logits_flops_per_token", "model_flops", "recompute_flops",
            "activation_terms", "activation_bytes_per_layer", "recompute_working_bytes", "backward_working_bytes",
            "head_activation_bytes", "embedding_activation_bytes", "interleave_factor"]

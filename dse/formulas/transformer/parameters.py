@@ -8,7 +8,7 @@ from __future__ import annotations
 from dse.formulas._array import Num
 
 __all__ = ["norm_parameters", "ffn_matrices", "mlp_parameters", "layer_parameters", "layer_parameters_replicated",
-           "embedding_parameters", "head_parameters", "parameter_count", "GATED_FFN", "cross_attention_parameters",
+           "mtp_parameters", "embedding_parameters", "head_parameters", "parameter_count", "GATED_FFN", "cross_attention_parameters",
            "relative_position_parameters"]
 
 
@@ -212,6 +212,27 @@ def head_parameters(h: Num, vocab: Num, tied: bool = True, final_norm: bool = Tr
     if nsp_head:
         p = p + 2 * h + 2
     return p
+
+
+def mtp_parameters(layer: Num, h: Num, depths: Num = 1, norm: str = "rmsnorm") -> Num:
+    """Parameters of the multi-token prediction (MTP) modules besides the shared embedding and output head.
+
+    Formula: D (P_layer + 2 h^2 + 3 norm(h))   (enorm, hnorm, the 2h x h projection eh_proj, one transformer layer,
+    the final norm before the shared head)
+    Source: DeepSeek-V3 (arXiv 2412.19437) §2.2 Eq. 21-23; Megatron-Core MultiTokenPredictionLayer (enorm, hnorm,
+    eh_proj without bias, mtp_model_layer, final_layernorm); DeepSeek-V3's README_WEIGHTS.md (model.layers.61:
+    "11.5B unique parameters, excluding the shared 0.9B Embedding and 0.9B output Head").
+
+    Args:
+        layer: P_layer, parameters of the module's transformer layer (the model's last layer's kind) [count]
+        depths: D, MTP depths (Megatron-Core --mtp-num-layers) [count]
+    Returns:
+        parameters [count]
+
+    >>> mtp_parameters(11507286016, 7168)   # DeepSeek-V3: its MoE layer, one depth
+    11610067968
+    """
+    return depths * (layer + 2 * h * h + 3 * norm_parameters(h, norm))
 
 
 def parameter_count(layers: Num, h: Num, heads: Num, kv_heads: Num, head_dim: Num, ffn: Num, vocab: Num, *,

@@ -1,0 +1,17 @@
+"""A layer's forward, backward and recompute time with the host's share (:func:`layer_passes`), for
+:func:`dse.estimate.kernel_table.kernel_times`: the mean layer, and a layer of one kind alone (multi-token
+prediction, :mod:`dse.estimate.mtp`)."""
+
+from __future__ import annotations
+
+from dse.formulas._array import Num, maximum
+
+
+def layer_passes(lt: dict[str, Num], overhead: Num, dispatch: Num, recompute: str, sync: Num) -> tuple[Num, Num, Num]:
+    """A layer's passes: max(GPU, host) each, the host launching every kernel (``dispatch`` each; 0: not counted) and
+    spending ``overhead`` per pass; ``sync``: the MoE dispatcher's host wait, forward and full recompute."""
+    host_f = overhead + (dispatch * lt["kernels_forward"] if dispatch else 0.0)
+    host_b = 2 * overhead + (dispatch * lt["kernels_backward"] if dispatch else 0.0)
+    full = recompute == "full"
+    return (maximum(lt["forward"], host_f) + sync, maximum(lt["backward"], host_b),
+            maximum(lt["recompute"], host_f if full else 0.0) + (sync if full else 0.0))

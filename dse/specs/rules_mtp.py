@@ -1,0 +1,23 @@
+"""The plan rules of multi-token prediction (``model.mtp_layers``: docs/mla.md), part of :data:`dse.specs.rules.
+MODEL_RULES`: its depths are priced for full training on GPU systems with the activations kept on the GPU."""
+
+from __future__ import annotations
+
+from dse.specs.hardware import GPU_SYSTEM
+from dse.specs.rule import Rule
+
+
+def _mtp_off(p, s) -> str:
+    """The first plan choice multi-token prediction is not modelled with ('' if none)."""
+    off = [f"--finetune {p.finetune}"] * (p.finetune != "full")
+    off += [f"--offload-activations {p.offload_activations}"] * (p.offload_activations != "none")
+    return (off + ["a chiplet package"] * (s is not None and s.kind != GPU_SYSTEM) + [""])[0]
+
+
+MTP_RULES = (
+    Rule("multi-token prediction beyond what is modelled", ("finetune", "offload_activations", "hardware.kind"),
+         when=lambda p, m, s: bool(m.mtp_layers), ok=lambda p, m, s: not _mtp_off(p, s),
+         message=lambda p, m, s: f"{_mtp_off(p, s)} is not modelled with multi-token prediction (model {m.name}, "
+                                 f"mtp_layers {m.mtp_layers}); allowed: --finetune full, no activation offload, a GPU "
+                                 "system, or --set model.mtp_layers=0 (docs/mla.md)"),
+)
