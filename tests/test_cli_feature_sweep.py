@@ -46,7 +46,8 @@ FP8_SYSTEMS = ("dgx-h100", "h100-cluster", "workstation-rtx4090-x2", "workstatio
 
 
 def _coherent(rnd: random.Random) -> dict[str, object]:
-    """Flags that go together (most of them run): MoE with ep dividing the experts and dp, no adapters on experts,
+    """Flags that go together (most of them run): MoE with ep dividing the experts and dp, adapters on MoE models
+    with ep 1,
     cp whose 2 cp chunks divide the sequence, fp8 on FP8 GPUs with Megatron's kernels, LoRA flags with LoRA,
     activation offload to host memory (forwarding or saved-tensor hooks) on any model."""
     model, hw = rnd.choice(MODELS), rnd.choice(SYSTEMS)
@@ -56,13 +57,18 @@ def _coherent(rnd: random.Random) -> dict[str, object]:
     else:
         f["--seq-len"] = rnd.choice((2048, 4096, 8192))
         f["--cp"] = rnd.choice((1, 2, 4))
-    if model in ("mixtral-8x7b", "qwen3-30b-a3b", "gpt-oss-120b"):
+    moe = model in ("mixtral-8x7b", "qwen3-30b-a3b", "gpt-oss-120b")
+    if moe:
         f["--ep"] = rnd.choice((1, 2, 4, 8))
         f["--dp"] = f["--ep"] * rnd.choice((1, 2))
         if hw in FP8_SYSTEMS and rnd.random() < 0.5:     # FP8 expert GEMMs (Transformer Engine's GroupedLinear)
             f["--precision"] = "fp8"
             f["--fp8-scaling"] = rnd.choice(("delayed", "current"))
             f["--zero"] = rnd.choice((0, 1, 2))
+        elif rnd.random() < 0.3 and f.get("--cp", 1) == 1:     # adapters on the experts (ZeRO-1)
+            f["--finetune"] = rnd.choice(("lora", "qlora"))
+            f["--lora-rank"] = rnd.choice((4, 16, 64))
+            f["--lora-targets"] = rnd.choice(("all", "attention", "qv", "mlp"))
     elif rnd.random() < 0.5 and f.get("--cp", 1) == 1:
         f["--finetune"] = rnd.choice(("lora", "qlora"))
         f["--lora-rank"] = rnd.choice((4, 16, 64))
@@ -191,7 +197,8 @@ BAD = [
     (["--model", "llama3-8b", "--finetune", "lora", "--quantization", "nf4"], "--quantization nf4"),
     (["--model", "llama3-8b", "--finetune", "qlora", "--quantization", "fp4"], "--quantization"),
     (["--model", "llama3-8b", "--finetune", "dora"], "--finetune"),
-    (["--model", "mixtral-8x7b", "--finetune", "lora"], "--finetune lora"),
+    (["--model", "mixtral-8x7b", "--finetune", "lora", "--ep", "2", "--dp", "2"], "--ep 2"),
+    (["--model", "mixtral-8x7b", "--finetune", "qlora", "--lora-dropout", "0.05"], "--lora-dropout 0.05"),
     (["--model", "llama3-8b", "--stack", "jax"], "--stack"),
     (["--model", "llama3-8b", "--hw", "dgx-h100", "--offload-optimizer", "cxl"], "--offload-optimizer cxl"),
     (["--model", "llama3-8b", "--hw", "dgx-h100", "--zero", "3", "--offload-params", "cxl"], "--offload-params cxl"),

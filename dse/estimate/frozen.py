@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from dse.formulas import finetune as _finetune, memory as _memory
-from dse.formulas._array import where
+from dse.formulas._array import maximum, where
 
 if TYPE_CHECKING:
     from dse.estimate.aliases import FormulaModule, Num, Section
@@ -21,24 +21,62 @@ if TYPE_CHECKING:
     from dse.specs.plan import Plan
 
 
-def with_adapters(prm: Section, model: ModelSpec, t: Num, rank: Num, targets: str) -> Section:
+def with_adapters(prm: Section, model: ModelSpec, t: Num, rank: Num, targets: str, ep: Num = 1) -> Section:
     """The parameter counts of :func:`dse.estimate.base.parameters` with every weight frozen and LoRA adapters.
 
     Adds ``p_train`` (the adapters), ``p_train_gpu`` (those on the most loaded stage's GPU) and ``p_linear_stage``
     (that stage's linear weights, which QLoRA quantizes); the totals and the stages' counts include the adapters.
+    An MoE model's MoE layers have the adapters of :func:`dse.formulas.finetune.moe_adapted_linears` (one per
+    expert, E / ep on a GPU) instead of the dense MLP's; per-layer numbers are the mean over the layers.
     """
     kv: Any = model.kv_heads           # resolved specs: set
     d: Any = model.head_dim
     ffn: Any = model.ffn_hidden
-    adapters = _finetune.adapted_linears(model.hidden, model.heads, kv, d, ffn, model.ffn_type, model.qkv_projection,
-                                         targets)
+    dense = _finetune.adapted_linears(model.hidden, model.heads, kv, d, ffn, model.ffn_type, model.qkv_projection,
+                                      targets)
     l_stage = prm["l_stage"]
-    a_total = model.layers * _finetune.adapter_parameters(adapters, rank)
-    a_stage = l_stage * _finetune.adapter_parameters(adapters, rank, t)      # the adapters on one stage's GPU
-    lin_stage = l_stage * _finetune.linear_parameters(model.hidden, model.heads, kv, d, ffn, model.ffn_type, t)
+    a_layer = _finetune.adapter_parameters(dense, rank)
+    a_gpu = _finetune.adapter_parameters(dense, rank, t)            # the adapters on one stage's GPU
+    lin_gpu = _finetune.linear_parameters(model.hidden, model.heads, kv, d, ffn, model.ffn_type, t)
+    n_moe, L = model.moe_layers, model.layers
+    a_total = L * a_layer
+    if n_moe:
+        attn = {row: shapes for row, shapes in dense.items() if row in ("qkv", "out")}
+        moe = {**attn, **_moe_adapters(model, targets)}
+        E: Any = model.experts
+        m_layer = _finetune.adapter_parameters(moe, rank, experts=E)
+        m_gpu = _finetune.adapter_parameters(moe, rank, t, experts=E if _one(ep) else E / ep)
+        m_lin = _finetune.linear_parameters(model.hidden, model.heads, kv, d, 0, model.ffn_type, t) \
+            + _moe_linears(model, t, ep)
+        a_total = (L - n_moe) * a_layer + n_moe * m_layer
+        a_gpu, lin_gpu = (v * (1 - n_moe / L) + w * n_moe / L if n_moe < L else w
+                          for v, w in ((a_gpu, m_gpu), (lin_gpu, m_lin)))
+    a_stage = l_stage * a_gpu
     return {**prm, "params": prm["params"] + a_total, "p_train": a_total, "p_train_gpu": a_stage,
-            "p_linear_stage": lin_stage, "p_first": prm["p_first"] + a_stage, "p_last": prm["p_last"] + a_stage,
-            "p_gpu": prm["p_gpu"] + a_stage}
+            "p_linear_stage": l_stage * lin_gpu, "p_first": prm["p_first"] + a_stage,
+            "p_last": prm["p_last"] + a_stage, "p_gpu": prm["p_gpu"] + a_stage}
+
+
+def _one(x: Num) -> bool:
+    return type(x) is int and x == 1
+
+
+def _moe_adapters(model: ModelSpec, targets: str) -> dict[str, list[tuple[Any, ...]]]:
+    """The adapters of an MoE layer's MLP (:func:`dse.formulas.finetune.moe_adapted_linears`)."""
+    E: Any = model.experts
+    f_e: Any = model.expert_ffn          # resolved specs: set
+    return _finetune.moe_adapted_linears(model.hidden, E, f_e, model.ffn_type,
+                                         model.shared_experts * (model.shared_expert_ffn or 0),
+                                         model.shared_expert_gate, targets)
+
+
+def _moe_linears(model: ModelSpec, t: Num, ep: Num) -> Num:
+    """An MoE layer's MLP linear weights on one GPU (router, E / ep experts, shared)."""
+    E: Any = model.experts
+    f_e: Any = model.expert_ffn
+    return _finetune.moe_linear_parameters(model.hidden, E, f_e, model.ffn_type,
+                                           model.shared_experts * (model.shared_expert_ffn or 0),
+                                           model.shared_expert_gate, t, ep)
 
 
 def states(prm: Section, stage: str, model: ModelSpec, plan: Plan, r: Recipe, state_bytes: Section,
@@ -93,22 +131,35 @@ def quantization_constants(prm: Section, model: ModelSpec, plan: Plan) -> Num:
 
 
 def dequantized_buffer(model: ModelSpec, r: Recipe, t: Num) -> Num:
-    """Bytes of QLoRA's dequantized copy of the largest linear weight, alive while its GEMM runs (one GPU)."""
+    """Bytes of QLoRA's dequantized copy of the largest linear weight, alive while its GEMM runs (one GPU); an MoE
+    layer's are one expert's (each expert's projections are separate ``Linear4bit`` modules) and the shared
+    experts'."""
     kv: Any = model.kv_heads   # resolved specs: set
     d: Any = model.head_dim
     ffn: Any = model.ffn_hidden
+    if model.moe_layers:
+        f_e: Any = model.expert_ffn
+        widest = maximum(f_e, model.shared_experts * (model.shared_expert_ffn or 0))
+        ffn = maximum(widest, ffn) if model.moe_layers < model.layers else widest
     return r.weights * _finetune.largest_linear(model.hidden, model.heads, kv, d, ffn, model.qkv_projection, t)
 
 
 def kernel_inputs(model: ModelSpec, plan: Plan) -> dict[str, Any] | None:
-    """The fine-tuning keywords of :func:`dse.formulas.kernels.layer_kernels` (None: full training)."""
+    """The fine-tuning keywords of :func:`dse.formulas.kernels.layer_kernels` (None: full training).
+
+    An MoE model's adapters hold the dense layer's rows and the MoE layer's (each table takes its own); QLoRA's
+    ``moe_linear_params`` and ``moe_linears`` are an MoE layer's linear weights and modules on one GPU.
+    """
     if plan.finetune == "full":
         return None
     kv: Any = model.kv_heads          # resolved specs: set
     d: Any = model.head_dim
     ffn: Any = model.ffn_hidden
+    targets = plan.lora_targets or "all"
     adapters = _finetune.adapted_linears(model.hidden, model.heads, kv, d, ffn, model.ffn_type,
-                                         model.qkv_projection, plan.lora_targets or "all")
+                                         model.qkv_projection, targets)
+    if model.moe_layers:
+        adapters = {**adapters, **_moe_adapters(model, targets)}
     out: dict[str, Any] = {"adapters": adapters, "rank": plan.lora_rank, "lora_dropout": plan.lora_dropout}
     if plan.finetune == "qlora":
         # int8: d_in ~ h
@@ -116,4 +167,13 @@ def kernel_inputs(model: ModelSpec, plan: Plan) -> dict[str, Any] | None:
         out["layer_linear_params"] = _finetune.linear_parameters(model.hidden, model.heads, kv, d, ffn,
                                                                  model.ffn_type, plan.tp)
         out["linears"] = _finetune.linear_count(model.ffn_type, model.qkv_projection)
+        if model.moe_layers:
+            E: Any = model.experts
+            out["moe_linear_params"] = (_finetune.linear_parameters(model.hidden, model.heads, kv, d, 0,
+                                                                    model.ffn_type, plan.tp)
+                                        + _moe_linears(model, plan.tp, plan.ep))
+            out["moe_linears"] = (_finetune.linear_count(model.ffn_type, model.qkv_projection)
+                                  - (3 if model.ffn_type in _finetune.GATED else 2)
+                                  + _finetune.moe_linear_count(E, model.ffn_type, bool(model.shared_experts),
+                                                               model.shared_expert_gate, plan.ep))
     return out

@@ -147,7 +147,7 @@ def _parameters(model: ModelSpec, t: Num, p: Num, v: Num, T: FormulaModule,
         out["p_expert_mtp"] = mtp[2]   # the MTP layers' routed experts on a last-stage GPU (expert parallelism)
     if ft[0] == "full":
         return {**out, "p_train": out["params"], "p_train_gpu": out["p_gpu"]}
-    return _frozen.with_adapters(out, model, t, 16 if ft[1] is None else ft[1], ft[2] or "all")
+    return _frozen.with_adapters(out, model, t, 16 if ft[1] is None else ft[1], ft[2] or "all", ep)
 
 
 def _mtp_gpu(model: ModelSpec, c: Section, t: Num, ep: Num, split: bool, et: Num | None = None

@@ -293,19 +293,38 @@ FINETUNE_RULES = (
          message=lambda p, m, s: f"--paged-optimizer with --offload-optimizer {p.offload_optimizer} "
                                  f"--offload-activations {p.offload_activations} is not modelled; allowed: gpu and "
                                  "none (a paged optimizer keeps its states on the GPU until memory runs short)"),
-    Rule("LoRA of an MoE model is not modelled", ("finetune", "model.experts"),
-         when=lambda p, m, s: p.finetune != "full", ok=lambda p, m, s: not m.experts,
-         message=lambda p, m, s: f"--finetune {p.finetune}: adapters on the experts of an MoE model are not modelled "
-                                 f"yet (model {m.name} has {m.experts} experts); allowed: full"),
+    Rule("LoRA of an MoE model with expert parallelism is not modelled", ("finetune", "ep"),
+         when=lambda p, m, s: p.finetune != "full" and bool(m.experts), ok=lambda p, m, s: p.ep == 1,
+         message=lambda p, m, s: f"--finetune {p.finetune} with --ep {p.ep} is not modelled (the expert adapters' "
+                                 "states would shard over the dp/ep ranks holding the experts); allowed: --ep 1"),
+    Rule("LoRA of an MoE model with expert tensor parallelism other than tp", ("finetune", "etp", "tp"),
+         when=lambda p, m, s: p.finetune != "full" and bool(m.experts),
+         ok=lambda p, m, s: (p.tp if p.etp is None else p.etp) == p.tp,
+         message=lambda p, m, s: f"--finetune {p.finetune} with --etp {p.etp} (not --tp {p.tp}) is not modelled (the "
+                                 "expert adapters follow the experts' split); allowed: --etp equal to --tp"),
+    Rule("LoRA dropout on an MoE model's experts", ("lora_dropout", "lora_targets", "model.experts"),
+         when=lambda p, m, s: p.lora_dropout > 0 and bool(m.experts) and m.experts > 1,
+         ok=lambda p, m, s: p.lora_targets in ("attention", "qv"),
+         message=lambda p, m, s: f"--lora-dropout {p.lora_dropout:g} with --lora-targets {p.lora_targets or 'all'} "
+                                 f"on {m.name}'s experts: PEFT's LoRA of the 3-D expert weights (ParamWrapper) refuses "
+                                 "lora_dropout != 0; allowed: --lora-targets attention or qv, or --lora-dropout 0"),
 )
 
 def _smallest_adapted(p, m) -> tuple[int, int]:
-    """(d_in, d_out) of the smallest linear layer the plan's adapters target (the rank an update of it can have)."""
-    from dse.formulas.finetune import adapted_linears
+    """(d_in, d_out) of the smallest linear layer the plan's adapters target (the rank an update of it can have);
+    an MoE model's router and shared gate (E and 1 outputs) are adapted at any rank, as PEFT does."""
+    from dse.formulas.finetune import adapted_linears, moe_adapted_linears
 
+    targets = p.lora_targets or "all"
     shapes = adapted_linears(m.hidden, m.heads, m.kv_heads, m.head_dim, m.ffn_hidden, m.ffn_type, m.qkv_projection,
-                             p.lora_targets or "all")
-    return min((shape for rows in shapes.values() for shape in rows), key=min)
+                             targets)
+    if m.experts:
+        if m.moe_layers == m.layers:
+            shapes = {row: v for row, v in shapes.items() if row not in ("fc1", "fc2")}
+        moe = moe_adapted_linears(m.hidden, m.experts, m.expert_ffn, m.ffn_type,
+                                  m.shared_experts * (m.shared_expert_ffn or 0), m.shared_expert_gate, targets)
+        shapes = {**shapes, **{row: v for row, v in moe.items() if row not in ("router", "shared_gate")}}
+    return min((shape[:2] for rows in shapes.values() for shape in rows), key=min)
 
 
 LORA_RANK_RULE = Rule(

@@ -1,6 +1,7 @@
 """Fine-tuning with frozen weights: LoRA adapters, QLoRA's quantized base, and the kernels they change.
 
-Full training (``finetune: full``) updates every weight. LoRA (Hu et al. 2021, arXiv 2106.09685 §4.1) freezes
+Full training (``finetune: full``) updates every weight. An MoE layer's adapters (one per expert) and quantized
+linear weights: :mod:`dse.formulas.finetune.moe`. LoRA (Hu et al. 2021, arXiv 2106.09685 §4.1) freezes
 the pretrained weights ``W`` (d_out x d_in) of chosen linear layers and trains a low-rank update beside each:
 ``y = W x + (alpha / r) B A x`` with ``A`` (r x d_in) and ``B`` (d_out x r). QLoRA (Dettmers et al. 2023, arXiv
 2305.14314 §3) stores the frozen linear weights in 4-bit NormalFloat with double quantization and dequantizes
@@ -46,6 +47,14 @@ Symbols:
     linears: frozen linear layers of a layer (their dequantization kernels) [count]
     lora_dropout: p, PEFT's dropout on each adapter's input (0: none) [fraction]
     mask_bytes: bytes per element of a dropout mask (CUDA's fused dropout: a bool) [bytes]
+    experts: E, routed experts of an MoE layer (adapter_parameters: those on one GPU, E / ep) [count]
+    expert_ffn: F_e, a routed expert's FFN inner size [count]
+    shared_ffn: S F_s, the shared experts' FFN inner size together (0: none) [count]
+    shared_gate: a sigmoid gate h x 1 on the shared experts' output [bool]
+    shared: the MoE layer has shared experts [bool]
+    ep: expert-parallel degree (E / ep experts on a GPU) [count]
+    moe_linear_params: an MoE layer's attention and MoE linear weights on one GPU (QLoRA's dequantization) [count]
+    moe_linears: an MoE layer's linear modules on one GPU (its dequantization kernels) [count]
 """
 
 from __future__ import annotations
@@ -53,18 +62,34 @@ from __future__ import annotations
 from typing import Any
 
 from dse.formulas._array import Num, maximum
+from dse.formulas.finetune.moe import EXPERT_ROWS, moe_adapted_linears, moe_linear_count, moe_linear_parameters
 
 #: the gated MLPs: three matrices (gate, up, down), the gate and up projections reading the same input
 GATED = ("swiglu", "geglu")
 
-__all__ = ["FINETUNES", "LORA_TARGETS", "QUANTIZATIONS", "quantized_bytes_per_param", "adapted_linears",
-           "adapter_parameters", "linear_parameters", "largest_linear", "linear_count", "apply_layer", "dropout_rows"]
+__all__ = ["FINETUNES", "LORA_TARGETS", "QUANTIZATIONS", "EXPERT_ROWS", "quantized_bytes_per_param",
+           "adapted_linears", "adapter_parameters", "linear_parameters", "largest_linear", "linear_count",
+           "apply_layer", "dropout_rows", "moe_adapted_linears", "moe_linear_parameters", "moe_linear_count"]
 
 FINETUNES = ("full", "lora", "qlora")
 LORA_TARGETS = ("all", "attention", "qv", "mlp")
 QUANTIZATIONS = ("nf4", "int8")
-#: The linear layers of a layer's kernel table, in order, and how tensor parallelism splits them.
-LINEAR_ROWS = {"qkv": "column", "out": "row", "fc1": "column", "fc2": "row"}
+#: The linear layers of a layer's kernel table, in order, and how tensor parallelism splits them (an MoE layer's
+#: router and shared gate are replicated).
+LINEAR_ROWS = {"qkv": "column", "out": "row", "fc1": "column", "fc2": "row", "router": "replicated",
+               "expert_fc1": "column", "expert_fc2": "row", "shared_fc1": "column", "shared_fc2": "row",
+               "shared_gate": "replicated"}
+
+
+def _dims(adapter: tuple[Any, ...], split: str, tp: Num) -> tuple[Num, Num, Num]:
+    """(k of A's GEMM, n of B's GEMM, rank multiple) of an adapter (d_in, d_out[, n]) on a row split as ``split``."""
+    d_in, d_out = adapter[0], adapter[1]
+    n = adapter[2] if len(adapter) > 2 else 1
+    if split == "column":
+        return d_in, _split(d_out, tp), n
+    if split == "row":
+        return _split(d_in, tp), d_out, n
+    return d_in, d_out, n
 
 
 def _split(x: Num, tp: Num) -> Num:
@@ -126,12 +151,16 @@ def adapted_linears(h: Num, heads: Num, kv_heads: Num, head_dim: Num, ffn: Num, 
     return out
 
 
-def adapter_parameters(adapters: dict[str, list[tuple[Num, Num]]], rank: Num, tp: Num = 1) -> Num:
+def adapter_parameters(adapters: dict[str, list[tuple[Any, ...]]], rank: Num, tp: Num = 1,
+                       experts: Num = 1) -> Num:
     """Trainable parameters of one layer's adapters on one GPU.
 
     Formula: sum over adapters of r (d_in + d_out / t) on a column-parallel layer, r (d_in / t + d_out) on a
-    row-parallel one (t = 1: r (d_in + d_out))
-    Source: Hu et al. 2021 (LoRA) §4.1: A is r x d_in, B is d_out x r; NeMo's tensor-parallel LoRA adapters.
+    row-parallel one (t = 1: r (d_in + d_out)), r (d_in + d_out) on a replicated one (an MoE router); an adapter
+    (d_in, d_out, n) has rank n r; the routed experts' rows (``EXPERT_ROWS``) have one adapter per expert on the
+    GPU (``experts``: E / ep)
+    Source: Hu et al. 2021 (LoRA) §4.1: A is r x d_in, B is d_out x r; NeMo's tensor-parallel LoRA adapters;
+    Hugging Face PEFT's ``ParamWrapper`` (one pair per expert of a 3-D parameter).
 
     Returns:
         parameters [count]
@@ -145,9 +174,9 @@ def adapter_parameters(adapters: dict[str, list[tuple[Num, Num]]], rank: Num, tp
     """
     total: Num = 0
     for row, shapes in adapters.items():
-        column = LINEAR_ROWS[row] == "column"
-        for d_in, d_out in shapes:
-            total = total + rank * ((d_in + _split(d_out, tp)) if column else (_split(d_in, tp) + d_out))
+        for adapter in shapes:
+            k_a, n_b, n = _dims(adapter, LINEAR_ROWS[row], tp)
+            total = total + (experts if row in EXPERT_ROWS else 1) * n * rank * (k_a + n_b)
     return total
 
 
@@ -202,10 +231,10 @@ def linear_count(ffn_type: str = "gelu", qkv_projection: str = "fused") -> int:
     return (1 if qkv_projection == "fused" else 3) + 1 + (3 if ffn_type in GATED else 2)
 
 
-def apply_layer(table: dict[str, Any], adapters: dict[str, list[tuple[Num, Num]]], rank: Num, tok: Num, *,
+def apply_layer(table: dict[str, Any], adapters: dict[str, list[tuple[Any, ...]]], rank: Num, tok: Num, *,
                 tp: Num = 1, ffn_type: str = "gelu", ffn_elements: Num = 0, bytes_per_element: Num = 2,
                 quantized_bytes: Num | None = None, layer_linear_params: Num = 0, linears: Num = 0,
-                lora_dropout: float = 0.0) -> dict[str, Any]:
+                lora_dropout: float = 0.0, moe_linear_params: Num = 0, moe_linears: Num = 0) -> dict[str, Any]:
     """A layer's kernel table when its linear weights are frozen, with LoRA adapters (and QLoRA's dequantization).
 
     Formula: linear rows frozen (backward = the data-gradient GEMM only); an unadapted linear row saves nothing
@@ -220,6 +249,16 @@ def apply_layer(table: dict[str, Any], adapters: dict[str, list[tuple[Num, Num]]
     to the computation data type to perform the forward and backward pass"). ``lora_dropout`` > 0:
     :func:`dropout_rows`.
 
+    An MoE layer's table (:func:`dse.formulas.kernels.moe_mlp_kernels`; adapters of
+    :func:`~dse.formulas.finetune.moe.moe_adapted_linears`): the router, expert and shared-expert GEMMs are frozen;
+    the router keeps its input only for an adapter on it or on a shared expert, the experts' fc1 its routed copies
+    only when adapted, and the expert (shared) activation drops fc2's input when that fc2 has no adapter; an
+    expert's adapters are grouped GEMMs like the expert's (m = the busiest expert's tokens, one per local expert),
+    A (k = d_in, n = n r), B (k = n r, n = d_out), over the T k routed tokens (FLOPs, B's saved A x and the merge's
+    passes); QLoRA dequantizes the layer's attention and MoE linear weights (``moe_linear_params``, ``moe_linears``
+    kernels) instead of a dense MLP's. Adapters on rows the table lacks (a dense layer's MLP in an MoE layer, the
+    MoE rows in a dense one) are skipped.
+
     Returns:
         kernel name -> row [dict]
 
@@ -230,13 +269,24 @@ def apply_layer(table: dict[str, Any], adapters: dict[str, list[tuple[Num, Num]]
     (True, 64, 0, 32)
     """
     e = bytes_per_element
+    moe_table = "expert_fc1" in table
+    absent = ({"fc1", "fc2"} if moe_table else set()) | (set(_MOE_ROWS) - set(table))
+    adapters = {name: shapes for name, shapes in adapters.items() if name not in absent}
     out: dict[str, Any] = {}
     for name, row in table.items():
         if name in LINEAR_ROWS and row["kind"] == "gemm":
             row = {**row, "frozen": True}
-            if name not in adapters:
+            if name not in adapters and not (name == "router" and adapters.keys() & _ROUTER_INPUT):
                 row["saved"] = 0
                 row.pop("packed", None)
+        elif name in ("expert_activation", "shared_activation"):
+            row = dict(row)
+            fc2 = name.replace("activation", "fc2")
+            if fc2 not in adapters and ffn_type != "relu":   # fc2's input: not kept (a stack's row: its FLOPs' size)
+                elements = row.get("elements", table[fc2]["flops"] / (2 * table[fc2]["n"]))
+                row["saved"] = row["saved"] - e * elements
+                if "packed" in row:
+                    row["packed"] = row["packed"] - e * elements
         elif name == "activation":
             row = dict(row)
             if "fc2" not in adapters:          # fc2's input, which the activation row counts, is not kept for it
@@ -253,7 +303,17 @@ def apply_layer(table: dict[str, Any], adapters: dict[str, list[tuple[Num, Num]]
     fwd_passes: Num = 0
     bwd_passes: Num = 0
     n_adapters = 0
+    moe_fwd: Num = 0
+    moe_bwd: Num = 0
     for name, shapes in adapters.items():
+        if name in _MOE_ROWS:
+            n_adapters += _moe_adapter_rows(out, name, shapes, table[name], rank, tp, e)
+            for adapter in shapes:
+                k_a, n_b, _ = _dims(adapter, LINEAR_ROWS[name], tp)
+                tokens = _row_tokens(name, table[name])
+                moe_fwd = moe_fwd + e * tokens * 5 * n_b
+                moe_bwd = moe_bwd + e * tokens * (2 * n_b + 3 * k_a)
+            continue
         column = LINEAR_ROWS[name] == "column"
         for i, (d_in, d_out) in enumerate(shapes):
             k_a, n_b = (d_in, _split(d_out, tp)) if column else (_split(d_in, tp), d_out)
@@ -268,13 +328,44 @@ def apply_layer(table: dict[str, Any], adapters: dict[str, list[tuple[Num, Num]]
         out["lora_merge"] = {"kind": "elementwise", "bytes": e * tok * fwd_passes,
                              "bytes_backward": e * tok * bwd_passes, "kernels": 2 * n_adapters,
                              "kernels_backward": 2 * n_adapters, "saved": 0}
+        if adapters.keys() & _MOE_ROWS:
+            merge = out["lora_merge"]
+            merge["bytes"], merge["bytes_backward"] = merge["bytes"] + moe_fwd, merge["bytes_backward"] + moe_bwd
     if lora_dropout > 0:
         dropout_rows(out, adapters, tok, tp=tp, ffn_type=ffn_type, ffn_elements=ffn_elements, bytes_per_element=e)
     if quantized_bytes is not None:
+        if moe_table:   # the attention's linear weights and the MoE MLP's (router, local experts, shared)
+            layer_linear_params, linears = moe_linear_params, moe_linears
         moved = layer_linear_params * (quantized_bytes + e)
         out["dequantize"] = {"kind": "elementwise", "bytes": moved, "bytes_backward": moved, "kernels": linears,
                              "kernels_backward": linears, "saved": 0}
     return out
+
+
+#: An MoE layer's linear rows (dse.formulas.kernels.moe_mlp_kernels); adapters on those that read the layer input
+_MOE_ROWS = frozenset(("router", "expert_fc1", "expert_fc2", "shared_fc1", "shared_fc2", "shared_gate"))
+_ROUTER_INPUT = frozenset(("shared_fc1", "shared_gate"))    # the router's saved input is theirs too
+
+
+def _row_tokens(name: str, row: dict[str, Any]) -> Num:
+    """Tokens an adapter on an MoE row runs on: the T k routed copies of the experts' rows (their FLOPs' tokens, the
+    busiest expert's load not counted), else the row's GEMM rows."""
+    tokens: Num = row["flops"] / (2 * row["k"] * row["n"]) if name in EXPERT_ROWS else row["m"]
+    return tokens
+
+
+def _moe_adapter_rows(out: dict[str, Any], name: str, shapes: list[tuple[Any, ...]], base: dict[str, Any], rank: Num,
+                      tp: Num, e: Num) -> int:
+    """The A and B GEMM rows of the adapters on one MoE row (in place); returns how many adapters."""
+    tokens = _row_tokens(name, base)
+    for i, adapter in enumerate(shapes):
+        k_a, n_b, n = _dims(adapter, LINEAR_ROWS[name], tp)
+        r = n * rank
+        out[f"lora_{name}_{i}_a"] = {"kind": "gemm", "m": base["m"], "k": k_a, "n": r, "batch": base["batch"],
+                                     "split": "", "saved": 0, "flops": 2 * tokens * k_a * r}
+        out[f"lora_{name}_{i}_b"] = {"kind": "gemm", "m": base["m"], "k": r, "n": n_b, "batch": base["batch"],
+                                     "split": "", "saved": e * tokens * r, "flops": 2 * tokens * r * n_b}
+    return len(shapes)
 
 
 def dropout_rows(table: dict[str, Any], adapters: dict[str, list[tuple[Num, Num]]], tok: Num, *, tp: Num = 1,
