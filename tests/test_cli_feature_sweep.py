@@ -46,8 +46,7 @@ FP8_SYSTEMS = ("dgx-h100", "h100-cluster", "workstation-rtx4090-x2", "workstatio
 
 
 def _coherent(rnd: random.Random) -> dict[str, object]:
-    """Flags that go together (most of them run): MoE with ep dividing the experts and dp, adapters on MoE models
-    with ep 1,
+    """Flags that go together (most of them run): MoE with ep dividing the experts and dp, adapters on MoE models,
     cp whose 2 cp chunks divide the sequence, fp8 on FP8 GPUs with Megatron's kernels, LoRA flags with LoRA,
     activation offload to host memory (forwarding or saved-tensor hooks) on any model."""
     model, hw = rnd.choice(MODELS), rnd.choice(SYSTEMS)
@@ -197,7 +196,7 @@ BAD = [
     (["--model", "llama3-8b", "--finetune", "lora", "--quantization", "nf4"], "--quantization nf4"),
     (["--model", "llama3-8b", "--finetune", "qlora", "--quantization", "fp4"], "--quantization"),
     (["--model", "llama3-8b", "--finetune", "dora"], "--finetune"),
-    (["--model", "mixtral-8x7b", "--finetune", "lora", "--ep", "2", "--dp", "2"], "--ep 2"),
+    (["--model", "mixtral-8x7b", "--finetune", "lora", "--ep", "2", "--dp", "2", "--zero", "3"], "--ep 2"),
     (["--model", "mixtral-8x7b", "--finetune", "qlora", "--lora-dropout", "0.05"], "--lora-dropout 0.05"),
     (["--model", "llama3-8b", "--stack", "jax"], "--stack"),
     (["--model", "llama3-8b", "--hw", "dgx-h100", "--offload-optimizer", "cxl"], "--offload-optimizer cxl"),

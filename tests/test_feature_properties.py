@@ -85,8 +85,6 @@ def plan_of(model: str, system: str, raw: dict) -> dict:
         f["ep"] = ep
     if f["cp"] > 1 or f["precision"] == "fp8":             # adapters with cp, with fp8: not modelled
         f["finetune"] = "full"
-    if moe and f["finetune"] != "full":                      # adapters on the experts: ep 1
-        f["ep"] = 1
     if model == "deepseek-v3":                               # multi-head latent attention: no adapters
         f["finetune"] = "full"
     if f["precision"] == "fp8" and system not in FP8_SYSTEMS:   # MoE and MLA in fp8 are drawn too

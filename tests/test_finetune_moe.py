@@ -1,5 +1,5 @@
 """LoRA and QLoRA of MoE models (issue 16; was a one-line error): adapters per expert, frozen experts, QLoRA's
-quantized experts, and the combinations still refused.
+quantized experts, expert parallelism, and the combinations still refused.
 
 The trainable parameter count is checked exactly against Hugging Face PEFT 0.21 on Transformers 5.24 building each
 model on the meta device (``LoraConfig(target_modules="all-linear")`` and the attention / MLP target lists), for
@@ -144,8 +144,28 @@ def test_qlora_stores_the_experts_in_nf4_and_dequantizes_them_every_pass():
     assert qlora["time"]["iteration"] > lora["time"]["iteration"]
 
 
+def test_expert_parallelism_shards_the_experts_adapters_over_the_dp_ep_ranks():
+    """ep 8 of dp 8: a GPU holds 1/8 of the experts and of their adapters; the adapters' gradients are the GPU's
+    (dense ones all, experts' 1/8), their optimizer states (ZeRO-1) the dense ones over 8 ranks and the experts' over
+    the 8/8 = 1 rank holding them: the same bytes as at ep 1."""
+    m = dse.catalog.load_model("mixtral-8x7b")
+    kw = dict(tp=1, dp=8, micro_batch=1, seq_len=4096, recompute="full", finetune="lora", lora_rank=16)
+    one = dse.estimate("mixtral-8x7b", "dgx-h100", ep=1, **kw)
+    eight = dse.estimate("mixtral-8x7b", "dgx-h100", ep=8, **kw)
+    assert eight["model"]["params_trainable"] == one["model"]["params_trainable"] == 359_665_664
+    adapters = FT.moe_adapted_linears(m.hidden, 8, m.expert_ffn)
+    experts = m.layers * FT.adapter_parameters({k: adapters[k] for k in FT.EXPERT_ROWS}, 16, experts=8)
+    dense = 359_665_664 - experts
+    g = 4                                                    # fp32 gradients (bf16 recipe)
+    assert one["memory"]["gpu"]["gradients"] == pytest.approx((dense + experts) * g, rel=1e-12)
+    assert eight["memory"]["gpu"]["gradients"] == pytest.approx((dense + experts / 8) * g, rel=1e-12)
+    assert eight["memory"]["gpu"]["optimizer"] == pytest.approx(dense * 12 / 8 + experts / 8 * 12, rel=1e-12)
+    assert eight["memory"]["gpu"]["optimizer"] == pytest.approx(one["memory"]["gpu"]["optimizer"], rel=1e-12)
+    assert eight["memory"]["gpu"]["weights"] < one["memory"]["gpu"]["weights"] / 4   # 1/8 of the frozen experts
+
+
 @pytest.mark.parametrize("args, needle", [
-    (["--ep", "2", "--dp", "2"], "--ep 2 is not modelled"),
+    (["--ep", "2", "--dp", "2", "--zero", "3"], "--ep 2 and --zero 3 is not modelled"),
     (["--lora-dropout", "0.1"], "ParamWrapper"),
 ])
 def test_still_refused_with_one_line(capsys, args, needle):

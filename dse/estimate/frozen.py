@@ -27,7 +27,9 @@ def with_adapters(prm: Section, model: ModelSpec, t: Num, rank: Num, targets: st
     Adds ``p_train`` (the adapters), ``p_train_gpu`` (those on the most loaded stage's GPU) and ``p_linear_stage``
     (that stage's linear weights, which QLoRA quantizes); the totals and the stages' counts include the adapters.
     An MoE model's MoE layers have the adapters of :func:`dse.formulas.finetune.moe_adapted_linears` (one per
-    expert, E / ep on a GPU) instead of the dense MLP's; per-layer numbers are the mean over the layers.
+    expert, E / ep on a GPU) instead of the dense MLP's; per-layer numbers are the mean over the layers. With
+    expert parallelism ``p_expert_gpu`` is the experts' adapters on the stage's GPU (the trainable expert
+    parameters, whose gradients and ZeRO shards go over the dp/ep ranks holding the same experts).
     """
     kv: Any = model.kv_heads           # resolved specs: set
     d: Any = model.head_dim
@@ -40,21 +42,26 @@ def with_adapters(prm: Section, model: ModelSpec, t: Num, rank: Num, targets: st
     lin_gpu = _finetune.linear_parameters(model.hidden, model.heads, kv, d, ffn, model.ffn_type, t)
     n_moe, L = model.moe_layers, model.layers
     a_total = L * a_layer
+    e_gpu: Num = 0.0                    # the routed experts' adapters on one GPU (E / ep experts), per layer
     if n_moe:
         attn = {row: shapes for row, shapes in dense.items() if row in ("qkv", "out")}
         moe = {**attn, **_moe_adapters(model, targets)}
         E: Any = model.experts
+        local = E if _one(ep) else E / ep
         m_layer = _finetune.adapter_parameters(moe, rank, experts=E)
-        m_gpu = _finetune.adapter_parameters(moe, rank, t, experts=E if _one(ep) else E / ep)
+        m_gpu = _finetune.adapter_parameters(moe, rank, t, experts=local)
+        m_exp = _finetune.adapter_parameters({k: v for k, v in moe.items() if k in _finetune.EXPERT_ROWS}, rank, t,
+                                             experts=local)
         m_lin = _finetune.linear_parameters(model.hidden, model.heads, kv, d, 0, model.ffn_type, t) \
             + _moe_linears(model, t, ep)
         a_total = (L - n_moe) * a_layer + n_moe * m_layer
-        a_gpu, lin_gpu = (v * (1 - n_moe / L) + w * n_moe / L if n_moe < L else w
-                          for v, w in ((a_gpu, m_gpu), (lin_gpu, m_lin)))
+        a_gpu, lin_gpu, e_gpu = (v * (1 - n_moe / L) + w * n_moe / L if n_moe < L else w
+                                 for v, w in ((a_gpu, m_gpu), (lin_gpu, m_lin), (0.0, m_exp)))
     a_stage = l_stage * a_gpu
     return {**prm, "params": prm["params"] + a_total, "p_train": a_total, "p_train_gpu": a_stage,
             "p_linear_stage": l_stage * lin_gpu, "p_first": prm["p_first"] + a_stage,
-            "p_last": prm["p_last"] + a_stage, "p_gpu": prm["p_gpu"] + a_stage}
+            "p_last": prm["p_last"] + a_stage, "p_gpu": prm["p_gpu"] + a_stage,
+            "p_expert_gpu": l_stage * e_gpu if n_moe and not _one(ep) else prm["p_expert_gpu"]}
 
 
 def _one(x: Num) -> bool:
@@ -83,14 +90,21 @@ def states(prm: Section, stage: str, model: ModelSpec, plan: Plan, r: Recipe, st
            M: FormulaModule = _memory) -> Section:
     """Model states of one stage's GPU when its weights are frozen (LoRA, QLoRA): only the adapters train.
 
-    The adapters hold weights, gradients and optimizer states as in full training (ZeRO as configured); every
+    The adapters hold weights, gradients and optimizer states as in full training (ZeRO as configured; with expert
+    parallelism the experts' adapters shard over the dp/ep ranks that hold the same experts); every
     other parameter is a frozen weight in the working dtype, the linear layers' in QLoRA's storage format
     (:func:`dse.formulas.finetune.quantized_bytes_per_param`); ZeRO-3 shards the frozen weights too.
     """
     zero: Num = plan.zero       # a resolved plan: zero, dp, quantization are set
     d: Num = plan.dp
-    out = M.model_state_bytes(prm["p_train_gpu"], d, zero, state_bytes["weights"], state_bytes["gradients"],
-                              state_bytes["optimizer"])
+    w, g, o = state_bytes["weights"], state_bytes["gradients"], state_bytes["optimizer"]
+    if model.moe_layers and not _one(plan.ep):   # the experts' adapters: ZeRO shards over the dp/ep ranks
+        pe = prm["p_expert_gpu"]
+        dense = M.model_state_bytes(prm["p_train_gpu"] - pe, d, zero, w, g, o)
+        experts = M.model_state_bytes(pe, d / plan.ep, zero, w, g, o)
+        out = {k: dense[k] + experts[k] for k in dense}
+    else:
+        out = M.model_state_bytes(prm["p_train_gpu"], d, zero, w, g, o)
     sharded = frozen_bytes(prm, stage, model, plan, r) / where(zero >= 3, d, 1)
     return {**out, "weights": out["weights"] + sharded + quantization_constants(prm, model, plan)}
 

@@ -293,10 +293,11 @@ FINETUNE_RULES = (
          message=lambda p, m, s: f"--paged-optimizer with --offload-optimizer {p.offload_optimizer} "
                                  f"--offload-activations {p.offload_activations} is not modelled; allowed: gpu and "
                                  "none (a paged optimizer keeps its states on the GPU until memory runs short)"),
-    Rule("LoRA of an MoE model with expert parallelism is not modelled", ("finetune", "ep"),
-         when=lambda p, m, s: p.finetune != "full" and bool(m.experts), ok=lambda p, m, s: p.ep == 1,
-         message=lambda p, m, s: f"--finetune {p.finetune} with --ep {p.ep} is not modelled (the expert adapters' "
-                                 "states would shard over the dp/ep ranks holding the experts); allowed: --ep 1"),
+    Rule("LoRA of an MoE model with expert parallelism and ZeRO-3 is not modelled", ("finetune", "ep", "zero"),
+         when=lambda p, m, s: p.finetune != "full" and bool(m.experts),
+         ok=lambda p, m, s: (p.ep == 1) | (p.zero < 3),
+         message=lambda p, m, s: f"--finetune {p.finetune} with --ep {p.ep} and --zero {p.zero} is not modelled (the "
+                                 "frozen experts' ZeRO-3 shards over the dp/ep ranks); allowed: --zero 0, 1 or 2"),
     Rule("LoRA of an MoE model with expert tensor parallelism other than tp", ("finetune", "etp", "tp"),
          when=lambda p, m, s: p.finetune != "full" and bool(m.experts),
          ok=lambda p, m, s: (p.tp if p.etp is None else p.etp) == p.tp,
