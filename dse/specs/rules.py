@@ -294,8 +294,7 @@ FINETUNE_RULES = (
                                  f"--offload-activations {p.offload_activations} is not modelled; allowed: gpu and "
                                  "none (a paged optimizer keeps its states on the GPU until memory runs short)"),
     Rule("LoRA of an MoE model with expert parallelism and ZeRO-3 is not modelled", ("finetune", "ep", "zero"),
-         when=lambda p, m, s: p.finetune != "full" and bool(m.experts),
-         ok=lambda p, m, s: (p.ep == 1) | (p.zero < 3),
+         when=lambda p, m, s: p.finetune != "full" and bool(m.experts), ok=lambda p, m, s: (p.ep == 1) | (p.zero < 3),
          message=lambda p, m, s: f"--finetune {p.finetune} with --ep {p.ep} and --zero {p.zero} is not modelled (the "
                                  "frozen experts' ZeRO-3 shards over the dp/ep ranks); allowed: --zero 0, 1 or 2"),
     Rule("LoRA of an MoE model with expert tensor parallelism other than tp", ("finetune", "etp", "tp"),
@@ -319,12 +318,11 @@ def _smallest_adapted(p, m) -> tuple[int, int]:
     targets = p.lora_targets or "all"
     shapes = adapted_linears(m.hidden, m.heads, m.kv_heads, m.head_dim, m.ffn_hidden, m.ffn_type, m.qkv_projection,
                              targets)
-    if m.experts:
-        if m.moe_layers == m.layers:
-            shapes = {row: v for row, v in shapes.items() if row not in ("fc1", "fc2")}
+    if m.experts:   # the dense MLP's shapes where dense layers exist
         moe = moe_adapted_linears(m.hidden, m.experts, m.expert_ffn, m.ffn_type,
                                   m.shared_experts * (m.shared_expert_ffn or 0), m.shared_expert_gate, targets)
-        shapes = {**shapes, **{row: v for row, v in moe.items() if row not in ("router", "shared_gate")}}
+        shapes = {**{r: v for r, v in shapes.items() if m.moe_layers < m.layers or r not in ("fc1", "fc2")},
+                  **{r: v for r, v in moe.items() if r not in ("router", "shared_gate")}}
     return min((shape[:2] for rows in shapes.values() for shape in rows), key=min)
 
 

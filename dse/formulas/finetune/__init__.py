@@ -62,7 +62,19 @@ from __future__ import annotations
 from typing import Any
 
 from dse.formulas._array import Num, maximum
-from dse.formulas.finetune.moe import EXPERT_ROWS, moe_adapted_linears, moe_linear_count, moe_linear_parameters
+from dse.formulas.finetune.moe import (
+    _MOE_ROWS,
+    _ROUTER_INPUT,
+    EXPERT_ROWS,
+    LINEAR_ROWS,
+    _dims,
+    _moe_adapter_rows,
+    _row_tokens,
+    _split,
+    moe_adapted_linears,
+    moe_linear_count,
+    moe_linear_parameters,
+)
 
 #: the gated MLPs: three matrices (gate, up, down), the gate and up projections reading the same input
 GATED = ("swiglu", "geglu")
@@ -74,27 +86,6 @@ __all__ = ["FINETUNES", "LORA_TARGETS", "QUANTIZATIONS", "EXPERT_ROWS", "quantiz
 FINETUNES = ("full", "lora", "qlora")
 LORA_TARGETS = ("all", "attention", "qv", "mlp")
 QUANTIZATIONS = ("nf4", "int8")
-#: The linear layers of a layer's kernel table, in order, and how tensor parallelism splits them (an MoE layer's
-#: router and shared gate are replicated).
-LINEAR_ROWS = {"qkv": "column", "out": "row", "fc1": "column", "fc2": "row", "router": "replicated",
-               "expert_fc1": "column", "expert_fc2": "row", "shared_fc1": "column", "shared_fc2": "row",
-               "shared_gate": "replicated"}
-
-
-def _dims(adapter: tuple[Any, ...], split: str, tp: Num) -> tuple[Num, Num, Num]:
-    """(k of A's GEMM, n of B's GEMM, rank multiple) of an adapter (d_in, d_out[, n]) on a row split as ``split``."""
-    d_in, d_out = adapter[0], adapter[1]
-    n = adapter[2] if len(adapter) > 2 else 1
-    if split == "column":
-        return d_in, _split(d_out, tp), n
-    if split == "row":
-        return _split(d_in, tp), d_out, n
-    return d_in, d_out, n
-
-
-def _split(x: Num, tp: Num) -> Num:
-    """x / t, an integer staying one when the layer is not split (t = 1)."""
-    return x if type(tp) is int and tp == 1 else x / tp
 
 
 def quantized_bytes_per_param(fmt: str = "nf4", in_features: Num = 4096) -> Num:
@@ -340,32 +331,6 @@ def apply_layer(table: dict[str, Any], adapters: dict[str, list[tuple[Any, ...]]
         out["dequantize"] = {"kind": "elementwise", "bytes": moved, "bytes_backward": moved, "kernels": linears,
                              "kernels_backward": linears, "saved": 0}
     return out
-
-
-#: An MoE layer's linear rows (dse.formulas.kernels.moe_mlp_kernels); adapters on those that read the layer input
-_MOE_ROWS = frozenset(("router", "expert_fc1", "expert_fc2", "shared_fc1", "shared_fc2", "shared_gate"))
-_ROUTER_INPUT = frozenset(("shared_fc1", "shared_gate"))    # the router's saved input is theirs too
-
-
-def _row_tokens(name: str, row: dict[str, Any]) -> Num:
-    """Tokens an adapter on an MoE row runs on: the T k routed copies of the experts' rows (their FLOPs' tokens, the
-    busiest expert's load not counted), else the row's GEMM rows."""
-    tokens: Num = row["flops"] / (2 * row["k"] * row["n"]) if name in EXPERT_ROWS else row["m"]
-    return tokens
-
-
-def _moe_adapter_rows(out: dict[str, Any], name: str, shapes: list[tuple[Any, ...]], base: dict[str, Any], rank: Num,
-                      tp: Num, e: Num) -> int:
-    """The A and B GEMM rows of the adapters on one MoE row (in place); returns how many adapters."""
-    tokens = _row_tokens(name, base)
-    for i, adapter in enumerate(shapes):
-        k_a, n_b, n = _dims(adapter, LINEAR_ROWS[name], tp)
-        r = n * rank
-        out[f"lora_{name}_{i}_a"] = {"kind": "gemm", "m": base["m"], "k": k_a, "n": r, "batch": base["batch"],
-                                     "split": "", "saved": 0, "flops": 2 * tokens * k_a * r}
-        out[f"lora_{name}_{i}_b"] = {"kind": "gemm", "m": base["m"], "k": r, "n": n_b, "batch": base["batch"],
-                                     "split": "", "saved": e * tokens * r, "flops": 2 * tokens * r * n_b}
-    return len(shapes)
 
 
 def dropout_rows(table: dict[str, Any], adapters: dict[str, list[tuple[Num, Num]]], tok: Num, *, tp: Num = 1,

@@ -27,6 +27,54 @@ __all__ = ["EXPERT_ROWS", "moe_adapted_linears", "moe_linear_parameters", "moe_l
 #: Kernel-table rows whose weights are one per routed expert (their adapters too: one per local expert).
 EXPERT_ROWS = ("expert_fc1", "expert_fc2")
 
+#: The linear layers of a layer's kernel table, in order, and how tensor parallelism splits them (an MoE layer's
+#: router and shared gate are replicated).
+LINEAR_ROWS = {"qkv": "column", "out": "row", "fc1": "column", "fc2": "row", "router": "replicated",
+               "expert_fc1": "column", "expert_fc2": "row", "shared_fc1": "column", "shared_fc2": "row",
+               "shared_gate": "replicated"}
+
+
+def _dims(adapter: tuple[Any, ...], split: str, tp: Num) -> tuple[Num, Num, Num]:
+    """(k of A's GEMM, n of B's GEMM, rank multiple) of an adapter (d_in, d_out[, n]) on a row split as ``split``."""
+    d_in, d_out = adapter[0], adapter[1]
+    n = adapter[2] if len(adapter) > 2 else 1
+    if split == "column":
+        return d_in, _split(d_out, tp), n
+    if split == "row":
+        return _split(d_in, tp), d_out, n
+    return d_in, d_out, n
+
+
+def _split(x: Num, tp: Num) -> Num:
+    """x / t, an integer staying one when the layer is not split (t = 1)."""
+    return x if type(tp) is int and tp == 1 else x / tp
+
+
+#: An MoE layer's linear rows (dse.formulas.kernels.moe_mlp_kernels); adapters on those that read the layer input
+_MOE_ROWS = frozenset(("router", "expert_fc1", "expert_fc2", "shared_fc1", "shared_fc2", "shared_gate"))
+_ROUTER_INPUT = frozenset(("shared_fc1", "shared_gate"))    # the router's saved input is theirs too
+
+
+def _row_tokens(name: str, row: dict[str, Any]) -> Num:
+    """Tokens an adapter on an MoE row runs on: the T k routed copies of the experts' rows (their FLOPs' tokens, the
+    busiest expert's load not counted), else the row's GEMM rows."""
+    tokens: Num = row["flops"] / (2 * row["k"] * row["n"]) if name in EXPERT_ROWS else row["m"]
+    return tokens
+
+
+def _moe_adapter_rows(out: dict[str, Any], name: str, shapes: list[tuple[Any, ...]], base: dict[str, Any], rank: Num,
+                      tp: Num, e: Num) -> int:
+    """The A and B GEMM rows of the adapters on one MoE row (in place); returns how many adapters."""
+    tokens = _row_tokens(name, base)
+    for i, adapter in enumerate(shapes):
+        k_a, n_b, n = _dims(adapter, LINEAR_ROWS[name], tp)
+        r = n * rank
+        out[f"lora_{name}_{i}_a"] = {"kind": "gemm", "m": base["m"], "k": k_a, "n": r, "batch": base["batch"],
+                                     "split": "", "saved": 0, "flops": 2 * tokens * k_a * r}
+        out[f"lora_{name}_{i}_b"] = {"kind": "gemm", "m": base["m"], "k": r, "n": n_b, "batch": base["batch"],
+                                     "split": "", "saved": e * tokens * r, "flops": 2 * tokens * r * n_b}
+    return len(shapes)
+
 
 def moe_adapted_linears(h: Num, experts: int, expert_ffn: Num, ffn_type: str = "swiglu", shared_ffn: Num = 0,
                         shared_gate: bool = False, targets: str = "all") -> dict[str, list[tuple[Any, ...]]]:
