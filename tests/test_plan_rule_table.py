@@ -104,6 +104,8 @@ WITNESSES = {
     "fp8 on chiplet packages is not modelled": ("llama2-70b", (), PKG, {**CHIPLET, "precision": "fp8"}),
     "LoRA of an MoE model with expert parallelism and ZeRO-3 is not modelled": (
         "mixtral-8x7b", (), GPU, {"finetune": "lora", "ep": 2, "dp": 2, "zero": 3}),
+    "LoRA of an MoE model with expert tensor parallelism other than tp": (
+        "mixtral-8x7b", (), GPU, {"finetune": "lora", "tp": 2, "etp": 1, "sequence_parallel": True}),
     "LoRA dropout on an MoE model's experts": ("mixtral-8x7b", (), GPU, {"finetune": "lora", "lora_dropout": 0.1}),
     "multi-head latent attention beyond what is modelled": ("deepseek-v3", (), "dgx-h100", {"stack": "pytorch"}),
     "multi-token prediction beyond what is modelled": ("llama2-7b", ((["mtp_layers"], 1),), GPU,
