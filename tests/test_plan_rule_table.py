@@ -108,6 +108,8 @@ WITNESSES = {
         "mixtral-8x7b", (), GPU, {"finetune": "lora", "tp": 2, "etp": 1, "sequence_parallel": True}),
     "LoRA dropout on an MoE model's experts": ("mixtral-8x7b", (), GPU, {"finetune": "lora", "lora_dropout": 0.1}),
     "multi-head latent attention beyond what is modelled": ("deepseek-v3", (), "dgx-h100", {"stack": "pytorch"}),
+    "Ulysses cp needs the heads divisible by tp x cp": ("llama2-7b", (), GPU, {"cp": 3, "cp_comm": "a2a",
+                                                                              "seq_len": 6144, "dp": 1}),
     "multi-token prediction beyond what is modelled": ("llama2-7b", ((["mtp_layers"], 1),), GPU,
                                                        {"finetune": "lora"}),
     "LoRA rank larger than the layer it adapts": ("llama2-7b", (), GPU, {"finetune": "lora", "lora_rank": 4097}),

@@ -50,6 +50,8 @@ flag = SimpleNamespace(
     dp=_flag(None, "--dp", min=1, help="data-parallel replicas"),
     cp=_flag(None, "--cp", min=1, help="context-parallel degree: the sequence split over cp GPUs, ring attention "
              "(docs/long-context.md)"),
+    cp_comm=_flag(None, "--cp-comm", help="context-parallel communication: p2p (the K/V ring, default) | a2a "
+                  "(DeepSpeed-Ulysses all-to-all over the heads; docs/long-context.md)"),
     micro_batch=_flag(None, "--micro-batch", "-b", min=1, help="sequences per micro-batch"),
     global_batch=_flag(None, "--global-batch", "-B", min=1, help="sequences per iteration"),
     seq_len=_flag(None, "--seq-len", "-s", min=1, help="tokens per sequence"),

@@ -67,8 +67,22 @@ def split_attention(layer: dict[str, Any], model: Any, plan: Any, e: Num, P: Any
         row.update(flops=f * 2 * share, executed=f * 2 * executed, executed_backward=f_b * 2 * executed)
     else:
         row.update(flops=f, executed=f, executed_backward=f_b)
-    row["cp_kv"] = P.context_parallel_kv_bytes(s, b, kv_dim, cp, e)
+    if getattr(plan, "cp_comm", "p2p") == "a2a":   # Ulysses: Q, K, V and the output exchanged over the heads
+        q_dim, v_dim = (a_loc * qk, a_loc * model.v_head_dim) if model.mla else (a_loc * model.head_dim, None)
+        k_dim = q_dim if model.mla else model.kv_heads * model.head_dim / t
+        v_dim = k_dim if v_dim is None else v_dim
+        o_dim = a_loc * (model.v_head_dim if model.mla else model.head_dim)
+        row["cp_a2a_qkv"] = P.ulysses_alltoall_bytes(s, b, q_dim + k_dim + v_dim, cp, e)
+        row["cp_a2a_out"] = P.ulysses_alltoall_bytes(s, b, o_dim, cp, e)
+    else:
+        row["cp_kv"] = P.context_parallel_kv_bytes(s, b, kv_dim, cp, e)
     return {**layer, "attention": row}
+
+
+def exchanged(tables: dict[str, Any]) -> bool:
+    """The layer's attention exchanges data over the cp ranks: the K/V ring (``cp_kv``) or Ulysses (``cp_a2a_qkv``)."""
+    row = tables["layer"].get("attention", {})
+    return "cp_kv" in row or "cp_a2a_qkv" in row
 
 
 def split_tables(layer: dict[str, Any], dense: dict[str, Any] | None, model: Any, plan: Any, e: Num
@@ -98,6 +112,16 @@ def ring_times(tables: dict[str, Any], kernel_cost: Any, link: Any, plan: Any, C
             "kv_bytes": kv}
 
 
+def a2a_times(tables: dict[str, Any], link: Any, plan: Any, P: Any = _parallelism) -> dict[str, Num]:
+    """Time of Ulysses' all-to-alls per layer and micro-batch, all exposed (the attention needs its heads first):
+    forward Q, K, V then the output; backward the output's gradient then dQ, dK, dV; recompute (full or selective:
+    the attention core runs again, with its all-to-alls) the forward's again."""
+    row = tables["layer"]["attention"]
+    qkv = P.alltoall_time(row["cp_a2a_qkv"], plan.cp, link.bandwidth, link.latency)
+    out = P.alltoall_time(row["cp_a2a_out"], plan.cp, link.bandwidth, link.latency)
+    return {"forward": qkv + out, "backward": qkv + out, "recompute": qkv + out if plan.recompute != "none" else 0.0}
+
+
 def add_ring(kt: dict[str, Num], ring: dict[str, Num]) -> dict[str, Num]:
     """The layer times of :func:`dse.estimate.kernel_table.kernel_times` with the ring's exposed time added (a copy)."""
     out = dict(kt)
@@ -121,5 +145,7 @@ def kv_buffers(tables: dict[str, Any]) -> Num:
 
 
 def ring_buffers(tables: dict[str, Any], plan: Any) -> Num:
-    """:func:`kv_buffers` where there is a ring (cp > 1); none at cp = 1, also in an array plan that holds cp = 1."""
-    return where(plan.cp > 1, kv_buffers(tables), 0.0)
+    """:func:`kv_buffers` where there is a ring (cp > 1); none at cp = 1, also in an array plan that holds cp = 1.
+    Ulysses (``cp_comm`` a2a): the all-to-all's receive buffer of one layer's Q, K, V instead."""
+    row = tables["layer"].get("attention", {})
+    return where(plan.cp > 1, row["cp_a2a_qkv"] if "cp_a2a_qkv" in row else kv_buffers(tables), 0.0)

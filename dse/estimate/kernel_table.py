@@ -218,7 +218,8 @@ def kernel_tables(model: ModelSpec, plan: Plan, r: Recipe, K: Module = _kernels)
     fp8 = plan.fp8_scaling if r.gemm_dtype == "fp8" else None     # FP8 linear layers (dse.formulas.fp8)
     key = None
     if K is _kernels:                      # not when traced: the trace records every formula call
-        key = (id(model), s, getattr(plan, "target_len", None), plan.cp, b, t, getattr(plan, "ep", 1),
+        key = (id(model), s, getattr(plan, "target_len", None), plan.cp, getattr(plan, "cp_comm", "p2p"), b, t,
+               getattr(plan, "ep", 1),
                getattr(plan, "expert_capacity", None), getattr(plan, "pad_to_capacity", False), sp, plan.recompute,
                plan.attention, e, comm, logits, stack, r.gradients, expert_tp(plan),
                plan.finetune, plan.lora_rank, plan.lora_targets, plan.quantization, plan.lora_dropout, fp8,

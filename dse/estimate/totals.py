@@ -111,6 +111,10 @@ def traffic(model: ModelSpec, plan: Plan, i: BaseTerms, lk: dict[str, Link], pp:
     if "cp_kv" in attention:   # the K/V ring: cp-1 sends of S_kv forward (and recompute), of 2 S_kv backward
         sends = 3 + (1 if plan.recompute != "none" else 0)
         cp_bytes = m * i.layers_per_stage * (plan.cp - 1) * sends * attention["cp_kv"]
+    elif "cp_a2a_qkv" in attention:   # Ulysses: Q, K, V and the output forward (and recompute), their gradients back
+        passes = 2 + (1 if plan.recompute != "none" else 0)
+        sent = (plan.cp - 1) / plan.cp * (attention["cp_a2a_qkv"] + attention["cp_a2a_out"])   # the rest stays
+        cp_bytes = m * i.layers_per_stage * passes * sent
     tp_in, dp_in, pp_in = lk["tp"].inside, lk["dp"].inside, lk["pp"].inside
     cp_in = lk["cp"].inside if "cp" in lk else True
     out = {

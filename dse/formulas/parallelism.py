@@ -51,7 +51,7 @@ __all__ = ["allreduce_time", "allgather_time", "alltoall_time", "expert_nodes_pe
            "hierarchical_alltoall_time", "p2p_time", "group_bandwidth",
            "pipeline_bubble_fraction", "pipeline_time", "dualpipe_pair_time", "dualpipe_bubble",
            "context_parallel_kv_bytes", "context_parallel_attention_flops",
-           "ring_attention_time"]
+           "ring_attention_time", "ulysses_alltoall_bytes"]
 
 
 def allreduce_time(nbytes: Num, n: Num, bandwidth: Num, latency: Num = 0.0) -> Num:
@@ -347,6 +347,26 @@ def context_parallel_kv_bytes(s: Num, b: Num, kv_dim: Num, cp: Num, bytes_per_el
     64.0
     """
     return 2 * bytes_per_element * (s / cp) * b * kv_dim
+
+
+def ulysses_alltoall_bytes(s: Num, b: Num, dim: Num, cp: Num, bytes_per_element: Num = 2) -> Num:
+    """Bytes of the tensor one context-parallel rank puts into one DeepSpeed-Ulysses all-to-all (Q, K, V or the output).
+
+    Formula: S = e (s / cp) b dim   (the rank's s/cp tokens of all its heads, dim = heads x head dims on one TP
+    rank); it keeps the 1/cp in its own head group and sends (cp - 1)/cp S (:func:`alltoall_time`)
+    Source: Jacobs et al. 2023, DeepSpeed-Ulysses (arXiv 2309.14509) §3.1-3.2: all-to-alls of Q, K, V before the
+    attention and of its output after it, "4Nh/P" per link per layer (N = s b tokens, P = cp); Transformer
+    Engine ``AttnFuncWithCPAndQKVOA2A`` (``flash_attn_a2a_communicate``; Megatron-Core ``--cp-comm-type a2a``).
+
+    Args:
+        dim: elements per token of the exchanged tensor on one TP rank (Q, K, V: (a + 2 kv) d / t) [count]
+    Returns:
+        bytes per rank [bytes]
+
+    >>> ulysses_alltoall_bytes(131072, 1, 4096 + 2 * 1024, 8) / 2**20   # Llama-3-8B's Q, K, V, t = 1, cp 8: MiB
+    192.0
+    """
+    return bytes_per_element * (s / cp) * b * dim
 
 
 def context_parallel_attention_flops(s: Num, b: Num, heads: Num, head_dim: Num, cp: Num, causal: bool = True,

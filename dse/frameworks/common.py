@@ -190,9 +190,13 @@ def plan_limits(plan, framework: str) -> list[str]:
         out.append(f"{what} (offload_activations {plan.offload_activations}) is not a {framework} setting")
     if plan.ssds is not None:
         out.append(f"ssds {plan.ssds}: the drives used are set by the file system (nvme_path), not by {framework}")
-    if plan.cp > 1 and framework not in ("Megatron-LM", "torchtitan"):
+    if plan.cp > 1 and plan.cp_comm == "a2a" and framework != "Megatron-LM":
+        out.append(f"Ulysses context parallelism (cp {plan.cp}, cp_comm a2a) is not a {framework} setting (DeepSpeed "
+                   "wraps the attention in deepspeed.sequence.layer.DistributedAttention in the model code; "
+                   "torchtitan's context parallelism is a ring)")
+    elif plan.cp > 1 and framework not in ("Megatron-LM", "torchtitan"):
         out.append(f"context parallelism (cp {plan.cp}, ring attention) is not a {framework} setting (DeepSpeed's "
-                   "Ulysses sequence parallelism is another scheme, all-to-all over the heads)")
+                   "Ulysses sequence parallelism is another scheme, all-to-all over the heads: plan.cp_comm a2a)")
     if plan.finetune != "full":
         quant = f", the frozen weights in {plan.quantization} (bitsandbytes)" if plan.finetune == "qlora" else ""
         out.append(f"finetune {plan.finetune} (LoRA rank {plan.lora_rank} on {plan.lora_targets} linears{quant}) is "

@@ -27,6 +27,7 @@ ATTENTION = ("flash", "math")
 PRECISION = PRECISIONS              # names of the precision recipes (dse/formulas/precision.py)
 GRAD_DTYPE = tuple(GRAD_DTYPE_BYTES)
 OPTIMIZERS = ("adam", "adam-8bit", "sgd-momentum", "adagrad")
+CP_COMM = ("p2p", "a2a")   # context parallelism: the K/V ring, or Ulysses' all-to-all over the heads
 OFFLOAD_OPTIMIZER = ("gpu", "cpu", "cxl", "nvme", "csd")   # where the optimizer states (and fp32 gradients) live
 OFFLOAD_PARAMS = ("gpu", "cpu", "cxl", "nvme")      # where the fp16 parameters live between uses
 EXCHANGE_DTYPES = ("fp32", "fp16")
@@ -50,6 +51,9 @@ class Plan:
     pp: int = spec_field(1, gt=0, help="pipeline-parallel stages")
     cp: int = spec_field(1, gt=0, help="context-parallel degree (Megatron --context-parallel-size): the sequence is "
                          "split over cp GPUs, ring attention exchanges K/V; docs/long-context.md")
+    cp_comm: str = spec_field("p2p", choices=CP_COMM, help="context-parallel communication: p2p (the K/V ring, "
+                              "Megatron --cp-comm-type p2p) or a2a (DeepSpeed-Ulysses: all-to-all of Q, K, V and the "
+                              "output over the heads, --cp-comm-type a2a); docs/long-context.md")
     dp: int | None = spec_field(None, gt=0, help="data-parallel replicas; default: fill one node of the system")
     ep: int = spec_field(1, gt=0, help="expert-parallel degree of an MoE model: its experts split over ep ranks "
                          "folded over the tp x cp x dp ones (Megatron-Core --expert-model-parallel-size; ep divides "
