@@ -16,6 +16,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from dse.estimate import context as _context, dualpipe as _dualpipe, fp8 as _fp8, frozen as _frozen, mtp as _mtp
+from dse.estimate.data_parallel import data_parallel, expert_parallel as _expert_parallel
 from dse.estimate.kernel_table import Link, kernel_tables, kernel_times
 from dse.estimate.links import expert_replicas, links
 from dse.estimate.parameters import parameters
@@ -31,7 +32,6 @@ from dse.formulas import (
 )
 from dse.formulas._array import ceil, maximum, minimum, where
 from dse.formulas.precision import peak_flops, recipe_of
-from dse.specs.plan import folded
 
 if TYPE_CHECKING:
     from dse.estimate.aliases import FormulaModule, Formulas, Num, Result, Section
@@ -95,11 +95,6 @@ def _widest_mlp(model: ModelSpec) -> Num:
     routed: Num = model.expert_ffn
     widest = maximum(k * routed, model.shared_experts * (model.shared_expert_ffn or 0))
     return maximum(widest, dense) if model.moe_layers < model.layers else widest
-
-
-def _expert_parallel(plan: Plan, model: ModelSpec) -> bool:
-    """Expert parallelism applies: an MoE model, ep not the Python int 1 or etp not tp (``p_expert_gpu`` counts)."""
-    return bool(model.moe_layers) and (folded(plan) or not (type(plan.ep) is int and plan.ep == 1))
 
 
 def _expert_states(M: FormulaModule, p_stage: Num, p_expert: Num, d: Num, edp: Num, zero: Num,
@@ -271,67 +266,6 @@ def pipeline(model: ModelSpec, system: SystemSpec, plan: Plan, i: BaseTerms, r: 
     t_pipe = P.pipeline_time(m, p, stage_max, stage_mean, v)
     return {"pp_msg": pp_msg, "t_p2p": t_p2p, "t_mb_fixed": t_mb_fixed, "stage_max": stage_max,
             "stage_mean": stage_mean, "t_pipe": t_pipe, "bubble": t_pipe - m * stage_max}
-
-
-def data_parallel(model: ModelSpec, plan: Plan, i: BaseTerms, r: Recipe, kt: Section, lk: dict[str, Link],
-                  P: FormulaModule = _parallelism) -> Section:
-    """Data-parallel gradient reduction (exposed part) and the tied-embedding gradient sync.
-
-    ZeRO-0: all-reduce the gradients. ZeRO-1/2: reduce-scatter them, all-gather the updated weights after the
-    step. ZeRO-3: every micro-batch gathers the weights in forward and again in backward and reduce-scatters the
-    gradients (Rajbhandari et al. 2020, ZeRO, section 7: 2 Psi, 2 Psi and 3 Psi of traffic). Exposure:
-    overlap_grad_reduce = False (Megatron's default, the measured runs) leaves all of it on the critical path;
-    True overlaps each collective with the compute it can hide behind (gradient reduction with the last
-    micro-batch's backward, ZeRO-1/2's weight gather with the next forward, ZeRO-3's prefetch with each phase),
-    except the first gather / last reduction of a stage (one layer's share), plus a 5 % contention tax on what
-    is overlapped. ZeRO-3 therefore never beats ZeRO-1/2 on time for the same plan: it moves more, as often or
-    more often, under the same overlap rule. With expert parallelism the experts' share of each collective runs
-    over the dp/ep ranks holding the same experts (link ``edp``), after the dense share over dp.
-    """
-    zero: Num = plan.zero       # a resolved plan: zero and dp are set
-    d: Num = _context.grad_ranks(plan)
-    m, l_stage = i.micro_batches, i.layers_per_stage
-    bw_dp, lat_dp = lk["dp"].bandwidth, lk["dp"].latency
-    train = i.trainable_params_per_gpu          # LoRA: the adapters; ZeRO-3 still gathers every weight
-    gathered = i.params_per_gpu if plan.finetune == "full" else train
-    ep_on = _expert_parallel(plan, model)
-    expert = i.expert_params_per_gpu if ep_on else 0.0
-    if ep_on:   # the experts' gradients and weights go over the dp/ep ranks that hold them
-        train, gathered = train - expert, gathered - expert
-    grad_b = train * r.dp_gradients
-    fp8_dense, fp8_exp = (_fp8.gathered_fp8_bytes(model, plan, r, l_stage) if r.weight_copies
-                          else (0.0, 0.0))   # FP8 weights gathered at 1 B (fp8_param_gather)
-    gather_b = gathered * r.weight_gathers - fp8_dense - (0.0 if ep_on else fp8_exp)
-    if plan.finetune != "full":   # ZeRO-3 gathers the frozen weights as stored (QLoRA: the packed 4-bit bytes)
-        gather_b = gather_b + where(zero >= 3, i.frozen_weight_bytes, 0.0)
-    dp_ar = P.allreduce_time(grad_b, d, bw_dp, lat_dp)
-    rs_grads = P.allgather_time(grad_b, d, bw_dp, lat_dp)             # reduce-scatter of the gradients
-    ag_weights = P.allgather_time(gather_b, d, bw_dp, lat_dp)         # all-gather of the weights
-    exp_grad_b, exp_gather_b = expert * r.dp_gradients, expert * r.weight_gathers - (fp8_exp if ep_on else 0.0)
-    if ep_on:
-        n_e, bw_e, lat_e = lk["edp"][:3]
-        lat_e = where(n_e != d, lat_e, 0.0)   # EDP = dp cp (an array's ep 1): one group, whose latency was paid
-        dp_ar = dp_ar + P.allreduce_time(exp_grad_b, n_e, bw_e, lat_e)
-        rs_grads = rs_grads + P.allgather_time(exp_grad_b, n_e, bw_e, lat_e)
-        ag_weights = ag_weights + P.allgather_time(exp_gather_b, n_e, bw_e, lat_e)
-    dp_time = where(zero == 0, dp_ar, where(zero < 3, rs_grads + ag_weights, m * (2 * ag_weights + rs_grads)))
-    fwd_window = l_stage * kt["layer_fwd"]
-    bwd_window = l_stage * kt["layer_bwd"]
-    if plan.overlap_grad_reduce:
-        z3_mb = (maximum(ag_weights - fwd_window, 0.0) + maximum(ag_weights + rs_grads - bwd_window, 0.0)
-                 + (ag_weights + rs_grads) / l_stage)
-        dp_exposed = where(zero == 0, maximum(dp_ar - bwd_window, 0.0),
-                           where(zero < 3, maximum(rs_grads - bwd_window, 0.0) + maximum(ag_weights - fwd_window, 0.0),
-                                 m * z3_mb)) + 0.05 * dp_time
-    else:
-        dp_exposed = dp_time
-    if (model.tied_embeddings or model.mtp_layers) and plan.finetune == "full":   # both end stages hold it: sum grads
-        emb_bytes = model.vocab * model.hidden / plan.tp * r.dp_gradients
-        emb_sync = where(plan.pp == 1, 0.0, P.allreduce_time(emb_bytes, 2, lk["pp"].bandwidth, lk["pp"].latency))
-    else:
-        emb_bytes, emb_sync = 0.0, 0.0
-    return {"grad_b": grad_b, "gather_b": gather_b, "dp_time": dp_time, "dp_exposed": dp_exposed,
-            "emb_bytes": emb_bytes, "emb_sync": emb_sync, "expert_grad_b": exp_grad_b, "expert_gather_b": exp_gather_b}
 
 
 def optimizer_step(system: SystemSpec, plan: Plan, i: BaseTerms, r: Recipe, C: FormulaModule = _compute,

@@ -16,7 +16,15 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from dse.estimate import context as _context, encoder_decoder as _encdec, frozen as _frozen, mtp as _mtp
 from dse.estimate.passes import layer_passes
-from dse.estimate.table_inputs import attention_shares, mla_options, moe_options, stack_inputs, stack_spec
+from dse.estimate.table_inputs import (
+    _END_SUMS,
+    attention_shares,
+    mla_options,
+    moe_options,
+    stack_inputs,
+    stack_spec,
+    table_sums,
+)
 from dse.formulas import compute as _compute, kernels as _kernels, parallelism as _parallelism, stacks as _stacks
 from dse.formulas._array import Num, maximum, where
 from dse.formulas.precision import Recipe, peak_flops, recipe_of
@@ -291,29 +299,6 @@ def _layer_tables(model: ModelSpec, plan: Plan, K: Module, shape: tuple[Any, ...
     dense = K.layer_kernels(*shape, **opts) if 0 < n_moe < model.layers else None
     layer, dense = _context.split_tables(layer, dense, model, plan, opts["bytes_per_element"])   # cp: whole sequence
     return layer, dense, n_moe
-
-
-#: the sums of table_sums that belong to the embedding and the head; the others belong to one layer (a mixed
-#: dense/MoE model averages those over its layers)
-_END_SUMS = ("a_head", "a_emb", "flops_head", "flops_backward_head", *_mtp.END_SUMS)
-
-
-def table_sums(tables: dict[str, Table], recompute: str, K: Module = _kernels) -> dict[str, Num]:
-    """What the estimate reads off the kernel tables besides time: activation bytes, FLOPs, TP message bytes.
-
-    Per micro-batch on one GPU: bytes each table saves for backward (and the layer holds while recomputed; and
-    what saved-tensor hooks pack of a layer, ``a_packed``), forward FLOPs of a layer and of the head (the
-    embedding does none), the FLOPs recomputation repeats, and the tensor-parallel message bytes of a layer.
-    """
-    layer = tables["layer"]
-    return {"a_layer": K.saved_bytes(layer), "a_packed": K.packed_bytes(layer),
-            "flops_backward_layer": K.backward_flops(layer), "flops_backward_head": K.backward_flops(tables["head"]),
-            "a_work": K.rerun_bytes(layer) if recompute == "full" else 0,
-            "a_head": K.saved_bytes(tables["head"]) + _stacks.transient_bytes(tables["head"]),
-            "a_emb": K.saved_bytes(tables["embedding"]),
-            "flops_layer": K.forward_flops(layer), "flops_head": K.forward_flops(tables["head"]),
-            "flops_recompute": K.recomputed_flops(layer, recompute),
-            **{f"{g}_messages": K.message_bytes(layer, g, recompute) for g in ("tp", "ep", "etp")}}
 
 
 def kernel_times(tables: dict[str, Any], system: SystemSpec, plan: Plan, peak: Num, lk: dict[str, Link],

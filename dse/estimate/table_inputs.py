@@ -7,11 +7,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from dse.estimate import context as _context
-from dse.formulas import stacks as _stacks
+from dse.estimate import context as _context, mtp as _mtp
+from dse.formulas import kernels as _kernels, stacks as _stacks
 from dse.specs.plan import expert_tp, folded
 
 if TYPE_CHECKING:
+    from dse.formulas._array import Num
     from dse.specs.model import ModelSpec
     from dse.specs.plan import Plan
     from dse.specs.stack import StackSpec
@@ -110,3 +111,26 @@ def attention_shares(model: ModelSpec, plan: Plan, stack: str) -> tuple[Any, Any
 def _below(x: Any, s: Any) -> bool:
     """Some sequence length of ``s`` (a number or an array of them) is longer than ``x``."""
     return bool(x < s) if isinstance(s, (int, float)) else bool((x < s).any())
+
+
+#: the sums of table_sums that belong to the embedding and the head; the others belong to one layer (a mixed
+#: dense/MoE model averages those over its layers)
+_END_SUMS = ("a_head", "a_emb", "flops_head", "flops_backward_head", *_mtp.END_SUMS)
+
+
+def table_sums(tables: dict[str, Any], recompute: str, K: Any = _kernels) -> dict[str, Num]:
+    """What the estimate reads off the kernel tables besides time: activation bytes, FLOPs, TP message bytes.
+
+    Per micro-batch on one GPU: bytes each table saves for backward (and the layer holds while recomputed; and
+    what saved-tensor hooks pack of a layer, ``a_packed``), forward FLOPs of a layer and of the head (the
+    embedding does none), the FLOPs recomputation repeats, and the tensor-parallel message bytes of a layer.
+    """
+    layer = tables["layer"]
+    return {"a_layer": K.saved_bytes(layer), "a_packed": K.packed_bytes(layer),
+            "flops_backward_layer": K.backward_flops(layer), "flops_backward_head": K.backward_flops(tables["head"]),
+            "a_work": K.rerun_bytes(layer) if recompute == "full" else 0,
+            "a_head": K.saved_bytes(tables["head"]) + _stacks.transient_bytes(tables["head"]),
+            "a_emb": K.saved_bytes(tables["embedding"]),
+            "flops_layer": K.forward_flops(layer), "flops_head": K.forward_flops(tables["head"]),
+            "flops_recompute": K.recomputed_flops(layer, recompute),
+            **{f"{g}_messages": K.message_bytes(layer, g, recompute) for g in ("tp", "ep", "etp")}}
