@@ -14,6 +14,7 @@ from dse.commands.options import (
     ActivationOffloadMechanism,
     Attention,
     ChipletScheme,
+    CpComm,
     ExchangeDtype,
     Finetune,
     Fp8Scaling,
@@ -44,7 +45,7 @@ def estimate(
     pp: Optional[int] = flag.pp(),
     dp: Optional[int] = flag.dp(),
     cp: Optional[int] = flag.cp(),
-    cp_comm: Optional[str] = flag.cp_comm(),
+    cp_comm: Optional[CpComm] = flag.cp_comm(),
     ep: Optional[int] = typer.Option(None, "--ep", min=1, help="expert-parallel degree of an MoE model (divides "
                                      "the experts; ep x etp divides tp x cp x dp; default 1)"),
     etp: Optional[int] = typer.Option(None, "--etp", min=1, help="expert tensor-parallel degree of an MoE model "

@@ -13,6 +13,7 @@ import typer
 
 Recompute = Literal["none", "selective", "full"]
 Attention = Literal["flash", "math"]
+CpComm = Literal["p2p", "a2a"]
 Stack = Literal["megatron", "pytorch", "compiled"]
 Precision = Literal["bf16", "fp16", "bf16-pure", "fp8"]
 ChipletScheme = Literal["megatron-1d", "summa-2d", "hecaton-2d"]
