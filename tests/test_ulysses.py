@@ -81,7 +81,7 @@ def test_heads_not_divisible_by_cp_is_one_line(capsys, argv, message):
 def test_bad_cp_comm_is_one_line(capsys):
     assert main(["estimate", "--model", "llama2-7b", "--hw", H100, "--cp-comm", "ring"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "cp_comm" in err[0] and "a2a" in err[0], err
+    assert len(err) == 1 and "--cp-comm" in err[0] and "a2a" in err[0], err
 
 
 def test_megatron_arguments_both_ways(capsys):
