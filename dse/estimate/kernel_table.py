@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from dse.estimate import context as _context, encoder_decoder as _encdec, frozen as _frozen, mtp as _mtp
 from dse.estimate.passes import layer_passes
 from dse.estimate.table_inputs import (
-    _END_SUMS,
+    END_SUMS,
     attention_shares,
     mla_options,
     moe_options,
@@ -279,7 +279,7 @@ def kernel_tables(model: ModelSpec, plan: Plan, r: Recipe, K: Module = _kernels)
         share = n_moe / model.layers
         out["dense_layer"], out["moe_share"] = dense, share
         dense_sums = table_sums({**out, "layer": dense}, plan.recompute, K)
-        out["sums"] = {k: v if k in _END_SUMS else v * share + dense_sums[k] * (1 - share)
+        out["sums"] = {k: v if k in END_SUMS else v * share + dense_sums[k] * (1 - share)
                        for k, v in out["sums"].items()}
     if key is not None:
         if len(_TABLES) >= 512:        # bounded: a few MB at most

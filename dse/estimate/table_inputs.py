@@ -115,7 +115,7 @@ def _below(x: Any, s: Any) -> bool:
 
 #: the sums of table_sums that belong to the embedding and the head; the others belong to one layer (a mixed
 #: dense/MoE model averages those over its layers)
-_END_SUMS = ("a_head", "a_emb", "flops_head", "flops_backward_head", *_mtp.END_SUMS)
+END_SUMS = ("a_head", "a_emb", "flops_head", "flops_backward_head", *_mtp.END_SUMS)
 
 
 def table_sums(tables: dict[str, Any], recompute: str, K: Any = _kernels) -> dict[str, Num]:
