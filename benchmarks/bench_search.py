@@ -18,7 +18,8 @@ Measures, on one core (numpy element-wise work is single-threaded):
    with every technique's memory half, time only for the points that fit) over technique
    spaces: benchmarks/spaces/storage-offload-sweep.yaml (504,000 points),
    activation-offload-sweep.yaml (250,880), moe-long-context-sweep.yaml (an MoE model with expert, expert tensor
-   and context parallelism, 518,400) and the two technique examples; scenarios/s and the
+   and context parallelism, 518,400), cp-comm-sweep.yaml (the four context-parallel communication types, 61,440)
+   and the two technique examples; scenarios/s and the
    share of valid points whose time was composed (memory-first pruning);
 4. ``dse search --engine exhaustive`` over benchmarks/spaces/ten-million.yaml
    (11.3M points) in a subprocess: wall time and peak resident memory.
@@ -108,7 +109,7 @@ def flat_columns(model, system, plan, n, rng):
 
 
 TECHNIQUE_SPACES = ["benchmarks/spaces/storage-offload-sweep.yaml", "benchmarks/spaces/activation-offload-sweep.yaml",
-                    "benchmarks/spaces/moe-long-context-sweep.yaml",
+                    "benchmarks/spaces/moe-long-context-sweep.yaml", "benchmarks/spaces/cp-comm-sweep.yaml",
                     "examples/spaces/zero-infinity-offload.yaml", "examples/spaces/activation-offload.yaml"]
 
 

@@ -102,11 +102,13 @@ def test_each_stack_does_its_kernels_work_and_mfu_counts_the_windowed_work():
     assert eager[0]["time"] == eager[1]["time"] and eager[0]["memory"] == eager[1]["memory"]   # full s x s scores
 
 
-def test_context_parallelism_keeps_the_windowed_model_flops():
+@pytest.mark.parametrize("comm", ["allgather", "a2a"])   # TE runs a window under cp with these two only
+def test_context_parallelism_keeps_the_windowed_model_flops(comm):
     kw = dict(seq_len=32768, recompute="full", tp=1, global_batch=8)
     one = dse.estimate("mistral-7b", "dgx-h100", dp=8, **kw)
-    two = dse.estimate("mistral-7b", "dgx-h100", dp=4, cp=2, **kw)
-    full = dse.estimate("mistral-7b", "dgx-h100", dp=4, cp=2, overrides=["model.sliding_window=null"], **kw)
+    two = dse.estimate("mistral-7b", "dgx-h100", dp=4, cp=2, cp_comm=comm, **kw)
+    full = dse.estimate("mistral-7b", "dgx-h100", dp=4, cp=2, cp_comm=comm, overrides=["model.sliding_window=null"],
+                        **kw)
     assert two["flops"]["model_per_iteration"] == pytest.approx(one["flops"]["model_per_iteration"], rel=1e-12)
     assert two["flops"]["model_per_iteration"] < full["flops"]["model_per_iteration"]
     assert two["time"]["compute"] < full["time"]["compute"]

@@ -94,8 +94,8 @@ def test_megatron_arguments_both_ways(capsys):
     assert main(["estimate", "--model", "llama3-8b", "--hw", H100, "--from", "megatron", args, "--json"]) == 0
     r = json.loads(capsys.readouterr().out)
     assert r["plan"]["cp_comm"] == "a2a" and r["plan"]["cp"] == 4
-    hier = args.replace("a2a", "a2a+p2p")
-    assert main(["estimate", "--model", "llama3-8b", "--hw", H100, "--from", "megatron", hier, "--json"]) == 0
+    mixed = args.replace("a2a", "p2p a2a")   # a per-layer list mixing types: estimated as the ring, listed ignored
+    assert main(["estimate", "--model", "llama3-8b", "--hw", H100, "--from", "megatron", mixed, "--json"]) == 0
     r = json.loads(capsys.readouterr().out)
     assert r["plan"]["cp_comm"] == "p2p"
 

@@ -46,6 +46,7 @@ def estimate(
     dp: Optional[int] = flag.dp(),
     cp: Optional[int] = flag.cp(),
     cp_comm: Optional[CpComm] = flag.cp_comm(),
+    cp_a2a: Optional[int] = flag.cp_a2a(),
     ep: Optional[int] = typer.Option(None, "--ep", min=1, help="expert-parallel degree of an MoE model (divides "
                                      "the experts; ep x etp divides tp x cp x dp; default 1)"),
     etp: Optional[int] = typer.Option(None, "--etp", min=1, help="expert tensor-parallel degree of an MoE model "
@@ -133,7 +134,8 @@ def estimate(
     fields = plan_fields(tp, pp, dp, micro_batch, global_batch, seq_len, recompute, attention, sequence_parallel,
                          zero, precision)
     fields.update({k: v for k, v in (("chiplet_scheme", chiplet_scheme), ("chiplet_mesh", mesh), ("stack", stack),
-                                     ("cp", cp), ("cp_comm", cp_comm), ("target_len", target_len))
+                                     ("cp", cp), ("cp_comm", cp_comm), ("cp_a2a", cp_a2a),
+                                     ("target_len", target_len))
                    if v is not None})
     fields.update(offload_fields(offload_optimizer, offload_params, gradient_compression, ssds, optimizer,
                                  exchange_dtype))

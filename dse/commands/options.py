@@ -13,7 +13,7 @@ import typer
 
 Recompute = Literal["none", "selective", "full"]
 Attention = Literal["flash", "math"]
-CpComm = Literal["p2p", "a2a"]
+CpComm = Literal["p2p", "a2a", "a2a+p2p", "allgather"]
 Stack = Literal["megatron", "pytorch", "compiled"]
 Precision = Literal["bf16", "fp16", "bf16-pure", "fp8"]
 ChipletScheme = Literal["megatron-1d", "summa-2d", "hecaton-2d"]
@@ -52,7 +52,10 @@ flag = SimpleNamespace(
     cp=_flag(None, "--cp", min=1, help="context-parallel degree: the sequence split over cp GPUs, ring attention "
              "(docs/long-context.md)"),
     cp_comm=_flag(None, "--cp-comm", help="context-parallel communication: p2p (the K/V ring, default) | a2a "
-                  "(DeepSpeed-Ulysses all-to-all over the heads; docs/long-context.md)"),
+                  "(DeepSpeed-Ulysses all-to-all over the heads) | a2a+p2p (hierarchical: a2a in --cp-a2a ranks, "
+                  "the ring across) | allgather (the whole K/V gathered); docs/long-context.md"),
+    cp_a2a=_flag(None, "--cp-a2a", min=1, help="--cp-comm a2a+p2p: ranks of the a2a level (Megatron "
+                 "--hierarchical-context-parallel-sizes A cp/A); default: the cp ranks in one node"),
     micro_batch=_flag(None, "--micro-batch", "-b", min=1, help="sequences per micro-batch"),
     global_batch=_flag(None, "--global-batch", "-B", min=1, help="sequences per iteration"),
     seq_len=_flag(None, "--seq-len", "-s", min=1, help="tokens per sequence"),

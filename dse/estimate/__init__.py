@@ -33,7 +33,7 @@ TIME_PARTS = {
     "compute": "GEMMs, attention and element-wise kernels",
     "recompute": "activation recomputation",
     "tp_communication": "tensor-parallel all-reduces",
-    "cp_communication": "the context-parallel K/V ring (exposed)",
+    "cp_communication": "the context-parallel exchange (K/V ring, all-to-alls or all-gather)",
     "pp_communication": "pipeline point-to-point transfers",
     "dp_communication": "data-parallel gradient reduction",
     "bubble": "the pipeline bubble",

@@ -203,7 +203,7 @@ def compose_memory(model: ModelSpec, system: SystemSpec, plan: Plan, F: Formulas
     act = activations(tables["sums"], plan, m, prm["l_stage"], T)
     memory, stages = memory_tiers(model, system, plan, prm, act, r, state_bytes, T, M)
     if _context.exchanged(tables):   # context parallelism: the ring's (or Ulysses') receive buffers
-        kv_buffers = _context.ring_buffers(tables, plan)
+        kv_buffers = _context.ring_buffers(tables, plan, system)
         memory["gpu"]["buffers"] = memory["gpu"]["buffers"] + kv_buffers
         memory["gpu"]["total"] = memory["gpu"]["total"] + kv_buffers
     act_opts = dict(tp=t, sequence_parallel=plan.sequence_parallel, recompute=plan.recompute,
@@ -306,9 +306,8 @@ def compose_time(c: Result, model: ModelSpec, system: SystemSpec, plan: Plan, F:
     lk = links(system, plan, P, model)
     kt = kernel_times(tables, system, plan, i.peak_flops, lk, C, P)
     if _context.exchanged(tables):   # context parallelism: the K/V ring's (or Ulysses' all-to-alls') exposed time
-        kt = _context.add_ring(kt, _context.a2a_times(tables, lk["cp"], plan, P) if plan.cp_comm == "a2a" else
-                               _context.ring_times(tables, _attention_cost(system, plan, i.peak_flops), lk["cp"],
-                                                   plan, C, P))
+        cost = None if plan.cp_comm in ("a2a", "allgather") else _attention_cost(system, plan, i.peak_flops)
+        kt = _context.add_ring(kt, _context.times(tables, cost, lk, plan, C, P))
     kt = {**kt, **_mtp.time(kt, model.mtp_layers)} if "mtp" in tables else kt   # MTP depths on the last stage
     pp = pipeline(model, system, plan, i, r, kt, lk, P)
     dp = data_parallel(model, plan, i, r, kt, lk, P)

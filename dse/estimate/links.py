@@ -37,9 +37,39 @@ def links(system: SystemSpec, plan: Plan, P: FormulaModule = _parallelism, model
     route = _routing(model)
     dual = plan.schedule == "dualpipe"   # DualPipe: each stage on 2 dp cp ranks (dse.estimate.context.grad_ranks)
     if P is _parallelism and ints(t, d, cp, ep, et):
-        return remembered(("links", id(system), t, d, cp, ep, et, route, dual, P.group_bandwidth,
-                           P.internode_share), system, lambda: _links(system, t, d, P, cp, ep, route, dual, et))
-    return _links(system, t, d, P, cp, ep, route, dual, et)
+        out = remembered(("links", id(system), t, d, cp, ep, et, route, dual, P.group_bandwidth,
+                          P.internode_share), system, lambda: _links(system, t, d, P, cp, ep, route, dual, et))
+    else:
+        out = _links(system, t, d, P, cp, ep, route, dual, et)
+    if getattr(plan, "cp_comm", "p2p") == "a2a+p2p":
+        out = {**out, **_cp_levels(system, plan, P)}
+    return out
+
+
+def _rates(system: SystemSpec) -> tuple[Num, Num, Num, Num, Num]:
+    """(G, B_intra, B_node, intra latency, network latency): GPUs per node, the intra-node link's per-GPU bandwidth
+    and the node's network bandwidth (each times its efficiency), and their latencies."""
+    node = system.node
+    intra = node.gpu_link.bandwidth * node.gpu_link.efficiency if node.gpu_link else float("inf")
+    intra_lat = node.gpu_link.latency if node.gpu_link else 0.0
+    inter = node.network.bandwidth * node.network.efficiency if node.network else intra / 1e3
+    inter_lat = node.network.latency if node.network else 0.0
+    return node.gpus_per_node, intra, inter, intra_lat, inter_lat
+
+
+def _cp_levels(system: SystemSpec, plan: Plan, P: FormulaModule) -> dict[str, Link]:
+    """The two groups of hierarchical context parallelism (a2a+p2p): ``cp_a2a``, A consecutive cp ranks (tp apart;
+    A = :func:`dse.specs.rules_cp.a2a_degree`), and ``cp_ring``, the R = cp/A ranks of the ring (t A apart): level 0
+    and 1 of Megatron-Core's ``create_hierarchical_groups`` over the cp group."""
+    from dse.specs.rules_cp import a2a_degree
+
+    G, intra, inter, intra_lat, inter_lat = _rates(system)
+    t, cp = plan.tp, plan.cp
+    a = a2a_degree(plan, system)
+    r = cp // a
+    a_in, r_in = t * a <= G, t * cp <= G
+    return {"cp_a2a": Link(a, P.group_bandwidth(a, t, G, intra, inter), where(a_in, intra_lat, inter_lat), a_in),
+            "cp_ring": Link(r, P.group_bandwidth(r, t * a, G, intra, inter), where(r_in, intra_lat, inter_lat), r_in)}
 
 
 def expert_replicas(plan: Plan, d: Num) -> Num:
@@ -62,12 +92,7 @@ def _routing(model: ModelSpec | None) -> tuple[int, int, int, int]:
 def _links(system: SystemSpec, t: Num, d: Num, P: FormulaModule, cp: Num = 1, ep: Num = 1,
            route: tuple[int, int, int, int] = (0, 0, 0, 0), dual: bool = False, et: Num | None = None
            ) -> dict[str, Link]:
-    node = system.node
-    G = node.gpus_per_node
-    intra = node.gpu_link.bandwidth * node.gpu_link.efficiency if node.gpu_link else float("inf")
-    intra_lat = node.gpu_link.latency if node.gpu_link else 0.0
-    inter = node.network.bandwidth * node.network.efficiency if node.network else intra / 1e3
-    inter_lat = node.network.latency if node.network else 0.0
+    G, intra, inter, intra_lat, inter_lat = _rates(system)
     dc = d * cp                 # dp x cp ranks, tp apart: the gradient group (DualPipe: 2 dc, grad_ranks)
     dg = 2 * dc if dual else dc
     tp_in, cp_in, dp_in, pp_in = t <= G, t * cp <= G, t * dg <= G, t * dc * 2 <= G

@@ -106,22 +106,16 @@ def traffic(model: ModelSpec, plan: Plan, i: BaseTerms, lk: dict[str, Link], pp:
     tp_bytes = m * i.layers_per_stage * ring * sums["tp_messages"] + m * ring * sums.get("tp_messages_mtp", 0)
     dp_bytes = _dp_bytes(d, zero, m, dp["grad_b"], dp["gather_b"])
     pp_bytes = where(plan.pp == 1, 0.0, 2 * m * pp["pp_msg"] + dp["emb_bytes"])   # activations both ways + embedding
-    attention = i.kernels["layer"].get("attention", {})
-    cp_bytes = 0.0
-    if "cp_kv" in attention:   # the K/V ring: cp-1 sends of S_kv forward (and recompute), of 2 S_kv backward
-        sends = 3 + (1 if plan.recompute != "none" else 0)
-        cp_bytes = m * i.layers_per_stage * (plan.cp - 1) * sends * attention["cp_kv"]
-    elif "cp_a2a_qkv" in attention:   # Ulysses: Q, K, V and the output forward (and recompute), their gradients back
-        passes = 2 + (1 if plan.recompute != "none" else 0)
-        sent = (plan.cp - 1) / plan.cp * (attention["cp_a2a_qkv"] + attention["cp_a2a_out"])   # the rest stays
-        cp_bytes = m * i.layers_per_stage * passes * sent
+    cp_parts = _context.traffic(i.kernels, lk, plan, m * i.layers_per_stage)   # context parallelism, per link
+    cp_bytes = sum((b for b, _ in cp_parts), 0.0)
+    cp_intra = sum((where(inside, b, 0.0) for b, inside in cp_parts), 0.0)
+    cp_inter = sum((where(inside, 0.0, b) for b, inside in cp_parts), 0.0)
     tp_in, dp_in, pp_in = lk["tp"].inside, lk["dp"].inside, lk["pp"].inside
-    cp_in = lk["cp"].inside if "cp" in lk else True
     out = {
         "intra_node": where(tp_in, tp_bytes, 0.0) + where(dp_in, dp_bytes, 0.0) + where(pp_in, pp_bytes, 0.0)
-        + where(cp_in, cp_bytes, 0.0),
+        + cp_intra,
         "inter_node": where(tp_in, 0.0, tp_bytes) + where(dp_in, 0.0, dp_bytes) + where(pp_in, 0.0, pp_bytes)
-        + where(cp_in, 0.0, cp_bytes),
+        + cp_inter,
         "gpu_host": 0.0,
         "tp": tp_bytes,
         "dp": dp_bytes,

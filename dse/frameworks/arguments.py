@@ -50,7 +50,8 @@ def _script_tokens(script: str, source: str) -> list[str]:
 
 def parse(toks: list[str], source: str, options: dict) -> tuple[dict[str, object], list[str]]:
     """``({option: value}, [unknown options])`` of the argument list ``toks``; ``options`` maps each known option to
-    its kind: "flag" (store_true: True), "int", "float", "str", or an int (that many values). The last occurrence
+    its kind: "flag" (store_true: True), "int", "float", "str", "list" (nargs='+': the values up to the next option,
+    a list when more than one), or an int (that many values). The last occurrence
     wins; an unknown option's values are skipped."""
     values: dict[str, object] = {}
     unknown: list[str] = []
@@ -72,6 +73,8 @@ def parse(toks: list[str], source: str, options: dict) -> tuple[dict[str, object
             values[name] = True
             continue
         count = kind if isinstance(kind, int) else 1
+        if kind == "list" and not eq:   # nargs='+': every value up to the next option
+            count = next((j for j, t in enumerate(toks[i:]) if t.startswith("--")), len(toks) - i) or 1
         got = [inline] if eq else toks[i:i + count]
         i += 0 if eq else len(got)
         if len(got) < count or any(g.startswith("--") for g in got):
@@ -79,5 +82,5 @@ def parse(toks: list[str], source: str, options: dict) -> tuple[dict[str, object
         if kind not in ("str", "list") and any("$" in g for g in got):
             raise bad(source, name, f"{' '.join(got)!r} is a shell variable that is not set to a literal in the "
                                     "script; give the value")
-        values[name] = got[0] if count == 1 else got
+        values[name] = got if kind == "list" and count > 1 else got[0] if count == 1 else got
     return values, unknown

@@ -194,6 +194,10 @@ def plan_limits(plan, framework: str) -> list[str]:
         out.append(f"Ulysses context parallelism (cp {plan.cp}, cp_comm a2a) is not a {framework} setting (DeepSpeed "
                    "wraps the attention in deepspeed.sequence.layer.DistributedAttention in the model code; "
                    "torchtitan's context parallelism is a ring)")
+    elif plan.cp > 1 and plan.cp_comm in ("a2a+p2p", "allgather") and framework != "Megatron-LM":
+        out.append(f"context parallelism cp_comm {plan.cp_comm} (Transformer Engine's cp_comm_type) is not a "
+                   f"{framework} setting; the config written runs "
+                   + ("a ring (torchtitan's context parallelism)" if framework == "torchtitan" else "no cp"))
     elif plan.cp > 1 and framework not in ("Megatron-LM", "torchtitan"):
         out.append(f"context parallelism (cp {plan.cp}, ring attention) is not a {framework} setting (DeepSpeed's "
                    "Ulysses sequence parallelism is another scheme, all-to-all over the heads: plan.cp_comm a2a)")

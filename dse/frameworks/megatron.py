@@ -21,7 +21,7 @@ from __future__ import annotations
 import difflib
 
 from dse.errors import InputError
-from dse.frameworks import megatron_moe as _moe
+from dse.frameworks import megatron_cp as _cp, megatron_moe as _moe
 from dse.frameworks.arguments import parse, tokens
 from dse.frameworks.common import Imported, as_choice, as_float, as_int, bad
 
@@ -30,6 +30,7 @@ OPTIONS = {
     "--tensor-model-parallel-size": "int", "--pipeline-model-parallel-size": "int", "--micro-batch-size": "int",
     "--global-batch-size": "int", "--seq-length": "int", "--num-layers-per-virtual-pipeline-stage": "int",
     "--num-virtual-stages-per-pipeline-rank": "int", "--context-parallel-size": "int", "--cp-comm-type": "list",
+    "--hierarchical-context-parallel-sizes": "list",
     "--sequence-parallel": "flag", "--use-distributed-optimizer": "flag", "--use-torch-fsdp2": "flag",
     "--use-megatron-fsdp": "flag", "--data-parallel-sharding-strategy": "str", "--overlap-grad-reduce": "flag",
     "--overlap-param-gather": "flag", "--recompute-granularity": "str", "--recompute-activations": "flag",
@@ -95,21 +96,6 @@ def _mtp(imp: Imported, get) -> None:
         imp.ignore("--mtp-loss-scaling-factor", "scales the MTP loss: no cost")
 
 
-def _cp_comm(imp: Imported, get) -> None:
-    """``--cp-comm-type`` (default p2p): a2a for every layer is Ulysses (plan.cp_comm a2a); all-gather, the
-    hierarchical a2a+p2p and per-layer lists mixing them are estimated as the p2p ring (listed as ignored)."""
-    kinds = get("--cp-comm-type")
-    if kinds is None:
-        return
-    kinds = [as_choice(imp.source, "--cp-comm-type", k, ("p2p", "a2a", "allgather", "all_gather", "a2a+p2p"))
-             for k in (kinds if isinstance(kinds, list) else [kinds])]
-    if set(kinds) == {"a2a"}:
-        imp.set("cp_comm", "a2a", "--cp-comm-type")
-    elif set(kinds) != {"p2p"}:
-        imp.ignore("--cp-comm-type", f"{' '.join(kinds)}: estimated as p2p (all-gather, a2a+p2p and mixed "
-                                     "per-layer types are not modelled)")
-
-
 def _getter(values: dict, source: str):
     def get(name: str, default=None):
         if name not in values:
@@ -144,7 +130,7 @@ def _parallelism(imp: Imported, get) -> None:
     if cp > 1:
         imp.context_parallel = cp
         imp.set("cp", cp, "--context-parallel-size")
-    _cp_comm(imp, get)
+    _cp.read(imp, get, cp)
     vpp, per_chunk = get("--num-virtual-stages-per-pipeline-rank"), get("--num-layers-per-virtual-pipeline-stage")
     if per_chunk is not None:
         imp.layers_per_virtual_stage = per_chunk
@@ -324,7 +310,7 @@ def emit(model, system, plan) -> tuple[str, list[str]]:
     nodes, per_node = gpu_layout(plan.gpus, system.node.host_gpus)   # one launcher per host (OS instance)
     args = [f"--tensor-model-parallel-size {plan.tp} --pipeline-model-parallel-size {plan.pp}"
             + f" --context-parallel-size {plan.cp}" * (plan.cp > 1)
-            + " --cp-comm-type a2a" * (plan.cp > 1 and plan.cp_comm == "a2a")]
+            + _cp.args(plan, system)]
     if plan.schedule == "interleaved" and plan.virtual_stages > 1:
         args.append(f"--num-virtual-stages-per-pipeline-rank {plan.virtual_stages}")
     elif plan.schedule in ("gpipe", "dualpipe") and plan.pp > 1:

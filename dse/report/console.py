@@ -12,7 +12,7 @@ TIME_ROWS = [
     ("compute", "compute (GEMM, attention, element-wise)"),
     ("recompute", "activation recompute"),
     ("tp_communication", "tensor-parallel communication"),
-    ("cp_communication", "context-parallel K/V ring (exposed)"),
+    ("cp_communication", "context-parallel exchange (exposed)"),
     ("ep_communication", "expert-parallel all-to-all"),
     ("pp_communication", "pipeline point-to-point"),
     ("dp_communication", "data-parallel reduction (exposed)"),

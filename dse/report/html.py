@@ -13,7 +13,7 @@ from dse.units import fmt
 
 # (key in the time section, label): as the console report's rows (dse/report/console.py)
 _TIME = (("compute", "compute"), ("recompute", "recompute"), ("tp_communication", "tensor-parallel communication"),
-         ("cp_communication", "context-parallel K/V ring"), ("ep_communication", "expert-parallel all-to-all"),
+         ("cp_communication", "context-parallel exchange"), ("ep_communication", "expert-parallel all-to-all"),
          ("pp_communication", "pipeline point-to-point"),
          ("dp_communication", "data-parallel reduction (exposed)"),
          ("embedding_sync", "word-embedding sync"), ("bubble", "pipeline bubble"), ("optimizer", "optimizer step"),

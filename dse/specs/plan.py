@@ -20,6 +20,7 @@ from dse.specs import rules
 from dse.specs._schema import spec_field
 from dse.specs.hardware import GPU_SYSTEM
 from dse.specs.model import TRAINING_SEQ_LEN
+from dse.specs.rules_cp import default_a2a
 from dse.specs.stack import STACKS
 
 RECOMPUTE = ("none", "selective", "full")
@@ -27,7 +28,9 @@ ATTENTION = ("flash", "math")
 PRECISION = PRECISIONS              # names of the precision recipes (dse/formulas/precision.py)
 GRAD_DTYPE = tuple(GRAD_DTYPE_BYTES)
 OPTIMIZERS = ("adam", "adam-8bit", "sgd-momentum", "adagrad")
-CP_COMM = ("p2p", "a2a")   # context parallelism: the K/V ring, or Ulysses' all-to-all over the heads
+# context parallelism (Megatron --cp-comm-type): the K/V ring, Ulysses' all-to-all over the heads, the two
+# hierarchically (a2a inside, the ring outside), or an all-gather of the whole sequence's K/V
+CP_COMM = ("p2p", "a2a", "a2a+p2p", "allgather")
 OFFLOAD_OPTIMIZER = ("gpu", "cpu", "cxl", "nvme", "csd")   # where the optimizer states (and fp32 gradients) live
 OFFLOAD_PARAMS = ("gpu", "cpu", "cxl", "nvme")      # where the fp16 parameters live between uses
 EXCHANGE_DTYPES = ("fp32", "fp16")
@@ -51,9 +54,14 @@ class Plan:
     pp: int = spec_field(1, gt=0, help="pipeline-parallel stages")
     cp: int = spec_field(1, gt=0, help="context-parallel degree (Megatron --context-parallel-size): the sequence is "
                          "split over cp GPUs, ring attention exchanges K/V; docs/long-context.md")
-    cp_comm: str = spec_field("p2p", choices=CP_COMM, help="context-parallel communication: p2p (the K/V ring, "
-                              "Megatron --cp-comm-type p2p) or a2a (DeepSpeed-Ulysses: all-to-all of Q, K, V and the "
-                              "output over the heads, --cp-comm-type a2a); docs/long-context.md")
+    cp_comm: str = spec_field("p2p", choices=CP_COMM, help="context-parallel communication (Megatron "
+                              "--cp-comm-type): p2p (the K/V ring), a2a (DeepSpeed-Ulysses: all-to-all of Q, K, V and "
+                              "the output over the heads), a2a+p2p (hierarchical: a2a over cp_a2a ranks, the ring "
+                              "over the cp/cp_a2a groups) or allgather (the whole sequence's K/V gathered, TE "
+                              "all_gather); docs/long-context.md")
+    cp_a2a: int | None = spec_field(None, gt=0, help="cp_comm a2a+p2p: ranks of the a2a level (Megatron "
+                                    "--hierarchical-context-parallel-sizes cp_a2a cp/cp_a2a); default: the cp ranks "
+                                    "in one node, gcd(cp, GPUs per node / tp)")
     dp: int | None = spec_field(None, gt=0, help="data-parallel replicas; default: fill one node of the system")
     ep: int = spec_field(1, gt=0, help="expert-parallel degree of an MoE model: its experts split over ep ranks "
                          "folded over the tp x cp x dp ones (Megatron-Core --expert-model-parallel-size; ep divides "
@@ -229,8 +237,11 @@ def _derived(f: dict, model, system) -> dict:
     """The fields of :meth:`Plan.resolved` (``f``: a plan's fields) that default to the model's or the system's."""
     dp = f["dp"]
     tp, pp = f["tp"], f["pp"]
+    per_node = system.node.gpus_per_node if system is not None and system.kind == GPU_SYSTEM else 1
+    a2a = f["cp_a2a"]
+    if a2a is None and f["cp_comm"] == "a2a+p2p":   # hierarchical cp: the a2a level spans one node's cp ranks
+        a2a = default_a2a(f["cp"], tp, per_node)
     if dp is None:   # array-safe throughout: the vectorised search resolves plans whose fields are arrays
-        per_node = system.node.gpus_per_node if system is not None and system.kind == GPU_SYSTEM else 1
         tp_pp = tp * f["cp"] * pp    # the GPUs of one replica: tp x cp x pp (Megatron order tp, cp, dp, pp)
         dp = maximum(where(per_node % tp_pp == 0, per_node // tp_pp, 1), 1)
     gb = f["global_batch"]
@@ -252,7 +263,7 @@ def _derived(f: dict, model, system) -> dict:
     targets = f["lora_targets"] if f["lora_targets"] is not None or not adapted else "all"
     quant = f["quantization"] if f["quantization"] is not None or f["finetune"] != "qlora" else "nf4"
     etp = f["etp"] if f["etp"] is not None else tp   # expert tensor parallelism: Megatron's default, tp
-    return {"dp": dp, "etp": etp, "global_batch": gb, "zero": zero, "seq_len": seq, "target_len": tgt,
+    return {"dp": dp, "etp": etp, "cp_a2a": a2a, "global_batch": gb, "zero": zero, "seq_len": seq, "target_len": tgt,
             "sub_group_size": sg, "grad_dtype": grad,
             "lora_rank": rank, "lora_targets": targets, "quantization": quant}
 

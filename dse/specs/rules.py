@@ -37,10 +37,10 @@ from dse.specs.fp8_rules import FP8_NOT_ON_CHIPLETS, FP8_RULES
 from dse.specs.hardware import GPU_SYSTEM
 from dse.specs.pipeline_rules import DUALPIPE_NOT_ON_CHIPLETS, DUALPIPE_RULES
 from dse.specs.rule import Rule, check, holds
+from dse.specs.rules_cp import CP_COMM_RULES
 from dse.specs.rules_encoder_decoder import ENCODER_DECODER_RULES
 from dse.specs.rules_expert import EXPERT_RULES
 from dse.specs.rules_mtp import MTP_RULES
-from dse.specs.rules_ulysses import ULYSSES_RULES
 
 __all__ = ["Rule", "check", "holds"]
 
@@ -196,7 +196,7 @@ CONTEXT_RULES = (
          when=lambda p, m, s: p.seq_len is not None, ok=lambda p, m, s: (p.cp == 1) | (p.seq_len % (2 * p.cp) == 0),
          message=lambda p, m, s: f"--cp {p.cp} needs seq_len {p.seq_len} divisible by 2 cp = {2 * p.cp} (each rank "
                                  "holds two chunks of s/(2 cp) tokens, Megatron's load-balanced causal split)"),
-    *ULYSSES_RULES,
+    *CP_COMM_RULES,
     Rule("context parallelism with offload or fine-tuning is not modelled",
          ("cp", "offload_optimizer", "offload_params", "offload_activations", "finetune"),
          when=lambda p, m, s: bool(_not_modelled_with_cp(p)), ok=lambda p, m, s: p.cp == 1,

@@ -7,40 +7,7 @@ that. Group bandwidths follow from where a group's ranks sit: tensor-parallel
 ranks are adjacent, data-parallel ranks are ``tp`` apart, pipeline neighbours
 ``tp * dp`` apart (Megatron-LM's default rank order, tp fastest).
 
-Symbols:
-    nbytes: S, bytes of the full tensor [bytes]
-    n: ranks in the group [count]
-    bandwidth: B, per-rank bandwidth of the group [bytes/s]
-    latency: alpha, per-step latency [s]
-    pp: p, pipeline stages [count]
-    micro_batches: m, micro-batches per iteration and pipeline [count]
-    virtual_stages: v, model chunks per stage (interleaved 1F1B) [count]
-    s: sequence length, the whole sequence [count]
-    b: micro-batch size (sequences) [count]
-    heads: a, attention (query) heads on this GPU (a / t) [count]
-    head_dim: d, head dimension [count]
-    kv_dim: key/value width on this GPU, kv d / t [count]
-    cp: context-parallel degree (ranks of the ring) [count]
-    causal: causal (decoder) attention [bool]
-    backward: count the backward pass instead of the forward [bool]
-    bytes_per_element: e, bytes per K/V element [bytes]
-    step_bytes: bytes one rank sends per ring step [bytes]
-    step_compute: attention compute of one ring step, the time a step's transfer hides behind [s]
-    experts: E, routed experts of an MoE layer [count]
-    experts_per_token: k, routed experts a token runs (top-k) [count]
-    nodes: N, nodes an expert-parallel group spans [count]
-    groups: expert groups of group-limited routing (0: none) [count]
-    groups_per_token: M, groups a token's experts may lie in [count]
-    per_node: q, ranks of the group in one node [count]
-    share: x, share of an all-to-all's bytes that leave the node [fraction]
-    network_bandwidth: B_net, a GPU's share of its node's network bandwidth [bytes/s]
-    intra_bandwidth: B_intra, per-GPU bandwidth inside a node (NVLink) [bytes/s]
-
-Context parallelism (Megatron-LM ``--context-parallel-size``; Transformer Engine's
-``AttnFuncWithCPAndKVP2P``): the sequence is cut into 2 cp chunks of s/(2 cp) tokens and rank i holds chunks
-i and 2cp-1-i (the load-balanced causal split), so every rank has the same share of the causal score matrix.
-Ring attention (Liu et al. 2023, arXiv 2310.01889) passes each rank's K/V around the ring in cp-1 P2P steps,
-each overlapped with the attention of the chunk already received.
+The shared symbols are in the package docstring (:mod:`dse.formulas.parallelism`).
 """
 
 from __future__ import annotations
@@ -49,9 +16,7 @@ from dse.formulas._array import Num, clip, floor, maximum, minimum, where
 
 __all__ = ["allreduce_time", "allgather_time", "alltoall_time", "expert_nodes_per_token", "internode_share",
            "hierarchical_alltoall_time", "p2p_time", "group_bandwidth",
-           "pipeline_bubble_fraction", "pipeline_time", "dualpipe_pair_time", "dualpipe_bubble",
-           "context_parallel_kv_bytes", "context_parallel_attention_flops",
-           "ring_attention_time", "ulysses_alltoall_bytes"]
+           "pipeline_bubble_fraction", "pipeline_time", "dualpipe_pair_time", "dualpipe_bubble"]
 
 
 def allreduce_time(nbytes: Num, n: Num, bandwidth: Num, latency: Num = 0.0) -> Num:
@@ -331,81 +296,3 @@ def dualpipe_bubble(pp: Num, paired: Num, backward: Num, weight_backward: Num) -
     4.9
     """
     return (pp / 2 - 1) * maximum(paired + backward - 3 * weight_backward, 0.0)
-
-
-def context_parallel_kv_bytes(s: Num, b: Num, kv_dim: Num, cp: Num, bytes_per_element: Num = 2) -> Num:
-    """Bytes of the K and V one context-parallel rank holds, and sends at each forward ring step.
-
-    Formula: S_kv = 2 e (s / cp) b kv_dim   (K and V of the rank's s/cp tokens; kv_dim = kv d / t)
-    Source: Transformer Engine ``AttnFuncWithCPAndKVP2P.forward``: ``p2p_comm_buffers[0] = cat(k, v)`` is the
-    message of each of the cp-1 ring steps; the backward sends K, V and their gradients dK, dV (2 S_kv).
-
-    Returns:
-        bytes per ring step [bytes]
-
-    >>> context_parallel_kv_bytes(131072, 1, 1024, 8) / 2**20   # Llama-3-8B, t = 1, bf16, cp 8: MiB
-    64.0
-    """
-    return 2 * bytes_per_element * (s / cp) * b * kv_dim
-
-
-def ulysses_alltoall_bytes(s: Num, b: Num, dim: Num, cp: Num, bytes_per_element: Num = 2) -> Num:
-    """Bytes of the tensor one context-parallel rank puts into one DeepSpeed-Ulysses all-to-all (Q, K, V or the output).
-
-    Formula: S = e (s / cp) b dim   (the rank's s/cp tokens of all its heads, dim = heads x head dims on one TP
-    rank); it keeps the 1/cp in its own head group and sends (cp - 1)/cp S (:func:`alltoall_time`)
-    Source: Jacobs et al. 2023, DeepSpeed-Ulysses (arXiv 2309.14509) §3.1-3.2: all-to-alls of Q, K, V before the
-    attention and of its output after it, "4Nh/P" per link per layer (N = s b tokens, P = cp); Transformer
-    Engine ``AttnFuncWithCPAndQKVOA2A`` (``flash_attn_a2a_communicate``; Megatron-Core ``--cp-comm-type a2a``).
-
-    Args:
-        dim: elements per token of the exchanged tensor on one TP rank (Q, K, V: (a + 2 kv) d / t) [count]
-    Returns:
-        bytes per rank [bytes]
-
-    >>> ulysses_alltoall_bytes(131072, 1, 4096 + 2 * 1024, 8) / 2**20   # Llama-3-8B's Q, K, V, t = 1, cp 8: MiB
-    192.0
-    """
-    return bytes_per_element * (s / cp) * b * dim
-
-
-def context_parallel_attention_flops(s: Num, b: Num, heads: Num, head_dim: Num, cp: Num, causal: bool = True,
-                                     backward: bool = False) -> Num:
-    """FLOPs a flash-attention kernel executes per context-parallel rank (load-balanced causal split).
-
-    Formula: F_rank = 4 s^2 b a d (x1/2 causal, x2.5 backward) / cp; with 2 cp chunks of c = s/(2 cp) tokens,
-    rank i's rows are chunks i and 2cp-1-i: (2cp-1) c^2 + c^2 = 2 cp c^2 unmasked scores, the same on every rank
-    (the causal step on its own chunks, then cp-1 steps of half a block each)
-    Source: Megatron-LM context parallelism (docs: "context_parallel", load balancing by 2 cp chunks); Transformer
-    Engine ``AttnFuncWithCPAndKVP2P``; FlashAttention-2 FLOP convention (Dao 2023, arXiv 2307.08691 §3).
-
-    Returns:
-        FLOPs per rank for one layer [FLOP]
-
-    >>> context_parallel_attention_flops(131072, 1, 32, 128, 8) / 1e12   # Llama-3-8B layer, causal forward: TFLOP
-    17.592186044416
-    """
-    f = 4 * s * s * b * heads * head_dim / cp
-    if causal:
-        f = f / 2
-    return f * 2.5 if backward else f
-
-
-def ring_attention_time(step_bytes: Num, cp: Num, step_compute: Num, bandwidth: Num, latency: Num = 0.0) -> Num:
-    """Exposed time of one ring-attention pass: cp-1 P2P steps, each overlapped with one step's attention.
-
-    Formula: t = (cp - 1) max(0, S / B + alpha - t_step); 0 when cp = 1
-    Source: Liu et al. 2023, Ring Attention (arXiv 2310.01889) §3 (the transfer of the next K/V block overlaps
-    the attention on the current one); Transformer Engine ``AttnFuncWithCPAndKVP2P`` (step i's send/recv runs
-    beside step i's attention, on alternating streams). Per step: the forward sends the local K/V (S_kv),
-    the backward K/V and dK/dV (2 S_kv).
-
-    Returns:
-        exposed time [s]
-
-    >>> round(ring_attention_time(64 * 2**20, 8, 1e-3, 450e9) * 1e3, 3)   # K/V hidden behind 1 ms steps: ms
-    0.0
-    >>> round(ring_attention_time(64 * 2**20, 8, 1e-4, 450e9) * 1e3, 3)   # 0.1 ms steps: ms exposed
-    0.344
-    """
-    return where(cp > 1, (cp - 1) * maximum(step_bytes / bandwidth + latency - step_compute, 0.0), 0.0)
