@@ -20,7 +20,11 @@ What it times (the fastest of repeats of an inner loop, after warm-up; one threa
   ops it dispatched (TorchDispatchMode, a separate run: its own overhead is not in the times);
 - ``gpt2_block``: the same for Transformers' GPT2Block (the ``pytorch`` stack), without checkpointing.
 
-Usage:  python scripts/measure_host.py [--repeats N] > data/host_dispatch_cpu.json
+``--device cuda`` runs the same loops with the tensors on the GPU (tiny kernels: the host still sets the pace), so
+the times include the CUDA driver's launch and the caching allocator's CUDA path, and adds ``gpt2_block``'s step
+under Transformers' gradient checkpointing (torch.utils.checkpoint, non-reentrant).
+
+Usage:  python scripts/measure_host.py [--repeats N] [--device cuda] > data/host_dispatch_cpu.json
 """
 
 from __future__ import annotations
@@ -43,14 +47,19 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+SYNC = [lambda: None]     # torch.cuda.synchronize with --device cuda: a repeat ends when its kernels have run
+
+
 def _best_us(fn, inner: int, repeats: int) -> float:
     fn()
     fn()
     times = []
     for _ in range(repeats):
+        SYNC[0]()
         t0 = time.perf_counter()
         for _ in range(inner):
             fn()
+        SYNC[0]()
         times.append((time.perf_counter() - t0) / inner)
     return min(times) * 1e6     # the least-disturbed repeat: the machine may be shared
 
@@ -120,7 +129,7 @@ def megatron_layer(h: int = 64, heads: int = 4):
             q, k, v = torch.split(mixed, self.d, dim=-1)
             q = q.reshape(s, b * heads, self.d)
             k = k.reshape(s, b * heads, self.d)
-            buf = torch.empty(b * heads, s, s, dtype=x.dtype)
+            buf = torch.empty(b * heads, s, s, dtype=x.dtype, device=x.device)
             scores = torch.baddbmm(buf, q.transpose(0, 1), k.transpose(0, 1).transpose(1, 2), beta=0.0,
                                    alpha=1.0 / math.sqrt(self.d))
             scores = scores.view(b, heads, s, s)
@@ -140,8 +149,8 @@ def megatron_layer(h: int = 64, heads: int = 4):
     return Layer()
 
 
-def layer_passes(layer, x, mask, checkpoint: bool):
-    """Callables for the forward pass and for forward + backward (with a reentrant checkpoint when asked)."""
+def layer_passes(layer, x, mask, checkpoint: bool, reentrant: bool = True):
+    """Callables for the forward pass and for forward + backward (with a checkpoint when asked)."""
     import torch
     from torch.utils.checkpoint import checkpoint as ckpt
 
@@ -151,7 +160,8 @@ def layer_passes(layer, x, mask, checkpoint: bool):
 
     def step():
         if checkpoint:
-            y = ckpt(layer, x, mask, use_reentrant=True)
+            y = ckpt(layer, x, mask, use_reentrant=True) if reentrant else ckpt(layer, x, use_reentrant=False)
+            y = y[0] if isinstance(y, tuple) else y
         else:
             y = layer(x, mask) if mask is not None else layer(x)
             y = y[0] if isinstance(y, tuple) else y
@@ -187,12 +197,19 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--hidden", type=int, default=16)
     ap.add_argument("--seq", type=int, default=4)
+    ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     args = ap.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    out = {"what": "host-side (CPU) time of eager PyTorch per op, tiny tensors on the CPU build of torch; no CUDA "
-                   "driver, allocator or NCCL time", "cpu": _cpu_model(), "torch": torch.__version__,
-           "python": platform.python_version(), "threads": 1}
+    cuda = args.device == "cuda"
+    if cuda:
+        SYNC[0] = torch.cuda.synchronize
+    torch.set_default_device(args.device)
+    what = ("host time of eager PyTorch per op, tiny tensors on the GPU: framework, CUDA launch and allocator" if cuda
+            else "host-side (CPU) time of eager PyTorch per op, tiny tensors on the CPU build of torch; no CUDA "
+                 "driver, allocator or NCCL time")
+    out = {"what": what, "cpu": _cpu_model(), "torch": torch.__version__, "python": platform.python_version(),
+           "threads": 1, "device": torch.cuda.get_device_name(0) if cuda else "cpu"}
     x = torch.ones(1)
     xg = torch.ones(1, requires_grad=True)
     out["aten_op_us"] = _best_us(lambda: x * x, 2000, args.repeats)
@@ -225,6 +242,10 @@ def main() -> None:
         n_f2, n_s2 = count_ops(f2), count_ops(st2)
         out["gpt2_block"] = {"forward_us": t_f2, "step_us": t_s2, "forward_ops": n_f2, "step_ops": n_s2,
                              "us_per_op_forward": t_f2 / n_f2, "us_per_op_step": t_s2 / n_s2}
+        _, st3 = layer_passes(blk, xb, None, checkpoint=True, reentrant=False)   # as Transformers checkpoints
+        t_s3, n_s3 = _best_us(st3, 20, args.repeats), count_ops(st3)
+        out["gpt2_block"].update(checkpointed_step_us=t_s3, checkpointed_step_ops=n_s3,
+                                 us_per_op_checkpointed_step=t_s3 / n_s3)
     except ImportError:
         out["gpt2_block"] = None
     print(json.dumps(out, indent=1))

@@ -49,3 +49,51 @@ def test_without_cuda_one_line(dse):
     assert r.code == 2 and "no CUDA GPU" in r.err and r.err.count("\n") == 1
     r = dse("measure", "--device", "cpu")
     assert r.code == 2 and "--smoke" in r.err
+
+
+def test_smoke_hf_impl_profiles_and_moe_micro(dse, tmp_path):
+    """--impl hf times Transformers' GPT2LMHeadModel; --profile adds a kernel/op summary after each configuration;
+    --moe adds the expert-GEMM and permutation rates to the micro row."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    out = tmp_path / "hf.jsonl"
+    r = dse("measure", "--device", "cpu", "--smoke", "--impl", "hf", "--profile", "--moe", "--out", out)
+    assert r.code == 0, r.err
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    micro = rows[0]
+    assert micro["kind"] == "micro"
+    rates = micro["expert_gemm_tflops"]["smoke-moe"]["16"]
+    assert set(rates) == {"fc1", "fc2"} and all(rates[g][k] > 0 for g in rates for k in ("fwd", "dgrad", "wgrad",
+                                                                                           "dense"))
+    assert micro["moe_permute"]["smoke-moe"]["permute_GBps"] > 0
+    kinds = [x["kind"] for x in rows[1:]]
+    assert kinds == ["base", "profile"] * 8          # each configuration's profile right after it
+    for base, prof in zip(rows[1::2], rows[2::2]):
+        assert base["impl"] == "hf" and base["params"] == 136960   # Transformers' GPT-2: the same count as torch's
+        assert (prof["model"], prof["attn"], prof["b"], prof["recompute"]) == (base["model"], base["attn"], base["b"],
+                                                                                base["recompute"])
+        names = [op[2] for op in prof["ops"]]
+        assert "aten::mm" in names or "aten::addmm" in names     # the GEMMs of the step were recorded
+        if base["attn"] == "eager":
+            assert "aten::softmax" in names or "aten::_softmax" in names
+    r = dse("measure", "--device", "cpu", "--smoke", "--no-micro", "--out", tmp_path / "nomicro.jsonl")
+    assert r.code == 0 and "micro-benchmarks" not in r.out
+    assert all(json.loads(x)["kind"] == "base" for x in (tmp_path / "nomicro.jsonl").read_text().splitlines())
+
+
+def test_config_json_models_need_the_hf_impl():
+    from dse.errors import InputError
+    from dse.measure.command import _configs
+
+    path = "tests/fixtures/hf/Qwen2-0.5B/config.json"
+    assert _configs(path, False, "hf") == {path: {"hf_config": path, "n_positions": 131072}}
+    with pytest.raises(InputError, match="--impl hf"):
+        _configs(path, False, "torch")
+    with pytest.raises(InputError, match="llama3-8b is neither"):
+        _configs("llama3-8b", False, "torch")
+
+
+def test_bad_impl_one_line(dse):
+    pytest.importorskip("torch")
+    r = dse("measure", "--device", "cpu", "--smoke", "--impl", "jax", "--out", "/dev/null")
+    assert r.code == 2 and "--impl" in r.err and "torch, hf" in r.err and r.err.count("\n") == 1

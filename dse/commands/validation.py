@@ -62,8 +62,16 @@ def measure(out: str = typer.Option("measured.jsonl", "--out",
             smoke: bool = typer.Option(False, "--smoke", help="tiny shapes, a few seconds: checks the harness runs"),
             models: str = typer.Option("gpt2-medium,gpt2-xl", "--models", help="GPT-2-style catalog models to time"),
             batches: str = typer.Option("4,8", "--batches", help="micro-batch sizes"),
-            seq_len: int = typer.Option(1024, "--seq-len", "-s", min=1, help="tokens per sequence")):
+            seq_len: int = typer.Option(1024, "--seq-len", "-s", min=1, help="tokens per sequence"),
+            impl: str = typer.Option("torch", "--impl", help="torch (plain torch.nn GPT) | hf (Transformers' "
+                                     "GPT2LMHeadModel; needs transformers)"),
+            profile: bool = typer.Option(False, "--profile", help="also profile one step of each configuration "
+                                         "(kernels and operators by device time: kind profile rows)"),
+            micro: bool = typer.Option(True, "--micro/--no-micro", help="the micro-benchmark row (GEMM, HBM, "
+                                       "PCIe, AdamW rates) before the training steps"),
+            moe: bool = typer.Option(False, "--moe", help="also time MoE expert GEMMs (per-expert loop, grouped, "
+                                     "dense) and token permutation at published MoE shapes")):
     """Measure this machine's GPU (micro-benchmarks and timed training steps; needs the measure extra: torch)."""
     from dse.measure.command import run
 
-    return run(out, device, smoke, models, batches, seq_len)
+    return run(out, device, smoke, models, batches, seq_len, impl, profile, moe, micro)

@@ -17,6 +17,11 @@ from dse.errors import InputError
 GEMM_SHAPES = ((8192, 8192, 8192), (4096, 4096, 4096), (8192, 1024, 1024), (16384, 4800, 1600), (8192, 4096, 1024),
                (8192, 11008, 4096))
 ADAMW_PARAMS = (3.55e8, 1.56e9)
+# MoE expert shapes (hidden, expert FFN, local experts at the published expert parallelism, top-k, experts) and the
+# rows per local expert an MoE layer gives them (T k / E x ep for T = 4096 tokens per rank; see docs/moe.md).
+EXPERT_SHAPES = {"qwen3-30b-a3b": (2048, 768, 16, 8, 128), "gpt-oss-120b": (2880, 2880, 16, 4, 128),
+                 "deepseek-v3": (7168, 2048, 8, 8, 256), "mixtral-8x7b": (4096, 14336, 1, 2, 8)}
+EXPERT_TOKENS = (256, 1024, 4096)
 SMOKE_CONFIG = {"layers": 2, "hidden": 64, "heads": 4, "vocab": 512, "n_positions": 64}
 
 
@@ -30,17 +35,24 @@ def _ints(text: str, flag: str) -> list[int]:
     return vals
 
 
-def _configs(models: str, smoke: bool) -> dict:
+def _configs(models: str, smoke: bool, impl: str = "torch") -> dict:
+    """name -> what builds it: a GPT-2-style catalog model's dimensions, or (``--impl hf``) a config.json path."""
     if smoke:
         return {"smoke-gpt": SMOKE_CONFIG}
     from dse.catalog import load_model
 
-    out = {}
+    out: dict = {}
     for name in (x.strip() for x in models.split(",") if x.strip()):
+        if name.endswith(".json"):
+            if impl != "hf":
+                raise InputError(f"--models {name}: a config.json is built by Transformers: add --impl hf")
+            m = load_model(name)     # dse reads it (one-line error if it cannot), so the rows validate
+            out[name] = {"hf_config": name, "n_positions": m.max_seq_len}
+            continue
         m = load_model(name)
         if m.ffn_type != "gelu" or m.position != "learned" or not m.tied_embeddings or m.hidden % m.heads:
             raise InputError(f"--models {name}: dse measure builds GPT-2-style models (GeLU MLP, learned "
-                             f"positions, tied head); {name} is not one")
+                             f"positions, tied head) or, with --impl hf, a config.json; {name} is neither")
         out[name] = {"layers": m.layers, "hidden": m.hidden, "heads": m.heads, "vocab": m.vocab,
                      "n_positions": m.max_seq_len}
     return out
@@ -62,7 +74,7 @@ def _torch(device: str, smoke: bool):
     return torch
 
 
-def micro_row(torch, device: str, smoke: bool) -> dict:
+def micro_row(torch, device: str, smoke: bool, moe: bool = False) -> dict:
     from dse.measure import micro
 
     reps = 2 if smoke else 10
@@ -83,10 +95,18 @@ def micro_row(torch, device: str, smoke: bool) -> dict:
             row["allreduce"] = ar
     sizes = (1e5,) if smoke else ADAMW_PARAMS
     row["adamw_fused_fp32_step_s"] = {f"{n:.3g}": micro.adamw_step(n, device, reps) for n in sizes}
+    if moe:
+        shapes = {"smoke-moe": (64, 32, 4, 2, 8)} if smoke else EXPERT_SHAPES
+        row["expert_gemm_tflops"] = {name: {str(m): micro.expert_gemm_tflops(h, f, e, m, device, dtype, reps)
+                                            for m in ((16,) if smoke else EXPERT_TOKENS)}
+                                     for name, (h, f, e, _, _) in shapes.items()}
+        row["moe_permute"] = {name: micro.permute_rates(64 if smoke else 4096, h, k, n, device, dtype, reps)
+                              for name, (h, _, _, k, n) in shapes.items()}
     return row
 
 
-def base_rows(torch, device: str, smoke: bool, configs: dict, batches: list[int], seq_len: int):
+def base_rows(torch, device: str, smoke: bool, configs: dict, batches: list[int], seq_len: int, impl: str = "torch",
+              profile: bool = False):
     from dse.measure.gpt import train_steps
 
     dtype = torch.float32 if device == "cpu" else torch.bfloat16
@@ -99,30 +119,42 @@ def base_rows(torch, device: str, smoke: bool, configs: dict, batches: list[int]
             for recompute in ("none", "full"):
                 for b in batches:
                     head = {"kind": "base", "model": name, "attn": attn, "b": b, "s": s, "recompute": recompute,
-                            "offload_host": False}
+                            "offload_host": False, "impl": impl}
                     try:
-                        row = train_steps(cfg, attn, recompute, b, s, device, dtype, warmup, repeats)
+                        row = train_steps(cfg, attn, recompute, b, s, device, dtype, warmup, repeats, impl,
+                                          profile)
                     except torch.cuda.OutOfMemoryError:
                         torch.cuda.empty_cache()
                         sys.stderr.write(f"dse measure: {name} {attn} b{b} {recompute}: out of memory, skipped\n")
                         continue
-                    yield {**head, **row, "config": cfg, "dtype": str(dtype).replace("torch.", ""), "smoke": smoke}
+                    prof = row.pop("profile", None)
+                    own = {} if "hf_config" in cfg else {"config": cfg}
+                    yield {**head, **row, **own, "dtype": str(dtype).replace("torch.", ""), "smoke": smoke}
+                    if prof is not None:
+                        yield {"kind": "profile", **{k: head[k] for k in ("model", "attn", "b", "s", "recompute",
+                                                                           "impl")}, **prof}
 
 
-def run(out: str, device: str, smoke: bool, models: str, batches: str, seq_len: int) -> int:
+def run(out: str, device: str, smoke: bool, models: str, batches: str, seq_len: int, impl: str = "torch",
+        profile: bool = False, moe: bool = False, micro: bool = True) -> int:
+    if impl not in ("torch", "hf"):
+        raise InputError(f"--impl {impl!r}; allowed: torch, hf")
     torch = _torch(device, smoke)
     bs = [1, 2] if smoke else _ints(batches, "--batches")
-    configs = _configs(models, smoke)     # bad --models fail before any measurement
+    configs = _configs(models, smoke, impl)     # bad --models fail before any measurement
     n = 0
     try:
         with open(out, "w") as f:
-            f.write(json.dumps(micro_row(torch, device, smoke)) + "\n")
-            for row in base_rows(torch, device, smoke, configs, bs, seq_len):
+            if micro:
+                f.write(json.dumps(micro_row(torch, device, smoke, moe)) + "\n")
+                f.flush()
+            for row in base_rows(torch, device, smoke, configs, bs, seq_len, impl, profile):
                 f.write(json.dumps(row) + "\n")
                 f.flush()
-                n += 1
+                n += row["kind"] == "base"
     except OSError as exc:
         raise InputError(f"--out {out}: cannot write ({exc.strerror})") from None
-    print(f"{n} training configurations and the micro-benchmarks written to {out} "
+    what = " and the micro-benchmarks" if micro else ""
+    print(f"{n} training configurations{what} written to {out} "
           f"(dse calibrate --data {out} --hw HW)")
     return 0

@@ -6,7 +6,9 @@ LayerNorm, an LM head tied to the token embedding, dropout 0, the loss over fp32
 Attention is ``sdpa`` (``torch.nn.functional.scaled_dot_product_attention``: flash kernels on
 a GPU) or ``eager`` (matmul, scale, causal mask, fp32 softmax, matmul). ``recompute="full"``
 checkpoints every block (``torch.utils.checkpoint``, non-reentrant), as Transformers' gradient
-checkpointing does. Imported only by ``dse measure``: torch is an optional dependency.
+checkpointing does. ``impl="hf"`` times Transformers' own ``GPT2LMHeadModel`` built from the same
+config instead (the model of the shared H100 file; needs transformers). Models are built on the
+device in the training dtype. Imported only by ``dse measure``: torch is an optional dependency.
 """
 
 from __future__ import annotations
@@ -80,15 +82,76 @@ def _clock(device: str):
     return time.perf_counter, lambda t0: time.perf_counter() - t0
 
 
-def train_steps(config: dict, attn: str, recompute: str, b: int, s: int, device: str, dtype, warmup: int,
-                repeats: int) -> dict:
-    """Median forward (with the loss) and backward time over ``repeats`` steps after ``warmup``; memory on CUDA."""
+def hf_gpt2(config: dict, attn: str, recompute: str):
+    """Transformers' ``GPT2LMHeadModel`` of ``config`` (dropout 0, random weights) and its loss function."""
+    from dse._optional import require
+
+    transformers = require("transformers", "test", "dse measure --impl hf")
+    if "hf_config" in config:       # any causal LM Transformers builds from a config.json (no weights read)
+        import json
+
+        with open(config["hf_config"]) as f:
+            fields = {k: v for k, v in json.load(f).items() if not k.startswith("_")}
+        fields.update(use_cache=False)
+        for k in ("attention_dropout", "hidden_dropout", "resid_pdrop", "embd_pdrop", "attn_pdrop", "dropout"):
+            if k in fields:
+                fields[k] = 0.0
+        cfg = transformers.AutoConfig.for_model(**fields)
+        cfg._attn_implementation = attn
+        model = transformers.AutoModelForCausalLM.from_config(cfg)
+        return _checkpointed(model, recompute), lambda ids: model(input_ids=ids, labels=ids).loss
+    cfg = transformers.GPT2Config(n_layer=config["layers"], n_embd=config["hidden"], n_head=config["heads"],
+                                  vocab_size=config["vocab"], n_positions=config["n_positions"], resid_pdrop=0.0,
+                                  embd_pdrop=0.0, attn_pdrop=0.0, use_cache=False, bos_token_id=0, eos_token_id=0)
+    cfg._attn_implementation = attn
+    model = transformers.GPT2LMHeadModel(cfg)
+    return _checkpointed(model, recompute), lambda ids: model(input_ids=ids, labels=ids).loss
+
+
+def _checkpointed(model, recompute: str):
+    """Transformers' gradient checkpointing (per layer, non-reentrant) when ``recompute`` is full; training mode."""
+    if recompute == "full":
+        if hasattr(model, "activation_checkpointing_enable"):     # transformers >= 5.24
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.train()
+    return model
+
+
+def build(config: dict, attn: str, recompute: str, device: str, dtype, impl: str = "torch"):
+    """(model, loss of a batch of token ids): built on ``device`` in ``dtype``, gradients allocated (zeros)."""
     torch.manual_seed(0)
-    model = GPT(config["layers"], config["hidden"], config["heads"], config["vocab"], config["n_positions"], attn,
-                recompute).to(device=device, dtype=dtype)
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            if impl == "hf":
+                model, loss_of = hf_gpt2(config, attn, recompute)
+            else:
+                model = GPT(config["layers"], config["hidden"], config["heads"], config["vocab"],
+                            config["n_positions"], attn, recompute)
+                loss_of = model
+    finally:
+        torch.set_default_dtype(old)
+    model.to(device=device, dtype=dtype)
     for p in model.parameters():
         p.grad = torch.zeros_like(p)
-    ids = torch.randint(0, config["vocab"], (b, s), device=device)
+    return model, loss_of
+
+
+def train_steps(config: dict, attn: str, recompute: str, b: int, s: int, device: str, dtype, warmup: int,
+                repeats: int, impl: str = "torch", profile: bool = False) -> dict:
+    """Median forward (with the loss) and backward time over ``repeats`` steps after ``warmup``; memory on CUDA.
+
+    ``profile``: one more step under ``torch.profiler`` after the timed ones, summarised in ``row["profile"]``
+    (its peak memory is not counted).
+    """
+    model, loss_of = build(config, attn, recompute, device, dtype, impl)
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+    vocab = config["vocab"] if "vocab" in config else model.config.vocab_size
+    ids = torch.randint(0, vocab, (b, s), device=device)
     cuda = device == "cuda"
     if cuda:
         torch.cuda.synchronize()
@@ -98,7 +161,7 @@ def train_steps(config: dict, attn: str, recompute: str, b: int, s: int, device:
     fwd, bwd = [], []
     for i in range(warmup + repeats):
         t0 = start()
-        loss = model(ids)
+        loss = loss_of(ids)
         t_f = stop(t0)
         t1 = start()
         loss.backward()
@@ -113,6 +176,10 @@ def train_steps(config: dict, attn: str, recompute: str, b: int, s: int, device:
         peak = torch.cuda.max_memory_allocated()
         row.update(static_bytes=static, peak_bytes=peak, act_peak_bytes=peak - static)
     row["tokens_per_s"] = b * s / row["step_s"]
+    if profile:
+        from dse.measure.profile import profile_step
+
+        row["profile"] = profile_step(torch, lambda: loss_of(ids).backward(), device)
     del model, loss
     if cuda:
         torch.cuda.empty_cache()

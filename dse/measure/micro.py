@@ -16,8 +16,19 @@ import torch
 
 
 def _timed(fn, device: str, repeats: int) -> float:
-    """Median seconds of ``fn()`` after one warm-up call."""
+    """Seconds per call of ``fn()``: on a GPU, CUDA events around ``repeats`` back-to-back calls after a warm-up
+    call (the host's launch and synchronisation latency stay out while the GPU work is longer than its launch);
+    on the CPU, the median of ``repeats`` timed calls."""
     fn()
+    if device == "cuda":
+        torch.cuda.synchronize()
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(repeats):
+            fn()
+        stop.record()
+        stop.synchronize()
+        return start.elapsed_time(stop) / 1e3 / repeats
     out = []
     for _ in range(repeats):
         if device == "cuda":
@@ -96,3 +107,62 @@ def adamw_step(params: float, device: str, repeats: int) -> float:
     except (RuntimeError, TypeError):
         opt = torch.optim.AdamW([w], lr=1e-4, foreach=True)
     return _timed(opt.step, device, repeats)
+
+
+def expert_gemm_tflops(hidden: int, ffn: int, experts: int, tokens: int, device: str, dtype, repeats: int) -> dict:
+    """TFLOP/s of one MoE layer's expert GEMMs on this GPU: ``experts`` local experts, ``tokens`` rows each.
+
+    fc1 is (tokens x hidden)(hidden x 2 ffn) (a gated expert's fused gate and up projection), fc2
+    (tokens x ffn)(ffn x hidden). For each: forward, data gradient and weight gradient as a loop of
+    one GEMM per expert (how TransformerEngine's GroupedLinear runs them without a grouped kernel),
+    ``grouped`` forward through ``torch._grouped_mm`` where this build has it (one kernel for every
+    expert), and ``dense``: one GEMM of all experts' rows against one weight (the rate the same
+    FLOPs reach as a single large GEMM). The ratio loop / dense is the small-expert penalty.
+    """
+    return {name: _expert_rates(tokens, k, n, experts, device, dtype, repeats)
+            for name, k, n in (("fc1", hidden, 2 * ffn), ("fc2", ffn, hidden))}
+
+
+def _expert_rates(tokens: int, k: int, n: int, experts: int, device: str, dtype, repeats: int) -> dict:
+    x = [torch.randn(tokens, k, device=device, dtype=dtype) for _ in range(experts)]
+    w = [torch.randn(k, n, device=device, dtype=dtype) for _ in range(experts)]
+    dy = [torch.randn(tokens, n, device=device, dtype=dtype) for _ in range(experts)]
+    flops = 2.0 * tokens * k * n * experts
+    r = {"fwd": flops / _timed(lambda: [a @ b for a, b in zip(x, w)], device, repeats) / 1e12,
+         "dgrad": flops / _timed(lambda: [g @ b.t() for g, b in zip(dy, w)], device, repeats) / 1e12,
+         "wgrad": flops / _timed(lambda: [a.t() @ g for a, g in zip(x, dy)], device, repeats) / 1e12}
+    big = torch.cat(x)
+    r["dense"] = flops / _timed(lambda: big @ w[0], device, repeats) / 1e12
+    if hasattr(torch, "_grouped_mm") and device == "cuda":
+        try:
+            wt = torch.stack([b.t().contiguous() for b in w]).transpose(-2, -1)   # (E, k, n), column-major
+            offs = torch.arange(1, experts + 1, device=device, dtype=torch.int32) * tokens
+            r["grouped"] = flops / _timed(lambda: torch._grouped_mm(big, wt, offs=offs), device, repeats) / 1e12
+        except (RuntimeError, TypeError, ValueError) as exc:   # shape or build limits: say which
+            r["grouped_error"] = str(exc).splitlines()[0][:200]
+    return r
+
+
+def permute_rates(tokens: int, hidden: int, top_k: int, experts: int, device: str, dtype, repeats: int) -> dict:
+    """GB/s (bytes read + written) of an MoE layer's token permutation and un-permutation.
+
+    Permute: each token's ``top_k`` copies gathered into expert order (``index_select`` by a sort of the
+    routing); un-permute: the copies scaled by their probabilities and summed back per token
+    (``index_add_``); the routing itself (softmax over ``experts``, top-k, argsort) timed as ``route_s``.
+    """
+    x = torch.randn(tokens, hidden, device=device, dtype=dtype)
+    logits = torch.randn(tokens, experts, device=device, dtype=torch.float32)
+
+    def route():
+        p, idx = torch.softmax(logits, -1).topk(top_k, -1)
+        return p, idx.flatten().argsort()
+
+    p, order = route()
+    src = order // top_k
+    y = x.index_select(0, src)
+    out = torch.zeros_like(x)
+    moved = 2.0 * tokens * top_k * hidden * x.element_size()
+    return {"route_s": _timed(route, device, repeats),
+            "permute_GBps": moved / _timed(lambda: x.index_select(0, src), device, repeats) / 1e9,
+            "unpermute_GBps": (moved + tokens * hidden * x.element_size()) / _timed(
+                lambda: out.index_add_(0, src, y * p.flatten()[order, None].to(y.dtype)), device, repeats) / 1e9}
