@@ -124,6 +124,9 @@ WITNESSES = {
     "dualpipe is modelled for full training without offload": ("llama2-7b", (), GPU, {"schedule": "dualpipe",
                                                                                       "pp": 2, "zero": 3}),
     "dualpipe on a chiplet package": ("llama2-70b", (), PKG, {**CHIPLET, "schedule": "dualpipe"}),
+    "pipeline layout Megatron refuses": ("llama2-7b", (), GPU, {"pp": 2, "pipeline_layout": "Et*8|t*8L"}),
+    "pipeline layout beyond what is modelled": ("llama2-7b", (), GPU, {"pp": 2, "pipeline_layout": "Et*16|t*16L",
+                                                                       "offload_optimizer": "cpu"}),
 }
 
 

@@ -51,6 +51,7 @@ def estimate(
                                      "the experts; ep x etp divides tp x cp x dp; default 1)"),
     etp: Optional[int] = typer.Option(None, "--etp", min=1, help="expert tensor-parallel degree of an MoE model "
                                       "(Megatron --expert-tensor-parallel-size; default: --tp); docs/moe.md"),
+    pp_layout: Optional[str] = flag.pp_layout(),
     micro_batch: Optional[int] = flag.micro_batch(),
     global_batch: Optional[int] = flag.global_batch(),
     seq_len: Optional[int] = flag.seq_len(),
@@ -135,7 +136,7 @@ def estimate(
                          zero, precision)
     fields.update({k: v for k, v in (("chiplet_scheme", chiplet_scheme), ("chiplet_mesh", mesh), ("stack", stack),
                                      ("cp", cp), ("cp_comm", cp_comm), ("cp_a2a", cp_a2a),
-                                     ("target_len", target_len))
+                                     ("target_len", target_len), ("pipeline_layout", pp_layout))
                    if v is not None})
     fields.update(offload_fields(offload_optimizer, offload_params, gradient_compression, ssds, optimizer,
                                  exchange_dtype))

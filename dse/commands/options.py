@@ -49,6 +49,9 @@ flag = SimpleNamespace(
     tp=_flag(None, "--tp", min=1, help="tensor-parallel degree"),
     pp=_flag(None, "--pp", min=1, help="pipeline stages"),
     dp=_flag(None, "--dp", min=1, help="data-parallel replicas"),
+    pp_layout=_flag(None, "--pp-layout", help="custom pipeline stage layout, Megatron-LM's "
+                    "--pipeline-model-parallel-layout string, e.g. 'Et*4|(t*4|)*14tmL' (E embedding, t layer, m MTP "
+                    "depth, L loss; stages split by |); default: layers split evenly (docs/estimate.md)"),
     cp=_flag(None, "--cp", min=1, help="context-parallel degree: the sequence split over cp GPUs, ring attention "
              "(docs/long-context.md)"),
     cp_comm=_flag(None, "--cp-comm", help="context-parallel communication: p2p (the K/V ring, default) | a2a "

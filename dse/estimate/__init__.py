@@ -161,8 +161,9 @@ def numbers(model: ModelSpec, system: SystemSpec, plan: Plan, *, trace: Trace | 
         r["parallelism"]["hosts"] = c["hosts"]
         r["hardware"]["gpus_per_host"] = system.node.gpus_per_host
     r["plan"] = vars(plan).copy()   # plan fields are scalars: a shallow copy is the whole plan
-    if r["plan"].get("target_len") is None:   # a decoder's length only: target_len is an encoder-decoder's
-        r["plan"].pop("target_len", None)
+    for key in ("target_len", "pipeline_layout"):   # an encoder-decoder's length; a custom stage layout
+        if r["plan"].get(key) is None:
+            r["plan"].pop(key, None)
     if not folded(plan):       # expert TP equal to tp (the default): reported only where it may differ
         r["plan"].pop("etp", None)
     return r, list(c.get("extra_violations", []))

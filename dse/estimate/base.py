@@ -15,7 +15,14 @@ from __future__ import annotations
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from dse.estimate import context as _context, dualpipe as _dualpipe, fp8 as _fp8, frozen as _frozen, mtp as _mtp
+from dse.estimate import (
+    context as _context,
+    dualpipe as _dualpipe,
+    fp8 as _fp8,
+    frozen as _frozen,
+    mtp as _mtp,
+    stages as _stages,
+)
 from dse.estimate.data_parallel import data_parallel, expert_parallel as _expert_parallel
 from dse.estimate.kernel_table import Link, kernel_tables, kernel_times
 from dse.estimate.links import expert_replicas, links
@@ -201,7 +208,15 @@ def compose_memory(model: ModelSpec, system: SystemSpec, plan: Plan, F: Formulas
     tables = kernel_tables(model, plan, r, K)
     prm = parameters(model, plan, T)
     act = activations(tables["sums"], plan, m, prm["l_stage"], T)
-    memory, stages = memory_tiers(model, system, plan, prm, act, r, state_bytes, T, M)
+    hold = _stages.holdings(model, plan)
+    per_stage = None
+    if hold is None:
+        memory, stages = memory_tiers(model, system, plan, prm, act, r, state_bytes, T, M)
+    else:   # a custom stage layout: the fullest rank's memory (dse.estimate.stages), and each rank's
+        prm, act, memory, stages, totals = _stages.memory(hold, model, plan, prm, act, tables, m, lambda p_, a_:
+                                                          memory_tiers(model, system, plan, p_, a_, r, state_bytes, T,
+                                                                       M))
+        per_stage = {"layers": [h[0] + h[1] for h in hold], "gpu_memory": totals}
     if _context.exchanged(tables):   # context parallelism: the ring's (or Ulysses') receive buffers
         kv_buffers = _context.ring_buffers(tables, plan, system)
         memory["gpu"]["buffers"] = memory["gpu"]["buffers"] + kv_buffers
@@ -240,6 +255,7 @@ def compose_memory(model: ModelSpec, system: SystemSpec, plan: Plan, F: Formulas
         "activation_bytes_per_layer": act["a_layer"],
         "memory": memory,
         **({"params_mtp": prm["params_mtp"]} if "params_mtp" in prm else {}),
+        **({"stages": per_stage} if per_stage is not None else {}),
     }
 
 
@@ -255,6 +271,9 @@ def pipeline(model: ModelSpec, system: SystemSpec, plan: Plan, i: BaseTerms, r: 
     pp_msg = r.pp_messages * i.tokens_per_microbatch * model.hidden / plan.tp
     t_p2p = where(single, 0.0, 2 * P.p2p_time(pp_msg, lk["pp"].bandwidth, lk["pp"].latency))
     t_mb_fixed = system.node.gpu.efficiency.microbatch_overhead
+    hold = _stages.holdings(model, plan)
+    if hold is not None:   # a custom stage layout: each rank's own layers, ends and MTP depths
+        return _stages.pipeline(hold, model, plan, i, kt, pp_msg, t_p2p, t_mb_fixed, P)
     kt = {**kt, "t_head": kt["t_head"] + kt["t_mtp"]} if "t_mtp" in kt else kt   # MTP: with the head, last stage
     if plan.schedule == "dualpipe":
         return _dualpipe.schedule(model, plan, i, kt, pp_msg, t_p2p, t_mb_fixed, P)
@@ -310,6 +329,8 @@ def compose_time(c: Result, model: ModelSpec, system: SystemSpec, plan: Plan, F:
         kt = _context.add_ring(kt, _context.times(tables, cost, lk, plan, C, P))
     kt = {**kt, **_mtp.time(kt, model.mtp_layers)} if "mtp" in tables else kt   # MTP depths on the last stage
     pp = pipeline(model, system, plan, i, r, kt, lk, P)
+    if "stage_times" in pp:   # a custom stage layout: each rank's micro-batch
+        c["stages"] = {**c["stages"], "time_per_microbatch": pp["stage_times"]}
     dp = data_parallel(model, plan, i, r, kt, lk, P)
     opt = optimizer_step(system, plan, i, r, C, O, model)
     t_cast = (_fp8.weight_cast_time(model, plan, system.node.gpu, r, i.layers_per_stage, _context.grad_ranks(plan))

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from dse.estimate import context as _context, encoder_decoder as _encdec, frozen as _frozen, mtp as _mtp
-from dse.estimate.passes import layer_passes
+from dse.estimate.passes import layer_entries
 from dse.estimate.table_inputs import (
     END_SUMS,
     attention_shares,
@@ -279,6 +279,7 @@ def kernel_tables(model: ModelSpec, plan: Plan, r: Recipe, K: Module = _kernels)
         share = n_moe / model.layers
         out["dense_layer"], out["moe_share"] = dense, share
         dense_sums = table_sums({**out, "layer": dense}, plan.recompute, K)
+        out["kind_a_layer"] = {"dense": dense_sums["a_layer"], "moe": out["sums"]["a_layer"]}   # dse.estimate.stages
         out["sums"] = {k: v if k in END_SUMS else v * share + dense_sums[k] * (1 - share)
                        for k, v in out["sums"].items()}
     if key is not None:
@@ -343,15 +344,12 @@ def kernel_times(tables: dict[str, Any], system: SystemSpec, plan: Plan, peak: N
         pad = bool(getattr(plan, "pad_to_capacity", False))
         syncs = _kernels.moe_host_syncs(tables["layer"]["router"]["n"], pad=pad)[0]
         sync = _kernels.sync_exposed_time(syncs, dispatch)
-    layer_fwd, layer_bwd, layer_rec = layer_passes(lt, eff.layer_overhead, dispatch if count else 0, plan.recompute,
-                                              sync * tables.get("moe_share", 1.0))
-    layer_total = layer_fwd + layer_bwd + layer_rec
-    out = {"gpu_fwd": lt["forward"], "gpu_bwd": lt["backward"], "gpu_rec": lt["recompute"],
-            "tp_fwd": lt["tp_forward"], "tp_bwd": lt["tp_backward"], "ep_fwd": lt["ep_forward"],
-            "ep_bwd": lt["ep_backward"], "layer_fwd": layer_fwd, "layer_bwd": layer_bwd,
-            "layer_rec": layer_rec, "layer_total": layer_total, "layer_wgrad": lt["weight_backward"],
-            "layer_host_excess": layer_total - (lt["forward"] + lt["backward"] + lt["recompute"]),
-            "t_head": head["forward"] + head["backward"], "t_embed": emb["forward"] + emb["backward"]}
+    host = (eff.layer_overhead, dispatch if count else 0, plan.recompute)
+    out = {**layer_entries(lt, *host, sync * tables.get("moe_share", 1.0)),
+           "t_head": head["forward"] + head["backward"], "t_embed": emb["forward"] + emb["backward"]}
+    if "dense_layer" in tables:   # each kind's layer alone (a custom pipeline layout's stages: dse.estimate.stages)
+        for kind, table, wait in (("moe", last, sync), ("dense", dt, 0.0)):
+            out.update({f"{kind}:{k}": v for k, v in layer_entries(table, *host, wait).items()})
     if "mtp" in tables:   # multi-token prediction: a layer of the last kind alone, and the depth's own kernels
         own = table_time(tables["mtp"], hw, lk["tp"], C, P, recompute=plan.recompute, async_tp=async_tp)
         out.update(_mtp.pass_times(last, own, eff.layer_overhead, dispatch if count else 0, plan.recompute, sync))

@@ -106,17 +106,20 @@ def time(kt: Section, D: int) -> Section:
             "t_mtp_rec": D * kt["mtp_rec"]}
 
 
-def breakdown(out: Section, kt: Section, m: Num, single: Any, dualpipe: bool = False) -> None:
+def breakdown(out: Section, kt: Section, m: Num, single: Any, dualpipe: bool = False, on_path: Num | None = None
+              ) -> None:
     """The MTP depths in the iteration's parts, in place: ``mtp`` (of which: not a part) is what they add to the
     critical path, m micro-batches of the fullest stage's increase (the last one's head side against the first
     one's embedding side); it is split over compute, recompute and the TP/EP/CP communication as the depths' time
     is. Under DualPipe the depths count with the head in the pair's compute (rank 0 runs the last stage for half
-    the micro-batches: m t_mtp / 2, already in ``compute``)."""
+    the micro-batches: m t_mtp / 2, already in ``compute``). ``on_path``: under a custom layout
+    (:mod:`dse.estimate.stages`), the share of the depths' time per micro-batch on the slowest rank."""
     t_mtp, t_embed, t_head = kt["t_mtp"], kt["t_embed"], kt["t_head"]
     if dualpipe:
-        out["mtp"] = m * t_mtp / 2
+        out["mtp"] = m * t_mtp * (0.5 if on_path is None else on_path)
         return
-    crit = m * where(single, t_mtp, maximum(t_embed, t_head + t_mtp) - maximum(t_embed, t_head))
+    crit = m * (where(single, t_mtp, maximum(t_embed, t_head + t_mtp) - maximum(t_embed, t_head))
+                if on_path is None else on_path * t_mtp)
     share = crit / t_mtp
     comm = 0.0
     for key, part in (("tp_communication", "t_mtp_tp"), ("ep_communication", "t_mtp_ep"),

@@ -108,18 +108,10 @@ def _parameters(model: ModelSpec, t: Num, p: Num, v: Num, T: FormulaModule,
     n = c["moe_layers"]
     p_layer = _mean(model, n, c["dense"], c["moe"])
     p_layer_rep = _mean(model, n, c["dense_rep"], c["moe_rep"])
-    p_layer_gpu = (p_layer - p_layer_rep) / t + p_layer_rep
     fold = et is not None and differs(t, et)
     split = n > 0 and (fold or not (type(ep) is int and ep == 1))   # the experts split over ep (and etp)
-    if split and fold:   # MoE Parallel Folding: a GPU holds 1/(etp ep) of the routed experts, not 1/tp
-        experts = _mean(model, n, 0, c["moe_experts"])
-        p_exp = experts / (et * ep)
-        p_layer_gpu = p_layer_gpu - experts / t + p_exp
-    elif split:
-        p_exp = _mean(model, n, 0, c["moe_experts"]) / (t * ep)   # a layer's experts on one GPU
-        p_layer_gpu = p_layer_gpu - p_exp * (ep - 1)
-    else:
-        p_exp = 0.0
+    p_layer_gpu, p_exp = _on_gpu(p_layer, p_layer_rep, _mean(model, n, 0, c["moe_experts"]), t, ep,
+                                 et if fold else None, split)
     p_emb = T.embedding_parameters(h, V, model.position_embeddings, model.token_types, model.embedding_norm,
                                    model.norm)
     p_head = T.head_parameters(h, V, model.tied_embeddings, model.final_norm, model.norm, model.pooler,
@@ -141,13 +133,33 @@ def _parameters(model: ModelSpec, t: Num, p: Num, v: Num, T: FormulaModule,
     active = (L - n) * c["dense"] + n * c["moe_active"]
     out = {"params": p_emb + layers + p_head, "params_active": p_emb + active + p_head, "p_layer": p_layer,
            "p_layer_gpu": p_layer_gpu, "p_emb": p_emb, "p_head": p_head, "l_stage": l_stage, "p_first": p_first,
-           "p_last": p_last, "p_gpu": maximum(p_first, p_last), "p_expert_gpu": l_stage * p_exp}
+           "p_last": p_last, "p_gpu": maximum(p_first, p_last), "p_expert_gpu": l_stage * p_exp,
+           "p_layer_expert_gpu": p_exp}
+    if 0 < n < L:   # a layer of each kind on a GPU, and its routed experts there (a custom layout's stages)
+        dense_gpu, _ = _on_gpu(c["dense"], c["dense_rep"], 0, t, ep, None, False)
+        moe_gpu, moe_exp = _on_gpu(c["moe"], c["moe_rep"], c["moe_experts"], t, ep, et if fold else None, split)
+        out.update(p_dense_gpu=dense_gpu, p_moe_gpu=moe_gpu, p_moe_expert_gpu=moe_exp)
     if D:   # the MTP modules' own parameters (not in "params": Transformers does not build them either)
         out["params_mtp"] = mtp[0]
         out["p_expert_mtp"] = mtp[2]   # the MTP layers' routed experts on a last-stage GPU (expert parallelism)
+        out["p_mtp_gpu"] = mtp[1]
     if ft[0] == "full":
         return {**out, "p_train": out["params"], "p_train_gpu": out["p_gpu"]}
     return _frozen.with_adapters(out, model, t, 16 if ft[1] is None else ft[1], ft[2] or "all", ep)
+
+
+def _on_gpu(layer: Num, rep: Num, experts: Num, t: Num, ep: Num, et: Num | None, split: bool) -> tuple[Num, Num]:
+    """(a layer's parameters on one GPU, of which its routed experts there): the layer split over tp but its
+    replicated parameters ``rep``; with ``split`` its experts over ep, and over etp instead of tp with MoE Parallel
+    Folding (``et`` given): a GPU holds 1/(etp ep) of them."""
+    p_gpu = (layer - rep) / t + rep
+    if split and et is not None:
+        p_exp = experts / (et * ep)
+        return p_gpu - experts / t + p_exp, p_exp
+    if split:
+        p_exp = experts / (t * ep)   # a layer's experts on one GPU
+        return p_gpu - p_exp * (ep - 1), p_exp
+    return p_gpu, 0.0
 
 
 def _mtp_gpu(model: ModelSpec, c: Section, t: Num, ep: Num, split: bool, et: Num | None = None
@@ -163,14 +175,7 @@ def _mtp_gpu(model: ModelSpec, c: Section, t: Num, ep: Num, split: bool, et: Num
     layer, rep = (c["moe"], c["moe_rep"]) if c["moe_layers"] else (c["dense"], c["dense_rep"])
     experts = c["moe_experts"] if c["moe_layers"] else 0
     total = _transformer.mtp_parameters(layer, h, D, model.norm)
-    layer_gpu = (layer - rep) / t + rep
-    exp_gpu: Num = 0.0
-    if split and et is not None:
-        exp_gpu = experts / (et * ep)
-        layer_gpu = layer_gpu - experts / t + exp_gpu
-    elif split:
-        exp_gpu = experts / (t * ep)
-        layer_gpu = layer_gpu - exp_gpu * (ep - 1)
+    layer_gpu, exp_gpu = _on_gpu(layer, rep, experts, t, ep, et, split)
     norms = 3 * _transformer.norm_parameters(h, model.norm)
     return total, D * (layer_gpu + 2 * h * h / t + norms), D * exp_gpu
 

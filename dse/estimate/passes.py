@@ -15,3 +15,16 @@ def layer_passes(lt: dict[str, Num], overhead: Num, dispatch: Num, recompute: st
     full = recompute == "full"
     return (maximum(lt["forward"], host_f) + sync, maximum(lt["backward"], host_b),
             maximum(lt["recompute"], host_f if full else 0.0) + (sync if full else 0.0))
+
+
+def layer_entries(lt: dict[str, Num], overhead: Num, dispatch: Num, recompute: str, sync: Num) -> dict[str, Num]:
+    """A layer's entries of :func:`dse.estimate.kernel_table.kernel_times` from its table time ``lt``
+    (:func:`dse.estimate.kernel_table.table_time`): GPU time per pass, its TP and EP shares, the passes with the
+    host's share (:func:`layer_passes`), their total, the weight-gradient GEMMs' time and the host's excess."""
+    layer_fwd, layer_bwd, layer_rec = layer_passes(lt, overhead, dispatch, recompute, sync)
+    layer_total = layer_fwd + layer_bwd + layer_rec
+    return {"gpu_fwd": lt["forward"], "gpu_bwd": lt["backward"], "gpu_rec": lt["recompute"],
+            "tp_fwd": lt["tp_forward"], "tp_bwd": lt["tp_backward"], "ep_fwd": lt["ep_forward"],
+            "ep_bwd": lt["ep_backward"], "layer_fwd": layer_fwd, "layer_bwd": layer_bwd,
+            "layer_rec": layer_rec, "layer_total": layer_total, "layer_wgrad": lt["weight_backward"],
+            "layer_host_excess": layer_total - (lt["forward"] + lt["backward"] + lt["recompute"])}

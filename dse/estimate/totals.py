@@ -25,7 +25,10 @@ def breakdown(plan: Plan, i: BaseTerms, kt: Section, pp: Section, dp: Section, t
 
     ``moe``: an MoE model's breakdown also names its expert-parallel all-to-alls (``ep_communication``).
     """
-    m, l_stage = i.micro_batches, i.layers_per_stage
+    m, l_stage, mean = i.micro_batches, i.layers_per_stage, kt
+    st = pp.get("stage")   # a custom layout (dse.estimate.stages): the slowest rank's layers, their mean, its ends
+    if st is not None:
+        l_stage, kt = st["layers"], {**kt, **st["kt"]}
     full = plan.recompute == "full"     # a string field: never an array
     single = plan.pp == 1
     t_iter = pp["t_pipe"] + dp["dp_exposed"] + dp["emb_sync"] + t_opt
@@ -34,6 +37,7 @@ def breakdown(plan: Plan, i: BaseTerms, kt: Section, pp: Section, dp: Section, t
     ep_f, ep_b = kt["ep_fwd"], kt["ep_bwd"]                                                 # the MoE all-to-alls
     dual = pp.get("dualpipe")     # DualPipe: the all-to-alls and sends overlapped, their exposed share counts
     ends = where(single, t_embed + t_head, maximum(t_embed, t_head)) if dual is None else dual["ends"]
+    ends = st["ends"] if st is not None and dual is None else ends
     compute_mb = (l_stage * (kt["gpu_fwd"] - kt["tp_fwd"] - cp_f - ep_f + kt["gpu_bwd"] - kt["tp_bwd"] - cp_b - ep_b)
                   + ends)
     recompute_mb = l_stage * ((kt["gpu_rec"] - kt["tp_fwd"] - ep_f if full else kt["gpu_rec"]) - cp_r)
@@ -57,13 +61,13 @@ def breakdown(plan: Plan, i: BaseTerms, kt: Section, pp: Section, dp: Section, t
         "dp_communication": dp["dp_exposed"],
         "embedding_sync": dp["emb_sync"],
         "per_microbatch": pp["stage_max"],
-        "layer_forward": kt["layer_fwd"],
-        "layer_backward": kt["layer_bwd"],
+        "layer_forward": mean["layer_fwd"],
+        "layer_backward": mean["layer_bwd"],
     }
     if moe:
         out["ep_communication"] = m * ep_mb
     if "t_mtp" in kt:   # multi-token prediction: its depths on the last stage, in the parts (and "mtp": of which)
-        _mtp.breakdown(out, kt, m, single, dual is not None)
+        _mtp.breakdown(out, kt, m, single, dual is not None, None if st is None else st["mtp"])
     return out
 
 

@@ -134,6 +134,10 @@ def _fill(imp: Imported, m, s, data: dict, explicit: dict, notes: list[str]) -> 
             raise bad(imp.source, imp.keys["virtual_stages"], f"{per} layers per virtual stage do not divide "
                                                               f"{m.layers} layers over {pp} pipeline stages")
         data["virtual_stages"] = m.layers // (pp * per)
+    if imp.pipeline_split and "pipeline_layout" not in explicit:   # Megatron's uneven split: its layout
+        from dse.frameworks.megatron_layout import resolve
+
+        resolve(imp, m, data)
     if data.get("sequence_parallel") and tp == 1 and "sequence_parallel" not in explicit:
         data["sequence_parallel"] = False
         notes.append("sequence parallelism needs tp > 1: off (as Megatron turns it off)")

@@ -46,6 +46,8 @@ class Imported:
     #                                                gives no global batch (global = micro x this x dp)
     context_parallel: int = 1                      # GPUs per replica beyond tp x pp: the plan's cp
     layers_per_virtual_stage: int | None = None    # interleaved schedule: virtual_stages = layers / (pp x this)
+    pipeline_split: dict[str, Any] = field(default_factory=dict)   # Megatron's uneven-split flags: a layout once
+    #                                              the model's layers are known (dse.frameworks.megatron_layout)
     ignored: list[str] = field(default_factory=list)     # read but not modelled, or unknown: by name
     notes: list[str] = field(default_factory=list)       # assumptions and approximations, one sentence each
     expect: dict[str, tuple[Any, str]] = field(default_factory=dict)   # model field -> (value, key) the --model

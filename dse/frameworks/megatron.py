@@ -21,7 +21,7 @@ from __future__ import annotations
 import difflib
 
 from dse.errors import InputError
-from dse.frameworks import megatron_cp as _cp, megatron_moe as _moe
+from dse.frameworks import megatron_cp as _cp, megatron_layout as _layout, megatron_moe as _moe
 from dse.frameworks.arguments import parse, tokens
 from dse.frameworks.common import Imported, as_choice, as_float, as_int, bad
 
@@ -48,7 +48,7 @@ OPTIONS = {
     "--padded-vocab-size": "int", "--make-vocab-size-divisible-by": "int", "--tokenizer-type": "str",
     "--vocab-file": "str", "--merge-file": "str", "--rampup-batch-size": 3,
     "--expert-model-parallel-size": "int", "--expert-tensor-parallel-size": "int", "--mtp-num-layers": "int",
-    "--mtp-loss-scaling-factor": "float", **_moe.OPTIONS,
+    "--mtp-loss-scaling-factor": "float", **_moe.OPTIONS, **_layout.OPTIONS,
     # torchrun (the launcher in front of pretrain_gpt.py) and a plain world size
     "--nnodes": "int", "--nproc_per_node": "int", "--nproc-per-node": "int", "--world-size": "int",
 }
@@ -75,6 +75,7 @@ def read(text: str) -> Imported:
     _moe.read_plan(imp, get)
     _model(imp, get, values)
     _mtp(imp, get)
+    _layout.read(imp, get)
     imp.plan["stack"] = "megatron"
     imp.keys["stack"] = "pretrain_gpt.py"
     for name in unknown:
@@ -315,6 +316,7 @@ def emit(model, system, plan) -> tuple[str, list[str]]:
         args.append(f"--num-virtual-stages-per-pipeline-rank {plan.virtual_stages}")
     elif plan.schedule in ("gpipe", "dualpipe") and plan.pp > 1:
         warnings.append(f"the {plan.schedule} schedule is not a Megatron-LM option: it runs 1F1B")
+    args.append(_layout.layout_args(plan))
     zero = {0: "", 1: "--use-distributed-optimizer",
             2: "--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads",
             3: "--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params"}[plan.zero]

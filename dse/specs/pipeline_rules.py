@@ -1,8 +1,11 @@
-"""Plan rules of the DualPipe schedule (DeepSeek-V3 §3.2.1): what ``plan.schedule = dualpipe`` needs and what it
-is not modelled with. Read with the other tables of :mod:`dse.specs.rules`."""
+"""Plan rules of the pipeline: the DualPipe schedule (DeepSeek-V3 §3.2.1: what ``plan.schedule = dualpipe`` needs
+and what it is not modelled with) and a custom stage layout (``plan.pipeline_layout``: what Megatron-LM refuses,
+:mod:`dse.specs.pipeline_layout`, and what it is not modelled with). Read with the other tables of
+:mod:`dse.specs.rules`."""
 
 from __future__ import annotations
 
+from dse.specs.hardware import GPU_SYSTEM
 from dse.specs.rule import Rule
 
 
@@ -35,3 +38,57 @@ DUALPIPE_RULES = (
 DUALPIPE_NOT_ON_CHIPLETS = Rule("dualpipe on a chiplet package", ("schedule",), when=_dual, ok=lambda p, m, s: False,
                                 message=lambda p, m, s: "schedule dualpipe does not apply to a chiplet package; "
                                                         "allowed: 1f1b, interleaved, gpipe")
+
+
+def layout_problem(p, m) -> str:
+    """Why Megatron refuses the plan's ``pipeline_layout`` for this model and pp ('' if it does not), with the flag."""
+    from dse.specs.pipeline_layout import LayoutError, parse
+
+    try:
+        _, v = parse(p.pipeline_layout, int(p.pp), m.layers, getattr(m, "mtp_layers", 0) or 0)
+    except LayoutError as e:
+        return str(e)
+    if v != p.virtual_stages:
+        return (f"{v * p.pp} stages = --pp {p.pp} x {v} model chunks per rank, the plan has virtual_stages "
+                f"{p.virtual_stages}; allowed: --set plan.virtual_stages={v}"
+                + " plan.schedule=interleaved" * (v > 1))
+    return ""
+
+
+def _layout_ok(p, m, s):
+    if isinstance(p.pp, int) and isinstance(p.virtual_stages, int):
+        return not layout_problem(p, m)
+    import numpy as np
+
+    from dse.specs.plan import Plan
+
+    def one(pp, v) -> bool:   # a search's columns: each (pp, v) pair checked once
+        return not layout_problem(Plan(pp=int(pp), pipeline_layout=p.pipeline_layout, virtual_stages=int(v)), m)
+
+    return np.vectorize(one, otypes=[bool])(p.pp, p.virtual_stages)
+
+
+def _layout_off(p, m, s) -> str:
+    """The first plan choice a custom layout is not modelled with ('' if none)."""
+    off = [f"--finetune {p.finetune}"] * (p.finetune != "full")
+    off += [f"--offload-optimizer {p.offload_optimizer}"] * (p.offload_optimizer != "gpu")
+    off += [f"--offload-params {p.offload_params}"] * (p.offload_params != "gpu")
+    off += [f"--offload-activations {p.offload_activations}"] * (p.offload_activations != "none")
+    off += [f"an {m.architecture} model"] * (m.architecture != "decoder")
+    return (off + ["a chiplet package"] * (s is not None and s.kind != GPU_SYSTEM) + [""])[0]
+
+
+def _layout(p, m, s) -> bool:
+    return getattr(p, "pipeline_layout", None) is not None
+
+
+LAYOUT_RULES = (
+    Rule("pipeline layout Megatron refuses", ("pipeline_layout", "pp", "virtual_stages", "model.layers"),
+         when=_layout, ok=_layout_ok,
+         message=lambda p, m, s: f"--pp-layout {p.pipeline_layout!r}: {layout_problem(p, m)}"),
+    Rule("pipeline layout beyond what is modelled", ("pipeline_layout", "finetune", "offload_optimizer",
+                                                     "offload_params", "offload_activations", "hardware.kind"),
+         when=_layout, ok=lambda p, m, s: not _layout_off(p, m, s),
+         message=lambda p, m, s: f"--pp-layout is not modelled with {_layout_off(p, m, s)}; allowed: full training "
+                                 "of a decoder on a GPU system with every state and activation on the GPU"),
+)

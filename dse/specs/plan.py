@@ -110,6 +110,10 @@ class Plan:
     optimizer: str = spec_field("adam", choices=OPTIMIZERS)
     schedule: str = spec_field("1f1b", choices=SCHEDULES, help="pipeline schedule")
     virtual_stages: int = spec_field(1, gt=0, help="model chunks per pipeline stage (interleaved schedule)")
+    pipeline_layout: str | None = spec_field(None, help="custom stage layout, Megatron-LM's "
+                                             "--pipeline-model-parallel-layout string: stages split by |, E embedding, "
+                                             "t transformer layer, m MTP depth, L loss, (..)*n and x*n repeat, e.g. "
+                                             "'Et*4|(t*4|)*14tmL'; default: layers split evenly (docs/estimate.md)")
     comm_sm_share: float = spec_field(20 / 132, ge=0, lt=1, help="dualpipe: share of the GPU's SMs the all-to-all "
                                       "and pipeline communication kernels hold while they overlap compute "
                                       "(DeepSeek-V3 §3.2.2: 20 of the H800's 132)")

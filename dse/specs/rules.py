@@ -35,7 +35,7 @@ import operator
 from dse.specs.chiplet_rules import CHIPLET_RULES
 from dse.specs.fp8_rules import FP8_NOT_ON_CHIPLETS, FP8_RULES
 from dse.specs.hardware import GPU_SYSTEM
-from dse.specs.pipeline_rules import DUALPIPE_NOT_ON_CHIPLETS, DUALPIPE_RULES
+from dse.specs.pipeline_rules import DUALPIPE_NOT_ON_CHIPLETS, DUALPIPE_RULES, LAYOUT_RULES
 from dse.specs.rule import Rule, check, holds
 from dse.specs.rules_cp import CP_COMM_RULES
 from dse.specs.rules_encoder_decoder import ENCODER_DECODER_RULES
@@ -132,8 +132,8 @@ MODEL_RULES = (
          message=lambda p, m, s: "plan.pad_to_capacity pads the experts' tokens to their capacity; it needs "
                                  "plan.expert_capacity (a capacity factor, e.g. 1.25)"),
     MLA_RULE,
-    Rule("pp exceeds the layers", ("pp", "model.layers"),
-         ok=lambda p, m, s: p.pp <= m.layers,
+    Rule("pp exceeds the layers", ("pp", "model.layers"),   # a custom layout may leave a stage without layers
+         when=lambda p, m, s: getattr(p, "pipeline_layout", None) is None, ok=lambda p, m, s: p.pp <= m.layers,
          message=lambda p, m, s: f"--pp {p.pp} is larger than the model's {m.layers} layers"),
     Rule("interleaving needs virtual_stages >= 2", ("schedule", "virtual_stages"),
          when=lambda p, m, s: p.schedule == "interleaved", ok=lambda p, m, s: p.virtual_stages >= 2,
@@ -162,6 +162,7 @@ MODEL_RULES = (
                                  "positions"),
     *ENCODER_DECODER_RULES,
     *MTP_RULES,
+    *LAYOUT_RULES,
 )
 
 
@@ -344,4 +345,4 @@ NOT_ON_CHIPLETS = Rule(
 GPU_SYSTEM_RULES = (*OFFLOAD_RULES, *MODEL_RULES, *CONTEXT_RULES, NO_CHIPLET_FIELDS, *ACTIVATION_OFFLOAD_RULES,
                     *FINETUNE_RULES, LORA_RANK_RULE, *FP8_RULES, *DUALPIPE_RULES)
 CHIPLET_PACKAGE_RULES = (*CHIPLET_RULES, *ACTIVATION_OFFLOAD_RULES, NOT_ON_CHIPLETS, FP8_NOT_ON_CHIPLETS, MLA_RULE,
-                         DUALPIPE_NOT_ON_CHIPLETS, *MTP_RULES)
+                         DUALPIPE_NOT_ON_CHIPLETS, *MTP_RULES, *LAYOUT_RULES)
