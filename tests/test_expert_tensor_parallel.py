@@ -116,12 +116,14 @@ def test_dispatch_and_gather_bytes_match_an_enumeration(tp, cp, dp, etp, ep, G):
     a2a = tables["ep_dispatch"]["comm"]
     assert all(v == pytest.approx(a2a * (ep - 1) / ep, rel=1e-12) for v in sent.values())
     gathered = {r: sum(received[p] for p in range(world) if p != r and p // etp == r // etp) for r in range(world)}
-    if etp != tp:   # the etp group's all-gather: (etp-1)/etp of its output (the ring's share) from the peers
-        out = tables["expert_allreduce"]["comm"]
-        assert all(v == pytest.approx(out * (etp - 1) / etp, rel=1e-12) for v in gathered.values())
-        assert tables["expert_fc1"]["m"] * tables["expert_fc1"]["batch"] == pytest.approx(
-            sum(received[p] for p in range(etp)) / (e * h), rel=1e-12)      # every copy the etp group received
-        assert tables["expert_fc1"]["n"] == 2 * model.expert_ffn / etp
+    # the expert-TP group's all-gather, also at etp = tp (the alltoall dispatcher's dispatch_postprocess gathers the
+    # received copies over expt_tp): (etp-1)/etp of its output (the ring's share) from the peers
+    out = tables["expert_allreduce"]["comm"]
+    assert tables["expert_allreduce"]["group"] == ("tp" if etp == tp else "etp")
+    assert all(v == pytest.approx(out * (etp - 1) / etp, rel=1e-12) for v in gathered.values())
+    assert tables["expert_fc1"]["m"] * tables["expert_fc1"]["batch"] == pytest.approx(
+        sum(received[p] for p in range(etp)) / (e * h), rel=1e-12)      # every copy the etp group received
+    assert tables["expert_fc1"]["n"] == 2 * model.expert_ffn / etp
 
 
 MIXTRAL = [dict(tp=2, dp=8, ep=4, sequence_parallel=True), dict(tp=1, dp=16, ep=8), dict(tp=4, dp=4, ep=2),

@@ -120,7 +120,7 @@ from dse.formulas.kernels.launches import (
 )
 from dse.formulas.kernels.layer import fused_softmax_available, layer_kernels, softmax_row
 from dse.formulas.kernels.mla import mla_attention_kernels
-from dse.formulas.kernels.moe import moe_mlp_kernels
+from dse.formulas.kernels.moe import dispatcher_gathers, moe_mlp_kernels
 from dse.formulas.kernels.mtp import mtp_kernels
 from dse.formulas.kernels.rows import KINDS, Row, Table  # noqa: F401 (Row, Table: the types, as before the split)
 from dse.formulas.kernels.sums import (
@@ -135,8 +135,8 @@ from dse.formulas.kernels.sums import (
     weight_gemms,
 )
 
-__all__ = ["KINDS", "layer_kernels", "moe_mlp_kernels", "mla_attention_kernels", "cross_attention_kernels",
-           "position_bias_kernel", "embedding_kernels", "head_kernels", "mtp_kernels", "weight_gemms",
+__all__ = ["KINDS", "layer_kernels", "moe_mlp_kernels", "dispatcher_gathers", "mla_attention_kernels",
+           "cross_attention_kernels", "position_bias_kernel", "embedding_kernels", "head_kernels", "mtp_kernels", "weight_gemms",
            "forward_flops", "recomputed_flops", "executed_flops", "backward_flops", "saved_bytes", "packed_bytes",
            "rerun_bytes", "message_bytes", "MEGATRON_LAUNCHES", "megatron_launches", "row_launches", "table_launches",
            "softmax_row",

@@ -10,7 +10,7 @@ from typing import Any
 from dse.formulas import compute as _compute, finetune as _finetune, fp8 as _fp8, stacks as _stacks
 from dse.formulas._array import Num, where
 from dse.formulas.kernels.mla import mla_attention_kernels
-from dse.formulas.kernels.moe import moe_mlp_kernels
+from dse.formulas.kernels.moe import dispatcher_gathers, moe_mlp_kernels
 from dse.formulas.kernels.rows import Row, Table
 
 __all__ = ["layer_kernels", "softmax_row", "fused_softmax_available"]
@@ -247,9 +247,10 @@ def layer_kernels(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: N
                     "flops": 2 * tok * f_loc * h}
     if extra_norms:
         t["post_mlp_norm"] = {"kind": "elementwise", "bytes": 2 * x_in, "saved": norm_in}
-    mlp_msg, empty = msg, {}   # expert TP other than tp: the tp group carries the shared experts' tokens only
-    if moe and "etp" in moe:
-        mlp_msg, empty = msg * where(moe["etp"] == tp, 1, 1 if moe.get("shared_experts") else 0), {"optional": True}
+    mlp_msg, empty = msg, {}   # the dispatcher gathers the routed tokens: the tp group carries the shared experts'
+    if moe and "expert_allreduce" in t:   # (dse.formulas.kernels.moe.dispatcher_gathers)
+        gathers = dispatcher_gathers(tp, moe.get("ep", 1), sequence_parallel, moe.get("etp"))
+        mlp_msg, empty = msg * where(gathers, 1 if moe.get("shared_experts") else 0, 1), {"optional": True}
     t["mlp_allreduce"] = {"kind": "collective", "op": "allreduce", "group": "tp", "comm": mlp_msg,
                           "pass": "forward", "saved": 0, **empty}
     t["mlp_residual"] = {"kind": "elementwise", "bytes": (3 * e + drop) * tok * h * r, "saved": drop * tok * h * r}

@@ -13,7 +13,39 @@ from dse.formulas._array import Num, minimum, where
 from dse.formulas.kernels.rows import Table
 from dse.formulas.transformer.moe import dropped_token_fraction
 
-__all__ = ["moe_mlp_kernels"]
+__all__ = ["dispatcher_gathers", "moe_mlp_kernels"]
+
+
+def _somewhere(x: Num) -> bool:
+    """``x`` is true (a bool) or true in some element (an array)."""
+    return bool(x) if type(x) is bool else bool(getattr(x, "any", lambda: x)())
+
+
+def dispatcher_gathers(tp: Num, ep: Num, sequence_parallel: bool, etp: Num | None = None) -> Num:
+    """Where the routed experts' tokens gather inside the expert tensor-parallel group by the token dispatcher
+    (an ``expert_allreduce`` row), not by the layer's tensor-parallel collective (``mlp_allreduce``).
+
+    Formula: G = (etp != t) or (ep > 1 and SP), element by element (etp None: etp = t).
+    Source: Megatron-Core ``megatron/core/transformer/moe/token_dispatcher.py``. The dispatcher's tensor-parallel
+    group is the expert one (``MoETokenDispatcher.__init__``: ``self.tp_group = pg_collection.expt_tp``). With
+    ep > 1 (``MoEAlltoAllTokenDispatcher``) a rank permutes its own T/t tokens into T k / t routed copies
+    (``dispatch_preprocess``), sends them over the ep group (``token_dispatch``), and only then all-gathers what it
+    received over the expert-TP group (``dispatch_postprocess``: ``gather_from_sequence_parallel_region(
+    global_input_tokens, group=self.tp_group)``) and reduce-scatters the experts' output there
+    (``combine_preprocess``): the k routed copies, also where etp = t. The MoE layer itself runs no tensor-parallel
+    collective on the routed path (``MoELayer.forward`` requires sequence parallelism with tp > 1 in training).
+    With ep = 1 (``MoEAllGatherTokenDispatcher.token_dispatch``) the tokens before routing gather over the tp x ep
+    group: with etp = t that is the layer's own TP all-gather of T tokens (``mlp_allreduce``'s message). Without
+    sequence parallelism (a plan Megatron-Core refuses with tp > 1) dse keeps the all-reduce of the layer's output.
+
+    Returns:
+        a bool (an array of them where an argument is one) [1]
+
+    >>> dispatcher_gathers(4, 8, True), dispatcher_gathers(4, 1, True), dispatcher_gathers(4, 1, True, etp=1)
+    (True, False, True)
+    """
+    folded = False if etp is None else etp != tp
+    return folded | ((ep > 1) & sequence_parallel & (tp > 1))
 
 
 def moe_mlp_kernels(s: Num, b: Num, h: Num, experts: int, experts_per_token: Num, expert_ffn: Num, *, tp: Num = 1,
@@ -58,8 +90,11 @@ def moe_mlp_kernels(s: Num, b: Num, h: Num, experts: int, experts_per_token: Num
     experts and reduce-scatters their output after them (``expert_allreduce`` forward, ``expert_dgrad_allreduce``
     backward: an all-gather and a reduce-scatter of e T u h bytes, of the k routed copies e T u k h with ep > 1;
     Megatron-Core ``MoEAllGatherTokenDispatcher`` over tp x ep, ``MoEAlltoAllTokenDispatcher.dispatch_postprocess``
-    / ``combine_preprocess``); element by element where etp equals t these rows carry 0 bytes (the layer's TP
-    collectives carry the tokens, as above).
+    / ``combine_preprocess``). The alltoall dispatcher does so at etp = t too (with ep > 1, t > 1 and sequence
+    parallelism: its expert-TP group is then the tp group, ``group`` "tp"): it gathers the k routed copies it
+    received, e T k h, where the layer's own TP collective (``mlp_allreduce``) keeps the shared experts' e T h only
+    (:func:`dispatcher_gathers` says where; elsewhere these rows carry 0 bytes and the layer's TP collectives carry
+    the tokens, as above).
     Source: Megatron-Core MoE (``TopKRouter``, ``MoEAllGatherTokenDispatcher``, ``GroupedMLP``; Shoeybi et al.
     2019 for the TP split); Hugging Face MixtralSparseMoeBlock (fp32 softmax, top-k, index_add_ combine);
     Fedus et al. 2021 (Switch Transformer, arXiv 2101.03961) §2.2 for the capacity of the busiest expert;
@@ -114,10 +149,11 @@ def moe_mlp_kernels(s: Num, b: Num, h: Num, experts: int, experts_per_token: Num
     if parallel:
         t["ep_dispatch"] = {"kind": "collective", "op": "alltoall", "group": "ep", "comm": a2a, "pass": "forward",
                             "saved": 0}
-    if etp is not None and routed:          # the etp group's all-gather of the tokens (the copies with ep)
-        t["expert_allreduce"] = {"kind": "collective", "op": "allreduce", "group": "etp", "pass": "forward",
-                                 "comm": where(etp != tp, e * tok * u * h * where(ep > 1, k * rows, 1), 0.0),
-                                 "saved": 0, "optional": True}
+    gathers = dispatcher_gathers(tp, ep, sequence_parallel, etp) if routed else False
+    if etp is not None and routed or _somewhere(gathers):   # the dispatcher's expert-TP all-gather (k copies, ep>1)
+        t["expert_allreduce"] = {"kind": "collective", "op": "allreduce", "group": "tp" if etp is None else "etp",
+                                 "pass": "forward", "saved": 0, "optional": True,
+                                 "comm": where(gathers, e * tok * u * h * where(ep > 1, k * rows, 1), 0.0)}
     per_expert = load * tok * u * k * ep / experts if parallel else load * tok * u * k / experts
     t["expert_fc1"] = {"kind": "gemm", "m": per_expert, "k": h, "n": n_up * f_loc, "batch": local,
                        "split": "column", "saved": e * tok * u * k * h * rows if routed else x_in,
