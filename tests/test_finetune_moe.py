@@ -165,16 +165,128 @@ def test_expert_parallelism_shards_the_experts_adapters_over_the_dp_ep_ranks():
 
 
 @pytest.mark.parametrize("args, needle", [
-    (["--ep", "2", "--dp", "2", "--zero", "3"], "--ep 2 and --zero 3 is not modelled"),
-    (["--lora-dropout", "0.1"], "ParamWrapper"),
+    (["--finetune", "qlora", "--ep", "2", "--dp", "2", "--zero", "3"], "no framework shards bitsandbytes' 4-bit"),
+    (["--finetune", "qlora", "--tp", "2", "--etp", "1", "--dp", "4", "--ep", "2", "--sequence-parallel"],
+     "no framework shards bitsandbytes' 4-bit"),
+    (["--finetune", "lora", "--lora-dropout", "0.1"], "ParamWrapper"),
 ])
 def test_still_refused_with_one_line(capsys, args, needle):
-    assert main(["estimate", "--model", "mixtral-8x7b", "--hw", "dgx-h100", "--finetune", "lora", *args]) == 2
+    assert main(["estimate", "--model", "mixtral-8x7b", "--hw", "dgx-h100", *args]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and needle in err[0]
+
+
+def _expert_shards(tp, dp, etp, ep, E):
+    """Brute force over the ranks (Megatron's expert order etp, ep, edp): rank -> (dense share, expert share) of the
+    frozen weights it keeps under ZeRO-3, as fractions of the dense weights and of one layer's E experts. A dense
+    weight is split over tp and its tp slice sharded over the dp ranks; expert x lives on the ranks whose ep
+    coordinate holds it, its etp slice sharded over the edp ranks holding that slice (Megatron-FSDP's expert
+    parameter groups over the expert data-parallel group; DeepSpeed AutoEP's ZeRO-3 placement)."""
+    world = tp * dp
+    edp = world // (etp * ep)
+    out = {}
+    for rank in range(world):
+        ep_rank = (rank // etp) % ep
+        mine = [x for x in range(E) if x // (E // ep) == ep_rank]
+        out[rank] = (1 / (tp * dp), sum(1 / (etp * edp) for _ in mine) / E)
+    return out
+
+
+@pytest.mark.parametrize("tp, dp, etp, ep", [(1, 8, 1, 8), (1, 8, 1, 4), (1, 8, 1, 2), (2, 4, 2, 4), (2, 4, 1, 8),
+                                             (2, 4, 1, 2)])
+def test_zero3_shards_the_frozen_experts_over_the_expert_data_parallel_ranks(tp, dp, etp, ep):
+    """ZeRO-3 LoRA with expert parallelism (was a one-line error): the frozen dense weights shard over dp, the frozen
+    experts over the EDP = tp dp / (etp ep) ranks holding them, the adapters likewise (dense over dp, the experts'
+    over EDP); the weights a GPU keeps equal the brute-force shares, and the trainable count stays PEFT's."""
+    from dse.catalog import load_hardware
+    from dse.estimate import make_plan
+    from dse.estimate.parameters import parameters
+
+    m, hw = dse.catalog.load_model("mixtral-8x7b"), "h100-cluster"
+    kw = dict(tp=tp, dp=dp, ep=ep, zero=3, micro_batch=1, seq_len=4096, recompute="full", finetune="lora",
+              lora_rank=16, sequence_parallel=tp > 1, **({} if etp == tp else {"etp": etp}))
+    r = dse.estimate("mixtral-8x7b", hw, **kw)
+    assert r["model"]["params_trainable"] == 359_665_664                       # PEFT's count (r 16, all-linear)
+    prm = parameters(m, make_plan(m, load_hardware(hw), kw))
+    experts_frozen = m.layers * 3 * m.hidden * m.expert_ffn * m.experts      # every layer's E experts
+    pfe = prm["p_frozen_expert_gpu"]
+    assert pfe == pytest.approx(experts_frozen / (etp * ep), rel=1e-12)       # before ZeRO: E/ep experts / etp
+    dense_frozen_gpu = prm["p_gpu"] - prm["p_train_gpu"] - pfe                # dense frozen weights on the GPU
+    shares = _expert_shards(tp, dp, etp, ep, m.experts)
+    adapters_exp, adapters = prm["p_expert_gpu"], prm["p_train_gpu"]
+    edp = tp * dp // (etp * ep)
+    for dense_share, expert_share in shares.values():
+        kept = 2 * (dense_frozen_gpu * tp * dense_share + experts_frozen * expert_share)   # bf16
+        kept += 2 * ((adapters - adapters_exp) / dp + adapters_exp / edp)                # the adapters' shards
+        assert r["memory"]["gpu"]["weights"] == pytest.approx(kept, rel=1e-12)
+
+
+def test_zero3_gathers_the_frozen_experts_over_the_expert_data_parallel_group():
+    """ep = dp = 8: every GPU holds its one expert whole (EDP 1), so ZeRO-3 gathers and reduce-scatters only the
+    dense share over dp: traffic.dp = (7/8) m (G + 2 W) of the dense adapters' gradients G and gathered weights W
+    (the adapters at the gather dtype, the frozen dense weights as stored)."""
+    from dse.catalog import load_hardware
+    from dse.estimate import make_plan
+    from dse.estimate.parameters import parameters
+
+    m, hw = dse.catalog.load_model("mixtral-8x7b"), "dgx-h100"
+    kw = dict(tp=1, dp=8, ep=8, zero=3, micro_batch=1, seq_len=4096, recompute="full", finetune="lora", lora_rank=16)
+    r = dse.estimate("mixtral-8x7b", hw, **kw)
+    prm = parameters(m, make_plan(m, load_hardware(hw), kw))
+    dense_adapters = prm["p_train_gpu"] - prm["p_expert_gpu"]
+    frozen_dense = prm["p_gpu"] - prm["p_train_gpu"] - prm["p_frozen_expert_gpu"]
+    grads, gathered = 4 * dense_adapters, 2 * dense_adapters + 2 * frozen_dense      # fp32 reduce, bf16 gather
+    micro = r["parallelism"]["micro_batches"]
+    assert r["traffic"]["dp"] == pytest.approx(7 / 8 * micro * (grads + 2 * gathered), rel=1e-12)
+    one = dse.estimate("mixtral-8x7b", hw, **{**kw, "ep": 1})                   # the experts gathered over dp too
+    assert one["traffic"]["dp"] > 10 * r["traffic"]["dp"]
+
+
+def test_folded_experts_split_their_adapters_over_etp():
+    """tp 2 folded to etp 1 (was a one-line error): a GPU holds E/ep whole experts and their whole adapters
+    (Megatron-Bridge's expert adapters take the expert-TP group), the attention's adapters still over tp; the
+    adapters' GEMMs are as wide as the experts'; the trainable count is PEFT's."""
+    m = dse.catalog.load_model("mixtral-8x7b")
+    kw = dict(tp=2, dp=8, ep=8, sequence_parallel=True, micro_batch=1, seq_len=4096, finetune="lora", lora_rank=16)
+    at_tp = dse.estimate("mixtral-8x7b", "h100-cluster", **kw)
+    folded = dse.estimate("mixtral-8x7b", "h100-cluster", **kw, etp=1)
+    assert folded["plan"]["etp"] == 1
+    assert folded["model"]["params_trainable"] == at_tp["model"]["params_trainable"] == 359_665_664
+    rows = FT.moe_adapted_linears(m.hidden, 8, m.expert_ffn)
+    per_expert = {t: FT.adapter_parameters({k: rows[k] for k in FT.EXPERT_ROWS}, 16, t) for t in (1, 2)}
+    grads = {k: r["memory"]["gpu"]["gradients"] for k, r in (("tp", at_tp), ("folded", folded))}
+    # ZeRO-1: fp32 gradients of every adapter on the GPU; one expert's adapters whole (etp 1) or split (etp 2)
+    assert grads["folded"] - grads["tp"] == pytest.approx(4 * m.layers * (per_expert[1] - per_expert[2]), rel=1e-12)
+    from dse.catalog import load_hardware
+    from dse.estimate import make_plan
+    from dse.estimate.kernel_table import kernel_tables
+    from dse.formulas.precision import recipe_of
+
+    plan = make_plan(m, load_hardware("h100-cluster"), {**kw, "etp": 1})
+    layer = kernel_tables(m, plan, recipe_of(plan))["layer"]
+    assert layer["lora_expert_fc1_0_b"]["n"] == 2 * m.expert_ffn                   # not 2 F / tp
+    assert layer["lora_expert_fc2_0_a"]["k"] == m.expert_ffn
+    assert layer["lora_qkv_0_b"]["n"] == m.heads * m.head_dim / 2                  # q_proj's: over tp
 
 
 def test_lora_dropout_on_the_attention_of_an_moe_model_runs():
     r = dse.estimate("mixtral-8x7b", "dgx-h100", tp=8, dp=1, finetune="lora", lora_targets="attention",
                      lora_dropout=0.1)
     assert r["model"]["params_trainable"] > 0
+
+
+def test_an_array_of_ep_and_zero_is_the_loop_of_scalar_calls():
+    import numpy as np
+
+    kw = dict(tp=1, dp=8, micro_batch=1, seq_len=4096, recompute="full", finetune="lora", lora_rank=16,
+              overrides=["model.layers=4"])
+    ep, zero = np.array([1, 2, 4, 8, 8]), np.array([3, 3, 3, 3, 1])
+    arr = dse.estimate("mixtral-8x7b", "dgx-h100", ep=ep, zero=zero, **kw)
+    for i in range(len(ep)):
+        one = dse.estimate("mixtral-8x7b", "dgx-h100", ep=int(ep[i]), zero=int(zero[i]), **kw)
+        for path in (("time", "iteration"), ("memory", "gpu", "total"), ("memory", "gpu", "weights"),
+                     ("traffic", "dp")):
+            a, b = arr, one
+            for key in path:
+                a, b = a[key], b[key]
+            assert a[i] == pytest.approx(b, rel=1e-12), (path, i)

@@ -102,10 +102,8 @@ WITNESSES = {
     "fp8_param_gather needs fp8 and the distributed optimizer": ("llama2-7b", (), "dgx-h100",
                                                                 {"fp8_param_gather": True}),
     "fp8 on chiplet packages is not modelled": ("llama2-70b", (), PKG, {**CHIPLET, "precision": "fp8"}),
-    "LoRA of an MoE model with expert parallelism and ZeRO-3 is not modelled": (
-        "mixtral-8x7b", (), GPU, {"finetune": "lora", "ep": 2, "dp": 2, "zero": 3}),
-    "LoRA of an MoE model with expert tensor parallelism other than tp": (
-        "mixtral-8x7b", (), GPU, {"finetune": "lora", "tp": 2, "etp": 1, "sequence_parallel": True}),
+    "QLoRA of an MoE model with sharded or folded 4-bit experts": (
+        "mixtral-8x7b", (), GPU, {"finetune": "qlora", "ep": 2, "dp": 2, "zero": 3}),
     "LoRA dropout on an MoE model's experts": ("mixtral-8x7b", (), GPU, {"finetune": "lora", "lora_dropout": 0.1}),
     "multi-head latent attention beyond what is modelled": ("deepseek-v3", (), "dgx-h100", {"stack": "pytorch"}),
     "Ulysses cp needs the heads divisible by tp x cp": ("llama2-7b", (), GPU, {"cp": 3, "cp_comm": "a2a",

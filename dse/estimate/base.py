@@ -178,7 +178,7 @@ def memory_tiers(model: ModelSpec, system: SystemSpec, plan: Plan, prm: Section,
                    "total": 0.0, "capacity": storage_cap}
     memory = {"gpu": mem_gpu, "host": mem_host, "storage": mem_storage}
     return memory, {"first_is_max": first_is_max, "states_first": states_first, "states_last": states_last,
-                    "frozen": frozen,
+                    "frozen": frozen, "frozen_experts": _frozen.frozen_expert_bytes(prm, plan, r),
                     "constants": _frozen.quantization_constants(prm, model, plan)}
 
 
@@ -237,7 +237,8 @@ def compose_memory(model: ModelSpec, system: SystemSpec, plan: Plan, F: Formulas
         activations_last_stage=act["act_last"], states_first_stage=stages["states_first"],
         states_last_stage=stages["states_last"], kernels=tables, trainable_params_per_gpu=prm["p_train_gpu"],
         expert_params_per_gpu=_mtp.stage_experts(prm) if _expert_parallel(plan, model) else 0.0,
-        frozen_weight_bytes=stages["frozen"], quantization_constant_bytes=stages["constants"],
+        frozen_weight_bytes=stages["frozen"], frozen_expert_bytes=stages["frozen_experts"],
+        quantization_constant_bytes=stages["constants"],
     )
     return {
         "terms": terms,

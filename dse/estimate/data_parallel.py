@@ -53,12 +53,14 @@ def data_parallel(model: ModelSpec, plan: Plan, i: BaseTerms, r: Recipe, kt: Sec
     fp8_dense, fp8_exp = (_fp8.gathered_fp8_bytes(model, plan, r, l_stage) if r.weight_copies
                           else (0.0, 0.0))   # FP8 weights gathered at 1 B (fp8_param_gather)
     gather_b = gathered * r.weight_gathers - fp8_dense - (0.0 if ep_on else fp8_exp)
-    if plan.finetune != "full":   # ZeRO-3 gathers the frozen weights as stored (QLoRA: the packed 4-bit bytes)
-        gather_b = gather_b + where(zero >= 3, i.frozen_weight_bytes, 0.0)
+    frozen_exp = i.frozen_expert_bytes if ep_on and plan.finetune != "full" else 0.0
+    if plan.finetune != "full":   # ZeRO-3 gathers the frozen weights as stored (QLoRA: the packed 4-bit bytes),
+        gather_b = gather_b + where(zero >= 3, i.frozen_weight_bytes - frozen_exp, 0.0)   # the experts' over EDP
     dp_ar = P.allreduce_time(grad_b, d, bw_dp, lat_dp)
     rs_grads = P.allgather_time(grad_b, d, bw_dp, lat_dp)             # reduce-scatter of the gradients
     ag_weights = P.allgather_time(gather_b, d, bw_dp, lat_dp)         # all-gather of the weights
-    exp_grad_b, exp_gather_b = expert * r.dp_gradients, expert * r.weight_gathers - (fp8_exp if ep_on else 0.0)
+    exp_grad_b = expert * r.dp_gradients
+    exp_gather_b = expert * r.weight_gathers - (fp8_exp if ep_on else 0.0) + where(zero >= 3, frozen_exp, 0.0)
     if ep_on:
         n_e, bw_e, lat_e = lk["edp"][:3]
         lat_e = where(n_e != d, lat_e, 0.0)   # EDP = dp cp (an array's ep 1): one group, whose latency was paid

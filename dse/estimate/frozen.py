@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from dse.formulas import finetune as _finetune, memory as _memory
 from dse.formulas._array import maximum, where
+from dse.specs.plan import expert_tp, folded
 
 if TYPE_CHECKING:
     from dse.estimate.aliases import FormulaModule, Num, Section
@@ -21,7 +22,8 @@ if TYPE_CHECKING:
     from dse.specs.plan import Plan
 
 
-def with_adapters(prm: Section, model: ModelSpec, t: Num, rank: Num, targets: str, ep: Num = 1) -> Section:
+def with_adapters(prm: Section, model: ModelSpec, t: Num, rank: Num, targets: str, ep: Num = 1,
+                  et: Num | None = None) -> Section:
     """The parameter counts of :func:`dse.estimate.base.parameters` with every weight frozen and LoRA adapters.
 
     Adds ``p_train`` (the adapters), ``p_train_gpu`` (those on the most loaded stage's GPU) and ``p_linear_stage``
@@ -29,7 +31,11 @@ def with_adapters(prm: Section, model: ModelSpec, t: Num, rank: Num, targets: st
     An MoE model's MoE layers have the adapters of :func:`dse.formulas.finetune.moe_adapted_linears` (one per
     expert, E / ep on a GPU) instead of the dense MLP's; per-layer numbers are the mean over the layers. With
     expert parallelism ``p_expert_gpu`` is the experts' adapters on the stage's GPU (the trainable expert
-    parameters, whose gradients and ZeRO shards go over the dp/ep ranks holding the same experts).
+    parameters, whose gradients and ZeRO shards go over the dp/ep ranks holding the same experts) and
+    ``p_frozen_expert_gpu`` the frozen experts' weights there (ZeRO-3 shards them over the same ranks). With
+    expert tensor parallelism other than tp (``et``, MoE Parallel Folding) the experts' adapters and frozen
+    weights split over et, as their experts (Megatron-Bridge ``ParallelLinearAdapter(is_expert=True)``: the
+    expert-TP group ``expt_tp``).
     """
     kv: Any = model.kv_heads           # resolved specs: set
     d: Any = model.head_dim
@@ -49,19 +55,21 @@ def with_adapters(prm: Section, model: ModelSpec, t: Num, rank: Num, targets: st
         E: Any = model.experts
         local = E if _one(ep) else E / ep
         m_layer = _finetune.adapter_parameters(moe, rank, experts=E)
-        m_gpu = _finetune.adapter_parameters(moe, rank, t, experts=local)
+        m_gpu = _finetune.adapter_parameters(moe, rank, t, experts=local, etp=et)
         m_exp = _finetune.adapter_parameters({k: v for k, v in moe.items() if k in _finetune.EXPERT_ROWS}, rank, t,
-                                             experts=local)
+                                             experts=local, etp=et)
         m_lin = _finetune.linear_parameters(model.hidden, model.heads, kv, d, 0, model.ffn_type, t) \
-            + _moe_linears(model, t, ep)
+            + _moe_linears(model, t, ep, et)
         a_total = (L - n_moe) * a_layer + n_moe * m_layer
         a_gpu, lin_gpu, e_gpu = (v * (1 - n_moe / L) + w * n_moe / L if n_moe < L else w
                                  for v, w in ((a_gpu, m_gpu), (lin_gpu, m_lin), (0.0, m_exp)))
     a_stage = l_stage * a_gpu
+    split = bool(n_moe) and (et is not None or not _one(ep))      # the experts split over ep (and etp)
     return {**prm, "params": prm["params"] + a_total, "p_train": a_total, "p_train_gpu": a_stage,
             "p_linear_stage": l_stage * lin_gpu, "p_first": prm["p_first"] + a_stage,
             "p_last": prm["p_last"] + a_stage, "p_gpu": prm["p_gpu"] + a_stage,
-            "p_expert_gpu": l_stage * e_gpu if n_moe and not _one(ep) else prm["p_expert_gpu"]}
+            "p_expert_gpu": l_stage * e_gpu if split else prm["p_expert_gpu"],
+            "p_frozen_expert_gpu": prm["p_expert_gpu"] if split else 0.0}
 
 
 def _one(x: Num) -> bool:
@@ -77,13 +85,13 @@ def _moe_adapters(model: ModelSpec, targets: str) -> dict[str, list[tuple[Any, .
                                          model.shared_expert_gate, targets)
 
 
-def _moe_linears(model: ModelSpec, t: Num, ep: Num) -> Num:
-    """An MoE layer's MLP linear weights on one GPU (router, E / ep experts, shared)."""
+def _moe_linears(model: ModelSpec, t: Num, ep: Num, et: Num | None = None) -> Num:
+    """An MoE layer's MLP linear weights on one GPU (router, E / ep experts over et or t, shared)."""
     E: Any = model.experts
     f_e: Any = model.expert_ffn
     return _finetune.moe_linear_parameters(model.hidden, E, f_e, model.ffn_type,
                                            model.shared_experts * (model.shared_expert_ffn or 0),
-                                           model.shared_expert_gate, t, ep)
+                                           model.shared_expert_gate, t, ep, et)
 
 
 def states(prm: Section, stage: str, model: ModelSpec, plan: Plan, r: Recipe, state_bytes: Section,
@@ -91,22 +99,52 @@ def states(prm: Section, stage: str, model: ModelSpec, plan: Plan, r: Recipe, st
     """Model states of one stage's GPU when its weights are frozen (LoRA, QLoRA): only the adapters train.
 
     The adapters hold weights, gradients and optimizer states as in full training (ZeRO as configured; with expert
-    parallelism the experts' adapters shard over the dp/ep ranks that hold the same experts); every
-    other parameter is a frozen weight in the working dtype, the linear layers' in QLoRA's storage format
-    (:func:`dse.formulas.finetune.quantized_bytes_per_param`); ZeRO-3 shards the frozen weights too.
+    parallelism the experts' adapters shard over the EDP = tp dp / (etp ep) ranks that hold the same experts);
+    every other parameter is a frozen weight in the working dtype, the linear layers' in QLoRA's storage format
+    (:func:`dse.formulas.finetune.quantized_bytes_per_param`); ZeRO-3 shards the frozen weights too, the frozen
+    experts over the EDP ranks (:func:`zero3_frozen_shard`).
     """
+    from dse.estimate.data_parallel import expert_parallel
+    from dse.estimate.links import expert_replicas
+
     zero: Num = plan.zero       # a resolved plan: zero, dp, quantization are set
     d: Num = plan.dp
     w, g, o = state_bytes["weights"], state_bytes["gradients"], state_bytes["optimizer"]
-    if model.moe_layers and not _one(plan.ep):   # the experts' adapters: ZeRO shards over the dp/ep ranks
-        pe = prm["p_expert_gpu"]
+    edp: Num = d
+    if expert_parallel(plan, model):   # the experts' adapters: ZeRO shards over the EDP ranks
+        pe, edp = prm["p_expert_gpu"], expert_replicas(plan, d)
         dense = M.model_state_bytes(prm["p_train_gpu"] - pe, d, zero, w, g, o)
-        experts = M.model_state_bytes(pe, d / plan.ep, zero, w, g, o)
+        experts = M.model_state_bytes(pe, edp, zero, w, g, o)
         out = {k: dense[k] + experts[k] for k in dense}
     else:
         out = M.model_state_bytes(prm["p_train_gpu"], d, zero, w, g, o)
-    sharded = frozen_bytes(prm, stage, model, plan, r) / where(zero >= 3, d, 1)
+    sharded = zero3_frozen_shard(frozen_bytes(prm, stage, model, plan, r), frozen_expert_bytes(prm, plan, r),
+                                 zero, d, edp)
     return {**out, "weights": out["weights"] + sharded + quantization_constants(prm, model, plan)}
+
+
+def frozen_expert_bytes(prm: Section, plan: Plan, r: Recipe) -> Num:
+    """Bytes of the frozen routed experts on one GPU (part of :func:`frozen_bytes`; 0 without expert parallelism).
+
+    Formula: P_e e_w, QLoRA: P_e v (the experts' linear weights, packed), P_e = ``p_frozen_expert_gpu``
+    Source: as :func:`frozen_bytes`.
+    """
+    v = _VALUE_BYTES[plan.quantization or "nf4"] if plan.finetune == "qlora" else r.weights
+    return prm.get("p_frozen_expert_gpu", 0.0) * v
+
+
+def zero3_frozen_shard(frozen: Num, experts: Num, zero: Num, d: Num, edp: Num) -> Num:
+    """Bytes of a GPU's frozen weights it keeps between uses: their ZeRO-3 shard, all of them below ZeRO-3.
+
+    Formula: (F - F_e) / d + F_e / EDP at ZeRO-3, else F; F the frozen bytes, F_e the frozen experts' of them,
+    d the data-parallel ranks, EDP the expert-data-parallel ranks that hold the same experts
+    Source: Megatron-Core's Megatron-FSDP (``megatron_fsdp/param_and_grad_buffer.py``: parameters grouped by
+    ``is_expert_param`` and ``requires_grad``; an expert group's model-weight buffer shards and all-gathers over the
+    expert data-parallel group, ``get_fsdp_group(is_expert_parallel=True)``; frozen groups get no gradient or main
+    weight buffer); DeepSpeed AutoEP with ZeRO-3 (``runtime/engine.py`` ``_resolve_zero3_param_placement``: expert
+    parameters partition over the expert data-parallel group, the rest over the data-parallel one).
+    """
+    return where(zero >= 3, (frozen - experts) / d + experts / edp, frozen)
 
 
 def frozen_bytes(prm: Section, stage: str, model: ModelSpec, plan: Plan, r: Recipe) -> Num:
@@ -175,6 +213,8 @@ def kernel_inputs(model: ModelSpec, plan: Plan) -> dict[str, Any] | None:
     if model.moe_layers:
         adapters = {**adapters, **_moe_adapters(model, targets)}
     out: dict[str, Any] = {"adapters": adapters, "rank": plan.lora_rank, "lora_dropout": plan.lora_dropout}
+    if model.moe_layers and folded(plan):   # the experts' adapters split over etp (MoE Parallel Folding)
+        out["etp"] = expert_tp(plan)
     if plan.finetune == "qlora":
         # int8: d_in ~ h
         out["quantized_bytes"] = _finetune.quantized_bytes_per_param(plan.quantization or "nf4", model.hidden)
@@ -185,7 +225,7 @@ def kernel_inputs(model: ModelSpec, plan: Plan) -> dict[str, Any] | None:
             E: Any = model.experts
             out["moe_linear_params"] = (_finetune.linear_parameters(model.hidden, model.heads, kv, d, 0,
                                                                     model.ffn_type, plan.tp)
-                                        + _moe_linears(model, plan.tp, plan.ep))
+                                        + _moe_linears(model, plan.tp, plan.ep, out.get("etp")))
             out["moe_linears"] = (_finetune.linear_count(model.ffn_type, model.qkv_projection)
                                   - (3 if model.ffn_type in _finetune.GATED else 2)
                                   + _finetune.moe_linear_count(E, model.ffn_type, bool(model.shared_experts),

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from dse.estimate import frozen as _frozen
 from dse.estimate.feasibility import Violation
 from dse.estimate.links import expert_replicas
 from dse.estimate.technique import TechniqueBase
@@ -139,7 +140,8 @@ def partition(c: Result, system: SystemSpec, plan: Plan, F: Formulas | None = No
         sharded = (p_gpu + pe * (getattr(plan, "ep", 1) - 1)) / d   # (p - pe)/d + pe/(d/ep)
     shard_opt = where(zero >= 1, sharded, p_gpu)              # optimizer partition of one GPU
     shard_w = where(zero >= 3, sharded, p_gpu)                # fp16 parameter partition of one GPU
-    frozen = i.frozen_weight_bytes / where(zero >= 3, d, 1) if plan.finetune != "full" else 0.0
+    frozen = _frozen.zero3_frozen_shard(i.frozen_weight_bytes, i.frozen_expert_bytes, zero, d,
+                                        expert_replicas(plan, d)) if plan.finetune != "full" else 0.0
     return Partition(gpus_node=g_node, shard_opt=shard_opt, shard_w=shard_w, node_opt=shard_opt * g_node,
                      node_w=shard_w * g_node, frozen_w=frozen, node_frozen_w=frozen * g_node,
                      state_bytes=OPT.state_bytes_per_param(plan.optimizer, r),   # master + states (mixed Adam: 12)

@@ -145,7 +145,8 @@ def _parameters(model: ModelSpec, t: Num, p: Num, v: Num, T: FormulaModule,
         out["p_mtp_gpu"] = mtp[1]
     if ft[0] == "full":
         return {**out, "p_train": out["params"], "p_train_gpu": out["p_gpu"]}
-    return _frozen.with_adapters(out, model, t, 16 if ft[1] is None else ft[1], ft[2] or "all", ep)
+    return _frozen.with_adapters(out, model, t, 16 if ft[1] is None else ft[1], ft[2] or "all", ep,
+                                 et if fold else None)
 
 
 def _on_gpu(layer: Num, rep: Num, experts: Num, t: Num, ep: Num, et: Num | None, split: bool) -> tuple[Num, Num]:

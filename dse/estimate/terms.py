@@ -127,6 +127,8 @@ class BaseTerms(_Mappable):
                                                 # their replicas: dp/ep ranks), else 0
     frozen_weight_bytes: Num = 0.0              # bytes of the frozen weights on that GPU as stored, before ZeRO-3
                                                 # shards them (LoRA, QLoRA; full training: 0)
+    frozen_expert_bytes: Num = 0.0              # of the frozen bytes, the routed experts' under expert parallelism
+                                                # (ZeRO-3 shards them over the expert-data-parallel ranks)
     quantization_constant_bytes: Num = 0.0      # QLoRA's quantization constants on that GPU: replicated, kept there
     time: TimeTerms | None = None     # the time side, once compose_time ran
     drive_writes: dict[str, Any] = dataclasses.field(default_factory=dict)   # technique name -> its DriveWrites

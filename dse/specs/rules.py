@@ -296,15 +296,14 @@ FINETUNE_RULES = (
          message=lambda p, m, s: f"--paged-optimizer with --offload-optimizer {p.offload_optimizer} "
                                  f"--offload-activations {p.offload_activations} is not modelled; allowed: gpu and "
                                  "none (a paged optimizer keeps its states on the GPU until memory runs short)"),
-    Rule("LoRA of an MoE model with expert parallelism and ZeRO-3 is not modelled", ("finetune", "ep", "zero"),
-         when=lambda p, m, s: p.finetune != "full" and bool(m.experts), ok=lambda p, m, s: (p.ep == 1) | (p.zero < 3),
-         message=lambda p, m, s: f"--finetune {p.finetune} with --ep {p.ep} and --zero {p.zero} is not modelled (the "
-                                 "frozen experts' ZeRO-3 shards over the dp/ep ranks); allowed: --zero 0, 1 or 2"),
-    Rule("LoRA of an MoE model with expert tensor parallelism other than tp", ("finetune", "etp", "tp"),
-         when=lambda p, m, s: p.finetune != "full" and bool(m.experts),
-         ok=lambda p, m, s: (p.tp if p.etp is None else p.etp) == p.tp,
-         message=lambda p, m, s: f"--finetune {p.finetune} with --etp {p.etp} (not --tp {p.tp}) is not modelled (the "
-                                 "expert adapters follow the experts' split); allowed: --etp equal to --tp"),
+    Rule("QLoRA of an MoE model with sharded or folded 4-bit experts", ("finetune", "ep", "zero", "etp", "tp"),
+         when=lambda p, m, s: p.finetune == "qlora" and bool(m.experts),
+         ok=lambda p, m, s: ((p.ep == 1) | (p.zero < 3)) & ((p.tp if p.etp is None else p.etp) == p.tp),
+         message=lambda p, m, s: f"--finetune qlora with --ep {p.ep} --zero {p.zero} --etp {p.etp or p.tp} (--tp "
+                                 f"{p.tp}): no framework shards bitsandbytes' 4-bit experts over expert-data-parallel "
+                                 "ranks or splits them over an expert-TP group (Megatron-Core has no QLoRA; DeepSpeed "
+                                 "AutoEP repacks the experts in bf16); allowed: --finetune lora, or --zero 0-2 with "
+                                 "--etp equal to --tp"),
     Rule("LoRA dropout on an MoE model's experts", ("lora_dropout", "lora_targets", "model.experts"),
          when=lambda p, m, s: p.lora_dropout > 0 and bool(m.experts) and m.experts > 1,
          ok=lambda p, m, s: p.lora_targets in ("attention", "qv"),

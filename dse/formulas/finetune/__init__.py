@@ -143,15 +143,17 @@ def adapted_linears(h: Num, heads: Num, kv_heads: Num, head_dim: Num, ffn: Num, 
 
 
 def adapter_parameters(adapters: dict[str, list[tuple[Any, ...]]], rank: Num, tp: Num = 1,
-                       experts: Num = 1) -> Num:
+                       experts: Num = 1, etp: Num | None = None) -> Num:
     """Trainable parameters of one layer's adapters on one GPU.
 
     Formula: sum over adapters of r (d_in + d_out / t) on a column-parallel layer, r (d_in / t + d_out) on a
     row-parallel one (t = 1: r (d_in + d_out)), r (d_in + d_out) on a replicated one (an MoE router); an adapter
     (d_in, d_out, n) has rank n r; the routed experts' rows (``EXPERT_ROWS``) have one adapter per expert on the
-    GPU (``experts``: E / ep)
+    GPU (``experts``: E / ep), split over ``etp`` (expert tensor parallelism; None: tp) as their experts are
     Source: Hu et al. 2021 (LoRA) §4.1: A is r x d_in, B is d_out x r; NeMo's tensor-parallel LoRA adapters;
-    Hugging Face PEFT's ``ParamWrapper`` (one pair per expert of a 3-D parameter).
+    Hugging Face PEFT's ``ParamWrapper`` (one pair per expert of a 3-D parameter); Megatron-Bridge
+    ``peft/utils.py`` ``ParallelLinearAdapter``: an expert adapter's parallel layers take the expert-TP group
+    (``_get_tensor_parallel_group(..., is_expert=True)``: ``expt_tp``).
 
     Returns:
         parameters [count]
@@ -166,8 +168,9 @@ def adapter_parameters(adapters: dict[str, list[tuple[Any, ...]]], rank: Num, tp
     total: Num = 0
     for row, shapes in adapters.items():
         for adapter in shapes:
-            k_a, n_b, n = _dims(adapter, LINEAR_ROWS[row], tp)
-            total = total + (experts if row in EXPERT_ROWS else 1) * n * rank * (k_a + n_b)
+            expert = row in EXPERT_ROWS
+            k_a, n_b, n = _dims(adapter, LINEAR_ROWS[row], etp if expert and etp is not None else tp)
+            total = total + (experts if expert else 1) * n * rank * (k_a + n_b)
     return total
 
 
@@ -225,7 +228,8 @@ def linear_count(ffn_type: str = "gelu", qkv_projection: str = "fused") -> int:
 def apply_layer(table: dict[str, Any], adapters: dict[str, list[tuple[Any, ...]]], rank: Num, tok: Num, *,
                 tp: Num = 1, ffn_type: str = "gelu", ffn_elements: Num = 0, bytes_per_element: Num = 2,
                 quantized_bytes: Num | None = None, layer_linear_params: Num = 0, linears: Num = 0,
-                lora_dropout: float = 0.0, moe_linear_params: Num = 0, moe_linears: Num = 0) -> dict[str, Any]:
+                lora_dropout: float = 0.0, moe_linear_params: Num = 0, moe_linears: Num = 0,
+                etp: Num | None = None) -> dict[str, Any]:
     """A layer's kernel table when its linear weights are frozen, with LoRA adapters (and QLoRA's dequantization).
 
     Formula: linear rows frozen (backward = the data-gradient GEMM only); an unadapted linear row saves nothing
@@ -247,7 +251,9 @@ def apply_layer(table: dict[str, Any], adapters: dict[str, list[tuple[Any, ...]]
     expert's adapters are grouped GEMMs like the expert's (m = the busiest expert's tokens, one per local expert),
     A (k = d_in, n = n r), B (k = n r, n = d_out), over the T k routed tokens (FLOPs, B's saved A x and the merge's
     passes); QLoRA dequantizes the layer's attention and MoE linear weights (``moe_linear_params``, ``moe_linears``
-    kernels) instead of a dense MLP's. Adapters on rows the table lacks (a dense layer's MLP in an MoE layer, the
+    kernels) instead of a dense MLP's. ``etp`` (expert tensor parallelism other than tp; None: tp) splits the
+    routed experts' adapters as their experts (Megatron-Bridge ``ParallelLinearAdapter(is_expert=True)`` takes the
+    expert-TP group ``expt_tp``). Adapters on rows the table lacks (a dense layer's MLP in an MoE layer, the
     MoE rows in a dense one) are skipped.
 
     Returns:
@@ -298,9 +304,10 @@ def apply_layer(table: dict[str, Any], adapters: dict[str, list[tuple[Any, ...]]
     moe_bwd: Num = 0
     for name, shapes in adapters.items():
         if name in _MOE_ROWS:
-            n_adapters += _moe_adapter_rows(out, name, shapes, table[name], rank, tp, e)
+            split = etp if etp is not None and name in EXPERT_ROWS else tp
+            n_adapters += _moe_adapter_rows(out, name, shapes, table[name], rank, split, e)
             for adapter in shapes:
-                k_a, n_b, _ = _dims(adapter, LINEAR_ROWS[name], tp)
+                k_a, n_b, _ = _dims(adapter, LINEAR_ROWS[name], split)
                 tokens = _row_tokens(name, table[name])
                 moe_fwd = moe_fwd + e * tokens * 5 * n_b
                 moe_bwd = moe_bwd + e * tokens * (2 * n_b + 3 * k_a)

@@ -116,10 +116,11 @@ def moe_adapted_linears(h: Num, experts: int, expert_ffn: Num, ffn_type: str = "
 
 
 def moe_linear_parameters(h: Num, experts: int, expert_ffn: Num, ffn_type: str = "swiglu", shared_ffn: Num = 0,
-                          shared_gate: bool = False, tp: Num = 1, ep: Num = 1) -> Num:
+                          shared_gate: bool = False, tp: Num = 1, ep: Num = 1, etp: Num | None = None) -> Num:
     """Weights of an MoE layer's MLP linear layers on one GPU (what QLoRA quantizes): router, local experts, shared.
 
-    Formula: E h [E > 1] + (E / ep) n_m h F_e / t + n_m h S F_s / t (+ h with a shared gate); n_m = 3 gated, else 2
+    Formula: E h [E > 1] + (E / ep) n_m h F_e / t_e + n_m h S F_s / t (+ h with a shared gate); n_m = 3 gated,
+    else 2; t_e = ``etp`` (expert tensor parallelism, MoE Parallel Folding), t where None
     Source: the modules of a Transformers-4 MoE layer (``MixtralSparseMoeBlock``: ``gate`` and per expert ``w1``,
     ``w2``, ``w3`` as ``nn.Linear``, each a bitsandbytes ``Linear4bit`` under QLoRA; QLoRA §4: all linear layers).
 
@@ -134,7 +135,8 @@ def moe_linear_parameters(h: Num, experts: int, expert_ffn: Num, ffn_type: str =
     split = 1 if type(tp) is int and tp == 1 else tp
     local = experts if type(ep) is int and ep == 1 else experts / ep
     shared = n_m * h * shared_ffn / split + (h if shared_gate else 0)
-    return router + local * n_m * h * expert_ffn / split + shared
+    e_split = split if etp is None else (1 if type(etp) is int and etp == 1 else etp)
+    return router + local * n_m * h * expert_ffn / e_split + shared
 
 
 def moe_linear_count(experts: Num, ffn_type: str = "swiglu", shared: bool = False, shared_gate: bool = False,
