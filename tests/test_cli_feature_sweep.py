@@ -196,7 +196,7 @@ BAD = [
     (["--model", "llama3-8b", "--finetune", "lora", "--quantization", "nf4"], "--quantization nf4"),
     (["--model", "llama3-8b", "--finetune", "qlora", "--quantization", "fp4"], "--quantization"),
     (["--model", "llama3-8b", "--finetune", "dora"], "--finetune"),
-    (["--model", "mixtral-8x7b", "--finetune", "lora", "--ep", "2", "--dp", "2", "--zero", "3"], "--ep 2"),
+    (["--model", "mixtral-8x7b", "--finetune", "qlora", "--ep", "2", "--dp", "2", "--zero", "3"], "--ep 2"),
     (["--model", "mixtral-8x7b", "--finetune", "qlora", "--lora-dropout", "0.05"], "--lora-dropout 0.05"),
     (["--model", "llama3-8b", "--stack", "jax"], "--stack"),
     (["--model", "llama3-8b", "--hw", "dgx-h100", "--offload-optimizer", "cxl"], "--offload-optimizer cxl"),

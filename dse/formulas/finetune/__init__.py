@@ -53,6 +53,7 @@ Symbols:
     shared_gate: a sigmoid gate h x 1 on the shared experts' output [bool]
     shared: the MoE layer has shared experts [bool]
     ep: expert-parallel degree (E / ep experts on a GPU) [count]
+    etp: expert tensor-parallel degree: the routed experts (and their adapters) split over etp GPUs (None: tp) [count]
     moe_linear_params: an MoE layer's attention and MoE linear weights on one GPU (QLoRA's dequantization) [count]
     moe_linears: an MoE layer's linear modules on one GPU (its dequantization kernels) [count]
 """
