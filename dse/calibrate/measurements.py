@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,8 +50,12 @@ class Measurement:
     note: str = ""                 # how the scenario was mapped onto dse's plan
 
 
-def read(path: str | Path) -> list[Measurement]:
-    """Every measured scenario of a CSV or JSONL file (format detected per file)."""
+def read(path: str | Path, model_ref: Callable[[str], str] | None = None) -> list[Measurement]:
+    """Every measured scenario of a CSV or JSONL file (format detected per file).
+
+    ``model_ref``: maps a ``kind: base`` row's ``model`` to the catalog name or file to load (a row written by
+    ``dse measure`` names the config.json it ran, relative to where it ran); default: as written.
+    """
     p = Path(path)
     try:
         text = p.read_text()
@@ -75,7 +80,7 @@ def read(path: str | Path) -> list[Measurement]:
             raise InputError(f"{where}: not a JSON object")
         if "kind" in row:
             if row["kind"] == "base" and not row.get("offload_host"):
-                out.append(hf_row(row, where))
+                out.append(hf_row(row, where, model_ref))
         else:
             out.append(generic_row(row, where))
     if not out:
@@ -99,13 +104,15 @@ def _number(row: dict, key: str, where: str, required: bool = True) -> float | N
     return x
 
 
-def hf_model(row: dict, where: str):
+def hf_model(row: dict, where: str, model_ref: Callable[[str], str] | None = None):
     """The model of a ``kind: base`` row (catalog name, or its ``config``), dropout 0, position table as measured."""
     from dse.catalog import load_model
     from dse.formulas.transformer import parameter_count
 
     cfg = row.get("config")
     name = str(row.get("model", ""))
+    if model_ref is not None and not cfg:
+        name = model_ref(name)
     if cfg:
         try:
             ov = [(["name"], name or "measured"), (["layers"], int(cfg["layers"])), (["hidden"], int(cfg["hidden"])),
@@ -139,7 +146,7 @@ def hf_model(row: dict, where: str):
 from dse.specs.stack import STACKS  # noqa: E402
 
 
-def hf_row(row: dict, where: str) -> Measurement:
+def hf_row(row: dict, where: str, model_ref: Callable[[str], str] | None = None) -> Measurement:
     """A ``kind: base`` row of the dse measure / shared H100 format."""
     attn = row.get("attn")
     if attn not in _HF_ATTENTION:
@@ -148,7 +155,7 @@ def hf_row(row: dict, where: str) -> Measurement:
     if recompute not in ("none", "full"):
         raise InputError(f"{where}: recompute = {recompute!r}; allowed: none, full")
     b, s = int(_number(row, "b", where) or 0), int(_number(row, "s", where) or 0)
-    model, note = hf_model(row, where)
+    model, note = hf_model(row, where, model_ref)
     stack = row.get("stack", "pytorch")    # the format's runs are eager PyTorch modules (Transformers, dse measure)
     if stack not in STACKS:
         raise InputError(f"{where}: stack = {stack!r}; allowed: {', '.join(STACKS)}")

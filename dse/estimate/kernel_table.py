@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from dse.estimate import context as _context, encoder_decoder as _encdec, frozen as _frozen, mtp as _mtp
-from dse.estimate.passes import layer_entries
+from dse.estimate.passes import host_dispatch, layer_entries
 from dse.estimate.table_inputs import (
     END_SUMS,
     attention_shares,
@@ -31,7 +31,7 @@ from dse.formulas.precision import Recipe, peak_flops, recipe_of
 from dse.specs.plan import expert_tp
 
 if TYPE_CHECKING:
-    from dse.specs.hardware import GPUSpec, SystemSpec
+    from dse.specs.hardware import GPUSpec, HostSpec, SystemSpec
     from dse.specs.model import ModelSpec
     from dse.specs.plan import Plan
 
@@ -311,7 +311,8 @@ def kernel_times(tables: dict[str, Any], system: SystemSpec, plan: Plan, peak: N
     """
     gpu = system.node.gpu
     async_tp = plan.async_tp_allreduce and not plan.sequence_parallel   # hidden behind the weight-gradient GEMMs
-    key = _times_key(tables, gpu, plan, peak, lk["tp"], async_tp, C, P, lk.get("ep"), lk.get("etp"))
+    host_spec = system.node.host
+    key = _times_key(tables, gpu, host_spec, plan, peak, lk["tp"], async_tp, C, P, lk.get("ep"), lk.get("etp"))
     hit = _TIMES.get(key) if key is not None else None
     if hit is not None and hit[0] is tables and hit[1] is gpu:
         return hit[2]
@@ -320,7 +321,7 @@ def kernel_times(tables: dict[str, Any], system: SystemSpec, plan: Plan, peak: N
     hw = cost_of(gpu, peak, peak_flops(gpu.peak_flops, r.attention_dtype), peak_flops(gpu.peak_flops, r.head_dtype),
                  r.activations)
     stack = getattr(plan, "stack", "megatron")
-    dispatch = stack_spec(stack).dispatch
+    dispatch, layer_dispatch = host_dispatch(stack_spec(stack).dispatch, host_spec, stack, plan.recompute)
     count = bool(dispatch)
     launches = _kernels.megatron_launches(**tables.get("bias", {})) if stack == "megatron" else None
     lt = table_time(tables["layer"], hw, lk["tp"], C, P, recompute=plan.recompute, async_tp=async_tp, count=count,
@@ -344,7 +345,7 @@ def kernel_times(tables: dict[str, Any], system: SystemSpec, plan: Plan, peak: N
         pad = bool(getattr(plan, "pad_to_capacity", False))
         syncs = _kernels.moe_host_syncs(tables["layer"]["router"]["n"], pad=pad)[0]
         sync = _kernels.sync_exposed_time(syncs, dispatch)
-    host = (eff.layer_overhead, dispatch if count else 0, plan.recompute)
+    host = (eff.layer_overhead, layer_dispatch if count else 0, plan.recompute)
     out = {**layer_entries(lt, *host, sync * tables.get("moe_share", 1.0)),
            "t_head": head["forward"] + head["backward"], "t_embed": emb["forward"] + emb["backward"]}
     if "dense_layer" in tables:   # each kind's layer alone (a custom pipeline layout's stages: dse.estimate.stages)
@@ -352,7 +353,8 @@ def kernel_times(tables: dict[str, Any], system: SystemSpec, plan: Plan, peak: N
             out.update({f"{kind}:{k}": v for k, v in layer_entries(table, *host, wait).items()})
     if "mtp" in tables:   # multi-token prediction: a layer of the last kind alone, and the depth's own kernels
         own = table_time(tables["mtp"], hw, lk["tp"], C, P, recompute=plan.recompute, async_tp=async_tp)
-        out.update(_mtp.pass_times(last, own, eff.layer_overhead, dispatch if count else 0, plan.recompute, sync))
+        out.update(_mtp.pass_times(last, own, eff.layer_overhead, layer_dispatch if count else 0, plan.recompute,
+                                   sync))
     if key is not None and set(map(type, out.values())) <= _SCALARS:   # a vector system's arrays: not kept
         if len(_TIMES) >= 512:         # bounded like _TABLES
             _TIMES.clear()
@@ -365,23 +367,25 @@ _TIMES: dict[tuple[Any, ...], tuple[Any, GPUSpec, dict[str, Num]]] = {}
 _SCALARS = frozenset((int, float, bool))
 
 
-def _times_key(tables: dict[str, Any], gpu: GPUSpec, plan: Plan, peak: Num, link: Link, async_tp: bool,
-               C: Module, P: Module, ep_link: Link | None = None, etp_link: Link | None = None
+def _times_key(tables: dict[str, Any], gpu: GPUSpec, host: HostSpec, plan: Plan, peak: Num, link: Link,
+               async_tp: bool, C: Module, P: Module, ep_link: Link | None = None, etp_link: Link | None = None
                ) -> tuple[Any, ...] | None:
     """The memo key of :func:`kernel_times`, or None when it is not memoised (arrays, traced or replaced formulas).
 
     Every input of the times is in it: the tables and the GPU spec (by identity: the tables come from the
-    :func:`kernel_tables` memo, the frozen spec from the catalog; a hit must be for the same objects), the
-    precision recipe the GPU's kernel costs are read with (the plan's precision and gradient dtype), the GEMM
-    peak, the TP and EP links, the recompute mode, async TP, the stack (its dispatch), padding to capacity (the
-    MoE dispatcher's host sync), and the formulas called (so that a replaced one is never served a stale time).
+    :func:`kernel_tables` memo, the frozen spec from the catalog; a hit must be for the same objects), the host's
+    dispatch scales, the precision recipe the GPU's kernel costs are read with (the plan's precision and gradient
+    dtype), the GEMM peak, the TP and EP links, the recompute mode, async TP, the stack (its dispatch), padding to
+    capacity (the MoE dispatcher's host sync), and the formulas called (so that a replaced one is never served a
+    stale time).
     Only Python numbers: a search's numpy values are computed afresh, and array times (a vector system) not kept.
     """
+    scales = (host.dispatch_scale, host.checkpoint_dispatch_scale or 0.0)
     if C is not _compute or P is not _parallelism or not {*map(type, (peak, *link, *(ep_link or ()),
-                                                                        *(etp_link or ())))} <= _SCALARS:
+                                                                        *(etp_link or ()), *scales))} <= _SCALARS:
         return None
-    return (id(tables), id(gpu), plan.precision, plan.grad_dtype, peak, link, ep_link, etp_link, plan.recompute,
-            async_tp,
+    return (id(tables), id(gpu), scales, plan.precision, plan.grad_dtype, peak, link, ep_link, etp_link,
+            plan.recompute, async_tp,
             getattr(plan, "stack", "megatron"), bool(getattr(plan, "pad_to_capacity", False)),
             C.gemm_time, C.memory_time, P.allreduce_time, P.allgather_time, P.hierarchical_alltoall_time,
             _kernels.table_launches, _kernels.row_launches, _kernels.megatron_launches, _kernels.moe_host_syncs,

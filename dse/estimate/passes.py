@@ -4,7 +4,12 @@ prediction, :mod:`dse.estimate.mtp`)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dse.formulas._array import Num, maximum
+
+if TYPE_CHECKING:
+    from dse.specs.hardware import HostSpec
 
 
 def layer_passes(lt: dict[str, Num], overhead: Num, dispatch: Num, recompute: str, sync: Num) -> tuple[Num, Num, Num]:
@@ -28,3 +33,23 @@ def layer_entries(lt: dict[str, Num], overhead: Num, dispatch: Num, recompute: s
             "ep_bwd": lt["ep_backward"], "layer_fwd": layer_fwd, "layer_bwd": layer_bwd,
             "layer_rec": layer_rec, "layer_total": layer_total, "layer_wgrad": lt["weight_backward"],
             "layer_host_excess": layer_total - (lt["forward"] + lt["backward"] + lt["recompute"])}
+
+
+def host_dispatch(dispatch: float, host: HostSpec, stack: str, recompute: str) -> tuple[Num, Num]:
+    """(host time per launch outside the layers, and inside a layer) of ``stack`` on ``host``.
+
+    Formula: d_host = d_stack x s_host; in a layer under full recompute of an eager stack d_layer = d_stack x
+    s_ckpt (the host's ``checkpoint_dispatch_scale``, default ``dispatch_scale``), else d_layer = d_host.
+    A stack's ``dispatch`` is the host time per launched kernel on the reference host it was measured on
+    (data/host_dispatch_cpu.json, scripts/measure_host.py); a host's scales are its own measurement of the same
+    step relative to that reference (``--device cuda``: framework, CUDA launch and allocator), 1 for the
+    reference. Under torch.utils.checkpoint (non-reentrant, as Transformers checkpoints) every op of the layer's
+    forward, recompute and backward costs more host time (saved-tensor hooks, the recomputation's bookkeeping):
+    measured per op of a checkpointed GPT2Block step. Megatron's ``dispatch`` is already the per-launch time of a
+    (reentrant) checkpointed step: its layers take the plain scale.
+    """
+    scaled = dispatch * host.dispatch_scale
+    ckpt = host.checkpoint_dispatch_scale
+    if recompute == "full" and stack != "megatron" and ckpt is not None:
+        return scaled, dispatch * ckpt
+    return scaled, scaled

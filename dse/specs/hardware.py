@@ -102,6 +102,15 @@ class HostSpec:
     optimizer_throughput: float = spec_field(16e9, unit="bytes/s", gt=0,
                                              help="CPU optimizer step (DeepSpeed CPU-Adam): bytes of fp32 optimizer "
                                                   "state (master + moments) updated per second")
+    dispatch_scale: float = spec_field(1.0, gt=0,
+                                       help="host time per eager PyTorch op relative to the reference host the "
+                                            "stacks' dispatch was measured on (data/host_dispatch_cpu.json: 7.7 us "
+                                            "per op of the pytorch stack); measured with scripts/measure_host.py "
+                                            "--device cuda: gpt2_block us_per_op_step / 7.7 us; 1: the reference")
+    checkpoint_dispatch_scale: float | None = spec_field(
+        None, gt=0, help="the same for an op of a layer under torch.utils.checkpoint (non-reentrant: "
+        "the eager stacks' recompute full; its forward, recompute and backward): us_per_op_checkpointed_step / 7.7 "
+        "us; default: dispatch_scale (checkpointing's own host time not priced)")
     source: str = ""
 
 

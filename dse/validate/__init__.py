@@ -28,6 +28,7 @@ SUITES = {
     "megatron-bridge": "dse.validate.megatron_bridge",
     "moe-h100": "dse.validate.moe",
     "deepseek-v3": "dse.validate.deepseek_v3",
+    "h200-hf": "dse.validate.h200_hf",
 }
 
 

@@ -68,13 +68,21 @@ def _cause(causes: dict, plan: dict) -> str:
 
 
 def cases():
+    return measured_cases(measurements(), SYSTEM, SOURCE, lambda m: _cause(TIME_CAUSES, m.plan_data))
+
+
+def measured_cases(ms, system_name: str, source: str, time_cause, name=lambda m: m.name):
+    """A time and a peak-memory case per measured row on ``system_name`` (shared with :mod:`.h200_hf`).
+
+    ``time_cause(m)``: the documented reason a row's time may miss (its ``expected_miss``); ``name(m)``: its label.
+    """
     from dse.calibrate.measurements import plan_for, predict
     from dse.catalog import load_system
     from dse.validate import Case
 
-    system = load_system(SYSTEM)
+    system = load_system(system_name)
     out = []
-    for m in measurements():
+    for m in ms:
         plan = plan_for(m, system)
         once = {}
 
@@ -84,9 +92,9 @@ def cases():
             return once["v"][i]
 
         note = "; ".join(filter(None, [m.note, _PRECISION_NOTE]))
-        out.append(Case(name=f"{m.name} time", reference=m.time_s, compute=lambda v=value: v(0),
-                        tolerance=TIME_TOLERANCE, source=SOURCE, unit="s", note=note, quantity="time",
-                        expected_miss=_cause(TIME_CAUSES, m.plan_data)))
-        out.append(Case(name=f"{m.name} memory", reference=m.peak_bytes, compute=lambda v=value: v(1),
-                        tolerance=MEMORY_TOLERANCE, source=SOURCE, unit="bytes", note=note, quantity="memory"))
+        out.append(Case(name=f"{name(m)} time", reference=m.time_s, compute=lambda v=value: v(0),
+                        tolerance=TIME_TOLERANCE, source=source, unit="s", note=note, quantity="time",
+                        expected_miss=time_cause(m)))
+        out.append(Case(name=f"{name(m)} memory", reference=m.peak_bytes, compute=lambda v=value: v(1),
+                        tolerance=MEMORY_TOLERANCE, source=source, unit="bytes", note=note, quantity="memory"))
     return out

@@ -1,0 +1,121 @@
+"""Measured Hugging Face training steps on one H200 in a VM (``data/h200/``, issue 14).
+
+55 configurations measured by ``dse measure --impl hf`` on one H200 SXM in a Firecracker VM (data/README.md,
+``h200/``): Transformers' GPT-2 medium and XL (``gpt2_hf.jsonl``, 24: sdpa/eager x no/full recompute x
+micro-batch 4/8/16) and four other families built from their config.json (``hf_families.jsonl``, 31: Qwen2-0.5B,
+Pythia-1.4B, Gemma-3-1B, Llama-3.1-8B at micro-batch 2/8, Llama 1/2), sequence 1,024, random weights, dropout 0.
+Compared as :mod:`.h100_hf` compares the shared H100 file (same plan mapping, same time and peak-memory
+quantities, same targets and tolerances), on ``h200-vm``: the measured GPU (its efficiencies from the same
+session's micro-benchmarks and profiles, tests/test_h200_micro.py) and the measured host (its eager-PyTorch time
+per op, ``firecracker-xeon-vm``: 5.3x the stacks' reference host, 8.1x under checkpointing). Nothing is fitted to
+the cases.
+
+Left out: ``gpt2_torch.jsonl``, the harness's own plain-torch GPT (``--impl torch``), which is not the ``pytorch``
+stack: one fused ``F.gelu`` kernel instead of Transformers' eight-op GeLU, its own attention module and a
+different set of saved tensors; no stack prices its op list (stacks/*.yaml are traced from Transformers' modules).
+
+Each time case carries its cause, with the row's own profile (``kind: profile``: device time per kernel
+category and the kernels launched) as the evidence: the share of the measured step the GPU is busy tells a
+host-bound case (the host floor: the VM's per-op time, measured on a tiny GPT2Block step, prices every traced
+launch; the host-bound rows' steps take 21-45 us per launch the model counts without recompute, 39-64 us under
+checkpointing, by family, against the 40.5 and 62.6 us priced) from a GPU-bound one (eager attention's
+element-wise kernels, as on the H100).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from dse.validate.h100_hf import MEMORY_TOLERANCE, TARGETS, TIME_TOLERANCE, measured_cases  # noqa: F401
+
+SOURCE = ("one H200 SXM in a Firecracker VM (16 Intel Xeon vCPUs), PyTorch 2.11 + CUDA 13.0, Transformers 5.17, "
+          "measured 2026-11-26 for this project: data/h200/gpt2_hf.jsonl, hf_families.jsonl")
+SYSTEM = "h200-vm"
+FILES = ("h200/gpt2_hf.jsonl", "h200/hf_families.jsonl")
+#: the profiles' GPU busy share (device time / measured step) below which a row is host-bound
+HOST_BOUND = 0.8
+
+_STACK = "the pytorch stack prices the traced eager kernels; the host floor prices each traced launch at the VM's " \
+         "measured per-op time (40.5 us, 62.6 us under checkpointing: data/h200/host_dispatch_cuda.json)"
+CAUSES = {
+    "host": ("host-bound (the profile's device time is {busy:.0%} of the measured step): the run's host time per "
+             "launched kernel is {per_kernel:.0f} us ({kernels:,} kernels in {step:.1f} ms); the tiny GPT2Block step "
+             "the VM's host factor is measured on is not every family's op mix (view ops, mask and rotary set-up, "
+             "the checkpoint's bookkeeping per op differ)"),
+    "gpu": ("GPU-bound (the profile's device time is {busy:.0%} of the measured step: the host issued its "
+            "{kernels:,} kernels at <= {per_kernel:.0f} us each, so a model above the measurement is its host floor; "
+            "element-wise kernels take {elementwise:.0%} of the device time)"),
+    "math": ("eager attention: its element-wise kernels over the (b, a, s, s) scores are priced below the measured "
+             "device time, as on the H100 (h100-hf)"),
+    "full": "torch.utils.checkpoint (non-reentrant): the host time per op under it varies by model",
+}
+#: Documented reasons the suite's aggregate targets are missed today.
+EXPECTED_TARGET_MISSES = {
+    "time mape": ("host-bound small configurations: the VM's measured per-op host time (one tiny GPT2Block step) "
+                  "misprices some families' launches by up to 2x either way; GPU-bound eager attention is "
+                  "optimistic as on the H100 (see the time causes, --verbose)"),
+}
+
+
+def _model_ref(name: str) -> str:
+    """A row's config.json (``tests/fixtures/hf/X/config.json`` where it was measured) -> the copy shipped with the
+    data (``data/h200/configs/X/config.json``); catalog names unchanged."""
+    from dse.catalog import data_dir
+
+    p = Path(name)
+    return str(data_dir() / "h200" / "configs" / p.parent.name / p.name) if p.name == "config.json" else name
+
+
+def _rows(kind: str) -> list[dict]:
+    from dse.catalog import data_dir
+
+    out = []
+    for f in FILES:
+        with open(data_dir() / f) as fh:
+            out += [r for r in map(json.loads, filter(str.strip, fh)) if r.get("kind") == kind]
+    return out
+
+
+def _key(row: dict) -> tuple:
+    return Path(str(row["model"])).parent.name or row["model"], row["attn"], int(row["b"]), row["recompute"]
+
+
+def measurements():
+    """The Transformers rows (``impl: hf``) of both files as :class:`~dse.calibrate.measurements.Measurement`."""
+    from dse.calibrate.measurements import read
+    from dse.catalog import data_dir
+
+    return [m for f in FILES for m in read(data_dir() / f, _model_ref)]
+
+
+def label(m) -> str:
+    """``Qwen2-0.5B sdpa b2 s1024 rc-none`` (the row's model path shortened to the model's name)."""
+    return f"{m.model.name} {m.name.split(' ', 1)[1]}"
+
+
+def time_cause(m, profiles: dict) -> str:
+    """The documented reason the row's time may miss, with its profile's numbers."""
+    plan = m.plan_data
+    key = (m.model.name, {"flash": "sdpa", "math": "eager"}[plan["attention"]], plan["micro_batch"], plan["recompute"])
+    p = profiles.get(key)
+    parts = []
+    if p is not None:
+        dev = sum(p["device_s_by_category"].values())
+        kernels = sum(p["kernels_by_category"].values())
+        busy = dev / m.time_s
+        host = busy < HOST_BOUND
+        parts.append(CAUSES["host" if host else "gpu"].format(
+            busy=busy, per_kernel=m.time_s / kernels * 1e6, kernels=kernels, step=m.time_s * 1e3,
+            elementwise=p["device_s_by_category"].get("elementwise", 0.0) / dev))
+    if plan["attention"] == "math":
+        parts.append(CAUSES["math"])
+    if plan["recompute"] == "full":
+        parts.append(CAUSES["full"])
+    return f"{_STACK}: " + "; ".join(parts)
+
+
+def cases():
+    profiles = {_key(p): p for p in _rows("profile") if p.get("impl") == "hf"}
+    ms = measurements()
+    return measured_cases(ms, SYSTEM, SOURCE, lambda m: time_cause(m, profiles), name=label)
