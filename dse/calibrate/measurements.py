@@ -162,6 +162,8 @@ def hf_row(row: dict, where: str, model_ref: Callable[[str], str] | None = None)
     plan = {"tp": 1, "pp": 1, "dp": 1, "zero": 0, "micro_batch": b, "global_batch": b, "seq_len": s,
             "recompute": recompute, "attention": _HF_ATTENTION[attn], "precision": "bf16-pure", "grad_dtype": "half",
             "stack": stack}
+    if "use_cache" in row:     # Transformers' use_cache as measured (dse measure --impl hf: off)
+        plan["kv_cache"] = _bool(row["use_cache"], "use_cache", where)
     name = f"{row.get('model')} {attn} b{b} s{s} rc-{recompute}"
     return Measurement(name=name, model=model, plan_data=plan, time_s=_number(row, "step_s", where),
                        peak_bytes=_number(row, "peak_bytes", where, required=False), optimizer_step=False, note=note)

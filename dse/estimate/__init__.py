@@ -161,7 +161,7 @@ def numbers(model: ModelSpec, system: SystemSpec, plan: Plan, *, trace: Trace | 
         r["parallelism"]["hosts"] = c["hosts"]
         r["hardware"]["gpus_per_host"] = system.node.gpus_per_host
     r["plan"] = vars(plan).copy()   # plan fields are scalars: a shallow copy is the whole plan
-    for key in ("target_len", "pipeline_layout"):   # an encoder-decoder's length; a custom stage layout
+    for key in ("target_len", "pipeline_layout", "kv_cache"):   # shown only where set
         if r["plan"].get(key) is None:
             r["plan"].pop(key, None)
     if not folded(plan):       # expert TP equal to tp (the default): reported only where it may differ

@@ -231,7 +231,7 @@ def kernel_tables(model: ModelSpec, plan: Plan, r: Recipe, K: Module = _kernels)
                getattr(plan, "expert_capacity", None), getattr(plan, "pad_to_capacity", False), sp, plan.recompute,
                plan.attention, e, comm, logits, stack, r.gradients, expert_tp(plan),
                plan.finetune, plan.lora_rank, plan.lora_targets, plan.quantization, plan.lora_dropout, fp8,
-               *map(K.__getattribute__, _FORMULAS))
+               getattr(plan, "kv_cache", None), *map(K.__getattribute__, _FORMULAS))
         try:
             hit = _TABLES.get(key)
         except TypeError:                  # array plan fields: not hashable, not memoised

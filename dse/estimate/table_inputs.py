@@ -81,7 +81,8 @@ def stack_inputs(model: ModelSpec, plan: Plan, stack: str) -> tuple[Any, Any, An
                "dropout": model.dropout > 0, "qkv": model.qkv_projection, "grouped": kv < model.heads,
                "scale_query": model.scale_query, "rotary": model.position == "rotary",
                "frozen": plan.finetune != "full", "softcap": model.attn_softcap is not None,
-               "logit_softcap": model.logit_softcap is not None, "embedding_scale": model.embedding_scale}
+               "logit_softcap": model.logit_softcap is not None, "embedding_scale": model.embedding_scale,
+               "kv_cache": plan.recompute != "full" if plan.kv_cache is None else bool(plan.kv_cache)}
     return ops, size, choices
 
 

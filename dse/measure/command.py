@@ -119,7 +119,7 @@ def base_rows(torch, device: str, smoke: bool, configs: dict, batches: list[int]
             for recompute in ("none", "full"):
                 for b in batches:
                     head = {"kind": "base", "model": name, "attn": attn, "b": b, "s": s, "recompute": recompute,
-                            "offload_host": False, "impl": impl}
+                            "offload_host": False, "use_cache": False, "impl": impl}
                     try:
                         row = train_steps(cfg, attn, recompute, b, s, device, dtype, warmup, repeats, impl,
                                           profile)

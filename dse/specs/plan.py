@@ -110,6 +110,10 @@ class Plan:
     optimizer: str = spec_field("adam", choices=OPTIMIZERS)
     schedule: str = spec_field("1f1b", choices=SCHEDULES, help="pipeline schedule")
     virtual_stages: int = spec_field(1, gt=0, help="model chunks per pipeline stage (interleaved schedule)")
+    kv_cache: bool | None = spec_field(None, help="pytorch/compiled stacks: Transformers' use_cache in training "
+                                       "(the K/V-cache copies, which the attention then saves); default: on unless "
+                                       "recompute is full, as Transformers does (it turns the cache off under "
+                                       "gradient checkpointing)")
     pipeline_layout: str | None = spec_field(None, help="custom stage layout, Megatron-LM's "
                                              "--pipeline-model-parallel-layout string: stages split by |, E embedding, "
                                              "t transformer layer, m MTP depth, L loss, (..)*n and x*n repeat, e.g. "

@@ -32,7 +32,8 @@ _OP_KEYS = ("forward", "backward", "saved", "packed", "transient", "when", "froz
 _CHOICES = {"attention": ("flash", "math"), "recompute": ("none", "selective", "full"), "bias": (True, False),
             "dropout": (True, False), "qkv": ("fused", "separate"), "grouped": (True, False),
             "scale_query": (True, False), "rotary": (True, False), "frozen": (True, False),
-            "softcap": (True, False), "logit_softcap": (True, False), "embedding_scale": (True, False)}
+            "softcap": (True, False), "logit_softcap": (True, False), "embedding_scale": (True, False),
+            "kv_cache": (True, False)}
 
 
 @dataclass(frozen=True)
