@@ -58,6 +58,9 @@ class KernelCost(NamedTuple):
     depth: Num = 0.0                    # k0 of a GEMM tile's prologue and epilogue (compute.gemm_time) [count]
     fp8: Num | None = None              # achieved share of the FP8 peak in an FP8 GEMM (None: gemm) [fraction]
     fp8_depth: Num | None = None        # k0 of an FP8 GEMM (None: depth) [count]
+    strided: Num | None = None          # achieved share of the HBM bandwidth on the non-vectorized path (None: memory)
+    softmax: Num | None = None          # row softmax forward elements per second (None: bytes-bound only) [1/s]
+    softmax_backward: Num | None = None  # row softmax backward elements per second (None: bytes-bound only) [1/s]
 
 
 class Link(NamedTuple):
@@ -79,7 +82,8 @@ def cost_of(gpu: GPUSpec, peak: Num, attention_peak: Num | None = None, head_pea
     return KernelCost(peak, eff.gemm, eff.attention, eff.gemm_overhead, gpu.hbm_bandwidth, eff.memory,
                       peak if attention_peak is None else attention_peak, peak if head_peak is None else head_peak,
                       eff.gemm if eff.gemm_unaligned is None else eff.gemm_unaligned, operand_bytes,
-                      eff.kernel_overhead, eff.gemm_depth, eff.gemm_fp8, eff.gemm_fp8_depth)
+                      eff.kernel_overhead, eff.gemm_depth, eff.gemm_fp8, eff.gemm_fp8_depth, eff.memory_strided,
+                      eff.softmax_rate, eff.softmax_rate_backward)
 
 
 def kernel_time(row: Row, hw: KernelCost, C: Module) -> tuple[Num, Num]:
@@ -114,8 +118,33 @@ def kernel_time(row: Row, hw: KernelCost, C: Module) -> tuple[Num, Num]:
     f = C.memory_time(row["bytes"], hw.bandwidth, hw.memory)
     if "bytes_backward" in row:     # a software stack's row: its own backward bytes, and its kernels' fixed time
         b = C.memory_time(row["bytes_backward"], hw.bandwidth, hw.memory)
+        if _RATED.intersection(row):     # slower parts named by the stack (strided, softmax)
+            f, b = f + _rated_extra(row, "", hw, C), b + _rated_extra(row, "_backward", hw, C)
         return f + hw.kernel_overhead * row.get("kernels", 0), b + hw.kernel_overhead * row["kernels_backward"]
     return f, 2 * f
+
+
+_RATED = frozenset(("strided", "strided_backward", "softmax", "softmax_backward"))
+
+
+def _rated_extra(row: Row, side: str, hw: KernelCost, C: Module) -> Num:
+    """Time a stack row's slow parts add to its bytes at the plain element-wise rate.
+
+    Formula: strided bytes x (1/(B eta_strided) - 1/(B eta_mem))
+             + max(0, softmax elements / R_softmax - softmax bytes / (B eta_mem))
+    Source: PyTorch's TensorIterator vectorizes (16-byte accesses) only when every operand is contiguous
+    (aten/src/ATen/native/cuda/CUDALoops.cuh); the warp softmax is instruction-bound (an exp, a max and a sum per
+    element). Rates measured on an H200 from kernel profiles (scripts/kernel_rates.py, data/h200/gpt2_hf.jsonl).
+    """
+    extra: Num = 0.0
+    strided = row.get("strided" + side)
+    if strided is not None and hw.strided is not None:
+        extra = C.memory_time(strided, hw.bandwidth, hw.strided) - C.memory_time(strided, hw.bandwidth, hw.memory)
+    rate = hw.softmax if side == "" else hw.softmax_backward
+    elements = row.get("softmax_elements" + side)
+    if elements is not None and rate is not None:
+        extra = extra + maximum(elements / rate - C.memory_time(row["softmax" + side], hw.bandwidth, hw.memory), 0.0)
+    return extra
 
 
 def collective_time(row: Row, link: Link, P: Module) -> Num:

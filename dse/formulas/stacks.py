@@ -137,7 +137,24 @@ def _elementwise(op: Op, size: Sizes, e: Num, g: Num, saved: Num | None = None, 
             "bytes_backward": amount(bwd.get("moves", {}), size, e, g),
             "kernels": count(fwd.get("kernels", 0)), "kernels_backward": count(bwd.get("kernels", 0)),
             "saved": amount(op.get("saved", {}), size, e, g) if saved is None else saved,
-            **(_packed(op, size, e, g) if pack else {})}
+            **(_packed(op, size, e, g) if pack else {}), **_rated(fwd, "", size, e, g), **_rated(bwd, "_backward", size,
+                                                                                            e, g)}
+
+
+def _rated(side: dict, suffix: str, size: Sizes, e: Num, g: Num) -> Row:
+    """The parts of a pass's moves that run below the plain element-wise rate, where the stack names them.
+
+    ``strided``: bytes of kernels on PyTorch's non-vectorized element-wise path (a transposed or broadcast
+    operand); ``softmax``: bytes of the row softmax kernel, and ``softmax_elements`` the elements it processes (each
+    element of each named tensor once, whatever its passes and dtype).
+    """
+    out: Row = {}
+    if side.get("strided"):
+        out["strided" + suffix] = amount(side["strided"], size, e, g)
+    if side.get("softmax"):
+        out["softmax" + suffix] = amount(side["softmax"], size, e, g)
+        out["softmax_elements" + suffix] = amount({k.partition(":")[0]: 1 for k in side["softmax"]}, size, 1, 1)
+    return out
 
 
 def _packed(op: Op, size: Sizes, e: Num, g: Num) -> Row:
@@ -151,7 +168,11 @@ def _packed(op: Op, size: Sizes, e: Num, g: Num) -> Row:
 
 def _scaled(row: Row, ratio: Num) -> Row:
     """An element-wise row over ``ratio`` times the elements: bytes and saved bytes scale, the kernels do not."""
-    return {k: v * ratio if k in ("bytes", "bytes_backward", "saved", "packed") else v for k, v in row.items()}
+    return {k: v * ratio if k in _SCALED else v for k, v in row.items()}
+
+
+_SCALED = ("bytes", "bytes_backward", "saved", "packed", "strided", "strided_backward", "softmax", "softmax_backward",
+           "softmax_elements", "softmax_elements_backward")
 
 
 def apply_layer(table: Table, ops: dict[str, Op], size: Sizes, choices: dict[str, Any], *,

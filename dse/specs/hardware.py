@@ -52,6 +52,17 @@ class GPUEfficiency:
                                   help="fraction of peak reached by fused (flash) attention")
     memory: float = spec_field(0.694, unit="fraction", gt=0, le=1,
                                help="fraction of HBM bandwidth reached by element-wise kernels")
+    memory_strided: float | None = spec_field(None, unit="fraction", gt=0, le=1,
+                                              help="fraction of HBM bandwidth reached by eager PyTorch's element-wise "
+                                                   "kernels on the non-vectorized path (a transposed or broadcast "
+                                                   "operand: a stack's `strided` passes); default: memory")
+    softmax_rate: float | None = spec_field(None, unit="Hz", gt=0,
+                                            help="elements per second of eager PyTorch's row softmax forward "
+                                                 "(softmax_warp_forward: instruction-bound; a stack's `softmax` "
+                                                 "passes); default: bytes-bound only")
+    softmax_rate_backward: float | None = spec_field(None, unit="Hz", gt=0,
+                                                     help="elements per second of the row softmax's backward; "
+                                                          "default: bytes-bound only")
     layer_overhead: float = spec_field(0.0, unit="s", ge=0,
                                        help="host-side (framework) time per layer per forward pass beyond the "
                                             "stack's per-kernel dispatch (stacks/*.yaml); backward counts twice")

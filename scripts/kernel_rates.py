@@ -1,0 +1,92 @@
+"""Achieved rates of eager PyTorch's slow element-wise kernels, from measured profiles: the provenance of the GPU
+efficiencies ``memory_strided`` and ``softmax_rate`` (hwspecs/gpus/h200-sxm-141gb.yaml, h100-sxm-80gb.yaml).
+
+Reads the ``kind: profile`` rows of ``dse measure --profile`` (``data/h200/gpt2_hf.jsonl``: Transformers' GPT-2 in
+eager attention, no recomputation) and divides each kernel's measured device time by the work it must do:
+
+- ``strided``: PyTorch's TensorIterator runs an element-wise op with 16-byte vector accesses only when every operand
+  is contiguous (aten/src/ATen/native/cuda/CUDALoops.cuh, ``can_vectorize_up_to``); a transposed or broadcast
+  operand takes the generic ``elementwise_kernel<128, 4>`` path, and ``torch.cat`` of strided views the generic
+  ``CatArrayBatchedCopy``. In GPT-2's eager attention these are the ``.contiguous()`` clones around the batched
+  matmuls (q, k, v and the merged heads forward, three gradients backward: 7 per layer, each a read and a write
+  of a (T, h) tensor), the broadcast add of the causal mask over the (b, a, s, s) scores (a read and a write of the
+  scores; the one other such add per step, the position embedding's, is a (T, h) one), and the cat of the q, k, v
+  gradients (a read and a write of (T, 3h)). Rate: bytes / time.
+- ``softmax``: ``softmax_warp_forward`` / ``softmax_warp_backward`` over rows of s <= 1,024 elements: one warp per
+  row, an exp, a max and a sum per element, run at a rate of elements per second that does not depend on the
+  dtype (the fp32 softmax of Llama-family eager attention runs at the same element rate: printed from
+  ``data/h200/hf_families.jsonl``), so it is instruction-bound, not bytes-bound, on Hopper.
+
+Usage:  python scripts/kernel_rates.py [data/h200/gpt2_hf.jsonl]   (prints JSON: per configuration and the median)
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+
+DIMS = {"gpt2-medium": (24, 1024, 16), "gpt2-xl": (48, 1600, 25)}   # layers, hidden, heads
+FAMILIES = {"Llama-3.1-8B": (32, 32), "Qwen2-0.5B": (24, 14)}         # layers, heads (fp32 softmax)
+
+
+def _kernel(prof: dict, *marks: str) -> tuple[float, int]:
+    """(seconds, calls) summed over the kernels whose name contains every mark."""
+    t = n = 0
+    for sec, name, calls in prof["kernels"]:
+        if all(m in name for m in marks):
+            t, n = t + sec, n + calls
+    return t, n
+
+
+def gpt2_rates(rows: list[dict]) -> list[dict]:
+    out = []
+    for p in rows:
+        if p.get("kind") != "profile" or p["attn"] != "eager" or p["recompute"] != "none" or p["model"] not in DIMS:
+            continue
+        layers, h, a = DIMS[p["model"]]
+        tok, scores = p["b"] * p["s"], p["b"] * a * p["s"] ** 2
+        clone, n_clone = _kernel(p, "elementwise_kernel<128, 4", "direct_copy_kernel_cuda")
+        add, n_add = _kernel(p, "elementwise_kernel<128, 4", "CUDAFunctor_add")
+        cat, n_cat = _kernel(p, "CatArrayBatchedCopy<")
+        fwd, _ = _kernel(p, "softmax_warp_forward")
+        bwd, _ = _kernel(p, "softmax_warp_backward")
+        r = {"model": p["model"], "b": p["b"], "clones_per_layer": n_clone / layers,
+             "strided_clone_GBps": n_clone * 2 * tok * h * 2 / clone / 1e9,
+             "strided_mask_add_GBps": (layers * 2 * scores * 2 + (n_add - layers) * 3 * tok * h * 2) / add / 1e9,
+             "strided_cat_GBps": n_cat * 2 * 3 * tok * h * 2 / cat / 1e9,
+             "softmax_forward_Gelem_s": layers * scores / fwd / 1e9,
+             "softmax_backward_Gelem_s": layers * scores / bwd / 1e9}
+        out.append(r)
+    return out
+
+
+def family_rates(rows: list[dict]) -> list[dict]:
+    out = []
+    for p in rows:
+        name = p.get("model", "").split("/")[-2] if "/" in p.get("model", "") else ""
+        if p.get("kind") != "profile" or p["attn"] != "eager" or p["recompute"] != "none" or name not in FAMILIES:
+            continue
+        layers, a = FAMILIES[name]
+        scores = p["b"] * a * p["s"] ** 2
+        fwd, _ = _kernel(p, "softmax_warp_forward<float")
+        bwd, _ = _kernel(p, "softmax_warp_backward<float")
+        out.append({"model": name, "b": p["b"], "softmax_forward_Gelem_s": layers * scores / fwd / 1e9,
+                    "softmax_backward_Gelem_s": layers * scores / bwd / 1e9})
+    return out
+
+
+def main() -> None:
+    path = sys.argv[1] if len(sys.argv) > 1 else "data/h200/gpt2_hf.jsonl"
+    rows = [json.loads(x) for x in open(path)]
+    per = gpt2_rates(rows)
+    strided = [r[k] for r in per for k in ("strided_clone_GBps", "strided_mask_add_GBps", "strided_cat_GBps")]
+    fam = family_rates([json.loads(x) for x in open(path.replace("gpt2_hf", "hf_families"))])
+    summary = {"strided_GBps_median": statistics.median(strided),
+               "softmax_forward_Gelem_s_median": statistics.median(r["softmax_forward_Gelem_s"] for r in per),
+               "softmax_backward_Gelem_s_median": statistics.median(r["softmax_backward_Gelem_s"] for r in per)}
+    print(json.dumps({"gpt2": per, "fp32_softmax_families": fam, "median": summary}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
