@@ -100,3 +100,17 @@ def test_eager_gpt2_attention_rows_carry_their_rates():
     assert row["softmax_elements"] == scores and row["softmax_elements_backward"] == scores
     assert row["strided"] == (4 * 4096 * 1024 + 2 * scores) * 2     # two (T, h) copies and the mask add, bf16
     assert layer["kv_copy"]["strided"] == layer["kv_copy"]["bytes"]
+
+
+def test_the_h100_carries_the_h200_rates_as_its_own_profile_shows():
+    """The H100's strided share is the H200's absolute rate over the H100's bandwidth (an assumption when it was
+    set); its own profile (data/h100/gpt2_hf.jsonl, measured at the end of the same session) agrees within 10 %."""
+    sys.path.insert(0, "scripts")
+    import kernel_rates
+
+    rows = [json.loads(x) for x in open("data/h100/gpt2_hf.jsonl")]
+    (r,) = kernel_rates.gpt2_rates(rows)
+    h100 = _gpu("dgx-h100").efficiency
+    measured = statistics.median([r["strided_clone_GBps"], r["strided_mask_add_GBps"], r["strided_cat_GBps"]])
+    assert h100.memory_strided * 3.35e12 / 1e9 == pytest.approx(measured, rel=0.10)
+    assert h100.softmax_rate / 1e9 == pytest.approx(r["softmax_forward_Gelem_s"], rel=0.05)

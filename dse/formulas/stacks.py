@@ -141,7 +141,7 @@ def _elementwise(op: Op, size: Sizes, e: Num, g: Num, saved: Num | None = None, 
                                                                                             e, g)}
 
 
-def _rated(side: dict, suffix: str, size: Sizes, e: Num, g: Num) -> Row:
+def _rated(side: dict[str, Any], suffix: str, size: Sizes, e: Num, g: Num) -> Row:
     """The parts of a pass's moves that run below the plain element-wise rate, where the stack names them.
 
     ``strided``: bytes of kernels on PyTorch's non-vectorized element-wise path (a transposed or broadcast
