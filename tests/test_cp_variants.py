@@ -153,8 +153,8 @@ def test_allgather_is_exposed_and_holds_the_whole_kv():
 
     link = links(load_system(H100), type("p", (), {"tp": 1, "dp": 1, "cp": 8, "ep": 1, "etp": None,
                                                    "schedule": "1f1b", "cp_comm": "allgather"})())["cp"]
-    per_layer = (2 * P.allgather_attention_time(kv, 8, link.bandwidth, link.latency)
-                 + P.allgather_attention_time(kv, 8, link.bandwidth, link.latency, backward=True))
+    per_layer = (2 * P.allgather_attention_time(kv, 8, link.bandwidth, path=link.path)
+                 + P.allgather_attention_time(kv, 8, link.bandwidth, backward=True, path=link.path))
     assert ag["time"]["cp_communication"] == pytest.approx(32 * per_layer, rel=1e-12)   # fwd, recompute, bwd
     extra = ag["memory"]["gpu"]["buffers"] - ring["memory"]["gpu"]["buffers"]
     assert extra == pytest.approx(2 * 8 * kv - 4 * kv, rel=1e-12)   # whole K, V, dK, dV instead of 4 ring buffers

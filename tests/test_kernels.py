@@ -223,7 +223,7 @@ def test_gpu_layer_time_is_the_sum_over_the_table():
     assert gemms == pytest.approx(sum(kernel_table.kernel_time(r, hw, C)[0] for r in table.values()
                                       if r["kind"] == "gemm"), rel=1e-12)
     link = base.links(s, p)["tp"]
-    ar = P.allreduce_time(table["attn_allreduce"]["comm"], 2, link.bandwidth, link.latency)
+    ar = P.allreduce_time(table["attn_allreduce"]["comm"], 2, link.bandwidth, path=link.path)
     assert c["terms"].time.gpu_forward == pytest.approx(compute + 2 * ar, rel=1e-12)
 
 

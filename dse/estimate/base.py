@@ -270,7 +270,7 @@ def pipeline(model: ModelSpec, system: SystemSpec, plan: Plan, i: BaseTerms, r: 
     single = p == 1
     # Megatron's scatter-gather p2p sends 1/t of the [s, b, h] activation per rank
     pp_msg = r.pp_messages * i.tokens_per_microbatch * model.hidden / plan.tp
-    t_p2p = where(single, 0.0, 2 * P.p2p_time(pp_msg, lk["pp"].bandwidth, lk["pp"].latency))
+    t_p2p = where(single, 0.0, 2 * P.p2p_time(pp_msg, lk["pp"].bandwidth, path=lk["pp"].path))
     t_mb_fixed = system.node.gpu.efficiency.microbatch_overhead
     hold = _stages.holdings(model, plan)
     if hold is not None:   # a custom stage layout: each rank's own layers, ends and MTP depths

@@ -132,12 +132,12 @@ def times(tables: dict[str, Any], kernel_cost: Any, lk: dict[str, Any], plan: An
     row, kind, cp = tables["layer"]["attention"], getattr(plan, "cp_comm", "p2p"), plan.cp
     if kind == "allgather":
         link = lk["cp"]
-        fwd = P.allgather_attention_time(row["cp_gather"], cp, link.bandwidth, link.latency)
-        bwd = P.allgather_attention_time(row["cp_gather"], cp, link.bandwidth, link.latency, backward=True)
+        fwd = P.allgather_attention_time(row["cp_gather"], cp, link.bandwidth, path=link.path)
+        bwd = P.allgather_attention_time(row["cp_gather"], cp, link.bandwidth, backward=True, path=link.path)
     elif kind == "a2a":
         link = lk["cp"]
-        fwd = bwd = (P.alltoall_time(row["cp_a2a_qkv"], cp, link.bandwidth, link.latency)
-                     + P.alltoall_time(row["cp_a2a_out"], cp, link.bandwidth, link.latency))
+        fwd = bwd = (P.alltoall_time(row["cp_a2a_qkv"], cp, link.bandwidth, path=link.path)
+                     + P.alltoall_time(row["cp_a2a_out"], cp, link.bandwidth, path=link.path))
     else:
         from dse.estimate.kernel_table import kernel_time
 
@@ -145,16 +145,16 @@ def times(tables: dict[str, Any], kernel_cost: Any, lk: dict[str, Any], plan: An
         kv = row["cp_kv"]
         if kind == "p2p":
             link = lk["cp"]
-            fwd = P.ring_attention_time(kv, cp, f / cp, link.bandwidth, link.latency)
-            bwd = P.ring_attention_time(2 * kv, cp, b / cp, link.bandwidth, link.latency)
+            fwd = P.ring_attention_time(kv, cp, f / cp, link.bandwidth, path=link.path)
+            bwd = P.ring_attention_time(2 * kv, cp, b / cp, link.bandwidth, path=link.path)
         else:   # a2a+p2p
             a2a, ring = lk["cp_a2a"], lk["cp_ring"]
             r = ring.ranks
             args = (a2a.ranks, r)
             fwd = P.hierarchical_attention_time(row["cp_a2a_qkv"], row["cp_a2a_out"], kv, *args, f / r, a2a.bandwidth,
-                                                ring.bandwidth, a2a.latency, ring.latency)
+                                                ring.bandwidth, a2a_path=a2a.path, ring_path=ring.path)
             bwd = P.hierarchical_attention_time(row["cp_a2a_qkv"], row["cp_a2a_out"], 2 * kv, *args, b / r,
-                                                a2a.bandwidth, ring.bandwidth, a2a.latency, ring.latency)
+                                                a2a.bandwidth, ring.bandwidth, a2a_path=a2a.path, ring_path=ring.path)
     return {"forward": fwd, "backward": bwd, "recompute": fwd if plan.recompute != "none" else 0.0}
 
 

@@ -3,7 +3,7 @@ weight gathers, the tied-embedding sync); called by :func:`dse.estimate.base.com
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dse.estimate import context as _context, fp8 as _fp8
 from dse.formulas import parallelism as _parallelism
@@ -42,7 +42,7 @@ def data_parallel(model: ModelSpec, plan: Plan, i: BaseTerms, r: Recipe, kt: Sec
     zero: Num = plan.zero       # a resolved plan: zero and dp are set
     d: Num = _context.grad_ranks(plan)
     m, l_stage = i.micro_batches, i.layers_per_stage
-    bw_dp, lat_dp = lk["dp"].bandwidth, lk["dp"].latency
+    bw_dp, path_dp = lk["dp"].bandwidth, lk["dp"].path
     train = i.trainable_params_per_gpu          # LoRA: the adapters; ZeRO-3 still gathers every weight
     gathered = i.params_per_gpu if plan.finetune == "full" else train
     ep_on = expert_parallel(plan, model)
@@ -56,17 +56,23 @@ def data_parallel(model: ModelSpec, plan: Plan, i: BaseTerms, r: Recipe, kt: Sec
     frozen_exp = i.frozen_expert_bytes if ep_on and plan.finetune != "full" else 0.0
     if plan.finetune != "full":   # ZeRO-3 gathers the frozen weights as stored (QLoRA: the packed 4-bit bytes),
         gather_b = gather_b + where(zero >= 3, i.frozen_weight_bytes - frozen_exp, 0.0)   # the experts' over EDP
-    dp_ar = P.allreduce_time(grad_b, d, bw_dp, lat_dp)
-    rs_grads = P.allgather_time(grad_b, d, bw_dp, lat_dp)             # reduce-scatter of the gradients
-    ag_weights = P.allgather_time(gather_b, d, bw_dp, lat_dp)         # all-gather of the weights
+    dp_ar = P.allreduce_time(grad_b, d, bw_dp, path=path_dp)
+    rs_grads = P.allgather_time(grad_b, d, bw_dp, path=path_dp)             # reduce-scatter of the gradients
+    ag_weights = P.allgather_time(gather_b, d, bw_dp, path=path_dp)         # all-gather of the weights
     exp_grad_b = expert * r.dp_gradients
     exp_gather_b = expert * r.weight_gathers - (fp8_exp if ep_on else 0.0) + where(zero >= 3, frozen_exp, 0.0)
     if ep_on:
-        n_e, bw_e, lat_e = lk["edp"][:3]
-        lat_e = where(n_e != d, lat_e, 0.0)   # EDP = dp cp (an array's ep 1): one group, whose latency was paid
-        dp_ar = dp_ar + P.allreduce_time(exp_grad_b, n_e, bw_e, lat_e)
-        rs_grads = rs_grads + P.allgather_time(exp_grad_b, n_e, bw_e, lat_e)
-        ag_weights = ag_weights + P.allgather_time(exp_gather_b, n_e, bw_e, lat_e)
+        n_e, bw_e, path_e = lk["edp"][:3]
+        apart = n_e != d   # EDP = dp cp (an array's ep 1): one group, one collective of both shares
+
+        def expert(fn: Any, dense: Num, dense_b: Num, nbytes: Num) -> Num:
+            own = dense + fn(nbytes, n_e, bw_e, path=path_e) if apart is not False else 0.0
+            joint = fn(dense_b + nbytes, d, bw_dp, path=path_dp) if apart is not True else 0.0
+            return where(apart, own, joint)
+
+        dp_ar = expert(P.allreduce_time, dp_ar, grad_b, exp_grad_b)
+        rs_grads = expert(P.allgather_time, rs_grads, grad_b, exp_grad_b)
+        ag_weights = expert(P.allgather_time, ag_weights, gather_b, exp_gather_b)
     dp_time = where(zero == 0, dp_ar, where(zero < 3, rs_grads + ag_weights, m * (2 * ag_weights + rs_grads)))
     fwd_window = l_stage * kt["layer_fwd"]
     bwd_window = l_stage * kt["layer_bwd"]
@@ -80,7 +86,7 @@ def data_parallel(model: ModelSpec, plan: Plan, i: BaseTerms, r: Recipe, kt: Sec
         dp_exposed = dp_time
     if (model.tied_embeddings or model.mtp_layers) and plan.finetune == "full":   # both end stages hold it: sum grads
         emb_bytes = model.vocab * model.hidden / plan.tp * r.dp_gradients
-        emb_sync = where(plan.pp == 1, 0.0, P.allreduce_time(emb_bytes, 2, lk["pp"].bandwidth, lk["pp"].latency))
+        emb_sync = where(plan.pp == 1, 0.0, P.allreduce_time(emb_bytes, 2, lk["pp"].bandwidth, path=lk["pp"].path))
     else:
         emb_bytes, emb_sync = 0.0, 0.0
     return {"grad_b": grad_b, "gather_b": gather_b, "dp_time": dp_time, "dp_exposed": dp_exposed,

@@ -27,6 +27,7 @@ from dse.estimate.table_inputs import (
 )
 from dse.formulas import compute as _compute, kernels as _kernels, parallelism as _parallelism, stacks as _stacks
 from dse.formulas._array import Num, maximum, where
+from dse.formulas.parallelism.nccl import Path
 from dse.formulas.precision import Recipe, peak_flops, recipe_of
 from dse.specs.plan import expert_tp
 
@@ -64,11 +65,11 @@ class KernelCost(NamedTuple):
 
 
 class Link(NamedTuple):
-    """The group a collective runs on: ranks, per-rank bandwidth and per-step latency, inside one node or not."""
+    """The group a collective runs on: ranks, per-rank bandwidth, its NCCL path, inside one node or not."""
 
     ranks: Num
     bandwidth: Num     # [bytes/s]
-    latency: Num       # per step [s]
+    path: Path         # nodes spanned and per-protocol latencies (dse.formulas.parallelism.nccl)
     inside: Num = True   # the group's ranks share a node (bool, or an array of them)
     per_node: Num = 1    # ep only: ranks of the group in one node
     share: Num = 0.0     # ep only: share of an all-to-all's bytes that leave the node
@@ -151,12 +152,12 @@ def collective_time(row: Row, link: Link, P: Module) -> Num:
     """Time of one collective on its group's link: ring all-reduce, all-gather or reduce-scatter, or an all-to-all."""
     t: Num
     if row["op"] == "allreduce":
-        t = P.allreduce_time(row["comm"], link.ranks, link.bandwidth, link.latency)
+        t = P.allreduce_time(row["comm"], link.ranks, link.bandwidth, path=link.path)
     elif row["op"] == "alltoall":   # the MoE token dispatch and combine over the ep group: NVLink, then the network
         t = P.hierarchical_alltoall_time(row["comm"], link.ranks, link.per_node, link.share, link.network,
-                                         link.bandwidth, link.latency)
+                                         link.bandwidth, path=link.path)
     else:   # all-gather, reduce-scatter
-        t = P.allgather_time(row["comm"], link.ranks, link.bandwidth, link.latency)
+        t = P.allgather_time(row["comm"], link.ranks, link.bandwidth, path=link.path)
     return t
 
 
@@ -391,6 +392,11 @@ def kernel_times(tables: dict[str, Any], system: SystemSpec, plan: Plan, peak: N
     return out
 
 
+def _plain(link: Link | None) -> tuple[Any, ...]:
+    """A link's values as the memo checks them: its path by the nodes it spans (its latencies are Python floats)."""
+    return () if link is None else (*link[:2], link.path.nodes, *link[3:])
+
+
 # memo of kernel_times for scalar hardware and plans: see _times_key
 _TIMES: dict[tuple[Any, ...], tuple[Any, GPUSpec, dict[str, Num]]] = {}
 _SCALARS = frozenset((int, float, bool))
@@ -410,8 +416,8 @@ def _times_key(tables: dict[str, Any], gpu: GPUSpec, host: HostSpec, plan: Plan,
     Only Python numbers: a search's numpy values are computed afresh, and array times (a vector system) not kept.
     """
     scales = (host.dispatch_scale, host.checkpoint_dispatch_scale or 0.0)
-    if C is not _compute or P is not _parallelism or not {*map(type, (peak, *link, *(ep_link or ()),
-                                                                        *(etp_link or ()), *scales))} <= _SCALARS:
+    if C is not _compute or P is not _parallelism or not {*map(type, (peak, *_plain(link), *_plain(ep_link),
+                                                                        *_plain(etp_link), *scales))} <= _SCALARS:
         return None
     return (id(tables), id(gpu), scales, plan.precision, plan.grad_dtype, peak, link, ep_link, etp_link,
             plan.recompute, async_tp,

@@ -13,6 +13,7 @@ from dse.estimate.kernel_table import Link
 from dse.estimate.memo import ints, remembered
 from dse.formulas import parallelism as _parallelism
 from dse.formulas._array import clip, floor, where
+from dse.formulas.parallelism.nccl import Path, path_of
 from dse.specs.plan import differs, expert_tp, folded
 
 if TYPE_CHECKING:
@@ -46,15 +47,31 @@ def links(system: SystemSpec, plan: Plan, P: FormulaModule = _parallelism, model
     return out
 
 
-def _rates(system: SystemSpec) -> tuple[Num, Num, Num, Num, Num]:
-    """(G, B_intra, B_node, intra latency, network latency): GPUs per node, the intra-node link's per-GPU bandwidth
-    and the node's network bandwidth (each times its efficiency), and their latencies."""
+def _rates(system: SystemSpec) -> tuple[Num, Num, Num, Path]:
+    """(G, B_intra, B_node, path): GPUs per node, the intra-node link's per-GPU bandwidth and the node's network
+    bandwidth (each times its efficiency), and NCCL's path inside one node (:func:`system_path`)."""
     node = system.node
     intra = node.gpu_link.bandwidth * node.gpu_link.efficiency if node.gpu_link else float("inf")
-    intra_lat = node.gpu_link.latency if node.gpu_link else 0.0
     inter = node.network.bandwidth * node.network.efficiency if node.network else intra / 1e3
-    inter_lat = node.network.latency if node.network else 0.0
-    return node.gpus_per_node, intra, inter, intra_lat, inter_lat
+    return node.gpus_per_node, intra, inter, system_path(system)
+
+
+def system_path(system: SystemSpec) -> Path:
+    """NCCL's path inside one node of ``system``: its GPU link's and network's transports and extra latencies.
+
+    A link's ``transport`` picks NCCL's per-hop latencies (:func:`dse.formulas.parallelism.nccl.hops`); unset, a GPU
+    link is NVLink and a network is a network; its ``latency`` (default 0) is added to each hop.
+    """
+    node = system.node
+    gl, net = node.gpu_link, node.network
+    return path_of(1, (gl.transport if gl else None) or "nvlink", (net.transport if net else None) or "net",
+                   (gl.latency if gl else None) or 0.0, (net.latency if net else None) or 0.0)
+
+
+def _spanned(path: Path, n: Num, stride: Num, G: Num, inside: Num) -> Path:
+    """``path`` for a group of ``n`` ranks ``stride`` apart: N = 1 inside a node, else n / clip(floor(G/stride), 1, n)
+    (the ranks of the group one node holds, as :func:`dse.formulas.parallelism.group_bandwidth` places them)."""
+    return path._replace(nodes=where(inside, 1, n / clip(floor(G / stride), 1, n)))
 
 
 def _cp_levels(system: SystemSpec, plan: Plan, P: FormulaModule) -> dict[str, Link]:
@@ -63,13 +80,13 @@ def _cp_levels(system: SystemSpec, plan: Plan, P: FormulaModule) -> dict[str, Li
     and 1 of Megatron-Core's ``create_hierarchical_groups`` over the cp group."""
     from dse.specs.rules_cp import a2a_degree
 
-    G, intra, inter, intra_lat, inter_lat = _rates(system)
+    G, intra, inter, path = _rates(system)
     t, cp = plan.tp, plan.cp
     a = a2a_degree(plan, system)
     r = cp // a
     a_in, r_in = t * a <= G, t * cp <= G
-    return {"cp_a2a": Link(a, P.group_bandwidth(a, t, G, intra, inter), where(a_in, intra_lat, inter_lat), a_in),
-            "cp_ring": Link(r, P.group_bandwidth(r, t * a, G, intra, inter), where(r_in, intra_lat, inter_lat), r_in)}
+    return {"cp_a2a": Link(a, P.group_bandwidth(a, t, G, intra, inter), _spanned(path, a, t, G, a_in), a_in),
+            "cp_ring": Link(r, P.group_bandwidth(r, t * a, G, intra, inter), _spanned(path, r, t * a, G, r_in), r_in)}
 
 
 def expert_replicas(plan: Plan, d: Num) -> Num:
@@ -92,18 +109,18 @@ def _routing(model: ModelSpec | None) -> tuple[int, int, int, int]:
 def _links(system: SystemSpec, t: Num, d: Num, P: FormulaModule, cp: Num = 1, ep: Num = 1,
            route: tuple[int, int, int, int] = (0, 0, 0, 0), dual: bool = False, et: Num | None = None
            ) -> dict[str, Link]:
-    G, intra, inter, intra_lat, inter_lat = _rates(system)
+    G, intra, inter, path = _rates(system)
     dc = d * cp                 # dp x cp ranks, tp apart: the gradient group (DualPipe: 2 dc, grad_ranks)
     dg = 2 * dc if dual else dc
     tp_in, cp_in, dp_in, pp_in = t <= G, t * cp <= G, t * dg <= G, t * dc * 2 <= G
-    return {"tp": Link(t, P.group_bandwidth(t, 1, G, intra, inter), where(tp_in, intra_lat, inter_lat), tp_in),
-            "cp": Link(cp, P.group_bandwidth(cp, t, G, intra, inter), where(cp_in, intra_lat, inter_lat), cp_in),
-            "dp": Link(dg, P.group_bandwidth(dg, t, G, intra, inter), where(dp_in, intra_lat, inter_lat), dp_in),
-            "pp": Link(2, P.group_bandwidth(2, t * dc, G, intra, inter), where(pp_in, intra_lat, inter_lat), pp_in),
-            **_expert_links(P, G, t, dg, ep, (intra, inter, intra_lat, inter_lat), route, t if et is None else et)}
+    return {"tp": Link(t, P.group_bandwidth(t, 1, G, intra, inter), _spanned(path, t, 1, G, tp_in), tp_in),
+            "cp": Link(cp, P.group_bandwidth(cp, t, G, intra, inter), _spanned(path, cp, t, G, cp_in), cp_in),
+            "dp": Link(dg, P.group_bandwidth(dg, t, G, intra, inter), _spanned(path, dg, t, G, dp_in), dp_in),
+            "pp": Link(2, P.group_bandwidth(2, t * dc, G, intra, inter), _spanned(path, 2, t * dc, G, pp_in), pp_in),
+            **_expert_links(P, G, t, dg, ep, (intra, inter, path), route, t if et is None else et)}
 
 
-def _expert_links(P: FormulaModule, G: Num, t: Num, dc: Num, ep: Num, rates: tuple[Num, Num, Num, Num],
+def _expert_links(P: FormulaModule, G: Num, t: Num, dc: Num, ep: Num, rates: tuple[Num, Num, Path],
                   route: tuple[int, int, int, int], et: Num) -> dict[str, Link]:
     """The expert groups of Megatron-Core's expert rank order etp-ep-edp-pp (MoE Parallel Folding, Liu et al. 2025,
     arXiv 2504.14960; ``parallel_state``'s expert ``RankGenerator``, order tp-ep-dp-pp with cp folded away): the
@@ -111,19 +128,19 @@ def _expert_links(P: FormulaModule, G: Num, t: Num, dc: Num, ep: Num, rates: tup
     apart) and the expert-data-parallel group ``edp`` (t dc / (et ep) ranks, et ep apart; dc = dp cp, the
     attention's gradient group, so that the MoE layers' ETP x EP x EDP ranks are the attention's TP x CP x DP).
     ``etp`` is there when it may differ from tp, ``ep`` and ``edp`` then too and when ep is not the Python int 1.
-    ``rates``: the intra-node and network bandwidths (whole node) and latencies.
+    ``rates``: the intra-node and network bandwidths (whole node) and the node's NCCL path.
 
     The ``ep`` group's all-to-all is hierarchical (:func:`dse.formulas.parallelism.hierarchical_alltoall_time`):
     q = clip(floor(G/et), 1, ep) of its ranks share a node, N = ep/q nodes; the NVLink stage runs at the intra-node
     rate, the network stage at the GPU's share of its node's network (all G GPUs of a node run their groups'
     all-to-alls at once) with the share of bytes that leave the node (:func:`dse.formulas.parallelism.
     internode_share` of the model's routing ``route``)."""
-    intra, inter, intra_lat, inter_lat = rates
+    intra, inter, path = rates
     out = {}
     fold = bool(route[0]) and differs(t, et)   # an MoE model whose etp differs from tp
     if fold:
         et_in = et <= G
-        out["etp"] = Link(et, P.group_bandwidth(et, 1, G, intra, inter), where(et_in, intra_lat, inter_lat), et_in)
+        out["etp"] = Link(et, P.group_bandwidth(et, 1, G, intra, inter), _spanned(path, et, 1, G, et_in), et_in)
     if type(ep) is int and ep == 1 and not fold:
         return out
     ep_in, edp_in = et * ep <= G, t * dc <= G
@@ -131,6 +148,6 @@ def _expert_links(P: FormulaModule, G: Num, t: Num, dc: Num, ep: Num, rates: tup
     E, k, groups, per_token = route
     share = P.internode_share(E, k, ep / q, groups, per_token) if E else 0.0
     n_e = t * dc / (et * ep)
-    return {**out, "ep": Link(ep, intra, where(ep_in, intra_lat, inter_lat), ep_in, q, share, inter / G),
-            "edp": Link(n_e, P.group_bandwidth(n_e, et * ep, G, intra, inter), where(edp_in, intra_lat, inter_lat),
+    return {**out, "ep": Link(ep, intra, path._replace(nodes=where(ep_in, 1, ep / q)), ep_in, q, share, inter / G),
+            "edp": Link(n_e, P.group_bandwidth(n_e, et * ep, G, intra, inter), _spanned(path, n_e, et * ep, G, edp_in),
                         edp_in)}

@@ -16,6 +16,7 @@ from dse.errors import InputError
 from dse.specs._schema import spec_field
 
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
+TRANSPORTS = ("nvlink", "pci", "net")   # NCCL's hardware classes of a link (dse.formulas.parallelism.nccl.TRANSPORTS)
 
 # Hardware kinds: the ``kind:`` field of a hardware file picks its spec class (and the estimate's backend,
 # dse/estimate/backends.py). Components under hwspecs/ (gpus, hosts, links, storage) are parts, not kinds.
@@ -94,10 +95,23 @@ class GPUSpec:
 class LinkSpec:
     name: str
     bandwidth: float = spec_field(unit="bytes/s", gt=0, help="per direction")
-    latency: float = spec_field(5e-6, unit="s", ge=0, help="per message / per collective step")
+    transport: str | None = spec_field(None, choices=TRANSPORTS,
+                                       help="NCCL's hardware class of the link, which sets the per-hop latency of "
+                                            "each NCCL protocol (dse.formulas.parallelism.nccl); default: nvlink "
+                                            "for a node's gpu_link, net for its network")
+    latency: float | None = spec_field(None, unit="s", ge=0,
+                                       help="latency the link adds to each collective hop beyond NCCL's for its "
+                                            "transport (a network plugin's reported latency: 0 for InfiniBand); "
+                                            "needs transport")
     efficiency: float = spec_field(0.8, unit="fraction", gt=0, le=1,
                                    help="achievable fraction of bandwidth for large transfers")
     source: str = ""
+
+    def _check(self, where: str) -> None:
+        if self.latency is not None and self.transport is None:
+            raise InputError(f"{where}.latency: collectives now take NCCL's per-hop latencies from the link's "
+                             f"transport; latency is what the link adds beyond them (0 for NVLink and "
+                             f"InfiniBand): set transport ({', '.join(TRANSPORTS)}) or delete latency")
 
 
 @dataclass(frozen=True, kw_only=True)

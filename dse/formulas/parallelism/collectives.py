@@ -3,7 +3,10 @@
 Collective costs use the bandwidth-optimal ring algorithms (Patarasuk & Yuan
 2009; NCCL): an all-reduce of S bytes over n ranks moves 2 (n-1)/n S bytes
 through every rank in 2 (n-1) steps; all-gather and reduce-scatter move half
-that. Group bandwidths follow from where a group's ranks sit: tensor-parallel
+that. Their latency is NCCL's, per protocol, with the fastest protocol for the
+size (:mod:`~dse.formulas.parallelism.nccl`; the default path has none:
+bandwidth only), plus any extra alpha per step. Group bandwidths follow from
+where a group's ranks sit: tensor-parallel
 ranks are adjacent, data-parallel ranks are ``tp`` apart, pipeline neighbours
 ``tp * dp`` apart (Megatron-LM's default rank order, tp fastest).
 
@@ -13,17 +16,20 @@ The shared symbols are in the package docstring (:mod:`dse.formulas.parallelism`
 from __future__ import annotations
 
 from dse.formulas._array import Num, clip, floor, maximum, minimum, where
+from dse.formulas.parallelism.nccl import BANDWIDTH_ONLY, Path, fastest_time, send_time
 
 __all__ = ["allreduce_time", "allgather_time", "alltoall_time", "expert_nodes_per_token", "internode_share",
            "hierarchical_alltoall_time", "p2p_time", "group_bandwidth",
            "pipeline_bubble_fraction", "pipeline_time", "dualpipe_pair_time", "dualpipe_bubble"]
 
 
-def allreduce_time(nbytes: Num, n: Num, bandwidth: Num, latency: Num = 0.0) -> Num:
+def allreduce_time(nbytes: Num, n: Num, bandwidth: Num, latency: Num = 0.0, path: Path = BANDWIDTH_ONLY) -> Num:
     """Ring all-reduce time.
 
-    Formula: 2 (n-1)/n S / B + 2 (n-1) alpha; 0 when n = 1
-    Source: Patarasuk & Yuan 2009 (J. Parallel Distrib. Comput. 69(2)), bandwidth-optimal ring all-reduce.
+    Formula: 2 (n-1)/n S / B at NCCL's fastest protocol: min_p [L_p + 2 (n-1)/n S / (f_p B)] + 2 (n-1) alpha, L_p
+    over 2 (n-1) steps (:func:`fastest_time`, k = 2); 0 when n = 1
+    Source: Patarasuk & Yuan 2009 (J. Parallel Distrib. Comput. 69(2)), bandwidth-optimal ring all-reduce; NCCL
+    2.30.7 src/graph/tuning.cc for the latency and the protocol.
 
     Returns:
         time [s]
@@ -34,14 +40,27 @@ def allreduce_time(nbytes: Num, n: Num, bandwidth: Num, latency: Num = 0.0) -> N
     >>> np.round(allreduce_time(1e9, np.array([1, 2, 8]), 150e9) * 1e3, 3)
     array([ 0.   ,  6.667, 11.667])
     """
-    return where(n > 1, 2 * (n - 1) / maximum(n, 1) * nbytes / bandwidth + 2 * (n - 1) * latency, 0 * nbytes)
+    return _ring(nbytes, n, bandwidth, latency, path, 2)
 
 
-def allgather_time(nbytes: Num, n: Num, bandwidth: Num, latency: Num = 0.0) -> Num:
+def _ring(nbytes: Num, n: Num, bandwidth: Num, latency: Num, path: Path, passes: int, p2p: bool = False,
+          transfer: Num | None = None) -> Num:
+    """k ring passes over n ranks: NCCL's fastest protocol plus k (n-1) alpha; 0 when n = 1."""
+    if transfer is None:
+        transfer = passes * (n - 1) / maximum(n, 1) * nbytes / bandwidth
+    t = fastest_time(transfer, n, path, passes, p2p)
+    if not (type(latency) in (int, float) and latency == 0):
+        t = t + passes * (n - 1) * latency
+    return where(n > 1, t, 0 * nbytes)
+
+
+def allgather_time(nbytes: Num, n: Num, bandwidth: Num, latency: Num = 0.0, path: Path = BANDWIDTH_ONLY) -> Num:
     """Ring all-gather (or reduce-scatter) of a full tensor of S bytes.
 
-    Formula: (n-1)/n S / B + (n-1) alpha; 0 when n = 1
-    Source: Patarasuk & Yuan 2009; half of the ring all-reduce (which is a reduce-scatter then an all-gather).
+    Formula: min_p [L_p + (n-1)/n S / (f_p B)] + (n-1) alpha, L_p over n-1 steps
+    (:func:`fastest_time`, k = 1); 0 when n = 1
+    Source: Patarasuk & Yuan 2009; half of the ring all-reduce (which is a reduce-scatter then an all-gather);
+    NCCL 2.30.7 src/graph/tuning.cc for the latency and the protocol.
 
     Returns:
         time [s]
@@ -49,19 +68,21 @@ def allgather_time(nbytes: Num, n: Num, bandwidth: Num, latency: Num = 0.0) -> N
     >>> round(allgather_time(1e9, 8, 150e9) * 1e3, 3)   # ms
     5.833
     """
-    return where(n > 1, (n - 1) / maximum(n, 1) * nbytes / bandwidth + (n - 1) * latency, 0 * nbytes)
+    return _ring(nbytes, n, bandwidth, latency, path, 1)
 
 
-def alltoall_time(nbytes: Num, n: Num, bandwidth: Num, latency: Num = 0.0) -> Num:
+def alltoall_time(nbytes: Num, n: Num, bandwidth: Num, latency: Num = 0.0, path: Path = BANDWIDTH_ONLY) -> Num:
     """All-to-all of S bytes per rank over n ranks (each rank sends S/n to every other rank).
 
-    Formula: (n-1)/n S / B + (n-1) alpha; 0 when n = 1 (the S/n a rank keeps never leaves it)
+    Formula: min_p [L_p + (n-1)/n S / (f_p B)] + (n-1) alpha, L_p over n-1 steps, p LL or Simple (NCCL's p2p
+    protocols); 0 when n = 1 (the S/n a rank keeps never leaves it)
     Source: pairwise-exchange all-to-all, n-1 steps of S/n bytes each (Thakur, Rabenseifner & Gropp 2005,
     "Optimization of Collective Communication Operations in MPICH", IJHPCA 19(1), §3.5); NCCL implements
     all-to-all as n-1 ncclSend/ncclRecv pairs of S/n bytes in one group (NCCL docs, "Point-to-point
     communication: all-to-all"); the MoE token dispatch and combine of Megatron-Core's alltoall dispatcher and
     DeepSpeed-MoE (Rajbhandari et al. 2022, arXiv 2201.05596 §5) use it. B is the per-rank bandwidth of the group
     (:func:`group_bandwidth`): a group that spans nodes runs at its NIC share (no hierarchical all-to-all).
+    ASSUMPTION: NCCL's tuning model has no all-to-all; its n-1 sends are priced as the ring all-gather's steps.
 
     Returns:
         time [s]
@@ -71,7 +92,7 @@ def alltoall_time(nbytes: Num, n: Num, bandwidth: Num, latency: Num = 0.0) -> Nu
     >>> alltoall_time(64e6, 1, 150e9)
     0.0
     """
-    return allgather_time(nbytes, n, bandwidth, latency)   # the same (n-1)/n S and n-1 steps as a ring all-gather
+    return _ring(nbytes, n, bandwidth, latency, path, 1, True)   # (n-1)/n S and n-1 steps, as a ring all-gather
 
 
 def _ratio_of_combinations(a: Num, b: Num, k: int) -> Num:
@@ -153,10 +174,11 @@ def internode_share(experts: int, experts_per_token: int, nodes: Num, groups: in
 
 
 def hierarchical_alltoall_time(nbytes: Num, n: Num, per_node: Num, share: Num, network_bandwidth: Num,
-                               intra_bandwidth: Num, latency: Num = 0.0) -> Num:
+                               intra_bandwidth: Num, latency: Num = 0.0, path: Path = BANDWIDTH_ONLY) -> Num:
     """The MoE dispatch (or combine) all-to-all of S bytes of routed copies per GPU over n ranks, q per node.
 
-    Formula: max(x S / B_net, (q-1)/q S / B_intra) + (n-1) alpha; 0 when n = 1. The network stage sends the
+    Formula: min_p [L_p + max(x S / B_net, (q-1)/q S / B_intra) / f_p] + (n-1) alpha, L_p over n-1 steps, p LL
+    or Simple (:func:`fastest_time`); 0 when n = 1. The network stage sends the
     x S bytes that leave the node (:func:`internode_share`) at the GPU's own share of the node's NICs B_net (every
     GPU of the node runs its group's all-to-all at once); the NVLink stage moves every copy that does not land on
     the GPU it arrives at, (q-1)/q of S (a copy from another node arrives at the GPU of its sender's local index;
@@ -178,22 +200,27 @@ def hierarchical_alltoall_time(nbytes: Num, n: Num, per_node: Num, share: Num, n
     """
     stages = maximum(share * nbytes / network_bandwidth, (per_node - 1) / maximum(per_node, 1) * nbytes
                      / intra_bandwidth)
-    return where(n > 1, stages + (n - 1) * latency, 0 * nbytes)
+    return _ring(nbytes, n, 0.0, latency, path, 1, True, stages)
 
 
-def p2p_time(nbytes: Num, bandwidth: Num, latency: Num = 0.0) -> Num:
-    """Point-to-point transfer.
+def p2p_time(nbytes: Num, bandwidth: Num, latency: Num = 0.0, path: Path = BANDWIDTH_ONLY) -> Num:
+    """Point-to-point transfer between two ranks of a group (across the network when the group spans nodes).
 
-    Formula: t = S / B + alpha
-    Source: the alpha-beta (Hockney) communication model.
+    Formula: t = min_p [L_p + S / (f_p B)] + alpha, p LL or Simple: NCCL's ring over n = 2 ranks, one step
+    (:func:`fastest_time`), on min(N, 2) nodes
+    Source: the alpha-beta (Hockney) communication model with NCCL 2.30.7's latencies (src/graph/tuning.cc) and
+    its p2p protocols (src/enqueue.cc: LL for small sends, else Simple).
 
     Returns:
         time [s]
 
-    >>> p2p_time(50e6, 25e9, 5e-6) * 1e3   # 50 MB at 25 GB/s: ms
+    >>> p2p_time(50e6, 25e9, 5e-6) * 1e3   # 50 MB at 25 GB/s and 5 us: ms
     2.005
+    >>> from dse.formulas.parallelism.nccl import path_of
+    >>> round(p2p_time(50e6, 25e9, path=path_of(2)) * 1e3, 4), round(p2p_time(4096, 25e9, path=path_of(2)) * 1e6, 1)
+    (2.0224, 11.9)
     """
-    return nbytes / bandwidth + latency
+    return send_time(nbytes / bandwidth, path) + latency
 
 
 def group_bandwidth(n: Num, stride: Num, gpus_per_node: Num, intra_bandwidth: Num, node_bandwidth: Num) -> Num:

@@ -20,7 +20,8 @@ The sequence is cut into 2 cp chunks of s/(2 cp) tokens and rank i holds chunks 
 from __future__ import annotations
 
 from dse.formulas._array import Num, maximum, where
-from dse.formulas.parallelism.collectives import allgather_time, alltoall_time
+from dse.formulas.parallelism.collectives import allgather_time, alltoall_time, p2p_time
+from dse.formulas.parallelism.nccl import BANDWIDTH_ONLY, Path
 
 __all__ = ["context_parallel_kv_bytes", "ulysses_alltoall_bytes", "context_parallel_attention_flops",
            "ring_attention_time", "hierarchical_attention_time", "allgather_attention_time",
@@ -85,10 +86,12 @@ def context_parallel_attention_flops(s: Num, b: Num, heads: Num, head_dim: Num, 
     return f * 2.5 if backward else f
 
 
-def ring_attention_time(step_bytes: Num, cp: Num, step_compute: Num, bandwidth: Num, latency: Num = 0.0) -> Num:
+def ring_attention_time(step_bytes: Num, cp: Num, step_compute: Num, bandwidth: Num, latency: Num = 0.0,
+                        path: Path = BANDWIDTH_ONLY) -> Num:
     """Exposed time of one ring-attention pass: cp-1 P2P steps, each overlapped with one step's attention.
 
-    Formula: t = (cp - 1) max(0, S / B + alpha - t_step); 0 when cp = 1
+    Formula: t = (cp - 1) max(0, t_p2p(S) - t_step), t_p2p = p2p_time on the group's path (S / B + alpha without
+    one); 0 when cp = 1
     Source: Liu et al. 2023, Ring Attention (arXiv 2310.01889) §3 (the transfer of the next K/V block overlaps
     the attention on the current one); Transformer Engine ``AttnFuncWithCPAndKVP2P`` (step i's send/recv runs
     beside step i's attention, on alternating streams). Per step: the forward sends the local K/V (S_kv),
@@ -102,12 +105,13 @@ def ring_attention_time(step_bytes: Num, cp: Num, step_compute: Num, bandwidth: 
     >>> round(ring_attention_time(64 * 2**20, 8, 1e-4, 450e9) * 1e3, 3)   # 0.1 ms steps: ms exposed
     0.344
     """
-    return where(cp > 1, (cp - 1) * maximum(step_bytes / bandwidth + latency - step_compute, 0.0), 0.0)
+    return where(cp > 1, (cp - 1) * maximum(p2p_time(step_bytes, bandwidth, latency, path) - step_compute, 0.0), 0.0)
 
 
 def hierarchical_attention_time(qkv_bytes: Num, out_bytes: Num, step_bytes: Num, a2a: Num, ring: Num,
                                 step_compute: Num, a2a_bandwidth: Num, ring_bandwidth: Num, a2a_latency: Num = 0.0,
-                                ring_latency: Num = 0.0) -> Num:
+                                ring_latency: Num = 0.0, a2a_path: Path = BANDWIDTH_ONLY,
+                                ring_path: Path = BANDWIDTH_ONLY) -> Num:
     """Exposed time of one pass of hierarchical context parallelism (``a2a+p2p``): Ulysses inside, a ring outside.
 
     Formula: t = A2A(S_qkv, A) + A2A(S_o, A) + (R - 1) max(0, S / B_ring + alpha_ring - t_step), A2A(S, A) =
@@ -133,6 +137,8 @@ def hierarchical_attention_time(qkv_bytes: Num, out_bytes: Num, step_bytes: Num,
         ring_bandwidth: B_ring, per-rank bandwidth of the ring [bytes/s]
         a2a_latency: alpha_a2a, per-step latency of the all-to-all group [s]
         ring_latency: alpha_ring, per-step latency of the ring [s]
+        a2a_path: the all-to-all group's hops for NCCL's latency (default: none) [Path]
+        ring_path: the ring's hops for NCCL's latency (default: none) [Path]
     Returns:
         exposed time [s]
 
@@ -143,19 +149,19 @@ def hierarchical_attention_time(qkv_bytes: Num, out_bytes: Num, step_bytes: Num,
     ...     32 * mib, 16, 1e-3, 50e9)   # A = 1: the plain ring
     True
     """
-    return (alltoall_time(qkv_bytes, a2a, a2a_bandwidth, a2a_latency) + alltoall_time(out_bytes, a2a, a2a_bandwidth,
-                                                                                     a2a_latency)
-            + ring_attention_time(step_bytes, ring, step_compute, ring_bandwidth, ring_latency))
+    return (alltoall_time(qkv_bytes, a2a, a2a_bandwidth, a2a_latency, a2a_path)
+            + alltoall_time(out_bytes, a2a, a2a_bandwidth, a2a_latency, a2a_path)
+            + ring_attention_time(step_bytes, ring, step_compute, ring_bandwidth, ring_latency, ring_path))
 
 
 def allgather_attention_time(step_bytes: Num, cp: Num, bandwidth: Num, latency: Num = 0.0,
-                             backward: bool = False) -> Num:
+                             backward: bool = False, path: Path = BANDWIDTH_ONLY) -> Num:
     """Time of the all-gather context parallelism's collectives in one pass (``all_gather``), all exposed.
 
     Formula: forward t = (cp-1) S_kv / B + (cp-1) alpha (an all-gather of the cp ranks' K and V, cp S_kv in all:
-    :func:`~dse.formulas.parallelism.collectives.allgather_time`); backward 2 t (the K and V gathered again, then
-    a reduce-scatter of the whole sequence's dK and dV); 0 at cp = 1. A rank sends (cp-1) S_kv forward and
-    2 (cp-1) S_kv backward: the ring's bytes, in collectives the attention waits for.
+    :func:`~dse.formulas.parallelism.collectives.allgather_time`, with NCCL's latency on ``path``); backward 2 t
+    (the K and V gathered again, then a reduce-scatter of the whole sequence's dK and dV); 0 at cp = 1. A rank sends
+    (cp-1) S_kv forward and 2 (cp-1) S_kv backward: the ring's bytes, in collectives the attention waits for.
     Source: Transformer Engine ``AttnFuncWithCPAndKVAllGather`` (forward: ``gather_along_first_dim`` of K and V,
     then the attention of the rank's two chunks against the keys they see; backward: the all-gather again and
     ``reduce_scatter_along_first_dim`` of dK, dV); TE's ``cp_comm_type`` docstring: "The all-gather is not async,
@@ -171,7 +177,7 @@ def allgather_attention_time(step_bytes: Num, cp: Num, bandwidth: Num, latency: 
     >>> allgather_attention_time(64 * 2**20, 8, 450e9, backward=True) / allgather_attention_time(64 * 2**20, 8, 450e9)
     2.0
     """
-    one = allgather_time(cp * step_bytes, cp, bandwidth, latency)
+    one = allgather_time(cp * step_bytes, cp, bandwidth, latency, path)
     return 2 * one if backward else one
 
 
