@@ -18,7 +18,7 @@ Each time case carries its cause, with the row's own profile (``kind: profile``:
 category and the kernels launched) as the evidence: the share of the measured step the GPU is busy tells a
 host-bound case (the host floor: the VM's per-op time, measured on a tiny GPT2Block step, prices every traced
 launch; the host-bound rows' steps take 21-45 us per launch the model counts without recompute, 39-64 us under
-checkpointing, by family, against the 40.5 and 62.6 us priced) from a GPU-bound one (eager attention's
+checkpointing, by family, against the 35.3 and 52.9 us priced) from a GPU-bound one (eager attention's
 element-wise kernels, as on the H100).
 """
 
@@ -37,7 +37,7 @@ FILES = ("h200/gpt2_hf.jsonl", "h200/hf_families.jsonl")
 HOST_BOUND = 0.8
 
 _STACK = "the pytorch stack prices the traced eager kernels; the host floor prices each traced launch at the VM's " \
-         "measured per-op time (40.5 us, 62.6 us under checkpointing: data/h200/host_dispatch_cuda.json)"
+         "measured host time per priced launch (35.3 us, 52.9 checkpointed: data/h200/host_dispatch_cuda.json)"
 CAUSES = {
     "host": ("host-bound (the profile's device time is {busy:.0%} of the measured step): the run's host time per "
              "launched kernel is {per_kernel:.0f} us ({kernels:,} kernels in {step:.1f} ms); the tiny GPT2Block step "
