@@ -65,7 +65,7 @@ def test_every_other_host_is_the_reference():
     hosts = names(root() / "hwspecs" / "hosts")
     assert "firecracker-xeon-vm" in hosts and len(hosts) > 5
     for name in hosts:
-        if name != "firecracker-xeon-vm":
+        if not name.startswith("firecracker-xeon-vm"):     # the two measured VM hosts (h200-vm, h100-vm)
             h = component(name)
             assert (h.dispatch_scale, h.checkpoint_dispatch_scale) == (1.0, None), name
 

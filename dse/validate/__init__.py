@@ -29,6 +29,7 @@ SUITES = {
     "moe-h100": "dse.validate.moe",
     "deepseek-v3": "dse.validate.deepseek_v3",
     "h200-hf": "dse.validate.h200_hf",
+    "h100-hf-vm": "dse.validate.h100_hf_vm",
 }
 
 

@@ -1,0 +1,33 @@
+"""``dse validate h100-hf-vm``: the shared H100 file on the VM kind that measured it (its host measured)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dse import catalog
+from dse.catalog import data_dir, load_system
+from dse.specs.stack import load as stack_spec
+from dse.validate import run_suite
+
+
+def test_the_h100_vm_host_scales_are_its_measured_step_over_the_priced_launches():
+    gpt2 = json.loads((data_dir() / "h100" / "host_dispatch_cuda.json").read_text())["gpt2_block"]
+    ref = stack_spec("pytorch").dispatch
+    host = catalog.find_hardware("firecracker-xeon-vm-h100")[1]
+    # 70 / 90 launches: dse's count for one GPT2Block step without / with checkpointing (tests/test_h200_hf.py)
+    assert host.dispatch_scale == pytest.approx(gpt2["step_us"] * 1e-6 / 70 / ref, rel=1e-3)
+    assert host.checkpoint_dispatch_scale == pytest.approx(gpt2["checkpointed_step_us"] * 1e-6 / 90 / ref, rel=1e-3)
+    assert load_system("h100-vm").node.host == host
+    assert load_system("h100-vm").node.gpu == load_system("dgx-h100").node.gpu
+
+
+def test_the_suite_meets_both_targets_on_the_measured_host():
+    r = run_suite("h100-hf-vm")
+    by = r.stats["by_quantity"]
+    assert len(r.cases) == 32
+    assert by["time"]["mape"] <= 0.08 and by["memory"]["mape"] <= 0.06
+    # the same cases on the shipped DGX host are optimistic: the host is what the dgx-h100 miss is
+    fast = run_suite("h100-hf").stats["by_quantity"]["time"]
+    assert fast["mean_signed_error"] < by["time"]["mean_signed_error"] - 0.05
