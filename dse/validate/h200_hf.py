@@ -7,8 +7,8 @@ Pythia-1.4B, Gemma-3-1B, Llama-3.1-8B at micro-batch 2/8, Llama 1/2), sequence 1
 Compared as :mod:`.h100_hf` compares the shared H100 file (same plan mapping, same time and peak-memory
 quantities, same targets and tolerances), on ``h200-vm``: the measured GPU (its efficiencies from the same
 session's micro-benchmarks and profiles, tests/test_h200_micro.py) and the measured host (its eager-PyTorch time
-per priced launch, ``firecracker-xeon-vm``: 4.6x the stacks' reference host, 6.9x under checkpointing). Nothing is fitted to
-the cases.
+per priced launch, ``firecracker-xeon-vm``: 4.6x the stacks' reference host, 6.9x under checkpointing). Nothing is
+fitted to the cases.
 
 Left out: ``gpt2_torch.jsonl``, the harness's own plain-torch GPT (``--impl torch``), which is not the ``pytorch``
 stack: one fused ``F.gelu`` kernel instead of Transformers' eight-op GeLU, its own attention module and a
