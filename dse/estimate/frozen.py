@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from dse.estimate import context as _context
 from dse.formulas import finetune as _finetune, memory as _memory
 from dse.formulas._array import maximum, where
 from dse.specs.plan import expert_tp, folded
@@ -37,20 +38,17 @@ def with_adapters(prm: Section, model: ModelSpec, t: Num, rank: Num, targets: st
     weights split over et, as their experts (Megatron-Bridge ``ParallelLinearAdapter(is_expert=True)``: the
     expert-TP group ``expt_tp``).
     """
-    kv: Any = model.kv_heads           # resolved specs: set
-    d: Any = model.head_dim
-    ffn: Any = model.ffn_hidden
-    dense = _finetune.adapted_linears(model.hidden, model.heads, kv, d, ffn, model.ffn_type, model.qkv_projection,
-                                      targets)
+    ffn: Any = model.ffn_hidden        # resolved specs: set
+    dense = dense_adapters(model, targets)
     l_stage = prm["l_stage"]
     a_layer = _finetune.adapter_parameters(dense, rank)
     a_gpu = _finetune.adapter_parameters(dense, rank, t)            # the adapters on one stage's GPU
-    lin_gpu = _finetune.linear_parameters(model.hidden, model.heads, kv, d, ffn, model.ffn_type, t)
+    lin_gpu = _linear_parameters(model, ffn, t)
     n_moe, L = model.moe_layers, model.layers
     a_total = L * a_layer
     e_gpu: Num = 0.0                    # the routed experts' adapters on one GPU (E / ep experts), per layer
     if n_moe:
-        attn = {row: shapes for row, shapes in dense.items() if row in ("qkv", "out")}
+        attn = {row: shapes for row, shapes in dense.items() if row not in ("fc1", "fc2")}
         moe = {**attn, **_moe_adapters(model, targets)}
         E: Any = model.experts
         local = E if _one(ep) else E / ep
@@ -58,8 +56,7 @@ def with_adapters(prm: Section, model: ModelSpec, t: Num, rank: Num, targets: st
         m_gpu = _finetune.adapter_parameters(moe, rank, t, experts=local, etp=et)
         m_exp = _finetune.adapter_parameters({k: v for k, v in moe.items() if k in _finetune.EXPERT_ROWS}, rank, t,
                                              experts=local, etp=et)
-        m_lin = _finetune.linear_parameters(model.hidden, model.heads, kv, d, 0, model.ffn_type, t) \
-            + _moe_linears(model, t, ep, et)
+        m_lin = _linear_parameters(model, 0, t) + _moe_linears(model, t, ep, et)
         a_total = (L - n_moe) * a_layer + n_moe * m_layer
         a_gpu, lin_gpu, e_gpu = (v * (1 - n_moe / L) + w * n_moe / L if n_moe < L else w
                                  for v, w in ((a_gpu, m_gpu), (lin_gpu, m_lin), (0.0, m_exp)))
@@ -74,6 +71,46 @@ def with_adapters(prm: Section, model: ModelSpec, t: Num, rank: Num, targets: st
 
 def _one(x: Num) -> bool:
     return type(x) is int and x == 1
+
+
+def dense_adapters(model: ModelSpec, targets: str) -> dict[str, list[tuple[Any, ...]]]:
+    """The adapters of a dense layer (:func:`dse.formulas.finetune.adapted_linears`); a multi-head latent attention
+    model's attention rows are its five projections (:func:`dse.formulas.finetune.mla_adapted_linears`)."""
+    kv: Any = model.kv_heads           # resolved specs: set
+    d: Any = model.head_dim
+    ffn: Any = model.ffn_hidden
+    out = _finetune.adapted_linears(model.hidden, model.heads, kv, d, ffn, model.ffn_type, model.qkv_projection,
+                                    targets)
+    if not model.mla:
+        return out
+    mlp = {row: shapes for row, shapes in out.items() if row in ("fc1", "fc2")}
+    return {**_finetune.mla_adapted_linears(*_mla(model), targets), **mlp}
+
+
+def _mla(model: ModelSpec) -> tuple[Any, Any, Any, Any, Any, Any, Any]:
+    """(h, a, d_c', d_c, d_nope, d_R, d_v): the arguments of the MLA formulas (:mod:`dse.formulas.finetune.mla`)."""
+    return (model.hidden, model.heads, model.q_lora_rank or 0, model.kv_lora_rank, model.qk_nope_head_dim,
+            model.qk_rope_head_dim, model.v_head_dim)
+
+
+def _linear_parameters(model: ModelSpec, ffn: Any, t: Num) -> Num:
+    """A layer's linear weights on one GPU with a dense MLP of inner size ``ffn`` (0: none), MLA's projections for
+    its attention (:func:`dse.formulas.finetune.mla_linear_parameters`)."""
+    kv: Any = model.kv_heads           # resolved specs: set
+    d: Any = model.head_dim
+    if model.mla:
+        return _finetune.mla_linear_parameters(*_mla(model), t) \
+            + _finetune.linear_parameters(model.hidden, 0, 0, d, ffn, model.ffn_type, t)
+    return _finetune.linear_parameters(model.hidden, model.heads, kv, d, ffn, model.ffn_type, t)
+
+
+def _attention_linears(model: ModelSpec) -> int:
+    """The attention's linear modules of a layer (QLoRA's dequantization kernels): q, k, v (or one fused) and out,
+    or MLA's five (four without a query latent)."""
+    if model.mla:
+        return _finetune.mla_linear_count(model.q_lora_rank or 0)
+    return _finetune.linear_count(model.ffn_type, model.qkv_projection) - (3 if model.ffn_type in _finetune.GATED
+                                                                            else 2)
 
 
 def _moe_adapters(model: ModelSpec, targets: str) -> dict[str, list[tuple[Any, ...]]]:
@@ -108,7 +145,7 @@ def states(prm: Section, stage: str, model: ModelSpec, plan: Plan, r: Recipe, st
     from dse.estimate.links import expert_replicas
 
     zero: Num = plan.zero       # a resolved plan: zero, dp, quantization are set
-    d: Num = plan.dp
+    d: Num = _context.grad_ranks(plan)     # dp (DualPipe: 2 dp, each stage on two ranks)
     w, g, o = state_bytes["weights"], state_bytes["gradients"], state_bytes["optimizer"]
     edp: Num = d
     if expert_parallel(plan, model):   # the experts' adapters: ZeRO shards over the EDP ranks
@@ -193,6 +230,9 @@ def dequantized_buffer(model: ModelSpec, r: Recipe, t: Num) -> Num:
         f_e: Any = model.expert_ffn
         widest = maximum(f_e, model.shared_experts * (model.shared_expert_ffn or 0))
         ffn = maximum(widest, ffn) if model.moe_layers < model.layers else widest
+    if model.mla:   # MLA's projections beside the MLP's
+        mlp = _finetune.largest_linear(model.hidden, 0, 0, d, ffn, "fused", t)
+        return r.weights * maximum(_finetune.mla_largest_linear(*_mla(model), t), mlp)
     return r.weights * _finetune.largest_linear(model.hidden, model.heads, kv, d, ffn, model.qkv_projection, t)
 
 
@@ -204,12 +244,9 @@ def kernel_inputs(model: ModelSpec, plan: Plan) -> dict[str, Any] | None:
     """
     if plan.finetune == "full":
         return None
-    kv: Any = model.kv_heads          # resolved specs: set
-    d: Any = model.head_dim
-    ffn: Any = model.ffn_hidden
+    ffn: Any = model.ffn_hidden       # resolved specs: set
     targets = plan.lora_targets or "all"
-    adapters = _finetune.adapted_linears(model.hidden, model.heads, kv, d, ffn, model.ffn_type,
-                                         model.qkv_projection, targets)
+    adapters = dense_adapters(model, targets)
     if model.moe_layers:
         adapters = {**adapters, **_moe_adapters(model, targets)}
     out: dict[str, Any] = {"adapters": adapters, "rank": plan.lora_rank, "lora_dropout": plan.lora_dropout}
@@ -218,16 +255,12 @@ def kernel_inputs(model: ModelSpec, plan: Plan) -> dict[str, Any] | None:
     if plan.finetune == "qlora":
         # int8: d_in ~ h
         out["quantized_bytes"] = _finetune.quantized_bytes_per_param(plan.quantization or "nf4", model.hidden)
-        out["layer_linear_params"] = _finetune.linear_parameters(model.hidden, model.heads, kv, d, ffn,
-                                                                 model.ffn_type, plan.tp)
-        out["linears"] = _finetune.linear_count(model.ffn_type, model.qkv_projection)
+        out["layer_linear_params"] = _linear_parameters(model, ffn, plan.tp)
+        out["linears"] = _attention_linears(model) + (3 if model.ffn_type in _finetune.GATED else 2)
         if model.moe_layers:
             E: Any = model.experts
-            out["moe_linear_params"] = (_finetune.linear_parameters(model.hidden, model.heads, kv, d, 0,
-                                                                    model.ffn_type, plan.tp)
+            out["moe_linear_params"] = (_linear_parameters(model, 0, plan.tp)
                                         + _moe_linears(model, plan.tp, plan.ep, out.get("etp")))
-            out["moe_linears"] = (_finetune.linear_count(model.ffn_type, model.qkv_projection)
-                                  - (3 if model.ffn_type in _finetune.GATED else 2)
-                                  + _finetune.moe_linear_count(E, model.ffn_type, bool(model.shared_experts),
-                                                               model.shared_expert_gate, plan.ep))
+            out["moe_linears"] = _attention_linears(model) + _finetune.moe_linear_count(
+                E, model.ffn_type, bool(model.shared_experts), model.shared_expert_gate, plan.ep)
     return out

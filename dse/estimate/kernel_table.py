@@ -194,8 +194,8 @@ def table_time(table: Table, hw: KernelCost, link: Link, C: Module, P: Module, *
         if row["kind"] != "collective":
             f, b = times[name] = kernel_time(row, hw, C)
             fwd, bwd = fwd + f, bwd + b
-            if row["kind"] == "gemm" and row.get("split") and "frozen" not in row:   # a weight's gradient GEMM
-                wgrad = wgrad + f
+            if row["kind"] == "gemm" and (row.get("split") or "adapter" in row) and "frozen" not in row:
+                wgrad = wgrad + f              # a weight's gradient GEMM (a LoRA adapter's A or B too)
             if "selective" in row:
                 sel = sel + f
             continue
@@ -218,8 +218,8 @@ def table_time(table: Table, hw: KernelCost, link: Link, C: Module, P: Module, *
         else:
             tp_b = tp_b + ar
     for ar, gemm in hidden:                   # after the loop: the GEMM may come later in the table
-        wgrad = 0.0 if "frozen" in table[gemm] else times[gemm][0]   # a frozen weight has no gradient GEMM
-        tp_b = tp_b + maximum(ar - wgrad, 0.0)
+        under = 0.0 if "frozen" in table[gemm] else times[gemm][0]   # a frozen weight has no gradient GEMM
+        tp_b = tp_b + maximum(ar - under, 0.0)
     fwd, bwd = fwd + tp_f + ep_f, bwd + tp_b + ep_b
     rec = fwd if recompute == "full" else (sel if recompute == "selective" else 0.0)
     out = {"forward": fwd, "backward": bwd, "recompute": rec, "tp_forward": tp_f, "tp_backward": tp_b,

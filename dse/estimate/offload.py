@@ -31,6 +31,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from dse.estimate import frozen as _frozen
+from dse.estimate.context import grad_ranks
 from dse.estimate.feasibility import Violation
 from dse.estimate.links import expert_replicas
 from dse.estimate.technique import TechniqueBase
@@ -129,7 +130,7 @@ def partition(c: Result, system: SystemSpec, plan: Plan, F: Formulas | None = No
     r = recipe_of(plan)
     i = c["terms"]
     zero: Num = plan.zero                                    # resolved: a stage (an array of them in a search)
-    d, pe = i.dp, i.expert_params_per_gpu
+    d, pe = grad_ranks(plan), i.expert_params_per_gpu         # dp (DualPipe: 2 dp, each stage on two ranks)
     p_gpu = i.trainable_params_per_gpu                       # LoRA/QLoRA: the adapters (full: every parameter)
     g_node = gpus_per_host(c, system)                         # GPUs sharing one host and its drives
     # ZeRO partitions of one GPU: dense parameters over dp; with expert parallelism the experts over the dp/ep

@@ -50,11 +50,21 @@ def dualpipe_copies(prm: Section, model: ModelSpec, t: Num) -> Section:
     on 2 dp x cp ranks (:func:`dse.estimate.context.grad_ranks`), which reduce its gradients and shard its ZeRO states.
     Source: github.com/deepseek-ai/DualPipe examples/example_dualpipe.py (rank r holds modules r and p-1-r; the
     two copies' gradients are summed before the step).
+
+    Fine-tuning (LoRA, QLoRA): the rank holds both stages' frozen weights and both stages' adapters, 2 l_stage
+    P_adapters_gpu; only those train, so the doubling of gradients and optimizer states is the adapters' alone.
     """
     both = 2 * prm["l_stage"] * prm["p_layer_gpu"] + (prm["p_emb"] + prm["p_head"]) / t
     out = {**prm, "p_first": both, "p_last": both, "p_gpu": both, "p_expert_gpu": 2 * prm["p_expert_gpu"]}
-    out["p_train_gpu"] = both
-    return out
+    if "p_linear_stage" not in prm:     # full training: every parameter of both stages trains
+        out["p_train_gpu"] = both
+        return out
+    # LoRA / QLoRA (dse.estimate.frozen.with_adapters): both stages' frozen weights and adapters; only the adapters
+    # train (their weights, gradients and optimizer states double), QLoRA quantizes both stages' linear weights
+    adapters = 2 * prm["p_train_gpu"]
+    return {**out, "p_first": both + adapters, "p_last": both + adapters, "p_gpu": both + adapters,
+            "p_train_gpu": adapters, "p_linear_stage": 2 * prm["p_linear_stage"],
+            "p_frozen_expert_gpu": 2 * prm.get("p_frozen_expert_gpu", 0.0)}
 
 
 def layer_counts(model: ModelSpec, T: FormulaModule = _transformer) -> Section:

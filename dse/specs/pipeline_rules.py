@@ -1,7 +1,18 @@
 """Plan rules of the pipeline: the DualPipe schedule (DeepSeek-V3 §3.2.1: what ``plan.schedule = dualpipe`` needs
 and what it is not modelled with) and a custom stage layout (``plan.pipeline_layout``: what Megatron-LM refuses,
 :mod:`dse.specs.pipeline_layout`, and what it is not modelled with). Read with the other tables of
-:mod:`dse.specs.rules`."""
+:mod:`dse.specs.rules`.
+
+What composes with DualPipe (docs/moe.md): LoRA and QLoRA (adapters change a layer's kernels and which parameters
+train, not the schedule), and ZeRO-Offload of the optimizer to host or CXL memory with ZeRO 1-2 (the optimizer step
+runs after the pipeline flush, as under 1F1B: Megatron-Core's ``--optimizer-cpu-offload`` works beside its pipeline
+schedules). What does not: ZeRO-3 (and so parameter offload and ZeRO-Infinity's drives, which need it): DeepSeek-V3
+trains DualPipe with ZeRO-1 (§3.2: "ZeRO-1 Data Parallelism"), DeepSpeed's pipeline engine refuses ZeRO-2/3
+(``runtime/pipe/engine.py``: "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"; ZeRO-3's per
+micro-batch gathers would run 2 (p + 1) times per stage and step), and Megatron-Core's FSDP is not combined with its
+pipeline schedules; activation offload, whose copies dse overlaps with a layer's own forward and backward, while
+DualPipe runs a forward and a backward chunk at once.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +22,17 @@ from dse.specs.rule import Rule
 
 def _dual(p, m, s) -> bool:
     return p.schedule == "dualpipe"
+
+
+def _not_with_dualpipe(p) -> str:
+    """The first plan choice DualPipe does not compose with ('' if none)."""
+    for flag, value, ok in (("--offload-params", p.offload_params, "gpu"),
+                            ("--offload-activations", p.offload_activations, "none")):
+        if value != ok:
+            return f"{flag} {value}"
+    if p.offload_optimizer in ("nvme", "csd"):
+        return f"--offload-optimizer {p.offload_optimizer} (ZeRO-Infinity's drives need --zero 3)"
+    return ""
 
 
 DUALPIPE_RULES = (
@@ -24,15 +46,17 @@ DUALPIPE_RULES = (
          message=lambda p, m, s: f"schedule dualpipe splits the micro-batches into two directions: "
                                  f"--global-batch / (--dp x --micro-batch) = {p.global_batch} / ({p.dp} x "
                                  f"{p.micro_batch}) must be even"),
-    Rule("dualpipe is modelled for full training without offload", ("schedule", "finetune", "zero",
-                                                                     "offload_optimizer", "offload_params",
-                                                                     "offload_activations"),
-         when=_dual, ok=lambda p, m, s: (p.zero <= 2) & (p.finetune == "full" and p.offload_optimizer == "gpu"
-                                                        and p.offload_params == "gpu"
-                                                        and p.offload_activations == "none"),
-         message=lambda p, m, s: "schedule dualpipe is modelled for full training with ZeRO 0-2 and every "
-                                 "state on the GPU (its two parameter copies per rank are not modelled with "
-                                 "ZeRO-3, offload or adapters); allowed schedules here: 1f1b, interleaved, gpipe"),
+    Rule("dualpipe with offload that no pipeline engine runs", ("schedule", "offload_optimizer", "offload_params",
+                                                                "offload_activations"),
+         when=_dual, ok=lambda p, m, s: not _not_with_dualpipe(p),
+         message=lambda p, m, s: f"schedule dualpipe with {_not_with_dualpipe(p)} is not modelled (parameter "
+                                 "and drive offload need ZeRO-3, which pipeline engines do not run; activation "
+                                 "offload's copies are priced per layer pass, DualPipe overlaps two); allowed: "
+                                 "--offload-optimizer gpu or cpu (or cxl), no parameter or activation offload"),
+    Rule("dualpipe with ZeRO-3", ("schedule", "zero"), when=_dual, ok=lambda p, m, s: p.zero <= 2,
+         message=lambda p, m, s: f"schedule dualpipe with --zero {p.zero} is not modelled: pipeline engines "
+                                 "shard at most optimizer states and gradients (DeepSeek-V3 ran DualPipe with "
+                                 "ZeRO-1; DeepSpeed's pipeline refuses ZeRO-3); allowed: --zero 0, 1 or 2"),
 )
 #: a chiplet package has no pipeline ranks in dse's sense
 DUALPIPE_NOT_ON_CHIPLETS = Rule("dualpipe on a chiplet package", ("schedule",), when=_dual, ok=lambda p, m, s: False,

@@ -106,11 +106,11 @@ OFFLOAD_RULES = (
 
 # ----------------------------------------------------------------------------- parallelism and batch vs the model
 
-MLA_RULE = Rule("multi-head latent attention beyond what is modelled", ("attention", "stack", "finetune",
+MLA_RULE = Rule("multi-head latent attention beyond what is modelled", ("attention", "stack", "lora_targets",
      "offload_activations", "hardware.kind"), when=lambda p, m, s: m.mla, ok=lambda p, m, s: not _mla_off(p, s),
      message=lambda p, m, s: f"{_mla_off(p, s)} is not modelled with multi-head latent attention (model {m.name},"
-                             " kv_lora_rank); allowed: --attention flash --stack megatron --finetune full, "
-                             "no activation offload, a GPU system (docs/mla.md)")
+                             " kv_lora_rank); allowed: --attention flash --stack megatron, --lora-targets all, "
+                             "attention or mlp, no activation offload, a GPU system (docs/mla.md)")
 
 MODEL_RULES = (
     Rule("tp does not divide the attention heads", ("tp", "model.heads"),
@@ -182,8 +182,11 @@ def _not_modelled_with_cp(p) -> str:
 
 def _mla_off(p, s) -> str:
     """The first plan choice multi-head latent attention's kernels are not modelled with ('' if none)."""
-    bad = (("--attention", p.attention, "flash"), ("--stack", p.stack, "megatron"), ("--finetune", p.finetune, "full"))
+    bad = (("--attention", p.attention, "flash"), ("--stack", p.stack, "megatron"))
     off = [f"{flag} {v}" for flag, v, ok in bad if v != ok]
+    # MLA has no q_proj and v_proj of its own (the values come out of kv_b_proj with the keys; PEFT 0.21 has no
+    # default target modules for deepseek_v2/v3): --lora-targets qv names nothing there
+    off += ["--lora-targets qv (MLA has no separate q and v projections)"] * (p.lora_targets == "qv")
     off += [f"--offload-activations {p.offload_activations}"] * (p.offload_activations != "none")
     return (off + ["a chiplet package"] * (s is not None and not _gpu(s)) + [""])[0]
 
@@ -315,11 +318,11 @@ FINETUNE_RULES = (
 def _smallest_adapted(p, m) -> tuple[int, int]:
     """(d_in, d_out) of the smallest linear layer the plan's adapters target (the rank an update of it can have);
     an MoE model's router and shared gate (E and 1 outputs) are adapted at any rank, as PEFT does."""
-    from dse.formulas.finetune import adapted_linears, moe_adapted_linears
+    from dse.estimate.frozen import dense_adapters
+    from dse.formulas.finetune import moe_adapted_linears
 
     targets = p.lora_targets or "all"
-    shapes = adapted_linears(m.hidden, m.heads, m.kv_heads, m.head_dim, m.ffn_hidden, m.ffn_type, m.qkv_projection,
-                             targets)
+    shapes = dense_adapters(m, targets)
     if m.experts:   # the dense MLP's shapes where dense layers exist
         moe = moe_adapted_linears(m.hidden, m.experts, m.expert_ffn, m.ffn_type,
                                   m.shared_experts * (m.shared_expert_ffn or 0), m.shared_expert_gate, targets)

@@ -35,16 +35,17 @@ the report states none for its pp-16 DualPipe setup. The only published DeepSeek
 Megatron-Bridge's (``src/megatron/bridge/recipes/deepseek/h100/deepseek_v3.py``, ``_get_deepseek_v3_pipeline_layout``
 (16, 1): ``Et*4|(t*4|)*14tmL``, the embedding and 4 layers, 14 stages of 4, one layer with the MTP depth and the
 loss), written for its H100 recipe (tp 2, 1F1B), not for the paper's plan, so this case keeps the even split. With
-that layout the same plan prices 15.64 s per iteration, 141K GPU hours per trillion tokens (-21.4 %; the slowest
+that layout the same plan prices 15.47 s per iteration, 140K GPU hours per trillion tokens (-22.3 %; the slowest
 DualPipe rank pairs the first stage with the last, 118 ms per micro-batch against 166 ms for four mean layers and
 half the ends) -- :data:`BRIDGE_LAYOUT`, an example, not the case.
 
 Tolerance 50 %, set before the all-to-all was priced hierarchically and before DualPipe was modelled: the
 omissions above go both ways and are each tens of per cent (dse's own FP8 estimates run 1.5-1.9x faster on large
 GEMMs). In bf16, with 1F1B dse landed at 274K (+52 %: 8.4 s of a 30.3 s iteration is exposed all-to-all); with
-DualPipe at 182K (+0.8 %), the all-to-all exposed only for the SMs it takes. With the paper's FP8 GEMMs priced
-(since FP8 of MoE and MLA layers is modelled) it lands at 154K (-14.3 %) without the MTP module and at 201K
-(+11.5 %) with it priced; the batch ramp, not priced, makes dse fast, the FP8 dispatch, not priced either, would
+DualPipe at 176K (-2.2 %), the all-to-all exposed only for the SMs it takes. With the paper's FP8 GEMMs priced
+(since FP8 of MoE and MLA layers is modelled) it lands at 152K (-15.7 %) without the MTP module and at 198K
+(+10.1 %) with it priced (154K and 201K until the DualPipe bubble's W summed all of a layer's weight-gradient
+GEMMs); the batch ramp, not priced, makes dse fast, the FP8 dispatch, not priced either, would
 make it faster. Nothing is fitted.
 """
 

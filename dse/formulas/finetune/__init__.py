@@ -1,13 +1,13 @@
 """Fine-tuning with frozen weights: LoRA adapters, QLoRA's quantized base, and the kernels they change.
 
 Full training (``finetune: full``) updates every weight. An MoE layer's adapters (one per expert) and quantized
-linear weights: :mod:`dse.formulas.finetune.moe`. LoRA (Hu et al. 2021, arXiv 2106.09685 §4.1) freezes
-the pretrained weights ``W`` (d_out x d_in) of chosen linear layers and trains a low-rank update beside each:
-``y = W x + (alpha / r) B A x`` with ``A`` (r x d_in) and ``B`` (d_out x r). QLoRA (Dettmers et al. 2023, arXiv
-2305.14314 §3) stores the frozen linear weights in 4-bit NormalFloat with double quantization and dequantizes
-each to bf16 before its GEMM, in forward and again in backward; LoRA in 8-bit keeps them in int8 (LLM.int8,
-Dettmers et al. 2022, arXiv 2208.07339). Every other parameter (embeddings, norms, biases, the LM head) is
-frozen in the working dtype.
+linear weights: :mod:`dse.formulas.finetune.moe`; multi-head latent attention's: :mod:`dse.formulas.finetune.mla`.
+LoRA (Hu et al. 2021, arXiv 2106.09685 §4.1) freezes the pretrained weights ``W`` (d_out x d_in) of chosen linear
+layers and trains a low-rank update beside each: ``y = W x + (alpha / r) B A x`` with ``A`` (r x d_in) and ``B``
+(d_out x r). QLoRA (Dettmers et al. 2023, arXiv 2305.14314 §3) stores the frozen linear weights in 4-bit
+NormalFloat with double quantization and dequantizes each to bf16 before its GEMM, in forward and again in
+backward; LoRA in 8-bit keeps them in int8 (LLM.int8, Dettmers et al. 2022, arXiv 2208.07339). Every other
+parameter (embeddings, norms, biases, the LM head) is frozen in the working dtype.
 
 What changes against full training, per layer (the kernel table, :mod:`dse.formulas.kernels`):
 
@@ -56,6 +56,11 @@ Symbols:
     etp: expert tensor-parallel degree: the routed experts (and their adapters) split over etp GPUs (None: tp) [count]
     moe_linear_params: an MoE layer's attention and MoE linear weights on one GPU (QLoRA's dequantization) [count]
     moe_linears: an MoE layer's linear modules on one GPU (its dequantization kernels) [count]
+    q_lora: d_c', multi-head latent attention's query latent rank (0: a plain query projection) [count]
+    kv_lora: d_c, multi-head latent attention's K/V latent rank [count]
+    nope: d_nope, MLA's per-head query/key dimension without positions [count]
+    rope: d_R, MLA's per-head decoupled rotary dimension [count]
+    v_dim: d_v, MLA's per-head value dimension [count]
 """
 
 from __future__ import annotations
@@ -63,10 +68,20 @@ from __future__ import annotations
 from typing import Any
 
 from dse.formulas._array import Num, maximum
+from dse.formulas.finetune.dropout import dropout_rows
+from dse.formulas.finetune.mla import (
+    MLA_ROWS,
+    _replicated_adapter_rows,
+    mla_adapted_linears,
+    mla_largest_linear,
+    mla_linear_count,
+    mla_linear_parameters,
+)
 from dse.formulas.finetune.moe import (
     _MOE_ROWS,
     _ROUTER_INPUT,
     EXPERT_ROWS,
+    GATED,
     LINEAR_ROWS,
     _dims,
     _moe_adapter_rows,
@@ -77,12 +92,10 @@ from dse.formulas.finetune.moe import (
     moe_linear_parameters,
 )
 
-#: the gated MLPs: three matrices (gate, up, down), the gate and up projections reading the same input
-GATED = ("swiglu", "geglu")
-
-__all__ = ["FINETUNES", "LORA_TARGETS", "QUANTIZATIONS", "EXPERT_ROWS", "quantized_bytes_per_param",
+__all__ = ["GATED", "FINETUNES", "LORA_TARGETS", "QUANTIZATIONS", "EXPERT_ROWS", "quantized_bytes_per_param",
            "adapted_linears", "adapter_parameters", "linear_parameters", "largest_linear", "linear_count",
-           "apply_layer", "dropout_rows", "moe_adapted_linears", "moe_linear_parameters", "moe_linear_count"]
+           "apply_layer", "dropout_rows", "moe_adapted_linears", "moe_linear_parameters", "moe_linear_count",
+           "MLA_ROWS", "mla_adapted_linears", "mla_linear_parameters", "mla_linear_count", "mla_largest_linear"]
 
 FINETUNES = ("full", "lora", "qlora")
 LORA_TARGETS = ("all", "attention", "qv", "mlp")
@@ -254,8 +267,10 @@ def apply_layer(table: dict[str, Any], adapters: dict[str, list[tuple[Any, ...]]
     passes); QLoRA dequantizes the layer's attention and MoE linear weights (``moe_linear_params``, ``moe_linears``
     kernels) instead of a dense MLP's. ``etp`` (expert tensor parallelism other than tp; None: tp) splits the
     routed experts' adapters as their experts (Megatron-Bridge ``ParallelLinearAdapter(is_expert=True)`` takes the
-    expert-TP group ``expt_tp``). Adapters on rows the table lacks (a dense layer's MLP in an MoE layer, the
-    MoE rows in a dense one) are skipped.
+    expert-TP group ``expt_tp``). An MLA layer's projections (``q_down``, ``q_up`` or ``q_proj``, ``kv_down``,
+    ``kv_up``, ``out``; :mod:`dse.formulas.finetune.mla`) are frozen alike; the adapters of the duplicated down
+    projections run on the row's m (T/t with SP) at the row's model FLOPs (once over the t ranks). Adapters on rows
+    the table lacks (a dense layer's MLP in an MoE layer, the MoE rows in a dense one) are skipped.
 
     Returns:
         kernel name -> row [dict]
@@ -269,7 +284,7 @@ def apply_layer(table: dict[str, Any], adapters: dict[str, list[tuple[Any, ...]]
     e = bytes_per_element
     moe_table = "expert_fc1" in table
     absent = ({"fc1", "fc2"} if moe_table else set()) | (set(_MOE_ROWS) - set(table))
-    adapters = {name: shapes for name, shapes in adapters.items() if name not in absent}
+    adapters = {name: shapes for name, shapes in adapters.items() if name not in absent and name in table}
     out: dict[str, Any] = {}
     for name, row in table.items():
         if name in LINEAR_ROWS and row["kind"] == "gemm":
@@ -304,6 +319,10 @@ def apply_layer(table: dict[str, Any], adapters: dict[str, list[tuple[Any, ...]]
     moe_fwd: Num = 0
     moe_bwd: Num = 0
     for name, shapes in adapters.items():
+        if name in MLA_ROWS and MLA_ROWS[name] == "replicated":   # MLA's down projections, whole on every TP rank
+            n, fwd, bwd = _replicated_adapter_rows(out, name, shapes, table[name], rank, e)
+            n_adapters, moe_fwd, moe_bwd = n_adapters + n, moe_fwd + fwd, moe_bwd + bwd
+            continue
         if name in _MOE_ROWS:
             split = etp if etp is not None and name in EXPERT_ROWS else tp
             n_adapters += _moe_adapter_rows(out, name, shapes, table[name], rank, split, e)
@@ -317,9 +336,9 @@ def apply_layer(table: dict[str, Any], adapters: dict[str, list[tuple[Any, ...]]
         for i, (d_in, d_out) in enumerate(shapes):
             k_a, n_b = (d_in, _split(d_out, tp)) if column else (_split(d_in, tp), d_out)
             out[f"lora_{name}_{i}_a"] = {"kind": "gemm", "m": tok, "k": k_a, "n": rank, "batch": 1, "split": "",
-                                         "saved": 0, "flops": 2 * tok * k_a * rank}
+                                         "saved": 0, "flops": 2 * tok * k_a * rank, "adapter": True}
             out[f"lora_{name}_{i}_b"] = {"kind": "gemm", "m": tok, "k": rank, "n": n_b, "batch": 1, "split": "",
-                                         "saved": e * tok * rank, "flops": 2 * tok * rank * n_b}
+                                         "saved": e * tok * rank, "flops": 2 * tok * rank * n_b, "adapter": True}
             fwd_passes = fwd_passes + 5 * n_b
             bwd_passes = bwd_passes + 2 * n_b + 3 * k_a
             n_adapters += 1
@@ -327,7 +346,7 @@ def apply_layer(table: dict[str, Any], adapters: dict[str, list[tuple[Any, ...]]
         out["lora_merge"] = {"kind": "elementwise", "bytes": e * tok * fwd_passes,
                              "bytes_backward": e * tok * bwd_passes, "kernels": 2 * n_adapters,
                              "kernels_backward": 2 * n_adapters, "saved": 0}
-        if adapters.keys() & _MOE_ROWS:
+        if adapters.keys() & (_MOE_ROWS | {"q_down", "kv_down"}):
             merge = out["lora_merge"]
             merge["bytes"], merge["bytes_backward"] = merge["bytes"] + moe_fwd, merge["bytes_backward"] + moe_bwd
     if lora_dropout > 0:
@@ -339,58 +358,3 @@ def apply_layer(table: dict[str, Any], adapters: dict[str, list[tuple[Any, ...]]
         out["dequantize"] = {"kind": "elementwise", "bytes": moved, "bytes_backward": moved, "kernels": linears,
                              "kernels_backward": linears, "saved": 0}
     return out
-
-
-def dropout_rows(table: dict[str, Any], adapters: dict[str, list[tuple[Num, Num]]], tok: Num, *, tp: Num = 1,
-                 ffn_type: str = "gelu", ffn_elements: Num = 0, bytes_per_element: Num = 2,
-                 mask_bytes: Num = 1) -> None:
-    """PEFT's ``lora_dropout`` > 0 in a LoRA layer's kernel table (in place): each adapter drops its own input.
-
-    Formula: an adapted row keeps n_a (e + e_mask) tok d_in instead of its input (e tok d_in): each of its n_a
-    adapters keeps its dropped input (for A's weight gradient) and its dropout mask, and the input itself is no
-    longer kept by anyone (a frozen GEMM keeps nothing); fc2 adapted: the activation row drops fc2's input too
-    (ReLU keeps its output anyway); the separate q, k, v adapters' extra packs of the normed input go. Time: one
-    dropout kernel per adapter each way, forward reading x and writing the dropped copy and the mask, backward
-    reading the gradient and the mask and writing the input gradient: tok d_in (2 e + e_mask) each way
-    Source: Hugging Face PEFT's LoRA ``Linear.forward`` (``lora_B(lora_A(dropout(x)))``, ``lora_dropout`` an
-    ``nn.Dropout`` per adapted layer); PyTorch's fused ``native_dropout`` on CUDA saves a bool mask (on CPU,
-    ``F.dropout`` saves a scaled mask in the input dtype: 2 B in bf16). Checked: ``scripts/trace_lora.py
-    --dropout 0.1`` (``tests/fixtures/lora_dropout_trace.json``).
-
-    Returns:
-        None: the table is changed in place [none]
-
-    >>> t = {"qkv": {"kind": "gemm", "m": 8, "k": 4, "n": 12, "saved": 64, "frozen": True},
-    ...      "lora_merge": {"kind": "elementwise", "bytes": 0, "bytes_backward": 0, "kernels": 2,
-    ...                     "kernels_backward": 2}}
-    >>> dropout_rows(t, {"qkv": [(4, 12)]}, 8)
-    >>> t["qkv"]["saved"], t["lora_merge"]["bytes"], t["lora_merge"]["kernels"]
-    (96, 160, 3)
-    """
-    e = bytes_per_element
-    moved: Num = 0
-    kernels = 0
-    for name, shapes in adapters.items():
-        row = table[name]
-        column = LINEAR_ROWS[name] == "column"
-        k_in = shapes[0][0] if column else _split(shapes[0][0], tp)       # the adapters of a row share its input
-        kept = len(shapes) * (e + mask_bytes) * tok * k_in
-        table[name] = {**row, "saved": kept, **({"packed": kept} if "packed" in row else {})}
-        moved = moved + len(shapes) * tok * k_in * (2 * e + mask_bytes)
-        kernels += len(shapes)
-    if "fc2" in adapters and "activation" in table and ffn_type != "relu":
-        act = dict(table["activation"])
-        act["saved"] = act["saved"] - e * ffn_elements
-        if "packed" in act:
-            act["packed"] = act["packed"] - e * ffn_elements
-        table["activation"] = act
-    if "fc1" in adapters and ffn_type in GATED and "packed" in table.get("activation", {}):
-        act = dict(table["activation"])      # the up projection's A no longer packs the input: its dropout's copy does
-        act["packed"] = act["packed"] - e * table["fc1"]["m"] * table["fc1"]["k"]
-        table["activation"] = act
-    if "qkv_inputs" in table:
-        table["qkv_inputs"] = {**table["qkv_inputs"], "packed": 0}
-    merge = table["lora_merge"]
-    table["lora_merge"] = {**merge, "bytes": merge["bytes"] + moved, "bytes_backward": merge["bytes_backward"] + moved,
-                           "kernels": merge["kernels"] + kernels,
-                           "kernels_backward": merge["kernels_backward"] + kernels}

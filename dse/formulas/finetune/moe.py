@@ -21,17 +21,21 @@ from __future__ import annotations
 from typing import Any
 
 from dse.formulas._array import Num
+from dse.formulas.finetune.mla import MLA_ROWS
 
 __all__ = ["EXPERT_ROWS", "moe_adapted_linears", "moe_linear_parameters", "moe_linear_count"]
+
+#: the gated MLPs: three matrices (gate, up, down), the gate and up projections reading the same input
+GATED = ("swiglu", "geglu")
 
 #: Kernel-table rows whose weights are one per routed expert (their adapters too: one per local expert).
 EXPERT_ROWS = ("expert_fc1", "expert_fc2")
 
 #: The linear layers of a layer's kernel table, in order, and how tensor parallelism splits them (an MoE layer's
-#: router and shared gate are replicated).
+#: router and shared gate are replicated; multi-head latent attention's rows: :data:`~dse.formulas.finetune.MLA_ROWS`).
 LINEAR_ROWS = {"qkv": "column", "out": "row", "fc1": "column", "fc2": "row", "router": "replicated",
                "expert_fc1": "column", "expert_fc2": "row", "shared_fc1": "column", "shared_fc2": "row",
-               "shared_gate": "replicated"}
+               "shared_gate": "replicated", **MLA_ROWS}
 
 
 def _dims(adapter: tuple[Any, ...], split: str, tp: Num) -> tuple[Num, Num, Num]:
@@ -70,9 +74,10 @@ def _moe_adapter_rows(out: dict[str, Any], name: str, shapes: list[tuple[Any, ..
         k_a, n_b, n = _dims(adapter, LINEAR_ROWS[name], tp)
         r = n * rank
         out[f"lora_{name}_{i}_a"] = {"kind": "gemm", "m": base["m"], "k": k_a, "n": r, "batch": base["batch"],
-                                     "split": "", "saved": 0, "flops": 2 * tokens * k_a * r}
+                                     "split": "", "saved": 0, "flops": 2 * tokens * k_a * r, "adapter": True}
         out[f"lora_{name}_{i}_b"] = {"kind": "gemm", "m": base["m"], "k": r, "n": n_b, "batch": base["batch"],
-                                     "split": "", "saved": e * tokens * r, "flops": 2 * tokens * r * n_b}
+                                     "split": "", "saved": e * tokens * r, "flops": 2 * tokens * r * n_b,
+                                     "adapter": True}
     return len(shapes)
 
 
