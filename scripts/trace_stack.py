@@ -18,6 +18,7 @@ LayerNorm-backward kernel, cuDNN attention's own buffers) are not in the trace a
 Usage (needs torch and transformers, which dse itself does not):
     python scripts/trace_stack.py > tests/fixtures/pytorch_stack_trace.json
     python scripts/trace_stack.py llama > tests/fixtures/pytorch_stack_trace_llama.json
+    python scripts/trace_stack.py gemma3 > tests/fixtures/pytorch_stack_trace_gemma3.json   (also: opt, gpt_neox)
 """
 
 from __future__ import annotations
@@ -31,11 +32,17 @@ DIMS = {
     "llama": {"h": 256, "heads": 4, "kv_heads": 2, "ffn": 704, "b": 3, "s": 96, "vocab": 32000},
     # pre-LN OPT: LayerNorm, ReLU MLP, separate q/k/v projections (q scaled before the attention), learned positions
     "opt": {"h": 320, "heads": 5, "ffn": 1280, "b": 3, "s": 96, "vocab": 50272},
+    # Gemma 3: four RMSNorms with the (1 + w) scale in fp32, QK-norm, GeGLU, one K/V head, sqrt(h) embedding scale
+    # GPT-NeoX (Pythia): fused QKV interleaved per head, partial rotary (rotary_pct 0.25), parallel residual, exact
+    # GeLU, LayerNorm, untied embed_out head
+    "gpt_neox": {"h": 256, "heads": 4, "ffn": 1024, "rotary_pct": 0.25, "b": 3, "s": 96, "vocab": 50304},
+    "gemma3": {"h": 256, "heads": 4, "kv_heads": 1, "head_dim": 64, "ffn": 704, "b": 3, "s": 96, "vocab": 32000},
 }
 
 
 def build(arch: str, layers: int, attn: str, dims: dict):
-    """Transformers' GPT2LMHeadModel, OPTForCausalLM or LlamaForCausalLM from a config: bf16, dropout 0, training."""
+    """Transformers' GPT2LMHeadModel, OPTForCausalLM, LlamaForCausalLM, GPTNeoXForCausalLM or Gemma3ForCausalLM from a
+    config: bf16, dropout 0, training."""
     import torch
 
     torch.manual_seed(0)
@@ -44,6 +51,20 @@ def build(arch: str, layers: int, attn: str, dims: dict):
         cfg = GPT2Config(n_layer=layers, n_embd=dims["h"], n_head=dims["heads"], vocab_size=dims["vocab"],
                          n_positions=1024, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
         cls = GPT2LMHeadModel
+    elif arch == "gpt_neox":
+        from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+        cfg = GPTNeoXConfig(num_hidden_layers=layers, hidden_size=dims["h"], num_attention_heads=dims["heads"],
+                            intermediate_size=dims["ffn"], vocab_size=dims["vocab"], max_position_embeddings=1024,
+                            rotary_pct=dims["rotary_pct"], use_parallel_residual=True, hidden_dropout=0.0,
+                            attention_dropout=0.0, hidden_act="gelu", tie_word_embeddings=False)
+        cls = GPTNeoXForCausalLM
+    elif arch == "gemma3":
+        from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+        cfg = Gemma3TextConfig(num_hidden_layers=layers, hidden_size=dims["h"], num_attention_heads=dims["heads"],
+                               num_key_value_heads=dims["kv_heads"], head_dim=dims["head_dim"],
+                               intermediate_size=dims["ffn"], vocab_size=dims["vocab"], max_position_embeddings=1024,
+                               query_pre_attn_scalar=dims["head_dim"], sliding_window=512, attention_dropout=0.0)
+        cls = Gemma3ForCausalLM
     elif arch == "opt":
         from transformers import OPTConfig, OPTForCausalLM
         cfg = OPTConfig(num_hidden_layers=layers, hidden_size=dims["h"], num_attention_heads=dims["heads"],

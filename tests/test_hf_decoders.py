@@ -119,9 +119,16 @@ def test_fused_rotary_keeps_the_rotated_q_and_k_under_the_pytorch_stack():
     from dse.specs.plan import Plan
 
     phi = spec("Phi-3-mini-4k-instruct")
-    plan = Plan(tp=1, micro_batch=1, seq_len=2048, stack="pytorch")
-    r = recipe_of(plan)
-    fused = kernel_tables(phi, plan, r)["layer"]["attention"]["saved"]
-    separate = kernel_tables(dataclasses.replace(phi, qkv_projection="separate"), plan, r)["layer"]["attention"]
-    # fused: the q, k, v buffer (v a view: 3), the rotated q and k (2), the output (1); separate: q, k, v, output (4)
-    assert fused - separate["saved"] == 2 * (2 * 2048 * phi.hidden)
+    separate = dataclasses.replace(phi, qkv_projection="separate")
+
+    def kept(model, recompute):    # what the attention keeps, with the K/V-cache copies where it keeps those
+        plan = Plan(tp=1, micro_batch=1, seq_len=2048, stack="pytorch", recompute=recompute)
+        t = kernel_tables(model, plan, recipe_of(plan))["layer"]
+        key = "rerun" if recompute == "full" else "saved"
+        return t["attention"][key] + t.get("kv_copy", {}).get(key, 0)
+
+    # without the cache (checkpointing turns it off) fused keeps the q, k, v buffer (v a view: 3), the rotated q and
+    # k (2), the output (1); separate: q, k, v, output (4)
+    assert kept(phi, "full") - kept(separate, "full") == 2 * (2 * 2048 * phi.hidden)
+    # with it (use_cache, traced on GPT-NeoX) the rotated q, the output and the cache's k and v copies, as separate
+    assert kept(phi, "none") == kept(separate, "none")

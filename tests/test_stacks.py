@@ -122,7 +122,9 @@ from pathlib import Path as _Path  # noqa: E402
 _FIXTURES = _Path(__file__).parent / "fixtures"
 _TRACES = {"gpt2": _json.loads((_FIXTURES / "pytorch_stack_trace.json").read_text()),
            "llama": _json.loads((_FIXTURES / "pytorch_stack_trace_llama.json").read_text()),
-           "opt": _json.loads((_FIXTURES / "pytorch_stack_trace_opt.json").read_text())}
+           "opt": _json.loads((_FIXTURES / "pytorch_stack_trace_opt.json").read_text()),
+           "gemma3": _json.loads((_FIXTURES / "pytorch_stack_trace_gemma3.json").read_text()),
+           "gpt_neox": _json.loads((_FIXTURES / "pytorch_stack_trace_gpt_neox.json").read_text())}
 _GEMM_OPS = {"addmm", "mm", "bmm"}
 
 
@@ -140,6 +142,14 @@ def _traced_model(arch: str, d: dict) -> tuple[str, list[str]]:
     if arch == "opt":
         return "opt-13b", [f"model.hidden={d['h']}", f"model.heads={d['heads']}", f"model.ffn_hidden={d['ffn']}",
                            f"model.vocab={d['vocab']}", "model.dropout=0"]
+    if arch == "gpt_neox":
+        return "tests/fixtures/hf/pythia-1.4b/config.json", [
+            f"model.hidden={d['h']}", f"model.heads={d['heads']}", f"model.kv_heads={d['heads']}", "model.head_dim=64",
+            f"model.ffn_hidden={d['ffn']}", f"model.vocab={d['vocab']}", f"model.rotary_fraction={d['rotary_pct']}"]
+    if arch == "gemma3":
+        return "gemma3-27b", [f"model.hidden={d['h']}", f"model.heads={d['heads']}", f"model.kv_heads={d['kv_heads']}",
+                              f"model.head_dim={d['head_dim']}", f"model.ffn_hidden={d['ffn']}",
+                              f"model.vocab={d['vocab']}"]
     return "llama2-7b", [f"model.hidden={d['h']}", f"model.heads={d['heads']}", f"model.kv_heads={d['kv_heads']}",
                          f"model.ffn_hidden={d['ffn']}", f"model.vocab={d['vocab']}"]
 
@@ -153,7 +163,7 @@ def test_the_pytorch_stack_reproduces_the_traced_bytes_and_saved_tensors_of_a_la
     m, _, p = resolve(name, "dgx-h100", None, sets, micro_batch=d["b"], seq_len=d["s"], stack="pytorch",
                       attention={"sdpa": "flash", "eager": "math"}[attn],
                       recompute=rc, precision="bf16-pure", dp=1)
-    assert m.qkv_projection == ("fused" if arch == "gpt2" else "separate")
+    assert m.qkv_projection == ("fused" if arch in ("gpt2", "gpt_neox") else "separate")
     t = KT.kernel_tables(m, p, recipe_of(p))["layer"]
     ew = [r for r in t.values() if r["kind"] == "elementwise"]
     fwd = sum(r["bytes"] for r in ew)
@@ -164,12 +174,17 @@ def test_the_pytorch_stack_reproduces_the_traced_bytes_and_saved_tensors_of_a_la
     cuda_only_copy = 2 * q if attn == "sdpa" else 0             # the output-layout copy, each pass
     fa2 = (3 * q + 4 * tok * d["heads"] + 2 * 2 * q) if attn == "sdpa" else 0   # D = rowsum(dO*O); fp32 dQ
     ln_second_kernel = 2 * 2 * h if m.norm == "layernorm" else 0
-    fwd -= cuda_only_copy
     bwd -= cuda_only_copy + fa2 + ln_second_kernel + t["grad_accumulate"]["bytes_backward"]
-    if m.position == "rotary":                                   # zero fills the trace does not count
-        bwd -= (q + kv) / 2 * 2
+    if arch == "gpt_neox":       # its rotated q is contiguous: the CPU kernel returns (b, a, s, d) and copies it too
+        cuda_only_copy = 0
+    fwd -= cuda_only_copy
+    if m.position == "rotary":                                   # zero fills the trace does not count (rotate_half's,
+        bwd -= (q + kv) * m.rotary_fraction                      # and a partial rotary's two slices of q and of k)
+        bwd -= (q + kv) if m.rotary_fraction < 1 else 0
     if m.norm == "rmsnorm":                                      # the broadcast mean gradient, counted at full size
-        bwd += 2 * (2 * h - tok * 4)
+        bwd += m.layer_norms * (2 * h - tok * 4)
+        if m.qk_norm:                                            # per query and key head (64 wide)
+            bwd += 2 * (q + kv) - (q + kv) / 64 / 2 * 4
     if attn == "eager" and kv < q:                               # repeat_kv's expanded reads, counted at full size
         fwd += 2 * (q - kv)
     saved = (K.rerun_bytes(t) if rc == "full" else K.saved_bytes(t)) - cuda_only_copy / 2
@@ -177,8 +192,10 @@ def test_the_pytorch_stack_reproduces_the_traced_bytes_and_saved_tensors_of_a_la
     if rc == "full":                                      # the checkpoint keeps the layer input; backward re-runs
         assert s_tr == pytest.approx(K.saved_bytes(t), rel=1e-6)
         # the traced backward includes the re-run forward, which stops once the last tensor the layer saves exists
-        # (torch.utils.checkpoint's early stop, on by default): the layer's final residual add is not re-run
-        b_tr -= f_tr - 3 * h
+        # (torch.utils.checkpoint's early stop, on by default): the layer's final residual add is not re-run; in
+        # Gemma's layer the last saved tensor is the post-MLP norm's (1 + w), so its fp32 product and cast are not
+        # either (8 and 6 bytes per element); in a parallel-residual layer (GPT-NeoX) both branch adds are not
+        b_tr -= f_tr - 3 * h - (7 * h if m.norm_kind == "gemma_rmsnorm" else 0) - (3 * h if m.parallel_residual else 0)
         assert fwd == pytest.approx(f_tr, rel=0.01)
         assert bwd == pytest.approx(b_tr, rel=0.005)
     else:

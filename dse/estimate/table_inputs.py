@@ -64,7 +64,7 @@ def stack_inputs(model: ModelSpec, plan: Plan, stack: str) -> tuple[Any, Any, An
     from dse.formulas import transformer as T
 
     spec = stack_spec(stack)
-    ops = spec.ops(model.norm, model.activation_kind, model.qkv_projection, model.softmax_dtype)
+    ops = spec.ops(model.norm_kind, model.activation_kind, model.qkv_projection, model.softmax_dtype)
     t = plan.tp
     kv: Any = model.kv_heads          # resolved specs: set (Optional only before resolution)
     d: Any = model.head_dim
@@ -82,7 +82,8 @@ def stack_inputs(model: ModelSpec, plan: Plan, stack: str) -> tuple[Any, Any, An
                "scale_query": model.scale_query, "rotary": model.position == "rotary",
                "frozen": plan.finetune != "full", "softcap": model.attn_softcap is not None,
                "logit_softcap": model.logit_softcap is not None, "embedding_scale": model.embedding_scale,
-               "kv_cache": plan.recompute != "full" if plan.kv_cache is None else bool(plan.kv_cache)}
+               "kv_cache": plan.recompute != "full" if plan.kv_cache is None else bool(plan.kv_cache),
+               "qk_norm_weight": model.qk_norm_weight}
     return ops, size, choices
 
 

@@ -45,7 +45,7 @@ from typing import Any
 from dse.formulas._array import Num
 
 __all__ = ["DTYPE_BYTES", "sizes", "amount", "apply_layer", "apply_head", "apply_embedding", "aligned",
-           "transient_bytes"]
+           "transient_bytes", "qk_sizes", "rotary_layout"]
 
 #: Bytes per element of the dtypes a stack names explicitly (``act`` and ``grad`` come from the precision recipe).
 DTYPE_BYTES = {"fp32": 4, "byte": 1, "int64": 8}
@@ -175,12 +175,31 @@ _SCALED = ("bytes", "bytes_backward", "saved", "packed", "strided", "strided_bac
            "softmax_elements", "softmax_elements_backward")
 
 
+def _norm(op: Op, choices: dict[str, Any]) -> Op:
+    """A norm op, or what it keeps instead with frozen weights (LoRA: its ``frozen`` amounts)."""
+    return {**op, **op["frozen"]} if choices.get("frozen") and "frozen" in op else op
+
+
+def qk_sizes(size: Sizes) -> Sizes:
+    """The sizes a QK-norm's amounts read: the norm over head_dim of each query and key head.
+
+    Formula: h -> q + kv (the normed elements), tok -> (q + kv) / d = (q + kv) heads / q (one row per head and token)
+    Source: Qwen3 / Gemma 3 q_norm and k_norm (transformers 5.24: the layer's RMSNorm module over head_dim).
+
+    >>> z = sizes(1024, 2, 1152, 4, 1, 256, 6912, 262144)       # Gemma 3 1B: 4 query heads, 1 K/V head of 256
+    >>> q = qk_sizes(z); q["h"] == 2048 * 5 * 256, q["tok"] == 2048 * 5
+    (True, True)
+    """
+    return {**size, "h": size["q"] + size["kv"], "tok": (size["q"] + size["kv"]) * size["heads"] / size["q"]}
+
+
 def apply_layer(table: Table, ops: dict[str, Op], size: Sizes, choices: dict[str, Any], *,
                 bytes_per_element: Num = 2, grad_bytes: Num = 2) -> Table:
     """A layer's kernel table (built without recomputation) with a stack's element-wise kernels and saved tensors.
 
     Formula: each element-wise row's bytes, kernels and saved bytes from the stack op that names it (norm1, norm2:
-    ``norm``; the residual adds: ``residual``; ``activation``; ``rotary``); the attention core's saved bytes and its
+    ``norm``; the QK-norm: ``qk_norm`` over :func:`qk_sizes`, where it has a weight; the residual adds:
+    ``residual``; ``activation``; ``rotary``); the attention core's saved bytes and its
     copies from ``flash`` or ``math`` (eager attention's dropout: ``score_dropout``); added rows (``dropout``,
     ``kv_copy``, ``kv_repeat``, ``qkv_inputs``, ``qkv_grads``, ``rotary_grads``, ``query_scale``, ``bias_grads``,
     ``grad_accumulate``, eager attention's logit soft-capping ``softcap``) where enabled
@@ -204,10 +223,9 @@ def apply_layer(table: Table, ops: dict[str, Op], size: Sizes, choices: dict[str
     out: Table = {}
     for name, row in table.items():
         if name in ("norm1", "norm2", "post_attn_norm", "post_mlp_norm") and "norm" in ops:
-            norm = ops["norm"]
-            if choices.get("frozen") and "frozen" in norm:   # frozen weights (LoRA): what the norm keeps instead
-                norm = {**norm, **norm["frozen"]}
-            out[name] = _elementwise(norm, size, e, g)
+            out[name] = _elementwise(_norm(ops["norm"], choices), size, e, g)
+        elif name == "qk_norm" and "qk_norm" in ops and choices.get("qk_norm_weight", True):
+            out[name] = _elementwise(_norm(ops["qk_norm"], choices), qk_sizes(size), e, g)
         elif name in ("attn_residual", "mlp_residual") and "residual" in ops:
             out[name] = _elementwise(ops["residual"], size, e, g)
         elif name in ("activation", "rotary") and name in ops:
@@ -235,6 +253,56 @@ def apply_layer(table: Table, ops: dict[str, Op], size: Sizes, choices: dict[str
             out[name] = _elementwise(ops[name], size, e, g)
             if name == "softcap":         # part of the attention core: selective recompute runs it again
                 out[name]["selective"] = True
+    return out
+
+
+def rotary_layout(table: Table, rotary_fraction: Num, q: Num, kv: Num, *, fused: bool) -> Table:
+    """A stack's layer table where Transformers rotates only a share of each head, or Q, K and V come from one fused
+    projection (GPT-NeoX, Phi-3, Falcon): ``q``, ``kv`` are the bytes of the query and of one key or value tensor.
+
+    Formula (rho = ``rotary_fraction``): partial rotary: the rotary row's traced passes x rho, plus torch.cat of the
+    rotated and the passed-through share (2 passes over q and k each, 2 kernels) forward; backward the cat's gradient
+    is sliced back into each part, and each part's slice is undone by slice_backward (a zero fill of the whole tensor
+    and a copy of the part) and the two summed: 1 + 2 rho + 1 + 2 (1 - rho) + 3 = 7 passes over q and k each, 5
+    kernels each (not a 2-pass narrowing copy). Fused QKV: the flash kernel keeps the rotated q and k, new tensors,
+    beside the fused buffer its V is a view of (+ q + kv); with the K/V-cache copies (``kv_copy``: use_cache) it keeps
+    the copies instead of the rotated k and the buffer (- qkv - kv: the copies are kv_copy's). Eager attention (the
+    fp32 variant, whose matmuls keep q, k, v: 3 q): a partially rotated q is contiguous after the cat, so the score
+    matmul copies nothing (- 2 q forward, one kernel); without the cache the context matmul copies the V view of the
+    buffer (+ 2 kv, one kernel) and keeps the copy, with it it keeps the cache copies (kv_copy's: - 2 q); backward
+    the q, k, v gradients are concatenated (2 passes of qkv, one kernel) instead of copied one by one (2 q + 4 kv,
+    three kernels): the same bytes. What saved-tensor hooks pack is what the rows kept before (q, k, v and the
+    output at their own sizes, the cache copies where they are the K and V)
+    Source: transformers 5.24 modeling_gpt_neox apply_rotary_pos_emb (q[..., :rotary_dim], torch.cat) and
+    GPTNeoXAttention (qkv.view(...).transpose(1, 2).chunk(3)); the aten trace of GPTNeoXForCausalLM
+    (scripts/trace_stack.py gpt_neox, tests/fixtures/pytorch_stack_trace_gpt_neox.json).
+
+    >>> t = {"rotary": {"kind": "elementwise", "bytes": 20.0, "bytes_backward": 30.0, "kernels": 10,
+    ...                 "kernels_backward": 18, "saved": 0}, "attention": {"kind": "flash", "saved": 10.0}}
+    >>> r = rotary_layout(t, 0.25, 1.0, 1.0, fused=True)
+    >>> r["rotary"]["bytes"], r["rotary"]["bytes_backward"], r["rotary"]["kernels_backward"], r["attention"]["saved"]
+    (9.0, 21.5, 28, 12.0)
+    """
+    out = dict(table)
+    partial = not (type(rotary_fraction) in (int, float) and rotary_fraction == 1)
+    if partial and "rotary" in out:
+        row = out["rotary"]
+        out["rotary"] = {**row, "bytes": row["bytes"] * rotary_fraction + 2 * (q + kv),
+                         "bytes_backward": row["bytes_backward"] * rotary_fraction + 7 * (q + kv),
+                         "kernels": row["kernels"] + 2, "kernels_backward": row["kernels_backward"] + 10,
+                         **({"packed": row["packed"] * rotary_fraction} if "packed" in row else {})}   # cos, sin: rho d
+    cache = "kv_copy" in out
+    if fused and "attention" in out:
+        kept = q + kv - ((q + 3 * kv) if cache else 0)
+        row = out["attention"]   # the hooks pack q, k, v, the output and the log-sum-exp at their own sizes
+        out["attention"] = {**row, "saved": row["saved"] + kept, "packed": row.get("packed", row["saved"])}
+    if fused and "softmax" in out and "bytes_backward" in out["softmax"]:   # eager attention (the fp32 variant)
+        row = out["softmax"]
+        out["softmax"] = {**row, "saved": row["saved"] - (2 * q if cache else 0),
+                          "packed": row.get("packed", row["saved"]),
+                          "bytes": row["bytes"] - (2 * q if partial else 0) + (0 if cache else 2 * kv),
+                          "kernels": row["kernels"] - (1 if partial else 0) + (0 if cache else 1),
+                          "kernels_backward": row["kernels_backward"] - 2}
     return out
 
 

@@ -106,6 +106,9 @@ class ModelSpec:
                                              "in an eager stack")
     embedding_scale: bool = spec_field(False, help="the embeddings are multiplied by sqrt(h) by a kernel of their "
                                                    "own (Gemma): an eager stack's extra pass")
+    norm_fp32_weight: bool = spec_field(False, help="the RMSNorm scales by (1 + w) in fp32 and casts after (Gemma, "
+                                                    "Gemma 2/3; transformers PR 29402), not by w after the cast "
+                                                    "(Llama): an eager stack keeps the fp32 normalized tensor")
     attention_sinks: bool = spec_field(False, help="a learned sink logit per head joins each softmax (gpt-oss): "
                                                    "a parameters per layer")
     qk_norm_weight: bool = spec_field(True, help="the QK-norm has a weight over head_dim (RMSNorm: Qwen3, Gemma 3); "
@@ -303,6 +306,11 @@ class ModelSpec:
         from dse.formulas.transformer.moe import moe_layer_count
 
         return moe_layer_count(self.layers, self.first_dense_layers, self.moe_layer_step, self.dense_layers)
+
+    @property
+    def norm_kind(self) -> str:
+        """The norm as a software stack's ``norm`` variants name it (gemma_rmsnorm: the (1 + w) scale in fp32)."""
+        return "gemma_rmsnorm" if self.norm == "rmsnorm" and self.norm_fp32_weight else self.norm
 
     @property
     def activation_kind(self) -> str:

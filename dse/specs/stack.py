@@ -21,13 +21,21 @@ STACKS = ("megatron", "pytorch", "compiled")
 SIZES = ("tok", "h", "q", "kv", "qkv", "f", "scores", "heads", "logits", "table", "rope", "params", "param_tensors")
 #: Entries a stack file may hold, with the variants an entry may be split into (None: not split).
 ENTRIES: dict[str, tuple[str, ...] | None] = {
-    "norm": ("layernorm", "rmsnorm"), "residual": None, "activation": ("gelu", "gelu_new", "relu", "silu_glu"),
+    "norm": ("layernorm", "rmsnorm", "gemma_rmsnorm"), "residual": None,
+    "activation": ("gelu", "gelu_new", "relu", "silu_glu", "gelu_glu"),
     "rotary": None, "flash": ("fused", "separate"), "math": ("activation", "fp32"), "dropout": None,
     "score_dropout": None, "kv_copy": ("fused", "separate"), "kv_repeat": None, "qkv_inputs": None, "qkv_grads": None,
-    "rotary_grads": None, "query_scale": None, "bias_grads": None, "grad_accumulate": None, "embedding": None,
-    "final_norm": None, "loss": None, "softcap": None, "logit_softcap": None, "embedding_scale": None}
+    "rotary_grads": ("fused", "separate"), "query_scale": None, "bias_grads": None, "grad_accumulate": None,
+    "embedding": None, "final_norm": None, "qk_norm": None, "loss": None, "softcap": None, "logit_softcap": None,
+    "embedding_scale": None}
+#: Entries that may name another entry (``final_norm: norm``): the same op over their own tensors.
+ALIASES = ("final_norm", "qk_norm")
+#: A variant a stack may leave out, and the one it then takes: Gemma's RMSNorm is RMSNorm with the weight applied in
+#: fp32 (what a stack that does not say otherwise, such as a fused one, runs alike).
+FALLBACK = {"gemma_rmsnorm": "rmsnorm"}
 #: Which model property picks an entry's variant (an entry without variants applies as written).
-VARIANT_OF = {"norm": "norm", "activation": "activation", "flash": "qkv", "kv_copy": "qkv", "math": "softmax"}
+VARIANT_OF = {"norm": "norm", "activation": "activation", "flash": "qkv", "kv_copy": "qkv", "math": "softmax",
+              "rotary_grads": "qkv"}
 _OP_KEYS = ("forward", "backward", "saved", "packed", "transient", "when", "frozen")
 _CHOICES = {"attention": ("flash", "math"), "recompute": ("none", "selective", "full"), "bias": (True, False),
             "dropout": (True, False), "qkv": ("fused", "separate"), "grouped": (True, False),
@@ -65,6 +73,7 @@ def _resolve(stack: StackSpec, norm: str, activation: str, qkv: str, softmax: st
         variants = ENTRIES[entry]
         if variants is not None and isinstance(op, dict) and op and set(op) <= set(variants):
             key = pick[VARIANT_OF[entry]]
+            key = key if key in op else FALLBACK.get(key, key)
             if key not in op:
                 continue                  # the stack says nothing for this variant: the fused row stays
             op = op[key]
@@ -139,8 +148,9 @@ def parse(data: dict, where: str) -> StackSpec:
         if name not in ENTRIES:
             raise InputError(f"{where}.rows: unknown entry '{name}'; allowed: {', '.join(ENTRIES)}")
         if isinstance(op, str):
-            if op not in rows or op != "norm" or name != "final_norm":
-                raise InputError(f"{where}.rows.{name}: only final_norm may alias an entry (norm), got {op!r}")
+            if op not in rows or op != "norm" or name not in ALIASES:
+                raise InputError(f"{where}.rows.{name}: only {' and '.join(ALIASES)} may alias an entry (norm), "
+                                 f"got {op!r}")
             continue
         variants = ENTRIES[name]
         if variants is not None and isinstance(op, dict) and set(op) <= set(variants) and op:

@@ -267,15 +267,9 @@ def layer_kernels(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: N
     if stack:  # another software stack's element-wise kernels and saved tensors (dse.formulas.stacks)
         t = _stacks.apply_layer(t, stack, stack_sizes or {}, stack_choices or {}, bytes_per_element=e,
                                 grad_bytes=grad_bytes)
-        if rotary and not (type(rotary_fraction) in (int, float) and rotary_fraction == 1) and "rotary" in t:
-            cat = 2 * e * tok * (hd_q + hd_kv)     # torch.cat of the rotated and the passed-through share
-            row = t["rotary"]
-            t["rotary"] = {**row, "bytes": row["bytes"] * rotary_fraction + cat,
-                           "bytes_backward": row["bytes_backward"] * rotary_fraction + cat,
-                           "kernels": row["kernels"] + 2, "kernels_backward": row["kernels_backward"] + 2}
-        if rotary and (stack_choices or {}).get("qkv") == "fused" and "attention" in t:   # GPT-NeoX, Phi-3, Falcon:
-            row = t["attention"]   # the kernel keeps the rotated q and k (new tensors) beside the fused buffer (v's)
-            t["attention"] = {**row, "saved": row["saved"] + e * tok * (hd_q + hd_kv)}
+        if rotary:
+            t = _stacks.rotary_layout(t, rotary_fraction, e * tok * hd_q, e * tok * hd_kv,
+                                      fused=(stack_choices or {}).get("qkv") == "fused")
     if parallel_residual:
         _parallel_residual(t, x_in, layer_norms, keeps_input=not stack or norm == "layernorm")
     if finetune:  # frozen weights with LoRA adapters (dse.formulas.finetune)
@@ -300,8 +294,9 @@ def _parallel_residual(t: Table, x_in: Num, layer_norms: int, keeps_input: bool)
     """A parallel-residual layer's table, in place (see :func:`layer_kernels`): norm2 does not keep the layer input
     again (where the norm keeps its input: Megatron's norms, PyTorch's LayerNorm), one forward all-reduce, and with
     one shared norm one backward all-reduce."""
-    if "norm2" in t and keeps_input:
-        t["norm2"] = {**t["norm2"], "saved": t["norm2"]["saved"] - x_in}
+    if "norm2" in t and keeps_input:    # the hooks still pack its input (once per autograd node)
+        t["norm2"] = {**t["norm2"], "saved": t["norm2"]["saved"] - x_in,
+                      "packed": t["norm2"].get("packed", t["norm2"]["saved"])}
     del t["attn_allreduce"]
     if layer_norms == 1:
         del t["fc1_dgrad_allreduce"]

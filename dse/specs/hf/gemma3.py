@@ -31,7 +31,8 @@ def read(cfg: dict, mt: str, where: str, name: str, g: Get) -> dict:
         ffn_type="geglu", activation="gelu_tanh", norm="rmsnorm", layer_norms=4, qk_norm=True, bias=False,
         vocab=g("vocab_size", 262208), max_seq_len=g("max_position_embeddings", 131072), position="rotary",
         tied_embeddings=bool(g("tie_word_embeddings", True)), qkv_projection="separate", softmax_dtype="fp32",
-        embedding_scale=True, dropout=float(g("attention_dropout", 0.0)), source=f"Hugging Face config {where}",
+        embedding_scale=True, norm_fp32_weight=True, dropout=float(g("attention_dropout", 0.0)),
+        source=f"Hugging Face config {where}",
     )
     window = g("sliding_window", 4096)
     types = layer_types(cfg, layers, where, lambda i, c: (i + 1) % pattern)

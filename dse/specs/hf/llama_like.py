@@ -22,7 +22,8 @@ def read(cfg: dict, mt: str, where: str, name: str, g: Get) -> dict:
             out["layer_types"] = types
     if mt == "gemma2":   # Gemma2Config defaults: attention 50, final logits 30 (null: off)
         out.update(attn_softcap=cfg.get("attn_logit_softcapping", 50.0),
-                   logit_softcap=cfg.get("final_logit_softcapping", 30.0), embedding_scale=True)
+                   logit_softcap=cfg.get("final_logit_softcapping", 30.0), embedding_scale=True,
+                   norm_fp32_weight=True)
     return out
 
 
