@@ -36,6 +36,10 @@ Symbols:
     choices: the plan's attention, recompute, bias and dropout [dict]
     op: one stack op [dict]
     n: a GEMM dimension [count]
+    rotary_fraction: rho, the share of each head's dimensions the rotary positions rotate [fraction]
+    q: bytes of the query tensor on this GPU (T a d / t x e) [bytes]
+    kv: bytes of one key or value tensor on this GPU (T kv d / t x e) [bytes]
+    fused: Q, K and V come from one fused projection (qkv_projection fused) [bool]
 """
 
 from __future__ import annotations
@@ -186,6 +190,9 @@ def qk_sizes(size: Sizes) -> Sizes:
     Formula: h -> q + kv (the normed elements), tok -> (q + kv) / d = (q + kv) heads / q (one row per head and token)
     Source: Qwen3 / Gemma 3 q_norm and k_norm (transformers 5.24: the layer's RMSNorm module over head_dim).
 
+    Returns:
+        size name -> elements, as :func:`sizes` [dict]
+
     >>> z = sizes(1024, 2, 1152, 4, 1, 256, 6912, 262144)       # Gemma 3 1B: 4 query heads, 1 K/V head of 256
     >>> q = qk_sizes(z); q["h"] == 2048 * 5 * 256, q["tok"] == 2048 * 5
     (True, True)
@@ -260,7 +267,7 @@ def rotary_layout(table: Table, rotary_fraction: Num, q: Num, kv: Num, *, fused:
     """A stack's layer table where Transformers rotates only a share of each head, or Q, K and V come from one fused
     projection (GPT-NeoX, Phi-3, Falcon): ``q``, ``kv`` are the bytes of the query and of one key or value tensor.
 
-    Formula (rho = ``rotary_fraction``): partial rotary: the rotary row's traced passes x rho, plus torch.cat of the
+    Formula: partial rotary (rho = ``rotary_fraction`` < 1): the rotary row's traced passes x rho, plus torch.cat of the
     rotated and the passed-through share (2 passes over q and k each, 2 kernels) forward; backward the cat's gradient
     is sliced back into each part, and each part's slice is undone by slice_backward (a zero fill of the whole tensor
     and a copy of the part) and the two summed: 1 + 2 rho + 1 + 2 (1 - rho) + 3 = 7 passes over q and k each, 5
@@ -276,6 +283,9 @@ def rotary_layout(table: Table, rotary_fraction: Num, q: Num, kv: Num, *, fused:
     Source: transformers 5.24 modeling_gpt_neox apply_rotary_pos_emb (q[..., :rotary_dim], torch.cat) and
     GPTNeoXAttention (qkv.view(...).transpose(1, 2).chunk(3)); the aten trace of GPTNeoXForCausalLM
     (scripts/trace_stack.py gpt_neox, tests/fixtures/pytorch_stack_trace_gpt_neox.json).
+
+    Returns:
+        kernel name -> row [dict]
 
     >>> t = {"rotary": {"kind": "elementwise", "bytes": 20.0, "bytes_backward": 30.0, "kernels": 10,
     ...                 "kernels_backward": 18, "saved": 0}, "attention": {"kind": "flash", "saved": 10.0}}
