@@ -11,7 +11,6 @@ the GPU's copy rate plus the fixed time per kernel). Host time is left out on bo
 
 Usage:
     python scripts/profile_compare.py data/h200/hf_families.jsonl [--hw dgx-h200] [--match pythia] [-v]
-        [--no-kv-cache]   (the runs of data/h200/ had use_cache=False: no K/V-cache copies)
 """
 
 from __future__ import annotations
@@ -49,29 +48,6 @@ def row_times(model, plan, gpu) -> dict[str, tuple[str, float, float]]:
     return out
 
 
-def without_kv_cache(stack: str) -> None:
-    """Run as ``use_cache=False`` measured (``dse measure``): the stack's K/V-cache copies (the ``kv_copy`` conditions
-    on recomputation) dropped for this process; the copies eager attention makes anyway stay."""
-    import dataclasses
-
-    from dse.estimate import table_inputs
-    from dse.specs import stack as stack_spec
-
-    spec = stack_spec.load(stack)
-    rows = dict(spec.rows)
-    variants = {}
-    for key, op in rows.get("kv_copy", {}).items():
-        when = [c for c in op.get("when", []) if "recompute" not in c]
-        if when:
-            variants[key] = {**op, "when": when}
-    if variants:
-        rows["kv_copy"] = variants
-    else:
-        rows.pop("kv_copy", None)
-    patched = dataclasses.replace(spec, rows=stack_spec._freeze(rows))
-    table_inputs.stack_spec = lambda name: patched if name == stack else stack_spec.load(name)
-
-
 def main(argv: list[str]) -> None:
     from dse.calibrate.measurements import plan_for, predict, read
     from dse.catalog import load_system
@@ -82,10 +58,7 @@ def main(argv: list[str]) -> None:
     ap.add_argument("--match", default="", help="only rows whose name (model attn bB sS rc-R) contains this text")
     ap.add_argument("-v", action="store_true", help="dse's per-row times")
     ap.add_argument("--kernels", type=int, default=0, help="the profile's N largest kernels and ops")
-    ap.add_argument("--no-kv-cache", action="store_true", help="price the runs as use_cache=False (dse measure)")
     a = ap.parse_args(argv)
-    if a.no_kv_cache:
-        without_kv_cache("pytorch")
     system = load_system(a.hw)
     gpu = system.node.gpu
     base = {m.name: m for m in read(a.file)}

@@ -277,16 +277,15 @@ def test_the_compiled_stack_saves_what_torch_compile_saves(key):
     assert K.saved_bytes(t) - layout_copy == pytest.approx(_COMPILED["saved_per_layer"][key], rel=0.005)
 
 
-@pytest.mark.parametrize("family, bound", [("gemma-3-1b-pt", 0.015), ("pythia-1.4b", 0.06), ("Qwen2-0.5B", 0.02)])
-def test_peak_memory_of_the_h200_families_without_recomputation(family, bound):
-    """dse validate h200-hf's memory cases at recompute none (data/h200/hf_families.jsonl, measured with use_cache
-    off): Gemma 3 1B was 10-12 % low before Gemma's fp32 RMSNorm tensors, GeGLU's fourth tensor and the QK-norm's
-    fp32 tensors were counted (traced: pytorch_stack_trace_gemma3.json); Pythia's priced with the K/V-cache copies
-    dse assumes for Transformers' default use_cache (its fused QKV then keeps the copies, not the buffer: -2 q per
-    layer against the measured rows, -4 to -6 %; +7 % before, when both were counted)."""
+@pytest.mark.parametrize("family", ["gemma-3-1b-pt", "pythia-1.4b", "Qwen2-0.5B"])
+def test_peak_memory_of_the_h200_families_without_recomputation(family):
+    """dse validate h200-hf's memory cases at recompute none (data/h200/hf_families.jsonl, use_cache off): Gemma 3 1B
+    was 10-12 % low before Gemma's fp32 RMSNorm tensors, GeGLU's fourth tensor and the QK-norm's fp32 tensors were
+    counted (traced: pytorch_stack_trace_gemma3.json); Pythia's eager rows 3-4 % high while GPT-NeoX's eager matmuls
+    were taken to copy K and V (they read the rotated K and the V view as they are)."""
     from dse.validate import h200_hf
 
     cases = [c for c in h200_hf.cases() if c.name.startswith(family) and c.name.endswith("rc-none memory")]
     assert len(cases) == 4
     for c in cases:
-        assert abs(c.run() / c.reference - 1) < bound, c.name
+        assert abs(c.run() / c.reference - 1) < 0.02, c.name

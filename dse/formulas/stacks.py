@@ -278,7 +278,9 @@ def rotary_layout(table: Table, rotary_fraction: Num, q: Num, kv: Num, *, fused:
     matmul copies nothing (- 2 q forward, one kernel); without the cache the context matmul copies the V view of the
     buffer (+ 2 kv, one kernel) and keeps the copy, with it it keeps the cache copies (kv_copy's: - 2 q); backward
     the q, k, v gradients are concatenated (2 passes of qkv, one kernel) instead of copied one by one (2 q + 4 kv,
-    three kernels): the same bytes. What saved-tensor hooks pack is what the rows kept before (q, k, v and the
+    three kernels): the same bytes. The cats, the slice copies and the copies of strided views take PyTorch's
+    non-vectorized path (``strided``: the partial rotary's cats forward and slice copies backward, 2 passes over q and
+    k each way; the q, k, v gradients' cat, 2 passes of qkv; eager's V copy). What saved-tensor hooks pack is what the rows kept before (q, k, v and the
     output at their own sizes, the cache copies where they are the K and V)
     Source: transformers 5.24 modeling_gpt_neox apply_rotary_pos_emb (q[..., :rotary_dim], torch.cat) and
     GPTNeoXAttention (qkv.view(...).transpose(1, 2).chunk(3)); the aten trace of GPTNeoXForCausalLM
@@ -300,20 +302,30 @@ def rotary_layout(table: Table, rotary_fraction: Num, q: Num, kv: Num, *, fused:
         out["rotary"] = {**row, "bytes": row["bytes"] * rotary_fraction + 2 * (q + kv),
                          "bytes_backward": row["bytes_backward"] * rotary_fraction + 7 * (q + kv),
                          "kernels": row["kernels"] + 2, "kernels_backward": row["kernels_backward"] + 10,
-                         **({"packed": row["packed"] * rotary_fraction} if "packed" in row else {})}   # cos, sin: rho d
+                         **({"packed": row["packed"] * rotary_fraction} if "packed" in row else {}),   # cos, sin
+                         **_more(row, strided=2 * (q + kv), strided_backward=2 * (q + kv))}
     cache = "kv_copy" in out
     if fused and "attention" in out:
         kept = q + kv - ((q + 3 * kv) if cache else 0)
         row = out["attention"]   # the hooks pack q, k, v, the output and the log-sum-exp at their own sizes
         out["attention"] = {**row, "saved": row["saved"] + kept, "packed": row.get("packed", row["saved"])}
+        if "attention_copies" in out:    # the q, k, v gradients' cat reads strided views (generic CatArrayBatchedCopy)
+            out["attention_copies"] = {**out["attention_copies"],
+                                       **_more(out["attention_copies"], strided_backward=2 * (q + 2 * kv))}
     if fused and "softmax" in out and "bytes_backward" in out["softmax"]:   # eager attention (the fp32 variant)
         row = out["softmax"]
         out["softmax"] = {**row, "saved": row["saved"] - (2 * q if cache else 0),
                           "packed": row.get("packed", row["saved"]),
                           "bytes": row["bytes"] - (2 * q if partial else 0) + (0 if cache else 2 * kv),
                           "kernels": row["kernels"] - (1 if partial else 0) + (0 if cache else 1),
-                          "kernels_backward": row["kernels_backward"] - 2}
+                          "kernels_backward": row["kernels_backward"] - 2,
+                          **_more(row, strided=0 if cache else 2 * kv, strided_backward=2 * (q + 2 * kv))}
     return out
+
+
+def _more(row: Row, **amounts: Num) -> Row:
+    """A row's rated parts (``strided``, ``softmax``, per side) with ``amounts`` bytes added."""
+    return {k: row.get(k, 0) + v for k, v in amounts.items()}
 
 
 def apply_head(table: Table, ops: dict[str, Op], size: Sizes, *, bytes_per_element: Num = 2,
