@@ -36,10 +36,6 @@ Symbols:
     choices: the plan's attention, recompute, bias and dropout [dict]
     op: one stack op [dict]
     n: a GEMM dimension [count]
-    rotary_fraction: rho, the share of each head's dimensions the rotary positions rotate [fraction]
-    q: bytes of the query tensor on this GPU (T a d / t x e) [bytes]
-    kv: bytes of one key or value tensor on this GPU (T kv d / t x e) [bytes]
-    fused: Q, K and V come from one fused projection (qkv_projection fused) [bool]
 """
 
 from __future__ import annotations
@@ -49,7 +45,7 @@ from typing import Any
 from dse.formulas._array import Num
 
 __all__ = ["DTYPE_BYTES", "sizes", "amount", "apply_layer", "apply_head", "apply_embedding", "aligned",
-           "transient_bytes", "qk_sizes", "rotary_layout"]
+           "transient_bytes", "qk_sizes"]
 
 #: Bytes per element of the dtypes a stack names explicitly (``act`` and ``grad`` come from the precision recipe).
 DTYPE_BYTES = {"fp32": 4, "byte": 1, "int64": 8}
@@ -261,71 +257,6 @@ def apply_layer(table: Table, ops: dict[str, Op], size: Sizes, choices: dict[str
             if name == "softcap":         # part of the attention core: selective recompute runs it again
                 out[name]["selective"] = True
     return out
-
-
-def rotary_layout(table: Table, rotary_fraction: Num, q: Num, kv: Num, *, fused: bool) -> Table:
-    """A stack's layer table where Transformers rotates only a share of each head, or Q, K and V come from one fused
-    projection (GPT-NeoX, Phi-3, Falcon): ``q``, ``kv`` are the bytes of the query and of one key or value tensor.
-
-    Formula: partial rotary (rho = ``rotary_fraction`` < 1): the rotary row's traced passes x rho, plus torch.cat of the
-    rotated and the passed-through share (2 passes over q and k each, 2 kernels) forward; backward the cat's gradient
-    is sliced back into each part, and each part's slice is undone by slice_backward (a zero fill of the whole tensor
-    and a copy of the part) and the two summed: 1 + 2 rho + 1 + 2 (1 - rho) + 3 = 7 passes over q and k each, 5
-    kernels each (not a 2-pass narrowing copy). Fused QKV: the flash kernel keeps the rotated q and k, new tensors,
-    beside the fused buffer its V is a view of (+ q + kv); with the K/V-cache copies (``kv_copy``: use_cache) it keeps
-    the copies instead of the rotated k and the buffer (- qkv - kv: the copies are kv_copy's). Eager attention (the
-    fp32 variant, whose matmuls keep q, k, v: 3 q): a partially rotated q is contiguous after the cat, so the score
-    matmul copies nothing (- 2 q forward, one kernel); without the cache the context matmul copies the V view of the
-    buffer (+ 2 kv, one kernel) and keeps the copy, with it it keeps the cache copies (kv_copy's: - 2 q); backward
-    the q, k, v gradients are concatenated (2 passes of qkv, one kernel) instead of copied one by one (2 q + 4 kv,
-    three kernels): the same bytes. The cats, the slice copies and the copies of strided views take PyTorch's
-    non-vectorized path (``strided``: the partial rotary's cats forward and slice copies backward, 2 passes over q and
-    k each way; the q, k, v gradients' cat, 2 passes of qkv; eager's V copy). What saved-tensor hooks pack is what the rows kept before (q, k, v and the
-    output at their own sizes, the cache copies where they are the K and V)
-    Source: transformers 5.24 modeling_gpt_neox apply_rotary_pos_emb (q[..., :rotary_dim], torch.cat) and
-    GPTNeoXAttention (qkv.view(...).transpose(1, 2).chunk(3)); the aten trace of GPTNeoXForCausalLM
-    (scripts/trace_stack.py gpt_neox, tests/fixtures/pytorch_stack_trace_gpt_neox.json).
-
-    Returns:
-        kernel name -> row [dict]
-
-    >>> t = {"rotary": {"kind": "elementwise", "bytes": 20.0, "bytes_backward": 30.0, "kernels": 10,
-    ...                 "kernels_backward": 18, "saved": 0}, "attention": {"kind": "flash", "saved": 10.0}}
-    >>> r = rotary_layout(t, 0.25, 1.0, 1.0, fused=True)
-    >>> r["rotary"]["bytes"], r["rotary"]["bytes_backward"], r["rotary"]["kernels_backward"], r["attention"]["saved"]
-    (9.0, 21.5, 28, 12.0)
-    """
-    out = dict(table)
-    partial = not (type(rotary_fraction) in (int, float) and rotary_fraction == 1)
-    if partial and "rotary" in out:
-        row = out["rotary"]
-        out["rotary"] = {**row, "bytes": row["bytes"] * rotary_fraction + 2 * (q + kv),
-                         "bytes_backward": row["bytes_backward"] * rotary_fraction + 7 * (q + kv),
-                         "kernels": row["kernels"] + 2, "kernels_backward": row["kernels_backward"] + 10,
-                         **({"packed": row["packed"] * rotary_fraction} if "packed" in row else {}),   # cos, sin
-                         **_more(row, strided=2 * (q + kv), strided_backward=2 * (q + kv))}
-    cache = "kv_copy" in out
-    if fused and "attention" in out:
-        kept = q + kv - ((q + 3 * kv) if cache else 0)
-        row = out["attention"]   # the hooks pack q, k, v, the output and the log-sum-exp at their own sizes
-        out["attention"] = {**row, "saved": row["saved"] + kept, "packed": row.get("packed", row["saved"])}
-        if "attention_copies" in out:    # the q, k, v gradients' cat reads strided views (generic CatArrayBatchedCopy)
-            out["attention_copies"] = {**out["attention_copies"],
-                                       **_more(out["attention_copies"], strided_backward=2 * (q + 2 * kv))}
-    if fused and "softmax" in out and "bytes_backward" in out["softmax"]:   # eager attention (the fp32 variant)
-        row = out["softmax"]
-        out["softmax"] = {**row, "saved": row["saved"] - (2 * q if cache else 0),
-                          "packed": row.get("packed", row["saved"]),
-                          "bytes": row["bytes"] - (2 * q if partial else 0) + (0 if cache else 2 * kv),
-                          "kernels": row["kernels"] - (1 if partial else 0) + (0 if cache else 1),
-                          "kernels_backward": row["kernels_backward"] - 2,
-                          **_more(row, strided=0 if cache else 2 * kv, strided_backward=2 * (q + 2 * kv))}
-    return out
-
-
-def _more(row: Row, **amounts: Num) -> Row:
-    """A row's rated parts (``strided``, ``softmax``, per side) with ``amounts`` bytes added."""
-    return {k: row.get(k, 0) + v for k, v in amounts.items()}
 
 
 def apply_head(table: Table, ops: dict[str, Op], size: Sizes, *, bytes_per_element: Num = 2,

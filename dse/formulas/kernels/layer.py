@@ -268,7 +268,7 @@ def layer_kernels(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: N
         t = _stacks.apply_layer(t, stack, stack_sizes or {}, stack_choices or {}, bytes_per_element=e,
                                 grad_bytes=grad_bytes)
         if rotary:
-            t = _stacks.rotary_layout(t, rotary_fraction, e * tok * hd_q, e * tok * hd_kv,
+            t = _rotary_layout(t, rotary_fraction, e * tok * hd_q, e * tok * hd_kv,
                                       fused=(stack_choices or {}).get("qkv") == "fused")
     if parallel_residual:
         _parallel_residual(t, x_in, layer_norms, keeps_input=not stack or norm == "layernorm")
@@ -300,3 +300,57 @@ def _parallel_residual(t: Table, x_in: Num, layer_norms: int, keeps_input: bool)
     del t["attn_allreduce"]
     if layer_norms == 1:
         del t["fc1_dgrad_allreduce"]
+
+
+def _rotary_layout(table: Table, rotary_fraction: Num, q: Num, kv: Num, *, fused: bool) -> Table:
+    """A stack's layer table with partial rotary positions or a fused QKV (GPT-NeoX, Phi-3, Falcon).
+
+    Formula: partial (rho < 1): rotary x rho + torch.cat of the two shares (2 passes of q and k, 2 kernels) forward;
+    backward each share's slice_backward (zero fill + copy) and their sum: 7 passes of q and k, 5 kernels each. Fused:
+    flash keeps the rotated q, k beside the buffer V views (+ q + kv), or with the cache (kv_copy) the copies instead
+    (- qkv - kv); eager (fp32 variant): no q copy after the cat (- 2 q), without the cache a V copy (+ 2 kv), with it
+    - 2 q kept; its three gradient copies become one cat (same bytes, - 2 kernels). Strided (non-vectorized): the cats
+    and slice copies (2 passes of q and k each way), the gradient cat (2 qkv), eager's V copy. Packed: as kept before
+    Source: transformers 5.24 modeling_gpt_neox apply_rotary_pos_emb (q[..., :rotary_dim], torch.cat) and
+    GPTNeoXAttention (qkv.view(...).transpose(1, 2).chunk(3)); the aten trace of GPTNeoXForCausalLM
+    (scripts/trace_stack.py gpt_neox, tests/fixtures/pytorch_stack_trace_gpt_neox.json).
+
+    ``q``, ``kv``: bytes of the query tensor and of one key or value tensor on this GPU.
+
+    >>> t = {"rotary": {"kind": "elementwise", "bytes": 20.0, "bytes_backward": 30.0, "kernels": 10,
+    ...                 "kernels_backward": 18, "saved": 0}, "attention": {"kind": "flash", "saved": 10.0}}
+    >>> r = _rotary_layout(t, 0.25, 1.0, 1.0, fused=True)
+    >>> r["rotary"]["bytes"], r["rotary"]["bytes_backward"], r["rotary"]["kernels_backward"], r["attention"]["saved"]
+    (9.0, 21.5, 28, 12.0)
+    """
+    out = dict(table)
+    partial = not (type(rotary_fraction) in (int, float) and rotary_fraction == 1)
+    if partial and "rotary" in out:
+        row = out["rotary"]
+        out["rotary"] = {**row, "bytes": row["bytes"] * rotary_fraction + 2 * (q + kv),
+                         "bytes_backward": row["bytes_backward"] * rotary_fraction + 7 * (q + kv),
+                         "kernels": row["kernels"] + 2, "kernels_backward": row["kernels_backward"] + 10,
+                         **({"packed": row["packed"] * rotary_fraction} if "packed" in row else {}),   # cos, sin
+                         **_more(row, strided=2 * (q + kv), strided_backward=2 * (q + kv))}
+    cache = "kv_copy" in out
+    if fused and "attention" in out:
+        kept = q + kv - ((q + 3 * kv) if cache else 0)
+        row = out["attention"]   # the hooks pack q, k, v, the output and the log-sum-exp at their own sizes
+        out["attention"] = {**row, "saved": row["saved"] + kept, "packed": row.get("packed", row["saved"])}
+        if "attention_copies" in out:    # the q, k, v gradients' cat reads strided views (generic CatArrayBatchedCopy)
+            out["attention_copies"] = {**out["attention_copies"],
+                                       **_more(out["attention_copies"], strided_backward=2 * (q + 2 * kv))}
+    if fused and "softmax" in out and "bytes_backward" in out["softmax"]:   # eager attention (the fp32 variant)
+        row = out["softmax"]
+        out["softmax"] = {**row, "saved": row["saved"] - (2 * q if cache else 0),
+                          "packed": row.get("packed", row["saved"]),
+                          "bytes": row["bytes"] - (2 * q if partial else 0) + (0 if cache else 2 * kv),
+                          "kernels": row["kernels"] - (1 if partial else 0) + (0 if cache else 1),
+                          "kernels_backward": row["kernels_backward"] - 2,
+                          **_more(row, strided=0 if cache else 2 * kv, strided_backward=2 * (q + 2 * kv))}
+    return out
+
+
+def _more(row: Row, **amounts: Num) -> Row:
+    """A row's rated parts (``strided``, ``softmax``, per side) with ``amounts`` bytes added."""
+    return {k: row.get(k, 0) + v for k, v in amounts.items()}
