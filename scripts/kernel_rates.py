@@ -17,6 +17,14 @@ eager attention, no recomputation) and divides each kernel's measured device tim
   dtype (the fp32 softmax of Llama-family eager attention runs at the same element rate: printed from
   ``data/h200/hf_families.jsonl``), so it is instruction-bound, not bytes-bound, on Hopper.
 
+And the GPU's fixed time per element-wise kernel (``kernel_overhead``), in two measured parts:
+
+- ``intercept``: inside the kernel. The same kernel (same name, same number of calls) in two profiles of one model
+  at micro-batches b1 < b2 = r b1 moves r times the bytes, so its per-call time t = t0 + c b gives
+  t0 = (r t(b1) - t(b2)) / (r - 1); the median over every such element-wise kernel of the five families' pairs.
+- ``gap``: between kernels. In a step where the GPU is busy >= 95 % of the time (the host is ahead), the step's
+  time not covered by any kernel, per kernel launched: (step - device time) / kernels; the median over those steps.
+
 Usage:  python scripts/kernel_rates.py [data/h200/gpt2_hf.jsonl]   (prints JSON: per configuration and the median)
 """
 
@@ -76,6 +84,48 @@ def family_rates(rows: list[dict]) -> list[dict]:
     return out
 
 
+PAIRS = (("Qwen2-0.5B", 2, 8), ("pythia-1.4b", 2, 8), ("gemma-3-1b-pt", 2, 8), ("gpt2-medium", 4, 16),
+         ("gpt2-xl", 4, 16))
+ELEMENTWISE = ("elementwise", "reduce_kernel", "layer_norm", "softmax", "Cat")
+
+
+def _short(model: str) -> str:
+    return model.split("/")[-2] if "/" in model else model
+
+
+def kernel_intercepts(rows: list[dict]) -> list[float]:
+    """Per-call fixed time (s) of each element-wise kernel seen at two micro-batches of one model (see above)."""
+    prof = {(_short(r["model"]), r["attn"], r["recompute"], r["b"]): r for r in rows if r.get("kind") == "profile"}
+    out = []
+    for model, b1, b2 in PAIRS:
+        r = b2 / b1
+        for attn in ("sdpa", "eager"):
+            for rc in ("none", "full"):
+                p1, p2 = prof.get((model, attn, rc, b1)), prof.get((model, attn, rc, b2))
+                if p1 is None or p2 is None:
+                    continue
+                k1 = {n: (t, c) for t, n, c in p1["kernels"]}
+                k2 = {n: (t, c) for t, n, c in p2["kernels"]}
+                for n, (t1, c1) in k1.items():
+                    if n in k2 and k2[n][1] == c1 and c1 >= 20 and any(m in n for m in ELEMENTWISE):
+                        out.append((r * t1 / c1 - k2[n][0] / c1) / (r - 1))
+    return out
+
+
+def kernel_gaps(rows: list[dict], busy_min: float = 0.95) -> list[float]:
+    """GPU idle time per launched kernel (s) in the steps the GPU is busy >= ``busy_min`` of the time."""
+    base = {(r["model"], r["attn"], r["b"], r["recompute"]): r for r in rows if r.get("kind") == "base"}
+    out = []
+    for p in rows:
+        if p.get("kind") != "profile":
+            continue
+        step = base[(p["model"], p["attn"], p["b"], p["recompute"])]["step_s"]
+        dev, kernels = sum(p["device_s_by_category"].values()), sum(p["kernels_by_category"].values())
+        if busy_min <= dev / step <= 1.0:
+            out.append((step - dev) / kernels)
+    return out
+
+
 def main() -> None:
     path = sys.argv[1] if len(sys.argv) > 1 else "data/h200/gpt2_hf.jsonl"
     rows = [json.loads(x) for x in open(path)]
@@ -85,6 +135,9 @@ def main() -> None:
     summary = {"strided_GBps_median": statistics.median(strided),
                "softmax_forward_Gelem_s_median": statistics.median(r["softmax_forward_Gelem_s"] for r in per),
                "softmax_backward_Gelem_s_median": statistics.median(r["softmax_backward_Gelem_s"] for r in per)}
+    both = rows + [json.loads(x) for x in open(path.replace("gpt2_hf", "hf_families"))]
+    t0, gap = statistics.median(kernel_intercepts(both)), statistics.median(kernel_gaps(both))
+    summary.update(kernel_intercept_us=t0 * 1e6, kernel_gap_us=gap * 1e6, kernel_overhead_us=(t0 + gap) * 1e6)
     print(json.dumps({"gpt2": per, "fp32_softmax_families": fam, "median": summary}, indent=1))
 
 
