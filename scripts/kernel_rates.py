@@ -25,6 +25,10 @@ And the GPU's fixed time per element-wise kernel (``kernel_overhead``), in two m
 - ``gap``: between kernels. In a step where the GPU is busy >= 95 % of the time (the host is ahead), the step's
   time not covered by any kernel, per kernel launched: (step - device time) / kernels; the median over those steps.
 
+The H100's ``kernel_overhead`` (hwspecs/gpus/h100-sxm-80gb.yaml) is the H200's intercept (the same GH100 die and
+clocks; the H100 profiles have no two micro-batches of one model) plus the gap measured in the H100's own profiles
+(``h100_gap_us``: data/h100/gpt2_hf.jsonl and the shared data/h100_hf_training.jsonl).
+
 Usage:  python scripts/kernel_rates.py [data/h200/gpt2_hf.jsonl]   (prints JSON: per configuration and the median)
 """
 
@@ -119,11 +123,18 @@ def kernel_gaps(rows: list[dict], busy_min: float = 0.95) -> list[float]:
     for p in rows:
         if p.get("kind") != "profile":
             continue
-        step = base[(p["model"], p["attn"], p["b"], p["recompute"])]["step_s"]
+        step = base[(p["model"], p["attn"], p["b"], p.get("recompute", "none"))]["step_s"]   # shared file: no field
         dev, kernels = sum(p["device_s_by_category"].values()), sum(p["kernels_by_category"].values())
         if busy_min <= dev / step <= 1.0:
             out.append((step - dev) / kernels)
     return out
+
+
+def h100_rows(data: str = "data") -> list[dict]:
+    """The H100's base and profile rows: this project's H100 run and the shared file (one H100 SXM each)."""
+    rows = [json.loads(x) for x in open(f"{data}/h100/gpt2_hf.jsonl")]
+    shared = [json.loads(x) for x in open(f"{data}/h100_hf_training.jsonl")]
+    return rows + [r for r in shared if r.get("kind") in ("base", "profile")]
 
 
 def main() -> None:
@@ -138,6 +149,8 @@ def main() -> None:
     both = rows + [json.loads(x) for x in open(path.replace("gpt2_hf", "hf_families"))]
     t0, gap = statistics.median(kernel_intercepts(both)), statistics.median(kernel_gaps(both))
     summary.update(kernel_intercept_us=t0 * 1e6, kernel_gap_us=gap * 1e6, kernel_overhead_us=(t0 + gap) * 1e6)
+    h100 = statistics.median(kernel_gaps(h100_rows()))
+    summary.update(h100_gap_us=h100 * 1e6, h100_kernel_overhead_us=(t0 + h100) * 1e6)
     print(json.dumps({"gpt2": per, "fp32_softmax_families": fam, "median": summary}, indent=1))
 
 
