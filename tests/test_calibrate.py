@@ -130,3 +130,19 @@ def test_estimate_imports_neither_scipy_nor_torch():
             "print('LOADED', [m for m in ('scipy', 'torch', 'dse.calibrate', 'dse.measure') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True).stdout
     assert "LOADED []" in out
+
+
+def test_host_dispatch_scale_is_fitted_from_a_grid_start_and_written_to_the_host(dse, tmp_path):
+    """The launch floor hides behind GPU time at the spec's scale (1: every H100 step GPU-bound except one), so the
+    fit starts from the best of a grid; the calibrated YAML carries the host's fitted scale and loads as --hw."""
+    out = tmp_path / "h100-host.yaml"
+    r = dse("calibrate", "--data", H100, "--hw", "dgx-h100", "--params", "dispatch_scale", "--folds", "0",
+            "--out", out, "--json")
+    assert r.code == 0, r.err
+    res = json.loads(r.out)
+    p = res["parameters"]["dispatch_scale"]
+    assert p["before"] == 1.0 and 2.0 < p["after"] < 8.0 and res["mape_fit"] < res["mape_before"]
+    system = load_system(str(out))
+    assert system.node.host.dispatch_scale == pytest.approx(p["after"], rel=1e-5)
+    assert system.node.gpu.efficiency == load_system("dgx-h100").node.gpu.efficiency     # the GPU untouched
+    assert "dispatch_scale: 1 -> " in out.read_text()

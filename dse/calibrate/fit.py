@@ -1,8 +1,11 @@
-"""Fit a GPU's efficiency parameters to measured step times (``dse calibrate``).
+"""Fit a GPU's efficiency parameters and its host's launch speed to measured step times (``dse calibrate``).
 
 The model: ``dse``'s own estimate, as a function of the chosen fields of
 :class:`~dse.specs.hardware.GPUEfficiency` (``gemm``, ``attention``, ``memory`` in (0, 1];
-``gemm_overhead``, ``layer_overhead``, ``microbatch_overhead`` >= 0 seconds). Residual of a
+``gemm_overhead``, ``layer_overhead``, ``microbatch_overhead`` >= 0 seconds) and of the host's
+``dispatch_scale`` (:class:`~dse.specs.hardware.HostSpec`: its host time per launched kernel relative to
+the reference host a software stack's ``dispatch`` was measured on; it sets the launch floor of steps whose
+kernels are short, :func:`dse.estimate.passes.layer_passes`). Residual of a
 scenario: predicted / measured time - 1 (relative, so short and long steps weigh alike),
 minimised with ``scipy.optimize.least_squares`` (trust-region reflective within the bounds,
 robust ``soft_l1`` loss with a 5 % scale, so one odd measurement does not drag the fit). The
@@ -31,7 +34,10 @@ PARAMETERS = {
     "gemm_overhead": (1e-6, (0.0, math.inf)),
     "layer_overhead": (1e-6, (0.0, math.inf)),
     "microbatch_overhead": (1e-6, (0.0, math.inf)),
+    "dispatch_scale": (1.0, (0.05, 100.0)),
 }
+#: Fitted fields that belong to the host (the others are the GPU's efficiency fields).
+HOST_PARAMETERS = frozenset({"dispatch_scale"})
 DEFAULT_PARAMS = ("gemm", "attention", "memory", "gemm_overhead")
 LOSS, F_SCALE = "soft_l1", 0.05
 # Step used to probe each parameter's effect before fitting: 5 % of its value, at least this (in fit units).
@@ -50,11 +56,18 @@ def parse_params(text: str) -> tuple[str, ...]:
 
 
 def with_efficiency(system, values: dict):
-    """``system`` with its GPU's efficiency fields replaced by ``values``."""
+    """``system`` with its GPU's efficiency fields (and its host's, :data:`HOST_PARAMETERS`) replaced by ``values``."""
     node = system.node
-    eff = dataclasses.replace(node.gpu.efficiency, **values)
+    host = {k: v for k, v in values.items() if k in HOST_PARAMETERS}
+    eff = dataclasses.replace(node.gpu.efficiency, **{k: v for k, v in values.items() if k not in HOST_PARAMETERS})
     gpu = dataclasses.replace(node.gpu, efficiency=eff)
-    return dataclasses.replace(system, node=dataclasses.replace(node, gpu=gpu))
+    node = dataclasses.replace(node, gpu=gpu, **({"host": dataclasses.replace(node.host, **host)} if host else {}))
+    return dataclasses.replace(system, node=node)
+
+
+def current(system, name: str) -> float:
+    """The value of a fitted parameter in ``system``: a GPU efficiency field or a host field."""
+    return getattr(system.node.host if name in HOST_PARAMETERS else system.node.gpu.efficiency, name)
 
 
 class Problem:
@@ -67,8 +80,8 @@ class Problem:
         self.timed = [m for m in self.all if m.time_s]
         self.system, self.names = system, tuple(names)
         self.plans = [plan_for(m, system) for m in self.timed]
-        eff = system.node.gpu.efficiency
-        self.start = np.array([getattr(eff, n) / PARAMETERS[n][0] for n in self.names])
+        self.start = np.array([current(system, n) / PARAMETERS[n][0] for n in self.names])   # the spec's values
+        self.z0 = self.start                                                                   # where fits start
 
     def values(self, z) -> dict:
         return {n: float(zi) * PARAMETERS[n][0] for n, zi in zip(self.names, z)}
@@ -116,6 +129,28 @@ def check_identifiable(jac: np.ndarray, names, where: str) -> None:
                          f"effect is a combination of the others'); drop it or add varied measurements")
 
 
+#: Values a host parameter starts from (the best of them, :func:`grid_start`): a launch floor hides behind GPU time
+#: until it is large enough to set a step's time, so a local probe from the spec's value may see no effect.
+HOST_GRID = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
+
+
+def grid_start(problem: Problem, idx) -> np.ndarray:
+    """The starting point: the spec's values, with each host parameter moved to the best of :data:`HOST_GRID`
+    and of its spec value (robust cost, as the fit's) when that is better. ``max(GPU, host)`` is flat in the
+    host's scale wherever every step is GPU-bound: the trust-region fit cannot leave such a start."""
+    z = np.array(problem.start, dtype=float)
+    for k, name in enumerate(problem.names):
+        if name not in HOST_PARAMETERS:
+            continue
+        def cost(v, k=k):
+            zz = z.copy()
+            zz[k] = v
+            r = problem.residuals(zz, idx) / F_SCALE
+            return float(np.sum(2 * (np.sqrt(1 + r * r) - 1)))       # soft_l1, as least_squares
+        z[k] = min((z[k], *HOST_GRID), key=cost)
+    return z
+
+
 def _solve(problem: Problem, idx):
     from dse._optional import require
 
@@ -123,7 +158,7 @@ def _solve(problem: Problem, idx):
 
     lo = [PARAMETERS[n][1][0] / PARAMETERS[n][0] for n in problem.names]
     hi = [PARAMETERS[n][1][1] / PARAMETERS[n][0] for n in problem.names]
-    z0 = np.clip(problem.start, lo, hi)
+    z0 = np.clip(problem.z0, lo, hi)
     return least_squares(problem.residuals, z0, bounds=(lo, hi), loss=LOSS, f_scale=F_SCALE, args=(idx,),
                          method="trf", x_scale="jac")
 
@@ -140,7 +175,8 @@ def calibrate(measurements, system, names=DEFAULT_PARAMS, folds: int = 5, seed: 
         raise InputError(f"--data: {n} measured times for {k} parameters ({', '.join(problem.names)}); "
                          f"need at least {k + 2}: measure more scenarios or fit fewer --params")
     everything = list(range(n))
-    check_identifiable(problem.jacobian(problem.start, everything), problem.names, "at the starting values")
+    problem.z0 = grid_start(problem, everything)
+    check_identifiable(problem.jacobian(problem.z0, everything), problem.names, "at the starting values")
     res = _solve(problem, everything)
     check_identifiable(problem.jacobian(res.x, everything), problem.names, "at the fitted values")
     r = problem.residuals(res.x, everything)
@@ -153,8 +189,7 @@ def calibrate(measurements, system, names=DEFAULT_PARAMS, folds: int = 5, seed: 
         sigma = np.full(k, np.nan)
     before = problem.residuals(problem.start, everything)
     fitted = problem.values(res.x)
-    eff = system.node.gpu.efficiency
-    params = {nm: {"before": getattr(eff, nm), "after": fitted[nm], "sigma": float(s) * PARAMETERS[nm][0],
+    params = {nm: {"before": current(system, nm), "after": fitted[nm], "sigma": float(s) * PARAMETERS[nm][0],
                    "at_bound": bool(np.isclose(res.x[i], PARAMETERS[nm][1][0] / PARAMETERS[nm][0])
                                     or np.isclose(res.x[i], PARAMETERS[nm][1][1] / PARAMETERS[nm][0]))}
               for i, (nm, s) in enumerate(zip(problem.names, sigma))}
@@ -191,25 +226,27 @@ def cross_validate(problem: Problem, folds: int, seed: int = 0) -> dict:
     held = []
     for part in parts:
         train = [i for i in range(n) if i not in part]
+        problem.z0 = grid_start(problem, train)          # from the training folds only
         res = _solve(problem, train)
         held.extend(problem.residuals(res.x, part).tolist())
     return {"folds": folds, "seed": seed, "mape": mape(held)}
 
 
 def calibrated_yaml(hw: str, result: dict, name: str, data_file: str) -> str:
-    """The hardware system ``hw`` as YAML with the fitted efficiency fields (components inlined)."""
+    """The hardware system ``hw`` as YAML with the fitted efficiency (and host) fields (components inlined)."""
     import yaml
 
     from dse.catalog import system_data
 
     data, where = system_data(hw)
     data = dict(data, name=name)
-    gpu = data["node"]["gpu"]
-    gpu["efficiency"] = {**gpu.get("efficiency", {}),
-                         **{nm: float(f"{p['after']:.6g}") for nm, p in result["parameters"].items()}}
+    gpu, host = data["node"]["gpu"], data["node"]["host"]
+    fitted = {nm: float(f"{p['after']:.6g}") for nm, p in result["parameters"].items()}
+    gpu["efficiency"] = {**gpu.get("efficiency", {}), **{k: v for k, v in fitted.items() if k not in HOST_PARAMETERS}}
+    host.update({k: v for k, v in fitted.items() if k in HOST_PARAMETERS})
     cv = result["cross_validation"]
     cv_text = f"{cv['folds']}-fold cross-validated {100 * cv['mape']:.1f} %" if cv else "not cross-validated"
-    head = [f"# {name}: {where} with GPU efficiency fitted by `dse calibrate` to {data_file}",
+    head = [f"# {name}: {where} with GPU efficiency / host fields fitted by `dse calibrate` to {data_file}",
             (f"# ({result['points']} measured step times; MAPE {100 * result['mape_before']:.1f} % before, "
              f"{100 * result['mape_fit']:.1f} % fitted, {cv_text})."),
             *(f"#   {nm}: {p['before']:.4g} -> {p['after']:.4g} +- {p['sigma']:.2g}"

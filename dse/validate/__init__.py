@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 # suite name -> module that defines `cases()` and optionally `TARGETS`
 SUITES = {
     "megatron-a100": "dse.validate.megatron",
+    "megatron-a100-single": "dse.validate.megatron_single",
+    "megatron-a100-175b": "dse.validate.megatron_175b",
     "formulas": "dse.validate.formulas",
     "chiplet": "dse.validate.chiplet",
     "smart-infinity": "dse.validate.smart_infinity",

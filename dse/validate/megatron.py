@@ -40,36 +40,53 @@ EXPECTED_MISSES = {
 }
 
 
-@lru_cache(maxsize=1)
-def rows() -> list[dict]:
+#: CSV header (vTrain's column names) -> row key
+COLUMNS = {"Parameters (billion)": "params_b", "# GPUs": "gpus", "global batch": "global_batch",
+           "micro batch": "micro_batch", "hidden size": "hidden", "attention heads": "heads", "# layers": "layers",
+           "sequence length": "seq_len", "tensor parallelism": "tp", "data parallelism": "dp",
+           "pipeline parallelism": "pp", "iteration time (ms)": "time_s"}
+
+
+@lru_cache(maxsize=4)
+def read_rows(file: str) -> tuple[dict, ...]:
+    """The rows of a vTrain ground-truth CSV in ``data/`` (columns by name: :data:`COLUMNS`; time in seconds)."""
     from dse.catalog import data_dir
 
-    with open(data_dir() / "megatron_a100_multinode_times.csv", newline="") as f:
-        reader = csv.reader(f)
-        next(reader)
+    with open(data_dir() / file, newline="", encoding="utf-8-sig") as f:
         out = []
-        for r in reader:
-            out.append(dict(params_b=float(r[0]), gpus=int(r[1]), global_batch=int(r[2]), micro_batch=int(r[3]),
-                            hidden=int(r[4]), heads=int(r[5]), layers=int(r[6]), seq_len=int(r[7]), tp=int(r[8]),
-                            dp=int(r[9]), pp=int(r[10]), time_s=float(r[11]) / 1e3))
-    return out
+        for r in csv.DictReader(f):
+            row = {COLUMNS[k]: (float(v) if COLUMNS[k] == "params_b" else float(v) / 1e3 if COLUMNS[k] == "time_s"
+                                else int(v)) for k, v in r.items()}
+            row.setdefault("params_b", 0.0)
+            out.append(row)
+    return tuple(out)
+
+
+def rows() -> list[dict]:
+    return list(read_rows("megatron_a100_multinode_times.csv"))
 
 
 def model_for(row):
     from dse.specs.model import ModelSpec
 
-    return ModelSpec(name=f"gpt-{row['params_b']}b", layers=row["layers"], hidden=row["hidden"], heads=row["heads"],
+    name = f"gpt-{row['params_b']:g}b" if row["params_b"] else f"gpt-h{row['hidden']}-l{row['layers']}"
+    return ModelSpec(name=name, layers=row["layers"], hidden=row["hidden"], heads=row["heads"],
                      vocab=VOCAB, max_seq_len=row["seq_len"], ffn_type="gelu", norm="layernorm", bias=True,
                      position="learned", tied_embeddings=True, dropout=0.1,
                      source="vTrain ground truth").resolved()
 
 
+def plan_fields(row) -> dict:
+    """The plan of a vTrain run as fields (what :func:`plan_for` builds; the calibration's ``plan_data``)."""
+    return dict(tp=row["tp"], pp=row["pp"], dp=row["dp"], micro_batch=row["micro_batch"],
+                global_batch=row["global_batch"], seq_len=row["seq_len"], recompute="full", attention="math",
+                sequence_parallel=False, zero=0, precision="fp16", grad_dtype="half", schedule="1f1b")
+
+
 def plan_for(row, model):
     from dse.specs.plan import Plan
 
-    return Plan(tp=row["tp"], pp=row["pp"], dp=row["dp"], micro_batch=row["micro_batch"],
-                global_batch=row["global_batch"], seq_len=row["seq_len"], recompute="full", attention="math",
-                sequence_parallel=False, zero=0, precision="fp16", grad_dtype="half", schedule="1f1b")
+    return Plan(**plan_fields(row))
 
 
 def scenarios(system=None):
