@@ -45,7 +45,7 @@ def test_a_reference_host_leaves_the_small_layers_host_bound_measured_too_fast()
 
 
 def test_suites_meet_their_targets():
-    for mod, name in ((megatron_single, "megatron-a100-single"), (megatron_175b, "megatron-a100-175b")):
+    for name in ("megatron-a100-single", "megatron-a100-175b"):
         res = run_suite(name)
         assert res.passed, (name, res.stats)
     assert len(megatron.read_rows(megatron_single.FILE)) == 1440 and len(megatron.read_rows(megatron_175b.FILE)) == 21
@@ -60,6 +60,6 @@ def test_the_multinode_runs_do_not_depend_on_the_host_scale():
     system = load_system(megatron.SYSTEM)
     ref = dataclasses.replace(system, node=dataclasses.replace(
         system.node, host=dataclasses.replace(system.node.host, dispatch_scale=1.0)))
-    for row, model, _, plan in megatron.scenarios():
+    for _row, model, _, plan in megatron.scenarios():
         assert run(model, system, plan)["time"]["iteration"] == pytest.approx(
             run(model, ref, plan)["time"]["iteration"], rel=1e-4)
