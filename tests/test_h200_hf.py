@@ -65,7 +65,8 @@ def test_every_other_host_is_the_reference():
     hosts = names(root() / "hwspecs" / "hosts")
     assert "firecracker-xeon-vm" in hosts and len(hosts) > 5
     for name in hosts:
-        if not name.startswith("firecracker-xeon-vm"):     # the two measured VM hosts (h200-vm, h100-vm)
+        # the two measured VM hosts (h200-vm, h100-vm) and the vTrain cluster's calibrated one (test_megatron_single)
+        if not name.startswith("firecracker-xeon-vm") and name != "vtrain-a100-host":
             h = component(name)
             assert (h.dispatch_scale, h.checkpoint_dispatch_scale) == (1.0, None), name
 
