@@ -228,7 +228,8 @@ def test_megatron_arguments_both_ways(capsys):
 
 @pytest.mark.parametrize("hcp,message", [("", "a2a+p2p needs --hierarchical-context-parallel-sizes"),
                                          ("--hierarchical-context-parallel-sizes 4 2", "product is"),
-                                         ("--hierarchical-context-parallel-sizes 16", "two levels")])
+                                         ("--hierarchical-context-parallel-sizes 16", "two levels"),
+                                         ("--hierarchical-context-parallel-sizes 2 4 2", "a third level does not run")])
 def test_megatron_hierarchical_sizes_are_checked(capsys, hcp, message):
     args = f"--context-parallel-size 16 --cp-comm-type a2a+p2p {hcp} --seq-length 131072 --bf16 --nnodes 2"
     assert main(["estimate", "--model", "llama3-8b", "--hw", CLUSTER, "--from", "megatron", args]) == 2

@@ -29,6 +29,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from dse.estimate.context import local_seq
 from dse.estimate.table_inputs import mean_layer
 from dse.formulas._array import minimum
 
@@ -61,7 +62,7 @@ def copied_bytes_per_layer(c: Result, model: ModelSpec, plan: Plan, A: FormulaMo
         weights = 0 if plan.recompute == "full" else params * i.bytes_per_element
         return i.kernels["sums"]["a_packed"] + weights
     return mean_layer(model, plan, lambda moe: A.hooks_bytes_per_layer(
-        i.seq_len, i.micro_batch, model.hidden, model.heads, model.kv_heads, model.head_dim, model.ffn_hidden,
+        local_seq(plan), i.micro_batch, model.hidden, model.heads, model.kv_heads, model.head_dim, model.ffn_hidden,
         layer_weight_bytes=i.layer_params_per_gpu * i.bytes_per_element, moe=moe, **i.activation_options))
 
 

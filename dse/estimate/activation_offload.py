@@ -45,6 +45,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from dse.estimate import activation_hooks as _hooks
+from dse.estimate.context import local_seq
 from dse.estimate.table_inputs import mean_layer
 from dse.estimate.technique import TechniqueBase
 from dse.estimate.terms import DriveWrites, Layers, MicrobatchIO, Num, _Mappable, drive_use, drives, gpus_per_host
@@ -314,8 +315,10 @@ class ActivationOffload(TechniqueBase):
             # every saved buffer leaves the GPU (dse/estimate/activation_hooks.py)
             a_off = i.layer_activation_bytes
         else:
+            # context parallelism: a rank saves the tensors of its s/cp tokens (Transformer Engine's ring keeps
+            # its own chunk's q, k, v and output for backward, not the keys it received)
             a_off = mean_layer(model, plan, lambda moe: A.offloaded_bytes_per_layer(
-                i.seq_len, i.micro_batch, model.hidden, model.heads, model.kv_heads, model.head_dim,
+                local_seq(plan), i.micro_batch, model.hidden, model.heads, model.kv_heads, model.head_dim,
                 model.ffn_hidden, moe=moe, **i.activation_options))      # an MoE layer: its MLP's tensors
             # SSDTrain's tensors are Megatron's; a stack that saves fewer bytes (torch.compile's partitioner)
             # cannot offload more than the layer saves

@@ -149,11 +149,14 @@ def memory_tiers(model: ModelSpec, system: SystemSpec, plan: Plan, prm: Section,
     pick = partial(where, first_is_max)     # (first, last) -> the fuller stage's value
     frozen = pick(*(_frozen.frozen_bytes(prm, st, model, plan, r) for st in ("p_first", "p_last"))) \
         if plan.finetune != "full" else 0.0
+    chunks = _dualpipe.gathered_layers(plan)   # DualPipe: a forward and a backward chunk gathered at once
     if plan.finetune == "full":
-        zero3_buf = where(zero >= 3, M.zero3_gather_bytes(prm["p_layer_gpu"], r.weight_gathers), 0)
+        zero3_buf = where(zero >= 3, chunks * M.zero3_gather_bytes(prm["p_layer_gpu"], r.weight_gathers), 0)
     else:   # a layer's frozen weights are gathered as stored (QLoRA: packed), its adapters at the gather dtype
         layer = (frozen + prm["p_train_gpu"] * r.weight_gathers) / prm["l_stage"]
-        zero3_buf = where(zero >= 3, M.zero3_gather_bytes(layer, 1), 0)
+        if plan.schedule == "dualpipe":   # the rank's two stages: l_stage layers of each
+            layer = layer / 2
+        zero3_buf = where(zero >= 3, chunks * M.zero3_gather_bytes(layer, 1), 0)
 
     bwd_work = T.backward_working_bytes(_context.local_seq(plan), plan.micro_batch, model.hidden, _widest_mlp(model),
                                         tp=t, sequence_parallel=plan.sequence_parallel, ffn_type=model.ffn_type,

@@ -10,13 +10,23 @@ chunk of another and overlaps the communication of each with the compute of the 
 (:func:`dse.formulas.parallelism.dualpipe_bubble`). What is not modelled: the head's and the embedding's share
 of the bubble (the layers' chunks set it), and the two copies' gradient sum beyond the doubled data-parallel
 group (priced as one reduction over 2 dp cp ranks, contiguous).
+
+With ZeRO-3 and with parameter / optimizer offload to host or CXL memory (torchtitan runs FSDP2, and its
+``enable_cpu_offload`` ``CPUOffloadPolicy``, on every pipeline schedule, DualPipeV included:
+``torchtitan/distributed/fsdp.py`` ``apply_fsdp_to_decoder``, ``pipeline_parallel.py``): a micro-batch runs one of
+the rank's two stages, so what ZeRO-3 and the offload move per micro-batch is one stage's share
+(:func:`microbatch_share`); the F&B pair runs two chunks at once, so two layers' weights are gathered at once
+(:func:`gathered_layers`); and the forward and backward chunks interleave, so the parameter fetches hide behind
+the whole pipeline rather than behind each phase (:func:`offload_phases`). Not modelled: torchtitan's default
+for pipelines, ``reshard_after_forward`` off (weights kept gathered across micro-batches); dse prices ZeRO-3 as
+under 1F1B, gathered per micro-batch (``fsdp_reshard_after_forward = "always"``).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dse.formulas._array import where
+from dse.formulas._array import maximum, where
 
 if TYPE_CHECKING:
     from dse.estimate.aliases import FormulaModule, Num, Section
@@ -62,3 +72,36 @@ def schedule(model: ModelSpec, plan: Plan, i: BaseTerms, kt: Section, pp_msg: Nu
             "stage_mean": stage_mean, "t_pipe": m * stage_max + bubble, "bubble": bubble,
             "dualpipe": {"ends": rank["ends"], "ep_exposed": exposed * ep_share,
                          "p2p_exposed": exposed * (1 - ep_share)}}
+
+
+def microbatch_share(plan: Plan) -> float:
+    """Share of a rank's model state one micro-batch touches: 1/2 under DualPipe, 1 otherwise.
+
+    A DualPipe rank holds stages i and p-1-i and runs a micro-batch through one of them (forward-direction
+    micro-batches through stage i, reverse ones through p-1-i: DeepSeek-V3 §3.2.1, github.com/deepseek-ai/DualPipe
+    ``dualpipe/dualpipe.py``), so ZeRO-3's per micro-batch gathers and reduce-scatters, the offloaded parameters'
+    fetches and the gradients handed to an offloaded optimizer are one stage's, half the rank's (the embedding's and
+    the head's share of rank 0 aside). Per iteration (the step, the updated weights back) both stages count.
+    """
+    return 0.5 if plan.schedule == "dualpipe" else 1.0
+
+
+def gathered_layers(plan: Plan) -> float:
+    """Layers whose weights ZeRO-3 holds gathered at once, per chunk in flight: 2 under DualPipe (the F&B pair runs
+    a forward chunk of one stage and a backward chunk of the other together), 1 otherwise."""
+    return 2.0 if plan.schedule == "dualpipe" else 1.0
+
+
+def offload_phases(compute_fw: Num, compute_bw: Num, fetch_fw: Num, fetch_bw: Num) -> tuple[Num, Num]:
+    """(forward, backward) compute segments of an offloaded DualPipe iteration, before the gradient hand-off.
+
+    Formula: T = max(C_f + C_b, F_f + F_b), split in proportion to compute: T_f = T C_f / (C_f + C_b), T_b = T - T_f.
+    Under 1F1B the phases are serial segments, max(C_f, F_f) + max(C_b, F_b) (ZeRO-Infinity §6 overlap,
+    :func:`dse.formulas.offload.forward_phase_time`); DualPipe pairs every forward chunk with a backward chunk
+    (DeepSeek-V3 §3.2.1, "F&B"), so both chunks' parameter fetches share the host link during the same windows and
+    hide behind the compute of both: T <= the serial form, equal when neither phase's fetches outlast its compute.
+    """
+    total = compute_fw + compute_bw
+    t = maximum(total, fetch_fw + fetch_bw)
+    t_fw = t * where(total > 0, compute_fw / where(total > 0, total, 1.0), 0.5)
+    return t_fw, t - t_fw

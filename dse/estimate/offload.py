@@ -31,7 +31,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from dse.estimate import frozen as _frozen
-from dse.estimate.context import grad_ranks
+from dse.estimate.context import grad_ranks, local_seq
 from dse.estimate.feasibility import Violation
 from dse.estimate.links import expert_replicas
 from dse.estimate.technique import TechniqueBase
@@ -288,7 +288,7 @@ def required_bandwidths(c: Result, model: ModelSpec, system: SystemSpec, plan: P
     gpu = system.node.gpu
     opt = plan.offload_optimizer
     peak = i.peak_flops * gpu.efficiency.gemm
-    s, b, m = i.seq_len, i.micro_batch, i.micro_batches
+    s, b, m = local_seq(plan), i.micro_batch, i.micro_batches   # a GPU's tokens (cp: s/cp)
     avail_opt = None
     b_cxl = _cxl_read(system)
     if opt == "cpu":

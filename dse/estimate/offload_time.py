@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
-from dse.estimate import offload_cxl as _cxl
+from dse.estimate import dualpipe as _dualpipe, offload_cxl as _cxl
 from dse.estimate.terms import Num, _Mappable, near_storage
 from dse.formulas import offload as _offload
 from dse.formulas._array import is_scalar, maximum, minimum, where
@@ -115,8 +115,10 @@ def param_fetch(f: Flows, part: Partition, m: Num, plan: Plan, b_host: Num, b_re
     e = part.gather_bytes
     passes = O.fetch_passes(plan.recompute)
     # frozen weights (LoRA, QLoRA) come in as stored, the trained ones at the gather dtype: bytes per pass
-    gpu_pass = O.param_fetch_bytes(part.shard_w, e, 1) + part.frozen_w
-    node_pass = O.param_fetch_bytes(part.node_w, e, 1) + part.node_frozen_w
+    # DualPipe: a micro-batch runs one of the rank's two stages, and fetches that stage's half
+    share = _dualpipe.microbatch_share(plan)
+    gpu_pass = share * (O.param_fetch_bytes(part.shard_w, e, 1) + part.frozen_w)
+    node_pass = share * (O.param_fetch_bytes(part.node_w, e, 1) + part.node_frozen_w)
     t_pass = O.transfer_time(gpu_pass, b_host)
     if par == "nvme":
         t_pass = maximum(t_pass, O.transfer_time(node_pass, b_read))
@@ -142,11 +144,13 @@ def gradients(f: Flows, part: Partition, m: Num, plan: Plan, gpu: GPUSpec, b_hos
     cr = plan.gradient_compression
     compressed = cr < 1
     if opt != "gpu":
-        grads = e * shard_opt * m                             # fp16 gradient partitions, every micro-batch
+        share = _dualpipe.microbatch_share(plan)              # DualPipe: one of the rank's two stages per micro-batch
+        grads = e * shard_opt * m * share                     # fp16 gradient partitions, every micro-batch
         f.d2h = f.d2h + grads
         f.t_grad = O.transfer_time(grads, b_host)
         final, c = (x, cr) if opt == "csd" else (part.master_grad_bytes, 1.0)
         back, again = O.gradient_round_trip_bytes(shard_opt, e, final, m, c)
+        back = back * share                                   # (brought back every micro-batch: one stage's)
         z3 = where(plan.zero == 3, 1.0, 0.0)                  # ZeRO-3's partition_grads (arrays in a sweep)
         f.h2d, f.d2h = f.h2d + z3 * back, f.d2h + z3 * again
         f.t_grad = f.t_grad + z3 * O.transfer_time(back + again, b_host)
@@ -231,11 +235,18 @@ def params_back(f: Flows, part: Partition, plan: Plan, b_host: Num, b_write: Num
     f.t_update = f.t_update + t_post
 
 
-def phases(c: Result, f: Flows, compute_fw: Num, compute_bw: Num, gpu_part: Num, O: FormulaModule) -> None:
-    """The three serial segments replace the iteration; throughput rescaled; I/O added to ``io_exposed``."""
+def phases(c: Result, f: Flows, compute_fw: Num, compute_bw: Num, gpu_part: Num, O: FormulaModule,
+           dualpipe: bool = False) -> None:
+    """The three serial segments replace the iteration; throughput rescaled; I/O added to ``io_exposed``.
+    DualPipe interleaves forward and backward chunks: the fetches hide behind both phases' compute together
+    (:func:`dse.estimate.dualpipe.offload_phases`), then the gradient hand-off as under 1F1B."""
     t = c["time"]
-    t_fw = O.forward_phase_time(compute_fw, f.t_fetch_fw)
-    t_bw = O.backward_phase_time(compute_bw, f.t_fetch_bw, f.t_grad, f.t_tier, f.t_comp)
+    if dualpipe:
+        t_fw, c_bw = _dualpipe.offload_phases(compute_fw, compute_bw, f.t_fetch_fw, f.t_fetch_bw)
+        t_bw = O.backward_phase_time(c_bw, 0.0, f.t_grad, f.t_tier, f.t_comp)
+    else:
+        t_fw = O.forward_phase_time(compute_fw, f.t_fetch_fw)
+        t_bw = O.backward_phase_time(compute_bw, f.t_fetch_bw, f.t_grad, f.t_tier, f.t_comp)
     iteration = t_fw + t_bw + f.t_update
     old_iteration = t["iteration"]
     t["phase_forward"] = t_fw
@@ -318,6 +329,6 @@ def compose(c: Result, part: Partition, model: ModelSpec, system: SystemSpec, pl
     gradients(f, part, m, plan, system.node.gpu, b_host, b_write, O, NS, bc)
     update(f, part, t_opt_base, plan, system, b_read, b_write, b_up, O, NS, bc)
     params_back(f, part, plan, b_host, b_write, O, bc)
-    phases(c, f, compute_fw, compute_bw, gpu_part, O)
+    phases(c, f, compute_fw, compute_bw, gpu_part, O, plan.schedule == "dualpipe")
     links, busy = traffic_and_links(c, f, part, plan, system, bws, bc)
     return f, links, busy, bws

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dse.estimate import context as _context, mtp as _mtp
+from dse.estimate import context as _context, dualpipe as _dualpipe, mtp as _mtp
 from dse.formulas._array import maximum, where
 
 if TYPE_CHECKING:
@@ -86,10 +86,12 @@ def flops(model: ModelSpec, plan: Plan, sums: Section) -> Section:
     return {"model_per_iteration": f_model, "hardware_per_iteration": f_hw}
 
 
-def _dp_bytes(n: Num, zero: Num, m: Num, grad_b: Num, gather_b: Num) -> Num:
-    """Bytes through each of n data-parallel ranks per iteration: a ring moves (n-1)/n of each message."""
+def _dp_bytes(n: Num, zero: Num, m: Num, grad_b: Num, gather_b: Num, share: float = 1.0) -> Num:
+    """Bytes through each of n data-parallel ranks per iteration: a ring moves (n-1)/n of each message; ZeRO-3's
+    per micro-batch messages are ``share`` of the rank's (DualPipe: one stage, :func:`dse.estimate.dualpipe.
+    microbatch_share`)."""
     return where(n > 1, (n - 1) / n, 0.0) * where(zero == 0, 2 * grad_b, where(zero < 3, grad_b + gather_b,
-                                                                           m * (grad_b + 2 * gather_b)))
+                                                                           m * share * (grad_b + 2 * gather_b)))
 
 
 def traffic(model: ModelSpec, plan: Plan, i: BaseTerms, lk: dict[str, Link], pp: Section, dp: Section) -> Section:
@@ -108,7 +110,7 @@ def traffic(model: ModelSpec, plan: Plan, i: BaseTerms, lk: dict[str, Link], pp:
     ring = where(t > 1, 2 * (t - 1) / t, 0.0)      # an all-reduce moves 2 (t-1)/t of its message through each rank
     sums = i.kernels["sums"]   # (+ the MTP depths' messages: the last stage's)
     tp_bytes = m * i.layers_per_stage * ring * sums["tp_messages"] + m * ring * sums.get("tp_messages_mtp", 0)
-    dp_bytes = _dp_bytes(d, zero, m, dp["grad_b"], dp["gather_b"])
+    dp_bytes = _dp_bytes(d, zero, m, dp["grad_b"], dp["gather_b"], _dualpipe.microbatch_share(plan))
     pp_bytes = where(plan.pp == 1, 0.0, 2 * m * pp["pp_msg"] + dp["emb_bytes"])   # activations both ways + embedding
     cp_parts = _context.traffic(i.kernels, lk, plan, m * i.layers_per_stage)   # context parallelism, per link
     cp_bytes = sum((b for b, _ in cp_parts), 0.0)
@@ -136,7 +138,8 @@ def traffic(model: ModelSpec, plan: Plan, i: BaseTerms, lk: dict[str, Link], pp:
         n_e, edp_in, q = lk["edp"].ranks, lk["edp"].inside, lk["ep"].per_node
         messages = m * i.layers_per_stage * sums["ep_messages"] + m * sums.get("ep_messages_mtp", 0)
         nvlink_bytes, network_bytes = (q - 1) / q * messages, lk["ep"].share * messages
-        edp_bytes = _dp_bytes(n_e, zero, m, dp["expert_grad_b"], dp["expert_gather_b"])
+        edp_bytes = _dp_bytes(n_e, zero, m, dp["expert_grad_b"], dp["expert_gather_b"],
+                               _dualpipe.microbatch_share(plan))
         out["intra_node"] = out["intra_node"] + nvlink_bytes + where(edp_in, edp_bytes, 0.0)
         out["inter_node"] = out["inter_node"] + network_bytes + where(edp_in, 0.0, edp_bytes)
         out["dp"] = dp_bytes + edp_bytes

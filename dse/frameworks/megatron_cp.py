@@ -15,7 +15,8 @@ _HCP = "--hierarchical-context-parallel-sizes"
 def read(imp: Imported, get: Any, cp: int) -> None:
     """``--cp-comm-type`` (default p2p) into ``plan.cp_comm``: one type for every layer is that type (Megatron's
     help spells all-gather ``allgather``, TE's ``all_gather``: both read); a2a+p2p takes its levels from
-    ``--hierarchical-context-parallel-sizes A R`` (required, two values, A R = cp: Megatron and TE assert it) into
+    ``--hierarchical-context-parallel-sizes A R`` (required, two values, A R = cp: Megatron asserts the product, TE
+    ``attn_forward_func_with_cp`` the two levels, ``len(cp_group) == 2``; three or more sizes are refused) into
     ``plan.cp_a2a``; a per-layer list mixing types is estimated as p2p (listed as ignored)."""
     kinds = get("--cp-comm-type")
     sizes = get(_HCP)
@@ -34,7 +35,10 @@ def read(imp: Imported, get: Any, cp: int) -> None:
         levels = [as_int(imp.source, _HCP, v) for v in (sizes if isinstance(sizes, list) else [sizes])]
         if len(levels) != 2 or levels[0] * levels[1] != cp:
             raise bad(imp.source, _HCP, f"a2a+p2p takes two levels, a2a and p2p, whose product is "
-                                        f"--context-parallel-size {cp}; got {' '.join(map(str, levels))}")
+                                        f"--context-parallel-size {cp}; got {' '.join(map(str, levels))} "
+                                        "(Megatron builds a group per level, but Transformer Engine's "
+                                        "attn_forward_func_with_cp asserts cp_group = [a2a_cp_group, "
+                                        "p2p_cp_group]: a third level does not run)")
         imp.set("cp_a2a", levels[0], _HCP)
     elif sizes is not None:
         imp.ignore(_HCP, "used by --cp-comm-type a2a+p2p only")

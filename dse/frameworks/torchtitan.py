@@ -226,6 +226,13 @@ def _training_section(plan, warnings: list[str]) -> list[str]:
             f"enable = {str(plan.stack == 'compiled').lower()}", ""]
 
 
+def _reshard(plan) -> str:
+    """``fsdp_reshard_after_forward`` of the plan's ZeRO stage: never for ZeRO 1-2; for ZeRO-3 "always" with pipeline
+    stages (torchtitan's "default" there keeps the weights gathered across micro-batches, dse prices ZeRO-3 gathered
+    every micro-batch), "default" without (which is "always" there)."""
+    return "never" if plan.zero in (1, 2) else "always" if plan.zero == 3 and plan.pp > 1 else "default"
+
+
 def _parallelism_section(model, plan, warnings: list[str]) -> list[str]:
     replicate, shard = (plan.dp, 1) if plan.zero == 0 else (1, plan.dp)
     if plan.zero == 1 and plan.dp > 1:
@@ -235,7 +242,7 @@ def _parallelism_section(model, plan, warnings: list[str]) -> list[str]:
         warnings.append("torchtitan's tensor parallelism always shards norms over the sequence (sequence "
                         "parallelism on)")
     out = ["[parallelism]", f"data_parallel_replicate_degree = {replicate}", f"data_parallel_shard_degree = {shard}",
-           f'fsdp_reshard_after_forward = "{"never" if plan.zero in (1, 2) else "default"}"',
+           f'fsdp_reshard_after_forward = "{_reshard(plan)}"',
            f"tensor_parallel_degree = {plan.tp}", f"pipeline_parallel_degree = {plan.pp}"]
     if model.experts:
         out.append(f"expert_parallel_degree = {plan.ep}")

@@ -4,14 +4,17 @@ and what it is not modelled with) and a custom stage layout (``plan.pipeline_lay
 :mod:`dse.specs.rules`.
 
 What composes with DualPipe (docs/moe.md): LoRA and QLoRA (adapters change a layer's kernels and which parameters
-train, not the schedule), and ZeRO-Offload of the optimizer to host or CXL memory with ZeRO 1-2 (the optimizer step
-runs after the pipeline flush, as under 1F1B: Megatron-Core's ``--optimizer-cpu-offload`` works beside its pipeline
-schedules). What does not: ZeRO-3 (and so parameter offload and ZeRO-Infinity's drives, which need it): DeepSeek-V3
-trains DualPipe with ZeRO-1 (§3.2: "ZeRO-1 Data Parallelism"), DeepSpeed's pipeline engine refuses ZeRO-2/3
-(``runtime/pipe/engine.py``: "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"; ZeRO-3's per
-micro-batch gathers would run 2 (p + 1) times per stage and step), and Megatron-Core's FSDP is not combined with its
-pipeline schedules; activation offload, whose copies dse overlaps with a layer's own forward and backward, while
-DualPipe runs a forward and a backward chunk at once.
+train, not the schedule); ZeRO-Offload of the optimizer to host or CXL memory (the optimizer step runs after the
+pipeline flush, as under 1F1B: Megatron-Core's ``--optimizer-cpu-offload`` works beside its pipeline schedules);
+ZeRO-3 and parameter offload to host or CXL memory: torchtitan applies FSDP2 (``fully_shard``, with
+``enable_cpu_offload``'s ``CPUOffloadPolicy``) to the stages of every pipeline schedule, DualPipeV included
+(``torchtitan/distributed/fsdp.py`` ``apply_fsdp_to_decoder``, ``pipeline_parallel.py``). What does not, and why:
+ZeRO-Infinity's drives (``--offload-optimizer nvme|csd``, ``--offload-params nvme``): only DeepSpeed offloads to
+NVMe, and its pipeline engine refuses ZeRO-2/3 (``runtime/pipe/engine.py``: "ZeRO-2 and ZeRO-3 are incompatible
+with pipeline parallelism"); activation offload: DualPipe runs in DeepSeek's reference code and
+torchtitan's DualPipeV, neither of which offloads activations; Megatron-Core's fine-grained activation offloading
+(``PipelineOffloadManager``) runs with Megatron's own schedules, which have no DualPipe, and SSDTrain on
+Megatron's 1F1B.
 """
 
 from __future__ import annotations
@@ -25,13 +28,16 @@ def _dual(p, m, s) -> bool:
 
 
 def _not_with_dualpipe(p) -> str:
-    """The first plan choice DualPipe does not compose with ('' if none)."""
-    for flag, value, ok in (("--offload-params", p.offload_params, "gpu"),
-                            ("--offload-activations", p.offload_activations, "none")):
-        if value != ok:
-            return f"{flag} {value}"
-    if p.offload_optimizer in ("nvme", "csd"):
-        return f"--offload-optimizer {p.offload_optimizer} (ZeRO-Infinity's drives need --zero 3)"
+    """The first plan choice DualPipe does not compose with, and why ('' if none)."""
+    if p.offload_activations != "none":
+        return (f"--offload-activations {p.offload_activations} is not a combination any framework runs "
+                "(DeepSeek's DualPipe and torchtitan's DualPipeV offload no activations; Megatron-Core's activation "
+                "offload has no DualPipe schedule)")
+    drives = [f"--offload-optimizer {p.offload_optimizer}"] * (p.offload_optimizer in ("nvme", "csd"))
+    drives += [f"--offload-params {p.offload_params}"] * (p.offload_params == "nvme")
+    if drives:
+        return (f"{drives[0]} is not a combination any framework runs (ZeRO-Infinity's drive offload is "
+                "DeepSpeed's, whose pipeline engine refuses ZeRO-3)")
     return ""
 
 
@@ -49,14 +55,9 @@ DUALPIPE_RULES = (
     Rule("dualpipe with offload that no pipeline engine runs", ("schedule", "offload_optimizer", "offload_params",
                                                                 "offload_activations"),
          when=_dual, ok=lambda p, m, s: not _not_with_dualpipe(p),
-         message=lambda p, m, s: f"schedule dualpipe with {_not_with_dualpipe(p)} is not modelled (parameter "
-                                 "and drive offload need ZeRO-3, which pipeline engines do not run; activation "
-                                 "offload's copies are priced per layer pass, DualPipe overlaps two); allowed: "
-                                 "--offload-optimizer gpu or cpu (or cxl), no parameter or activation offload"),
-    Rule("dualpipe with ZeRO-3", ("schedule", "zero"), when=_dual, ok=lambda p, m, s: p.zero <= 2,
-         message=lambda p, m, s: f"schedule dualpipe with --zero {p.zero} is not modelled: pipeline engines "
-                                 "shard at most optimizer states and gradients (DeepSeek-V3 ran DualPipe with "
-                                 "ZeRO-1; DeepSpeed's pipeline refuses ZeRO-3); allowed: --zero 0, 1 or 2"),
+         message=lambda p, m, s: f"schedule dualpipe with {_not_with_dualpipe(p)}; allowed: --offload-optimizer "
+                                 "gpu, cpu or cxl, --offload-params gpu, cpu or cxl (with --zero 3), "
+                                 "--offload-activations none"),
 )
 #: a chiplet package has no pipeline ranks in dse's sense
 DUALPIPE_NOT_ON_CHIPLETS = Rule("dualpipe on a chiplet package", ("schedule",), when=_dual, ok=lambda p, m, s: False,

@@ -169,17 +169,6 @@ MODEL_RULES = (
 # ----------------------------------------------------------------------------- context parallelism (ring attention)
 
 
-def _not_modelled_with_cp(p) -> str:
-    """The first plan choice that context parallelism is not modelled with ('' if none)."""
-    for flag, value, allowed in (("--offload-optimizer", p.offload_optimizer, "gpu"),
-                                 ("--offload-params", p.offload_params, "gpu"),
-                                 ("--offload-activations", p.offload_activations, "none"),
-                                 ("--finetune", p.finetune, "full")):
-        if value != allowed:
-            return f"{flag} {value}"
-    return ""
-
-
 def _mla_off(p, s) -> str:
     """The first plan choice multi-head latent attention's kernels are not modelled with ('' if none)."""
     bad = (("--attention", p.attention, "flash"), ("--stack", p.stack, "megatron"))
@@ -201,11 +190,6 @@ CONTEXT_RULES = (
          message=lambda p, m, s: f"--cp {p.cp} needs seq_len {p.seq_len} divisible by 2 cp = {2 * p.cp} (each rank "
                                  "holds two chunks of s/(2 cp) tokens, Megatron's load-balanced causal split)"),
     *CP_COMM_RULES,
-    Rule("context parallelism with offload or fine-tuning is not modelled",
-         ("cp", "offload_optimizer", "offload_params", "offload_activations", "finetune"),
-         when=lambda p, m, s: bool(_not_modelled_with_cp(p)), ok=lambda p, m, s: p.cp == 1,
-         message=lambda p, m, s: f"--cp {p.cp} with {_not_modelled_with_cp(p)} is not modelled yet; allowed: --cp 1, "
-                                 "or gpu/none/full for the offload and fine-tuning options"),
 )
 
 
@@ -304,8 +288,9 @@ FINETUNE_RULES = (
          ok=lambda p, m, s: ((p.ep == 1) | (p.zero < 3)) & ((p.tp if p.etp is None else p.etp) == p.tp),
          message=lambda p, m, s: f"--finetune qlora with --ep {p.ep} --zero {p.zero} --etp {p.etp or p.tp} (--tp "
                                  f"{p.tp}): no framework shards bitsandbytes' 4-bit experts over expert-data-parallel "
-                                 "ranks or splits them over an expert-TP group (Megatron-Core has no QLoRA; DeepSpeed "
-                                 "AutoEP repacks the experts in bf16); allowed: --finetune lora, or --zero 0-2 with "
+                                 "ranks or splits them over an expert-TP group (FSDP-QLoRA shards Linear4bit weights "
+                                 "over data-parallel ranks only; Megatron-Core has no QLoRA; DeepSpeed AutoEP repacks "
+                                 "the experts in bf16); allowed: --finetune lora, or --zero 0-2 with "
                                  "--etp equal to --tp"),
     Rule("LoRA dropout on an MoE model's experts", ("lora_dropout", "lora_targets", "model.experts"),
          when=lambda p, m, s: p.lora_dropout > 0 and bool(m.experts) and m.experts > 1,

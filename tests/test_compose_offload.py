@@ -1,0 +1,154 @@
+"""Compositions that were one-line refusals (issue 15: "everything composes with what exists"):
+
+- DualPipe with ZeRO-3 and with parameter / optimizer offload to host memory (torchtitan runs FSDP2 and its CPU
+  offload on every pipeline schedule, DualPipeV included): a micro-batch runs one of the rank's two stages, so
+  ZeRO-3's per micro-batch collectives and the offload's per micro-batch copies are one stage's (checked against
+  a brute-force walk over the micro-batches and a simulated ring), two chunks' weights are gathered at once, and
+  the fetches hide behind the interleaved forward and backward compute together;
+- context parallelism with storage offload, activation offload and LoRA/QLoRA: cp ranks replicate the model like
+  dp ranks (states sharded over dp x cp) and hold s/cp tokens, so (cp 2, seq 2S, dp d) has the model states,
+  host bytes and offloaded activations of (cp 1, seq S, dp 2d).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import dse
+from dse.estimate import dualpipe
+from dse.formulas import memory as M
+from dse.formulas.offload import backward_phase_time, forward_phase_time
+from dse.formulas.precision import recipe_of
+
+H100 = "dgx-h100"
+DP = dict(pp=2, dp=4, global_batch=32, seq_len=4096)
+
+
+def _dual(**kw):
+    return dse.estimate("llama3-8b", H100, schedule="dualpipe", **{**DP, **kw})
+
+
+def _ring_bytes(nbytes: float, n: int) -> float:
+    """Bytes one rank sends in a simulated ring all-gather (or reduce-scatter) of an nbytes tensor over n ranks."""
+    shards = [np.full(1, k) for k in range(n)]         # rank k starts with shard k
+    have = [{k} for k in range(n)]
+    sent = 0.0
+    for _ in range(n - 1):                               # each step every rank forwards the shard it got last
+        sent += nbytes / n
+        shards = shards[-1:] + shards[:-1]
+        for k in range(n):
+            have[k].add(int(shards[k][0]))
+    assert all(len(h) == n for h in have)                # every rank ends with every shard
+    return sent
+
+
+def _rank0_stages(m: int, pp: int) -> list[int]:
+    """The stage rank 0 runs each micro-batch through: forward-direction ones stage 0, reverse ones stage p-1."""
+    return [0 if k % 2 == 0 else pp - 1 for k in range(m)]
+
+
+def test_dualpipe_zero3_collectives_match_a_brute_force_walk():
+    r = _dual(zero=3)
+    plan, i = r["plan"], r["parallelism"]
+    rec = recipe_of(dse.estimate.resolve("llama3-8b", H100, schedule="dualpipe", zero=3, **DP)[2])
+    m, n = int(i["micro_batches"]), 2 * plan["dp"]       # each stage on 2 dp ranks (ranks i and p-1-i, dp replicas)
+    p_all = i["params_per_gpu"]                          # both stages: the whole model at pp 2
+    h, emb, layer = r["model"]["hidden"], r["model"]["vocab"] * r["model"]["hidden"], r["layer_params"]
+    stage = {0: emb + 16 * layer, 1: 16 * layer + h + emb}   # the embedding, 16 layers | 16 layers, norm, head
+    assert stage[0] + stage[1] == p_all                      # the rank holds both: the whole model at pp 2
+    sent = 0.0
+    for s in _rank0_stages(m, plan["pp"]):
+        w, g = stage[s] * rec.weight_gathers, stage[s] * rec.dp_gradients
+        sent += 2 * _ring_bytes(w, n) + _ring_bytes(g, n)   # gather in forward, again in backward; reduce-scatter
+    assert r["traffic"]["dp"] == pytest.approx(sent, rel=1e-12)
+    # the same plan under 1F1B moves its fuller stage per micro-batch over dp ranks: DualPipe is not 2x that
+    one = dse.estimate("llama3-8b", H100, schedule="1f1b", zero=3, **DP)
+    assert r["traffic"]["dp"] < 1.2 * one["traffic"]["dp"]
+
+
+def test_dualpipe_zero3_memory_shards_both_stages_and_gathers_two_chunks():
+    z1, z3 = _dual(zero=1)["memory"]["gpu"], _dual(zero=3)["memory"]["gpu"]
+    p_all = _dual(zero=3)["parallelism"]["params_per_gpu"]
+    assert z3["weights"] == pytest.approx(p_all / (2 * DP["dp"]) * 2, rel=1e-12)   # bf16 over 2 dp ranks
+    assert z3["total"] < z1["total"]
+    assert z3["activations"] == z1["activations"]                                   # p + 1 micro-batches either way
+    layer = _dual(zero=3)["layer_params"]                                             # one layer's parameters
+    assert z3["buffers"] - z1["buffers"] == pytest.approx(2 * M.zero3_gather_bytes(layer, 2), rel=1e-9)
+
+
+def test_dualpipe_param_offload_fetches_one_stage_per_micro_batch():
+    r = _dual(zero=3, offload_params="cpu", offload_optimizer="cpu")
+    m, p_all = int(r["parallelism"]["micro_batches"]), r["parallelism"]["params_per_gpu"]
+    shard = p_all / (2 * DP["dp"])                           # the rank's partition of its two stages
+    stage_share = {0: 0.5, 1: 0.5}                           # even split of the 32 layers (embedding vs head ~equal)
+    fetch = sum(2 * 2 * shard * stage_share[s] for s in (0, 1) for _ in range(m // 2))   # fwd + bwd, bf16
+    grads_back = sum(2 * shard * stage_share[s] for s in (0, 1) for _ in range(m // 2))  # partition_grads round trip
+    assert r["offload"]["links"]["gpu_host"]["bytes_to_gpu"] == pytest.approx(fetch + grads_back, rel=1e-12)
+    g = r["memory"]["gpu"]
+    assert g["weights"] == 0 and g["optimizer"] == 0
+    assert g["total"] < _dual(zero=3)["memory"]["gpu"]["total"]
+    t = r["time"]
+    assert sum(t[k] for k in ("compute", "recompute", "communication", "bubble", "optimizer", "overhead",
+                              "io_exposed")) == pytest.approx(t["iteration"], rel=1e-9)
+
+
+@pytest.mark.parametrize("cf,cb,ff,fb", [(1.0, 2.0, 0.5, 0.5), (1.0, 2.0, 3.0, 0.1), (1.0, 2.0, 0.1, 4.0),
+                                         (0.3, 0.2, 1.0, 1.0), (0.0, 0.0, 1.0, 1.0)])
+def test_interleaved_fetch_overlap_never_exceeds_the_serial_phases(cf, cb, ff, fb):
+    t_fw, t_bw = dualpipe.offload_phases(cf, cb, ff, fb)
+    serial = forward_phase_time(cf, ff) + backward_phase_time(cb, fb, 0.0, 0.0)
+    assert t_fw + t_bw <= serial + 1e-15
+    assert t_fw + t_bw >= max(cf + cb, ff + fb) - 1e-15
+    if ff <= cf and fb <= cb:      # each phase hides its fetches: the two forms agree
+        assert (t_fw, t_bw) == pytest.approx((cf, cb))
+
+
+def test_schedule_helpers_are_one_under_1f1b():
+    plan = dse.estimate.resolve("llama3-8b", H100, pp=2, dp=4)[2]
+    assert dualpipe.microbatch_share(plan) == 1.0 and dualpipe.gathered_layers(plan) == 1.0
+
+
+# ----------------------------------------------------------------------------- context parallelism
+
+
+CP_OPTIONS = [dict(offload_optimizer="cpu", zero=1), dict(offload_optimizer="cpu", offload_params="cpu", zero=3),
+              dict(offload_optimizer="nvme", zero=3), dict(finetune="lora"), dict(finetune="qlora"),
+              dict(finetune="lora", offload_optimizer="cpu", zero=1),
+              dict(offload_activations="host", offload_layers=8)]
+
+
+@pytest.mark.parametrize("opts", CP_OPTIONS, ids=lambda o: "-".join(f"{k}={v}" for k, v in o.items()))
+def test_cp_ranks_hold_the_states_of_dp_ranks_and_the_tokens_of_a_shorter_sequence(opts):
+    two = dse.estimate("llama3-8b", H100, cp=2, dp=4, seq_len=8192, global_batch=8, **opts)
+    one = dse.estimate("llama3-8b", H100, cp=1, dp=8, seq_len=4096, global_batch=16, **opts)
+    assert two["parallelism"]["micro_batches"] == one["parallelism"]["micro_batches"]
+    for tier in ("gpu", "host", "storage"):
+        for k in ("weights", "gradients", "optimizer"):
+            assert two["memory"][tier][k] == pytest.approx(one["memory"][tier][k], rel=1e-12), (tier, k)
+    assert two["traffic"].get("gpu_host", 0) == pytest.approx(one["traffic"].get("gpu_host", 0), rel=1e-12)
+    if "activation_offload" in two:
+        a2, a1 = two["activation_offload"], one["activation_offload"]
+        assert a2["offloaded_bytes_per_layer"] == pytest.approx(a1["offloaded_bytes_per_layer"], rel=1e-12)
+        assert a2["bytes_offloaded_per_iteration"] == pytest.approx(a1["bytes_offloaded_per_iteration"], rel=1e-12)
+        assert a2["gpu_activations"] == pytest.approx(a1["gpu_activations"], rel=1e-12)
+    assert two["traffic"]["cp"] > 0 == one["traffic"]["cp"]
+
+
+@pytest.mark.parametrize("opts", [dict(offload_activations="host", offload_layers=16),
+                                  dict(offload_activations="ssd", offload_layers=16),
+                                  dict(offload_activations="host", activation_offload_mechanism="hooks")])
+def test_more_cp_never_raises_gpu_activations_with_activation_offload(opts):
+    act = [dse.estimate("llama3-8b", H100, cp=cp, dp=1, seq_len=16384, **opts)["memory"]["gpu"]["activations"]
+           for cp in (1, 2, 4, 8)]
+    assert all(b < a for a, b in zip(act, act[1:])), act
+
+
+def test_cp_with_offload_is_a_result_on_the_cli(capsys):
+    from dse.cli import main
+
+    assert main(["estimate", "-m", "llama3-8b", "--hw", H100, "--cp", "2", "--seq-len", "16384", "--zero", "3",
+                 "--offload-optimizer", "cpu", "--offload-params", "cpu", "--finetune", "lora"]) == 0
+    assert main(["estimate", "-m", "llama3-8b", "--hw", H100, "--pp", "2", "--dp", "4", "--zero", "3",
+                 "--offload-params", "cpu", "--offload-optimizer", "cpu", "--set", "plan.schedule=dualpipe"]) == 0
+    capsys.readouterr()
