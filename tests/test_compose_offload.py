@@ -152,3 +152,39 @@ def test_cp_with_offload_is_a_result_on_the_cli(capsys):
     assert main(["estimate", "-m", "llama3-8b", "--hw", H100, "--pp", "2", "--dp", "4", "--zero", "3",
                  "--offload-params", "cpu", "--offload-optimizer", "cpu", "--set", "plan.schedule=dualpipe"]) == 0
     capsys.readouterr()
+
+
+# ----------------------------------------------------------------------------- FP8 with optimizer offload
+
+
+@pytest.mark.parametrize("offload,hw", [("cpu", H100), ("cxl", "hgx-h100-cxl")])
+def test_fp8_with_optimizer_offload_is_the_offload_plus_the_fp8_gpu_side(offload, hw):
+    """Megatron's --optimizer-cpu-offload beside FP8: the host holds what it holds in bf16 (fp32 master and states),
+    the GPU keeps the FP8 copies, the step is the CPU's plus the weights' cast back on the GPU."""
+    kw = dict(zero=1, offload_optimizer=offload)
+    f8, b16 = (dse.estimate("llama3-8b", hw, precision=p, **kw) for p in ("fp8", "bf16"))
+    f8_gpu = dse.estimate("llama3-8b", hw, precision="fp8", zero=1)
+    for k in ("weights", "gradients", "optimizer"):
+        assert f8["memory"]["host"][k] == pytest.approx(b16["memory"]["host"][k], rel=1e-12), k
+    assert f8["memory"]["gpu"]["weights"] == f8_gpu["memory"]["gpu"]["weights"]      # FP8 copies stay on the GPU
+    assert f8["memory"]["gpu"]["optimizer"] == 0 and f8["memory"]["gpu"]["total"] < f8_gpu["memory"]["gpu"]["total"]
+    cast = f8_gpu["fp8"]["weight_cast_time"]
+    assert f8["fp8"]["weight_cast_time"] == cast > 0
+    assert f8["time"]["optimizer"] == pytest.approx(b16["time"]["optimizer"] + cast, rel=1e-12)
+    assert f8["traffic"]["gpu_host"] == b16["traffic"]["gpu_host"]
+    t = f8["time"]
+    assert sum(t[k] for k in ("compute", "recompute", "communication", "bubble", "optimizer", "overhead",
+                              "io_exposed")) == pytest.approx(t["iteration"], rel=1e-12)
+    assert f8["fp8"]["weight_cast_share"] == pytest.approx(cast / t["iteration"], rel=1e-12)
+    assert t["iteration"] < b16["time"]["iteration"]                                  # FP8 GEMMs still count
+
+
+@pytest.mark.parametrize("kw,needle", [(dict(zero=3), "--zero 3"),
+                                       (dict(zero=1, offload_optimizer="cpu", fp8_param_gather=True),
+                                        "fp8_param_gather=true")])
+def test_fp8_refusals_left_say_what_is_not_priced(kw, needle):
+    from dse.errors import InputError
+
+    with pytest.raises(InputError, match="not priced") as e:
+        dse.estimate("llama3-8b", H100, precision="fp8", **kw)
+    assert needle in str(e.value) and len(str(e.value).splitlines()) == 1

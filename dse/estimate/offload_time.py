@@ -172,8 +172,12 @@ def gradients(f: Flows, part: Partition, m: Num, plan: Plan, gpu: GPUSpec, b_hos
 
 
 def update(f: Flows, part: Partition, t_opt_base: Num, plan: Plan, system: SystemSpec, b_read: Num, b_write: Num,
-           b_up: Num, O: FormulaModule, NS: FormulaModule, bc: tuple[Num, Num] = (INF, INF)) -> None:
-    """The optimizer step where the states live: GPU, CPU (DRAM or CXL memory), CPU with NVMe swaps, or each CSD."""
+           b_up: Num, O: FormulaModule, NS: FormulaModule, bc: tuple[Num, Num] = (INF, INF), t_cast: Num = 0.0) -> None:
+    """The optimizer step where the states live: GPU, CPU (DRAM or CXL memory), CPU with NVMe swaps, or each CSD.
+
+    ``t_cast``: FP8 training's cast of the linear weights to their FP8 copies (:func:`dse.estimate.fp8.
+    weight_cast_time`), on the GPU after the step; with the step off the GPU it follows the updated weights' return
+    and adds to the step (with the step on the GPU it is already in ``t_opt_base``)."""
     opt = plan.offload_optimizer
     P_opt, state, N, x = part.node_opt, part.state_bytes, part.drives, part.exchange_bytes
     host = system.node.host
@@ -212,6 +216,8 @@ def update(f: Flows, part: Partition, t_opt_base: Num, plan: Plan, system: Syste
         f.t_kernel = NS.kernel_time(inside["read"], k_thr)
         f.optimizer = f.t_kernel
         f.up_read = f.up_read + x * P_opt
+    if opt != "gpu":
+        f.t_update, f.optimizer = f.t_update + t_cast, f.optimizer + t_cast
 
 
 def params_back(f: Flows, part: Partition, plan: Plan, b_host: Num, b_write: Num, O: FormulaModule,
@@ -327,8 +333,11 @@ def compose(c: Result, part: Partition, model: ModelSpec, system: SystemSpec, pl
               csd_read=zero, csd_write=zero)
     param_fetch(f, part, m, plan, b_host, b_read, O, bc)
     gradients(f, part, m, plan, system.node.gpu, b_host, b_write, O, NS, bc)
-    update(f, part, t_opt_base, plan, system, b_read, b_write, b_up, O, NS, bc)
+    t_cast = c["fp8"]["weight_cast_time"] if "fp8" in c else 0.0   # FP8: the weights' cast after the step
+    update(f, part, t_opt_base, plan, system, b_read, b_write, b_up, O, NS, bc, t_cast)
     params_back(f, part, plan, b_host, b_write, O, bc)
     phases(c, f, compute_fw, compute_bw, gpu_part, O, plan.schedule == "dualpipe")
+    if "fp8" in c:   # the cast's share of the offloaded (longer) iteration
+        c["fp8"]["weight_cast_share"] = t_cast / c["time"]["iteration"]
     links, busy = traffic_and_links(c, f, part, plan, system, bws, bc)
     return f, links, busy, bws

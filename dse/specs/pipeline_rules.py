@@ -114,6 +114,8 @@ LAYOUT_RULES = (
     Rule("pipeline layout beyond what is modelled", ("pipeline_layout", "finetune", "offload_optimizer",
                                                      "offload_params", "offload_activations", "hardware.kind"),
          when=_layout, ok=lambda p, m, s: not _layout_off(p, m, s),
-         message=lambda p, m, s: f"--pp-layout is not modelled with {_layout_off(p, m, s)}; allowed: full training "
-                                 "of a decoder on a GPU system with every state and activation on the GPU"),
+         message=lambda p, m, s: f"--pp-layout is not modelled with {_layout_off(p, m, s)} (a layout's stages are "
+                                 "priced one by one; the offload and fine-tuning terms, and a node's host bytes, take "
+                                 "one stage for all); allowed: full training of a decoder on a GPU system with every "
+                                 "state and activation on the GPU"),
 )

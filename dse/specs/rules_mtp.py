@@ -9,6 +9,9 @@ from dse.specs.rule import Rule
 
 def _mtp_off(p, s) -> str:
     """The first plan choice multi-token prediction is not modelled with ('' if none)."""
+    # fine-tuning: Transformers' DeepseekV3 drops the MTP layer on load (``_keys_to_ignore_on_load_unexpected``
+    # ``model.layers.61``), so PEFT trains no MTP depth: not a combination a framework runs; activation offload:
+    # not modelled (SSDTrain's per-tensor count is the decoder layer's, the depths' own tensors are not priced)
     off = [f"--finetune {p.finetune}"] * (p.finetune != "full")
     off += [f"--offload-activations {p.offload_activations}"] * (p.offload_activations != "none")
     return (off + ["a chiplet package"] * (s is not None and s.kind != GPU_SYSTEM) + [""])[0]
@@ -18,6 +21,9 @@ MTP_RULES = (
     Rule("multi-token prediction beyond what is modelled", ("finetune", "offload_activations", "hardware.kind"),
          when=lambda p, m, s: bool(m.mtp_layers), ok=lambda p, m, s: not _mtp_off(p, s),
          message=lambda p, m, s: f"{_mtp_off(p, s)} is not modelled with multi-token prediction (model {m.name}, "
-                                 f"mtp_layers {m.mtp_layers}); allowed: --finetune full, no activation offload, a GPU "
-                                 "system, or --set model.mtp_layers=0 (docs/mla.md)"),
+                                 f"mtp_layers {m.mtp_layers}"
+                                 + (": Transformers' DeepseekV3 drops the MTP layer on load, so PEFT fine-tunes no "
+                                    "MTP depth") * (p.finetune != "full")
+                                 + "); allowed: --finetune full, no activation offload, a GPU system, or --set "
+                                   "model.mtp_layers=0 (docs/mla.md)"),
 )
