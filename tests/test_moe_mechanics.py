@@ -210,7 +210,8 @@ def test_megatron_reads_and_writes_the_moe_arguments(capsys, tmp_path):
             "--set", "model.expert_groups=8", "--set", "model.expert_groups_per_token=4", "--emit", "megatron"]
     assert main(argv) == 0
     script = capsys.readouterr().out
-    assert "--moe-token-dispatcher-type flex --moe-enable-deepep" in script           # 16 ranks over 2 nodes
+    # 16 ranks over 2 nodes, padded to capacity: NCCL's all-to-all (Megatron-Core's DeepEP does not pad)
+    assert "--moe-token-dispatcher-type alltoall" in script
     assert "--moe-expert-capacity-factor 1.5 --moe-pad-expert-input-to-capacity" in script
     path = tmp_path / "run.sh"
     path.write_text(script)

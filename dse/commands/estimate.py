@@ -19,6 +19,7 @@ from dse.commands.options import (
     Finetune,
     Fp8Scaling,
     LoraTargets,
+    MoeDispatcher,
     OffloadActivations,
     OffloadOptimizer,
     OffloadParams,
@@ -51,6 +52,10 @@ def estimate(
                                      "the experts; ep x etp divides tp x cp x dp; default 1)"),
     etp: Optional[int] = typer.Option(None, "--etp", min=1, help="expert tensor-parallel degree of an MoE model "
                                       "(Megatron --expert-tensor-parallel-size; default: --tp); docs/moe.md"),
+    moe_dispatcher: Optional[MoeDispatcher] = typer.Option(None, "--moe-dispatcher", help="token dispatcher of "
+                                                            "expert parallelism: alltoall (NCCL) | flex (DeepEP: "
+                                                            "once per node over RDMA, then NVLink); default: "
+                                                            "alltoall in one node, flex across nodes; docs/moe.md"),
     pp_layout: Optional[str] = flag.pp_layout(),
     micro_batch: Optional[int] = flag.micro_batch(),
     global_batch: Optional[int] = flag.global_batch(),
@@ -145,7 +150,7 @@ def estimate(
     fields.update(finetune_fields(finetune, lora_rank, lora_targets, quantization, paged_optimizer, lora_dropout))
     if fp8_scaling is not None:
         fields["fp8_scaling"] = fp8_scaling
-    fields.update({k: v for k, v in (("ep", ep), ("etp", etp)) if v is not None})
+    fields.update({k: v for k, v in (("ep", ep), ("etp", etp), ("moe_dispatcher", moe_dispatcher)) if v is not None})
     imported = None
     if from_ and from_[0] is not None:
         from dse.frameworks.apply import apply, read

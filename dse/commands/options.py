@@ -14,6 +14,7 @@ import typer
 Recompute = Literal["none", "selective", "full"]
 Attention = Literal["flash", "math"]
 CpComm = Literal["p2p", "a2a", "a2a+p2p", "allgather"]
+MoeDispatcher = Literal["alltoall", "flex"]
 Stack = Literal["megatron", "pytorch", "compiled"]
 Precision = Literal["bf16", "fp16", "bf16-pure", "fp8"]
 ChipletScheme = Literal["megatron-1d", "summa-2d", "hecaton-2d"]

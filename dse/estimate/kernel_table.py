@@ -74,6 +74,8 @@ class Link(NamedTuple):
     per_node: Num = 1    # ep only: ranks of the group in one node
     share: Num = 0.0     # ep only: share of an all-to-all's bytes that leave the node
     network: Num = 0.0   # ep only: the GPU's share of its node's network bandwidth [bytes/s]
+    stage: Num | None = None     # ep only: shares of an all-to-all's bytes its NVLink stage moves and that cross
+    nvlink: Num | None = None    # NVLink (dse.formulas.parallelism.dispatch_shares; None: (q-1)/q)
 
 
 def cost_of(gpu: GPUSpec, peak: Num, attention_peak: Num | None = None, head_peak: Num | None = None,
@@ -155,7 +157,7 @@ def collective_time(row: Row, link: Link, P: Module) -> Num:
         t = P.allreduce_time(row["comm"], link.ranks, link.bandwidth, path=link.path)
     elif row["op"] == "alltoall":   # the MoE token dispatch and combine over the ep group: NVLink, then the network
         t = P.hierarchical_alltoall_time(row["comm"], link.ranks, link.per_node, link.share, link.network,
-                                         link.bandwidth, path=link.path)
+                                         link.bandwidth, path=link.path, intra_share=link.stage)
     else:   # all-gather, reduce-scatter
         t = P.allgather_time(row["comm"], link.ranks, link.bandwidth, path=link.path)
     return t
@@ -257,7 +259,7 @@ def kernel_tables(model: ModelSpec, plan: Plan, r: Recipe, K: Module = _kernels)
     key = None
     if K is _kernels:                      # not when traced: the trace records every formula call
         key = (id(model), s, getattr(plan, "target_len", None), plan.cp, getattr(plan, "cp_comm", "p2p"), b, t,
-               getattr(plan, "ep", 1),
+               getattr(plan, "ep", 1), getattr(plan, "moe_dispatch_dtype", "bf16"),
                getattr(plan, "expert_capacity", None), getattr(plan, "pad_to_capacity", False), sp, plan.recompute,
                plan.attention, e, comm, logits, stack, r.gradients, expert_tp(plan),
                plan.finetune, plan.lora_rank, plan.lora_targets, plan.quantization, plan.lora_dropout, fp8,
@@ -393,8 +395,9 @@ def kernel_times(tables: dict[str, Any], system: SystemSpec, plan: Plan, peak: N
 
 
 def _plain(link: Link | None) -> tuple[Any, ...]:
-    """A link's values as the memo checks them: its path by the nodes it spans (its latencies are Python floats)."""
-    return () if link is None else (*link[:2], link.path.nodes, *link[3:])
+    """A link's values as the memo checks them: its path by the nodes it spans (its latencies are Python floats);
+    an unset (None) share is no value."""
+    return () if link is None else (*link[:2], link.path.nodes, *(v for v in link[3:] if v is not None))
 
 
 # memo of kernel_times for scalar hardware and plans: see _times_key

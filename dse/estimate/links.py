@@ -37,11 +37,15 @@ def links(system: SystemSpec, plan: Plan, P: FormulaModule = _parallelism, model
     et = expert_tp(plan)
     route = _routing(model)
     dual = plan.schedule == "dualpipe"   # DualPipe: each stage on 2 dp cp ranks (dse.estimate.context.grad_ranks)
+    how = getattr(plan, "moe_dispatcher", None)
+    if how is None and getattr(plan, "pad_to_capacity", False):   # DeepEP does not pad: dse's default then is NCCL's
+        how = "alltoall"
     if P is _parallelism and ints(t, d, cp, ep, et):
-        out = remembered(("links", id(system), t, d, cp, ep, et, route, dual, P.group_bandwidth,
-                          P.internode_share), system, lambda: _links(system, t, d, P, cp, ep, route, dual, et))
+        out = remembered(("links", id(system), t, d, cp, ep, et, route, dual, how, P.group_bandwidth,
+                          P.dispatch_shares), system,
+                         lambda: _links(system, t, d, P, cp, ep, route, dual, et, how))
     else:
-        out = _links(system, t, d, P, cp, ep, route, dual, et)
+        out = _links(system, t, d, P, cp, ep, route, dual, et, how)
     if getattr(plan, "cp_comm", "p2p") == "a2a+p2p":
         out = {**out, **_cp_levels(system, plan, P)}
     return out
@@ -107,8 +111,8 @@ def _routing(model: ModelSpec | None) -> tuple[int, int, int, int]:
 
 
 def _links(system: SystemSpec, t: Num, d: Num, P: FormulaModule, cp: Num = 1, ep: Num = 1,
-           route: tuple[int, int, int, int] = (0, 0, 0, 0), dual: bool = False, et: Num | None = None
-           ) -> dict[str, Link]:
+           route: tuple[int, int, int, int] = (0, 0, 0, 0), dual: bool = False, et: Num | None = None,
+           how: str | None = None) -> dict[str, Link]:
     G, intra, inter, path = _rates(system)
     dc = d * cp                 # dp x cp ranks, tp apart: the gradient group (DualPipe: 2 dc, grad_ranks)
     dg = 2 * dc if dual else dc
@@ -117,11 +121,11 @@ def _links(system: SystemSpec, t: Num, d: Num, P: FormulaModule, cp: Num = 1, ep
             "cp": Link(cp, P.group_bandwidth(cp, t, G, intra, inter), _spanned(path, cp, t, G, cp_in), cp_in),
             "dp": Link(dg, P.group_bandwidth(dg, t, G, intra, inter), _spanned(path, dg, t, G, dp_in), dp_in),
             "pp": Link(2, P.group_bandwidth(2, t * dc, G, intra, inter), _spanned(path, 2, t * dc, G, pp_in), pp_in),
-            **_expert_links(P, G, t, dg, ep, (intra, inter, path), route, t if et is None else et)}
+            **_expert_links(P, G, t, dg, ep, (intra, inter, path), route, t if et is None else et, how)}
 
 
 def _expert_links(P: FormulaModule, G: Num, t: Num, dc: Num, ep: Num, rates: tuple[Num, Num, Path],
-                  route: tuple[int, int, int, int], et: Num) -> dict[str, Link]:
+                  route: tuple[int, int, int, int], et: Num, how: str | None = None) -> dict[str, Link]:
     """The expert groups of Megatron-Core's expert rank order etp-ep-edp-pp (MoE Parallel Folding, Liu et al. 2025,
     arXiv 2504.14960; ``parallel_state``'s expert ``RankGenerator``, order tp-ep-dp-pp with cp folded away): the
     expert tensor-parallel group ``etp`` (``et`` consecutive ranks), the expert-parallel group ``ep`` (ranks et
@@ -134,7 +138,9 @@ def _expert_links(P: FormulaModule, G: Num, t: Num, dc: Num, ep: Num, rates: tup
     q = clip(floor(G/et), 1, ep) of its ranks share a node, N = ep/q nodes; the NVLink stage runs at the intra-node
     rate, the network stage at the GPU's share of its node's network (all G GPUs of a node run their groups'
     all-to-alls at once) with the share of bytes that leave the node (:func:`dse.formulas.parallelism.
-    internode_share` of the model's routing ``route``)."""
+    internode_share` of the model's routing ``route``). Which bytes each stage moves is the token dispatcher's
+    ``how`` (``plan.moe_dispatcher``: :func:`dse.formulas.parallelism.dispatch_shares`); unset, dse's default: NCCL's
+    all-to-all in one node, DeepEP's forwarding across nodes."""
     intra, inter, path = rates
     out = {}
     fold = bool(route[0]) and differs(t, et)   # an MoE model whose etp differs from tp
@@ -146,8 +152,9 @@ def _expert_links(P: FormulaModule, G: Num, t: Num, dc: Num, ep: Num, rates: tup
     ep_in, edp_in = et * ep <= G, t * dc <= G
     q = clip(floor(G / et), 1, ep)
     E, k, groups, per_token = route
-    share = P.internode_share(E, k, ep / q, groups, per_token) if E else 0.0
+    share, stage, nvlink = P.dispatch_shares(how, E, k, ep, q, groups, per_token) if E else (0.0, None, None)
     n_e = t * dc / (et * ep)
-    return {**out, "ep": Link(ep, intra, path._replace(nodes=where(ep_in, 1, ep / q)), ep_in, q, share, inter / G),
+    return {**out, "ep": Link(ep, intra, path._replace(nodes=where(ep_in, 1, ep / q)), ep_in, q, share, inter / G,
+                              stage, nvlink),
             "edp": Link(n_e, P.group_bandwidth(n_e, et * ep, G, intra, inter), _spanned(path, n_e, et * ep, G, edp_in),
                         edp_in)}

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from dse.estimate import context as _context, mtp as _mtp
 from dse.formulas import kernels as _kernels, stacks as _stacks
+from dse.formulas.parallelism.dispatch import FP8_DISPATCH_BYTES
 from dse.specs.plan import expert_tp, folded
 
 if TYPE_CHECKING:
@@ -24,7 +25,9 @@ def moe_options(model: ModelSpec, plan: Plan) -> dict[str, Any]:
             "shared_experts": model.shared_experts, "shared_ffn": model.shared_expert_ffn or 0,
             "shared_gate": model.shared_expert_gate, "imbalance": model.expert_imbalance,
             "ep": getattr(plan, "ep", 1), "capacity": getattr(plan, "expert_capacity", None),
-            "pad": getattr(plan, "pad_to_capacity", False), **({"etp": expert_tp(plan)} if folded(plan) else {})}
+            "pad": getattr(plan, "pad_to_capacity", False), **({"etp": expert_tp(plan)} if folded(plan) else {}),
+            **({"dispatch_bytes_per_element": FP8_DISPATCH_BYTES}
+               if getattr(plan, "moe_dispatch_dtype", "bf16") == "fp8" else {})}
 
 
 def mean_layer(model: ModelSpec, plan: Plan, of_layer: Callable[[dict[str, Any] | None], Any]) -> Any:

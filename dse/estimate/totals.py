@@ -97,12 +97,13 @@ def _dp_bytes(n: Num, zero: Num, m: Num, grad_b: Num, gather_b: Num, share: floa
 def traffic(model: ModelSpec, plan: Plan, i: BaseTerms, lk: dict[str, Link], pp: Section, dp: Section) -> Section:
     """Bytes per iteration per GPU on each parallel group and on the intra- and inter-node links.
 
-    An MoE model also has ``ep``: the bytes its all-to-alls send, over NVLink (the (q-1)/q of each message that
-    does not land on the GPU it arrives at) and over the network (the share that leaves the node, once per
-    destination node; :func:`dse.formulas.parallelism.hierarchical_alltoall_time`); in one node (q = ep) that is
-    (ep-1)/ep of each message; with expert parallelism the experts' gradient and weight traffic (over the dp/ep
-    ranks holding them) counts in ``dp``; with expert tensor parallelism other than tp the etp group's token
-    all-gathers and reduce-scatters count in ``tp``.
+    An MoE model also has ``ep``: the bytes its all-to-alls send, over NVLink and over the network, as its token
+    dispatcher sends them (:func:`dse.formulas.parallelism.dispatch_shares`: NCCL's all-to-all, every copy for
+    another node over the network, (q-1)/q of each message over NVLink; DeepEP, once per destination node and
+    once per destination GPU); in one node (q = ep) the all-to-all's is (ep-1)/ep of each message; with expert
+    parallelism the experts' gradient and weight traffic (over the dp/ep ranks holding them) counts in ``dp``;
+    with expert tensor parallelism other than tp the etp group's token all-gathers and reduce-scatters count in
+    ``tp``.
     """
     zero: Num = plan.zero       # a resolved plan: zero and dp are set
     d: Num = _context.grad_ranks(plan)     # the gradient group: dp x cp
@@ -137,7 +138,8 @@ def traffic(model: ModelSpec, plan: Plan, i: BaseTerms, lk: dict[str, Link], pp:
     if "ep" in lk:   # expert parallelism: the all-to-alls, and the experts' share of the data-parallel traffic
         n_e, edp_in, q = lk["edp"].ranks, lk["edp"].inside, lk["ep"].per_node
         messages = m * i.layers_per_stage * sums["ep_messages"] + m * sums.get("ep_messages_mtp", 0)
-        nvlink_bytes, network_bytes = (q - 1) / q * messages, lk["ep"].share * messages
+        crossing = (q - 1) / q if lk["ep"].nvlink is None else lk["ep"].nvlink   # the dispatcher's NVLink share
+        nvlink_bytes, network_bytes = crossing * messages, lk["ep"].share * messages
         edp_bytes = _dp_bytes(n_e, zero, m, dp["expert_grad_b"], dp["expert_gather_b"],
                                _dualpipe.microbatch_share(plan))
         out["intra_node"] = out["intra_node"] + nvlink_bytes + where(edp_in, edp_bytes, 0.0)

@@ -328,7 +328,7 @@ def emit(model, system, plan) -> tuple[str, list[str]]:
     args.append(_precision_args(plan, warnings))
     args += _model_args(model, warnings)
     if model.experts:   # expert (tensor) parallelism: ep x etp ranks folded over tp x cp x dp, as dse prices it
-        args.append(_moe.plan_args(plan, system))
+        args.append(_moe.plan_args(plan, system, warnings))
     if plan.stack != "megatron":
         warnings.append(f"the estimate used the {plan.stack} stack; Megatron-LM runs its own fused kernels "
                         "(estimate with --stack megatron to compare)")

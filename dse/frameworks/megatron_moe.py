@@ -4,7 +4,8 @@ Read: ``--num-experts``, ``--moe-router-topk`` (Megatron's default 2), ``--moe-f
 ``--ffn-hidden-size``), ``--moe-shared-expert-intermediate-size`` (one shared expert of that size),
 ``--moe-layer-freq`` (an int n: layer i is MoE when i % n == 0; or a list such as ``'([0]*3+[1]*58)'``),
 ``--moe-router-num-groups``/``--moe-router-group-topk`` (group-limited routing) into the model the arguments
-define; ``--moe-expert-capacity-factor`` and ``--moe-pad-expert-input-to-capacity`` into the plan. When the
+define; ``--moe-expert-capacity-factor``, ``--moe-pad-expert-input-to-capacity`` and the token dispatcher
+(``--moe-token-dispatcher-type``, ``--moe-enable-deepep``, ``--moe-flex-dispatcher-backend``) into the plan. When the
 arguments define no model (the ``--model``'s is estimated), ``--num-experts`` and ``--moe-router-topk`` must
 agree with it: a mismatch is a one-line error (it is an architecture the estimate would not price), not a silent
 change of the model. Written: the same arguments of a model and plan (:func:`moe_args`, :func:`plan_args`).
@@ -21,13 +22,18 @@ OPTIONS = {"--num-experts": "int", "--moe-router-topk": "int", "--moe-ffn-hidden
            "--moe-shared-expert-intermediate-size": "int", "--moe-layer-freq": "str",
            "--moe-router-num-groups": "int", "--moe-router-group-topk": "int",
            "--moe-expert-capacity-factor": "str", "--moe-pad-expert-input-to-capacity": "flag",
-           "--moe-grouped-gemm": "flag", "--moe-token-dispatcher-type": "str", "--moe-enable-deepep": "flag"}
+           "--moe-grouped-gemm": "flag", "--moe-token-dispatcher-type": "str", "--moe-enable-deepep": "flag",
+           "--moe-flex-dispatcher-backend": "str"}
+#: Megatron-Core's token dispatchers (``--moe-token-dispatcher-type``) and flex backends dse reads
+DISPATCHERS = ("allgather", "alltoall", "flex")
+FLEX_BACKENDS = ("deepep", "hybridep")
 MODEL_ONLY = ("--num-experts", "--moe-router-topk", "--moe-ffn-hidden-size", "--moe-shared-expert-intermediate-size",
               "--moe-layer-freq", "--moe-router-num-groups", "--moe-router-group-topk")
 
 
 def read_plan(imp: Imported, get) -> None:
-    """The capacity factor and padding (plan fields)."""
+    """The capacity factor and padding, and the token dispatcher (plan fields)."""
+    _read_dispatcher(imp, get)
     factor = get("--moe-expert-capacity-factor")
     if factor is not None:
         value = as_float(imp.source, "--moe-expert-capacity-factor", factor, 0.0)
@@ -36,6 +42,34 @@ def read_plan(imp: Imported, get) -> None:
         imp.set("expert_capacity", value, "--moe-expert-capacity-factor")
     if get("--moe-pad-expert-input-to-capacity"):
         imp.set("pad_to_capacity", True, "--moe-pad-expert-input-to-capacity")
+
+
+def _read_dispatcher(imp: Imported, get) -> None:
+    """``--moe-token-dispatcher-type`` (Megatron's default allgather), ``--moe-enable-deepep`` and
+    ``--moe-flex-dispatcher-backend`` into ``moe_dispatcher``: alltoall, or flex (DeepEP's kernels; HybridEP,
+    NVIDIA's NVLink + RDMA variant, is priced as DeepEP's). With expert parallelism 1 the dispatcher is the
+    tensor-parallel gather dse prices there (no field); allgather with ep > 1 is not priced (one-line error)."""
+    kind, deepep, backend = (get("--moe-token-dispatcher-type"), get("--moe-enable-deepep"),
+                             get("--moe-flex-dispatcher-backend"))
+    if kind is not None and kind not in DISPATCHERS:
+        raise bad(imp.source, "--moe-token-dispatcher-type", f"expected one of {', '.join(DISPATCHERS)}, got {kind!r}")
+    if backend is not None and backend not in FLEX_BACKENDS:
+        raise bad(imp.source, "--moe-flex-dispatcher-backend", f"dse prices {' or '.join(FLEX_BACKENDS)} (DeepEP's "
+                                                                 f"NVLink + RDMA forwarding), got {backend!r}")
+    if (deepep or backend) and kind != "flex":
+        key = "--moe-enable-deepep" if deepep else "--moe-flex-dispatcher-backend"
+        raise bad(imp.source, key, f"needs --moe-token-dispatcher-type flex (got {kind or 'allgather, the default'})")
+    ep = get("--expert-model-parallel-size")
+    if kind is None or ep is None or as_int(imp.source, "--expert-model-parallel-size", ep) == 1:
+        if kind is not None:
+            imp.ignore("--moe-token-dispatcher-type", "expert parallelism 1: dse prices the tensor-parallel gather")
+        return
+    if kind == "allgather":
+        raise bad(imp.source, "--moe-token-dispatcher-type", "allgather with --expert-model-parallel-size > 1 is not "
+                                                             "priced; allowed: alltoall, flex")
+    if backend == "hybridep":
+        imp.ignore("--moe-flex-dispatcher-backend", "hybridep: priced as DeepEP's NVLink + RDMA forwarding")
+    imp.set("moe_dispatcher", kind, "--moe-token-dispatcher-type")
 
 
 def read_model(imp: Imported, get, data: dict[str, Any] | None) -> None:
@@ -116,16 +150,21 @@ def moe_args(m, warnings: list[str]) -> str:
     return out
 
 
-def plan_args(plan, system) -> str:
-    """Expert parallelism, the token dispatcher dse prices (NCCL's all-to-all in one node, DeepEP's NVLink + RDMA
-    forwarding when the group spans nodes: :func:`dse.formulas.parallelism.hierarchical_alltoall_time`) and the
-    capacity factor. Expert tensor parallelism other than tp (MoE Parallel Folding) is written as
-    --expert-tensor-parallel-size; the EP group is etp x ep consecutive ranks (Megatron's expert rank order)."""
+def plan_args(plan, system, warnings: list[str] | None = None) -> str:
+    """Expert parallelism, the token dispatcher dse priced (``plan.moe_dispatcher``; unset: NCCL's all-to-all in one
+    node or when padding to capacity, else DeepEP's NVLink + RDMA forwarding:
+    :func:`dse.formulas.parallelism.dispatch_shares`) and the capacity factor. Expert tensor parallelism other than
+    tp (MoE Parallel Folding) is written as --expert-tensor-parallel-size; the EP group is etp x ep consecutive
+    ranks (Megatron's expert rank order). DeepEP's FP8 dispatch has no Megatron-Core option (a warning)."""
     etp = plan.tp if plan.etp is None else plan.etp
     out = f"--expert-model-parallel-size {plan.ep}" + f" --expert-tensor-parallel-size {etp}" * (etp != plan.tp)
     if plan.ep > 1:
-        out += (" --moe-token-dispatcher-type alltoall" if etp * plan.ep <= system.node.gpus_per_node
-                else " --moe-token-dispatcher-type flex --moe-enable-deepep")
+        how = plan.moe_dispatcher or ("alltoall" if etp * plan.ep <= system.node.gpus_per_node or plan.pad_to_capacity
+                                      else "flex")
+        out += f" --moe-token-dispatcher-type {how}" + " --moe-enable-deepep" * (how == "flex")
+    if plan.moe_dispatch_dtype == "fp8" and warnings is not None:
+        warnings.append("DeepEP's FP8 dispatch (moe_dispatch_dtype fp8) is not a Megatron-Core option: its flex "
+                        "dispatcher sends bf16")
     if plan.expert_capacity is not None:
         out += f" --moe-expert-capacity-factor {plan.expert_capacity:g}"
         out += " --moe-pad-expert-input-to-capacity" * bool(plan.pad_to_capacity)

@@ -15,6 +15,7 @@ from typing import Any
 
 from dse.formulas._array import maximum, where
 from dse.formulas.fp8 import SCALINGS as FP8_SCALINGS
+from dse.formulas.parallelism.dispatch import DISPATCHERS as MOE_DISPATCHERS
 from dse.formulas.precision import DEFAULT_GRAD_DTYPE, GRAD_DTYPE_BYTES, PRECISIONS
 from dse.specs import rules
 from dse.specs._schema import spec_field
@@ -75,6 +76,16 @@ class Plan:
                                                "dropless; docs/moe.md")
     pad_to_capacity: bool = spec_field(False, help="pad every expert's tokens to its capacity (Megatron-Core "
                                        "--moe-pad-expert-input-to-capacity); needs expert_capacity")
+    moe_dispatcher: str | None = spec_field(None, choices=MOE_DISPATCHERS, help="token dispatcher of expert "
+                                            "parallelism (Megatron-Core --moe-token-dispatcher-type): alltoall "
+                                            "(NCCL's all-to-all: every routed copy sent) or flex (DeepEP: once per "
+                                            "destination node over RDMA, forwarded over NVLink once per GPU; "
+                                            "--moe-enable-deepep); default: alltoall in one node, flex across "
+                                            "nodes; docs/moe.md")
+    moe_dispatch_dtype: str = spec_field("bf16", choices=("bf16", "fp8"), help="dtype of the dispatch and of the "
+                                         "combine's backward (tokens to experts): fp8 is DeepEP's FP8 dispatch "
+                                         "(e4m3 + a scale per 128 values; the combine stays bf16, DeepSeek-V3 "
+                                         "§3.3.3); needs moe_dispatcher flex")
     micro_batch: int = spec_field(1, gt=0, help="sequences per micro-batch b")
     global_batch: int | None = spec_field(None, gt=0,
                                           help="sequences per iteration B; default b*dp (pp=1) or b*dp*4*pp")

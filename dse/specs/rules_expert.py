@@ -50,6 +50,20 @@ EXPERT_RULES = (
                                  f"{p.cp} x --dp {p.dp} = {_attention_ranks(p)} (the MoE layers' ETP x EP x EDP "
                                  "groups fold over the attention's TP x CP x DP ranks, Megatron-Core's MoE Parallel "
                                  f"Folding); allowed ep x etp: {_divisors(_attention_ranks(p))}"),
+    Rule("moe_dispatcher needs expert parallelism", ("moe_dispatcher", "ep", "model.experts"),
+         when=lambda p, m, s: p.moe_dispatcher is not None, ok=lambda p, m, s: bool(m.experts) & (p.ep > 1),
+         message=lambda p, m, s: f"plan.moe_dispatcher {p.moe_dispatcher}: a token dispatcher needs an MoE model "
+                                 f"with --ep > 1 (got {m.name} with --ep {p.ep}); allowed: unset"),
+    Rule("flex dispatcher cannot pad to capacity", ("moe_dispatcher", "pad_to_capacity"),
+         when=lambda p, m, s: p.moe_dispatcher == "flex", ok=lambda p, m, s: not p.pad_to_capacity,
+         message=lambda p, m, s: "plan.moe_dispatcher flex with plan.pad_to_capacity: Megatron-Core's flex "
+                                 "dispatcher with DeepEP does not pad to capacity (TransformerConfig raises); "
+                                 "allowed: pad_to_capacity false, or moe_dispatcher alltoall"),
+    Rule("fp8 dispatch needs the flex dispatcher", ("moe_dispatch_dtype", "moe_dispatcher"),
+         when=lambda p, m, s: p.moe_dispatch_dtype != "bf16", ok=lambda p, m, s: p.moe_dispatcher == "flex",
+         message=lambda p, m, s: f"plan.moe_dispatch_dtype {p.moe_dispatch_dtype} needs plan.moe_dispatcher flex "
+                                 f"(DeepEP's FP8 dispatch; got {p.moe_dispatcher or 'unset'}); allowed "
+                                 "moe_dispatch_dtype: bf16"),
     Rule("etp other than tp needs sequence parallelism", ("etp", "tp", "sequence_parallel"),
          when=lambda p, m, s: not p.sequence_parallel, ok=lambda p, m, s: (p.etp == p.tp) | (p.tp == 1),
          message=lambda p, m, s: f"--etp {p.etp} with --tp {p.tp} needs --sequence-parallel (Megatron-Core's MoE "

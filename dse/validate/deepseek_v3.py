@@ -17,9 +17,12 @@ architecture) and every efficiency as the H800 spec states it (the H100's measur
 
 What the report leaves out or dse does not model, and which way each moves dse against the reference:
 
-- the dispatch in FP8 (§3.3.3: activations before the up-projections and the dispatch quantised to FP8) -> dse
-  (bf16 messages) slower; node-limited routing (at most 4 nodes per token) and the IB-then-NVLink forwarding are
-  priced (``expert_groups``, the hierarchical all-to-all of docs/moe.md);
+- the token dispatch is DeepEP's (:data:`DISPATCH`: ``moe_dispatcher flex``): node-limited routing (at most 4
+  nodes per token, ``expert_groups``), each token sent once per destination node over IB and forwarded over NVLink
+  once per GPU (§3.2.2; DeepEP, its released kernels), the dispatch and the combine's backward in FP8 (§3.3.3:
+  activations quantised to FP8 before the dispatch and activation gradients before the down-projections, "for
+  both the forward and backward combine components, we retain them in BF16"; ``moe_dispatch_dtype fp8``, e4m3 with
+  a scale per 128 values as DeepEP sends them);
 - the batch ramp (3,072 to 15,360 over the first 469B tokens, §4.2) -> dse faster;
 - the MTP module (§2.2, ``mtp_layers 1``: one more MoE block, eh_proj and LM-head pass per token) is priced on
   the last stage (dse.estimate.mtp), which DualPipe puts on rank 0 beside the first: rank 0 runs it with the
@@ -35,9 +38,10 @@ the report states none for its pp-16 DualPipe setup. The only published DeepSeek
 Megatron-Bridge's (``src/megatron/bridge/recipes/deepseek/h100/deepseek_v3.py``, ``_get_deepseek_v3_pipeline_layout``
 (16, 1): ``Et*4|(t*4|)*14tmL``, the embedding and 4 layers, 14 stages of 4, one layer with the MTP depth and the
 loss), written for its H100 recipe (tp 2, 1F1B), not for the paper's plan, so this case keeps the even split. With
-that layout the same plan prices 15.47 s per iteration, 140K GPU hours per trillion tokens (-22.3 %; the slowest
-DualPipe rank pairs the first stage with the last, 118 ms per micro-batch against 166 ms for four mean layers and
-half the ends) -- :data:`BRIDGE_LAYOUT`, an example, not the case.
+that layout the same plan prices 15.14 s per iteration, 137K GPU hours per trillion tokens (-23.9 %; 15.47 s, 140K,
+-22.3 % with a bf16 dispatch; the slowest DualPipe rank pairs the first stage with the last, 118 ms per micro-batch
+against 166 ms for four mean layers and half the ends, with a bf16 dispatch) -- :data:`BRIDGE_LAYOUT`, an example,
+not the case.
 
 Tolerance 50 %, set before the all-to-all was priced hierarchically and before DualPipe was modelled: the
 omissions above go both ways and are each tens of per cent (dse's own FP8 estimates run 1.5-1.9x faster on large
@@ -45,8 +49,9 @@ GEMMs). In bf16, with 1F1B dse landed at 274K (+52 %: 8.4 s of a 30.3 s iteratio
 DualPipe at 176K (-2.2 %), the all-to-all exposed only for the SMs it takes. With the paper's FP8 GEMMs priced
 (since FP8 of MoE and MLA layers is modelled) it lands at 152K (-15.7 %) without the MTP module and at 198K
 (+10.1 %) with it priced (154K and 201K until the DualPipe bubble's W summed all of a layer's weight-gradient
-GEMMs); the batch ramp, not priced, makes dse fast, the FP8 dispatch, not priced either, would
-make it faster. Nothing is fitted.
+GEMMs); with the FP8 dispatch priced, 193K (+7.2 %). Priced with NCCL's all-to-all instead (``moe_dispatcher
+alltoall``: every routed copy for another node over IB) it would be 224K (+24.5 %). The batch ramp, not priced,
+makes dse fast. Nothing is fitted.
 """
 
 from __future__ import annotations
@@ -56,6 +61,8 @@ MODEL = "deepseek-v3"
 TOLERANCE = 0.5
 #: The GEMMs' FP8 scaling: the paper's fine-grained scales are computed from each tile's own values (§3.3.2)
 SCALING = "current"
+#: The token dispatch the report states (§3.2.2, §3.3.3): DeepEP's forwarding kernels, FP8 dispatch, bf16 combine
+DISPATCH = dict(moe_dispatcher="flex", moe_dispatch_dtype="fp8")
 #: Megatron-Bridge's DeepSeek-V3 stage layout for pp 16 (an example: not the paper's plan; see the module)
 BRIDGE_LAYOUT = "Et*4|(t*4|)*14tmL"
 
@@ -75,7 +82,7 @@ def result(pipeline_layout: str | None = None):
     dp = p["gpus"] // (p["pp"] * p["tp"])
     return estimate(MODEL, SYSTEM, tp=p["tp"], pp=p["pp"], dp=dp, ep=p["ep"], zero=1, micro_batch=1,
                     global_batch=p["global_batch"], seq_len=p["seq_len"], recompute="none", precision="fp8",
-                    fp8_scaling=SCALING, schedule="dualpipe", pipeline_layout=pipeline_layout)
+                    fp8_scaling=SCALING, schedule="dualpipe", pipeline_layout=pipeline_layout, **DISPATCH)
 
 
 def cases():
@@ -92,6 +99,6 @@ def cases():
     ref = pub.values("gpu_hours")["per_trillion_tokens"]
     return [Case("deepseek-v3 H800 GPU hours per trillion tokens (pp16 DualPipe ep64 dp128 ZeRO-1, fp8)", ref,
                  compute, TOLERANCE, pub.source("gpu_hours"), unit="",
-                 note="dse prices tensor-wise FP8 scales, a bf16 dispatch, the MTP depth on a last stage of 4 "
+                 note="dse prices tensor-wise FP8 scales, DeepEP's FP8 dispatch, the MTP depth on a last stage of 4 "
                       "layers (no stage balancing), no batch ramp; its plan does not fit 80 GB (DeepSeek's memory "
                       "savings are not modelled)")]

@@ -26,12 +26,17 @@ rows' 128 and 256 GPUs are priced as that many nodes of it.
 
 from __future__ import annotations
 
-#: The MoE row: the recipe (BF16, ZeRO-1 with overlapped reduction, EP over the node) and its layout
+#: The MoE row: the recipe (BF16, ZeRO-1 with overlapped reduction, EP over the node) and its layout; the
+#: dispatcher: GPT_OSS_120B_PRETRAIN_CONFIG_H100_BF16_V2 sets no flex backend, so scripts/performance/utils/
+#: overrides.py sets ``moe_token_dispatcher_type = "alltoall"``; QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1 sets
+#: ``moe_flex_dispatcher_backend="hybridep"`` (``apply_flex_dispatcher_backend``: the flex dispatcher; HybridEP
+#: is DeepEP's NVLink + RDMA design, priced as DeepEP's, ``moe_dispatcher flex``); Megatron-Bridge commit
+#: c8327cfc2~1, scripts/performance/configs/{gpt_oss,qwen}/*_workload_base_configs.py
 MOE_TABLE = "moe_bf16_throughput"
 MOE_ROWS = {
     "h100_gpt_oss_120b_gbs1280": ("gpt-oss-120b", "h100-cluster", dict(
         precision="bf16", zero=1, overlap_grad_reduce=True, recompute="none", attention="flash", seq_len=4096,
-        micro_batch=1, stack="megatron", tp=1, pp=4, dp=16, ep=8, global_batch=1280)),
+        micro_batch=1, stack="megatron", tp=1, pp=4, dp=16, ep=8, global_batch=1280, moe_dispatcher="alltoall")),
 }
 #: The FP8 MoE row: the FP8-CS recipe (current scaling, fp8_param_gather, no first/last bf16 layers in the
 #: performance configs), ZeRO-1 with overlapped reduction, EP over both nodes, no recompute
@@ -39,7 +44,7 @@ MOE_FP8_TABLE = "moe_fp8_throughput"
 MOE_ROWS["h100_qwen3_30b_a3b_gbs1024"] = ("qwen3-30b-a3b", "h100-cluster", dict(
     precision="fp8", fp8_scaling="current", fp8_param_gather=True, zero=1, overlap_grad_reduce=True,
     recompute="none", attention="flash", seq_len=4096, micro_batch=1, stack="megatron", tp=1, pp=1, dp=16, ep=16,
-    global_batch=1024))
+    global_batch=1024, moe_dispatcher="flex"))
 MOE_NAMES = {"h100_gpt_oss_120b_gbs1280": "H100 GPT-OSS-120B (MoE), 64 GPUs, EP 8, GBS 1280",
              "h100_qwen3_30b_a3b_gbs1024": "H100 Qwen3-30B-A3B (MoE, FP8), 16 GPUs, EP 16, GBS 1024"}
 MOE_TABLES = {"h100_gpt_oss_120b_gbs1280": MOE_TABLE, "h100_qwen3_30b_a3b_gbs1024": MOE_FP8_TABLE}
@@ -51,8 +56,8 @@ MOE_MISS = ("MoE with small experts (128 of 2,880 x 2,880, top 4): the estimate 
             "large experts are +12 % (dse validate moe-h100)")
 MOE_FP8_MISS = ("MoE with small experts again (128 of 2,048 x 768, top 8; 8 local experts x 2,048 tokens), in FP8: "
                 "the same pattern as GPT-OSS in BF16; FP8 gains the estimate little here (1.01x over bf16: the expert "
-                "GEMMs are small and their casts cost 14 % of a layer); the hybridep dispatcher is priced as the "
-                "hierarchical all-to-all")
+                "GEMMs are small and their casts cost 14 % of a layer); the hybridep dispatcher is priced as DeepEP's "
+                "(moe_dispatcher flex)")
 MOE_MISSES = {"h100_gpt_oss_120b_gbs1280": MOE_MISS, "h100_qwen3_30b_a3b_gbs1024": MOE_FP8_MISS}
 #: Per-case tolerance and the suite's aggregate target (throughput of tuned recipes on clusters dse never saw).
 TOLERANCE = 0.15

@@ -59,6 +59,7 @@ Symbols:
     final_norm: a norm before the LM head [bool]
     bytes_per_element: e, bytes per activation element (2 for bf16/fp16) [bytes]
     comm_bytes_per_element: bytes per element of the TP collectives' messages (None: e) [bytes]
+    dispatch_bytes_per_element: e_d, bytes per element of the all-to-alls towards the experts (None: e) [bytes]
     logits_bytes: e_l, bytes per logit the loss kernels read and write (fp32: 4) [bytes]
     table: kernel name -> row, as :func:`layer_kernels` returns [dict]
     stack: a software stack's ops resolved for the model (dse.specs.stack); None: Megatron's fused kernels [dict]

@@ -52,7 +52,7 @@ def moe_mlp_kernels(s: Num, b: Num, h: Num, experts: int, experts_per_token: Num
                     sequence_parallel: bool = False, ffn_type: str = "swiglu", shared_experts: Num = 0,
                     shared_ffn: Num = 0, shared_gate: bool = False, imbalance: Num = 1.0,
                     bytes_per_element: Num = 2, ep: Num = 1, capacity: Num | None = None,
-                    pad: bool = False, etp: Num | None = None) -> Table:
+                    pad: bool = False, etp: Num | None = None, dispatch_bytes_per_element: Num | None = None) -> Table:
     """The kernels of one MoE layer's MLP on one GPU for one micro-batch (balanced routing, the busiest expert's share).
 
     Formula: T = s b, r = 1/t with SP (else 1), k top-k, E experts, c the busiest expert's tokens over the mean.
@@ -95,6 +95,11 @@ def moe_mlp_kernels(s: Num, b: Num, h: Num, experts: int, experts_per_token: Num
     received, e T k h, where the layer's own TP collective (``mlp_allreduce``) keeps the shared experts' e T h only
     (:func:`dispatcher_gathers` says where; elsewhere these rows carry 0 bytes and the layer's TP collectives carry
     the tokens, as above).
+    FP8 dispatch (``dispatch_bytes_per_element`` e_d, DeepEP's FP8 dispatch: :data:`dse.formulas.parallelism.
+    FP8_DISPATCH_BYTES`): the dispatch and the combine's backward (the all-to-alls towards the experts) carry
+    e_d T r k h bytes, the combine and the dispatch's backward stay e T r k h (DeepSeek-V3, arXiv 2412.19437
+    §3.3.3: activations quantized to FP8 before the dispatch, activation gradients before the down-projections;
+    "for both the forward and backward combine components, we retain them in BF16").
     Source: Megatron-Core MoE (``TopKRouter``, ``MoEAllGatherTokenDispatcher``, ``GroupedMLP``; Shoeybi et al.
     2019 for the TP split); Hugging Face MixtralSparseMoeBlock (fp32 softmax, top-k, index_add_ combine);
     Fedus et al. 2021 (Switch Transformer, arXiv 2101.03961) §2.2 for the capacity of the busiest expert;
@@ -146,8 +151,9 @@ def moe_mlp_kernels(s: Num, b: Num, h: Num, experts: int, experts_per_token: Num
                       (minimum(imbalance, capacity), 1 - dropped_token_fraction(tok * r, experts, k, capacity,
                                                                                 imbalance)))
     a2a = e * tok * r * k * h * rows                           # the routed copies a GPU sends in one all-to-all
+    a2a_in = a2a if dispatch_bytes_per_element is None else dispatch_bytes_per_element * tok * r * k * h * rows
     if parallel:
-        t["ep_dispatch"] = {"kind": "collective", "op": "alltoall", "group": "ep", "comm": a2a, "pass": "forward",
+        t["ep_dispatch"] = {"kind": "collective", "op": "alltoall", "group": "ep", "comm": a2a_in, "pass": "forward",
                             "saved": 0}
     gathers = dispatcher_gathers(tp, ep, sequence_parallel, etp) if routed else False
     if etp is not None and routed or _somewhere(gathers):   # the dispatcher's expert-TP all-gather (k copies, ep>1)
@@ -167,7 +173,7 @@ def moe_mlp_kernels(s: Num, b: Num, h: Num, experts: int, experts_per_token: Num
     if parallel:   # the combine, then backward's two: the gradients of the combine's and the dispatch's outputs
         t["ep_combine"] = {"kind": "collective", "op": "alltoall", "group": "ep", "comm": a2a, "pass": "forward",
                            "saved": 0}
-        t["ep_combine_backward"] = {"kind": "collective", "op": "alltoall", "group": "ep", "comm": a2a,
+        t["ep_combine_backward"] = {"kind": "collective", "op": "alltoall", "group": "ep", "comm": a2a_in,
                                     "pass": "backward", "saved": 0}
         t["ep_dispatch_backward"] = {"kind": "collective", "op": "alltoall", "group": "ep", "comm": a2a,
                                      "pass": "backward", "saved": 0}

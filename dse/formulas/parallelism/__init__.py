@@ -1,9 +1,11 @@
 """Communication of tensor, pipeline, data, expert and context parallelism; the pipeline bubble.
 
-Three submodules: :mod:`~dse.formulas.parallelism.collectives` (collectives, group bandwidths, the pipeline
-bubble, the MoE all-to-all), :mod:`~dse.formulas.parallelism.context` (context parallelism: the K/V ring,
-Ulysses, the hierarchical a2a+p2p and the all-gather variants) and :mod:`~dse.formulas.parallelism.nccl` (NCCL's
-cost model of a collective: per-protocol latency, the fastest protocol per size). Every name is re-exported here:
+Four submodules: :mod:`~dse.formulas.parallelism.collectives` (collectives, group bandwidths, the pipeline
+bubble, the MoE all-to-all), :mod:`~dse.formulas.parallelism.dispatch` (the MoE token dispatchers: NCCL's
+all-to-all and DeepEP's NVLink + RDMA forwarding), :mod:`~dse.formulas.parallelism.context` (context parallelism:
+the K/V ring, Ulysses, the hierarchical a2a+p2p and the all-gather variants) and
+:mod:`~dse.formulas.parallelism.nccl` (NCCL's cost model of a collective: per-protocol latency, the fastest
+protocol per size). Every name is re-exported here:
 ``from dse.formulas import parallelism as P; P.ring_attention_time(...)``.
 
 Symbols:
@@ -45,6 +47,11 @@ Symbols:
     share: x, share of an all-to-all's bytes that leave the node [fraction]
     network_bandwidth: B_net, a GPU's share of its node's network bandwidth [bytes/s]
     intra_bandwidth: B_intra, per-GPU bandwidth inside a node (NVLink) [bytes/s]
+    intra_share: y, share of an all-to-all's bytes its NVLink stage moves (default (q-1)/q) [fraction]
+    dispatcher: Megatron-Core's token dispatcher, alltoall or flex (DeepEP) [name]
+    ep: ranks of the expert-parallel group [count]
+    rdma_bytes: bytes a GPU sends over RDMA to other nodes [bytes]
+    nvlink_bytes: bytes through a GPU's NVLink stage [bytes]
     window: w, a sliding-window layer's window in tokens (w < s) [count]
 """
 
@@ -74,6 +81,13 @@ from dse.formulas.parallelism.context import (
     ring_attention_time,
     ulysses_alltoall_bytes,
 )
+from dse.formulas.parallelism.dispatch import (
+    DISPATCHERS,
+    FP8_DISPATCH_BYTES,
+    deepep_bytes,
+    deepep_time,
+    dispatch_shares,
+)
 from dse.formulas.parallelism.nccl import (
     BANDWIDTH_ONLY,
     TRANSPORTS,
@@ -86,7 +100,8 @@ from dse.formulas.parallelism.nccl import (
 )
 
 __all__ = ["allreduce_time", "allgather_time", "alltoall_time", "expert_nodes_per_token", "internode_share",
-           "hierarchical_alltoall_time", "p2p_time", "group_bandwidth",
+           "hierarchical_alltoall_time", "dispatch_shares", "deepep_bytes", "deepep_time", "DISPATCHERS",
+           "FP8_DISPATCH_BYTES", "p2p_time", "group_bandwidth",
            "pipeline_bubble_fraction", "pipeline_time", "dualpipe_pair_time", "dualpipe_bubble",
            "context_parallel_kv_bytes", "context_parallel_attention_flops",
            "ring_attention_time", "ulysses_alltoall_bytes", "hierarchical_attention_time", "allgather_attention_time",

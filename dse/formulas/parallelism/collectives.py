@@ -174,16 +174,18 @@ def internode_share(experts: int, experts_per_token: int, nodes: Num, groups: in
 
 
 def hierarchical_alltoall_time(nbytes: Num, n: Num, per_node: Num, share: Num, network_bandwidth: Num,
-                               intra_bandwidth: Num, latency: Num = 0.0, path: Path = BANDWIDTH_ONLY) -> Num:
+                               intra_bandwidth: Num, latency: Num = 0.0, path: Path = BANDWIDTH_ONLY,
+                               intra_share: Num | None = None) -> Num:
     """The MoE dispatch (or combine) all-to-all of S bytes of routed copies per GPU over n ranks, q per node.
 
-    Formula: min_p [L_p + max(x S / B_net, (q-1)/q S / B_intra) / f_p] + (n-1) alpha, L_p over n-1 steps, p LL
-    or Simple (:func:`fastest_time`); 0 when n = 1. The network stage sends the
+    Formula: min_p [L_p + max(x S / B_net, y S / B_intra) / f_p] + (n-1) alpha, y = (q-1)/q unless given, L_p over
+    n-1 steps, p LL or Simple (:func:`fastest_time`); 0 when n = 1. The network stage sends the
     x S bytes that leave the node (:func:`internode_share`) at the GPU's own share of the node's NICs B_net (every
     GPU of the node runs its group's all-to-all at once); the NVLink stage moves every copy that does not land on
     the GPU it arrives at, (q-1)/q of S (a copy from another node arrives at the GPU of its sender's local index;
     one on this node starts here): the two stages are pipelined (chunks forwarded as they arrive). In one node
-    (q = n, x = 0) it is :func:`alltoall_time`.
+    (q = n, x = 0) it is :func:`alltoall_time`. x and y per dispatcher (NCCL's all-to-all, DeepEP's forwarding):
+    :func:`dse.formulas.parallelism.dispatch_shares`.
     Source: DeepEP normal kernels (NVLink and RDMA forwarding, pipelined; deepseek-ai/DeepEP README: on H800 the
     internode dispatch runs at 43-58 GB/s "RDMA bottleneck bandwidth" against a ~50 GB/s CX7 NIC per GPU); the
     two-level (intra-node, then inter-node) all-to-all of DeepSpeed-MoE (Rajbhandari et al. 2022, arXiv
@@ -198,8 +200,8 @@ def hierarchical_alltoall_time(nbytes: Num, n: Num, per_node: Num, share: Num, n
     >>> round(hierarchical_alltoall_time(64e6, 64, 8, 0.397, 50e9, 150e9) * 1e6, 1)   # 8 nodes, node-limited: us
     508.2
     """
-    stages = maximum(share * nbytes / network_bandwidth, (per_node - 1) / maximum(per_node, 1) * nbytes
-                     / intra_bandwidth)
+    y = (per_node - 1) / maximum(per_node, 1) if intra_share is None else intra_share
+    stages = maximum(share * nbytes / network_bandwidth, y * nbytes / intra_bandwidth)
     return _ring(nbytes, n, 0.0, latency, path, 1, True, stages)
 
 
