@@ -188,3 +188,53 @@ def test_fp8_refusals_left_say_what_is_not_priced(kw, needle):
     with pytest.raises(InputError, match="not priced") as e:
         dse.estimate("llama3-8b", H100, precision="fp8", **kw)
     assert needle in str(e.value) and len(str(e.value).splitlines()) == 1
+
+
+# ----------------------------------------------------------------------------- MLA with activation offload
+
+MLA = dict(tp=1, pp=4, dp=2, ep=2, global_batch=32, seq_len=4096, zero=1,
+           overrides=["model.layers=8", "model.mtp_layers=0", "model.first_dense_layers=1"])
+
+
+def _terms(name, hw, **kw):
+    from dse.estimate import base, resolve
+
+    model, system, plan = resolve(name, hw, **kw)[:3]
+    return base.compose_memory(model, system, plan), model, plan
+
+
+def test_table_count_agrees_with_ssdtrains_gpt_tensors_on_llama():
+    from dse.estimate.activation_hooks import table_offloaded_bytes
+    from dse.formulas import activation_offload as A
+
+    for kw in (dict(), dict(tp=2, sequence_parallel=True), dict(tp=4, micro_batch=2, recompute="selective")):
+        c, model, plan = _terms("llama3-8b", H100, offload_activations="host", **kw)
+        i = c["terms"]
+        gpt = A.offloaded_bytes_per_layer(i.seq_len, i.micro_batch, model.hidden, model.heads, model.kv_heads,
+                                          model.head_dim, model.ffn_hidden, **i.activation_options)
+        assert table_offloaded_bytes(c, model, plan, A) == pytest.approx(gpt, rel=0.02), kw
+
+
+def test_mla_offloads_the_rows_over_the_threshold():
+    """Megatron-Core's fine-grained activation offloading runs on MLA models; dse counts SSDTrain's rule on MLA's
+    rows: a brute-force pass over the MoE and the dense layer's rows, weighted by their layer counts."""
+    from dse.formulas.activation_offload import SMALL_TENSOR_ELEMENTS
+
+    r = dse.estimate("deepseek-v3", "h800-cluster", offload_activations="host", **MLA)
+    c, model, plan = _terms("deepseek-v3", "h800-cluster", offload_activations="host", **MLA)
+    k = c["terms"].kernels
+
+    def big(rows):
+        return sum(row["saved"] for row in rows.values() if row.get("saved", 0) / 2 >= SMALL_TENSOR_ELEMENTS)
+
+    want = (7 * big(k["layer"]) + 1 * big(k["dense_layer"])) / 8
+    assert r["activation_offload"]["offloaded_bytes_per_layer"] == pytest.approx(want, rel=1e-12)
+    small = [n for n, row in k["layer"].items() if 0 < row.get("saved", 0) / 2 < SMALL_TENSOR_ELEMENTS]
+    assert {"q_norm", "kv_norm"} <= set(small)               # the latents stay on the GPU at 4,096 tokens
+
+
+def test_mla_activation_offload_frees_memory_layer_by_layer():
+    act = [dse.estimate("deepseek-v3", "h800-cluster", offload_activations="host", offload_layers=k,
+                        **MLA)["memory"]["gpu"]["activations"] for k in (0, 1, 2)]
+    none = dse.estimate("deepseek-v3", "h800-cluster", **MLA)["memory"]["gpu"]["activations"]
+    assert act[0] == pytest.approx(none, rel=1e-12) and act[2] < act[1] < act[0]

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from dse.estimate.context import local_seq
 from dse.estimate.table_inputs import mean_layer
-from dse.formulas._array import minimum
+from dse.formulas._array import minimum, where
 
 if TYPE_CHECKING:
     from dse.estimate.activation_offload import Before, Times
@@ -49,13 +49,14 @@ def copied_bytes_per_layer(c: Result, model: ModelSpec, plan: Plan, A: FormulaMo
 
     Megatron's fused kernels in full training: :func:`~dse.formulas.activation_offload.hooks_bytes_per_layer`
     (an MoE layer's MLP tensors in place of the dense MLP's; a model with dense and MoE layers: the mean layer).
-    Another software stack, or frozen weights (LoRA: a frozen linear layer saves no input, an adapter its ``A x``):
+    Another software stack, multi-head latent attention (its latent projections and norms are not GPT's tensors),
+    or frozen weights (LoRA: a frozen linear layer saves no input, an adapter its ``A x``):
     what the kernel table's rows pack (:func:`~dse.formulas.kernels.packed_bytes`, the stack file's ``packed``;
     the Megatron table's rows pack what they keep), plus the layer's weights, which every GEMM and norm saves
     (not under full recompute: the checkpoint packs only the layer's input).
     """
     i = c["terms"]
-    if plan.stack != "megatron" or plan.finetune != "full":
+    if plan.stack != "megatron" or plan.finetune != "full" or model.mla:   # MLA: its rows, not GPT's tensors
         params = i.layer_params_per_gpu
         if plan.finetune != "full":     # the adapters' A and B are saved too (their GEMMs' weights)
             params = params + i.trainable_params_per_gpu / i.layers_per_stage
@@ -99,3 +100,29 @@ def section_extras(section: dict[str, Any], io: MicrobatchIO) -> dict[str, Any]:
 def section_before(before: Before, io: MicrobatchIO) -> Before:
     """``before`` with the copied bytes per layer as the offloaded ones (what the section's bandwidths are over)."""
     return dataclasses.replace(before, offloaded_per_layer=io["a_hooks"])
+
+
+def table_offloaded_bytes(c: Result, model: ModelSpec, plan: Plan, A: FormulaModule) -> Num:
+    """Bytes SSDTrain offloads per layer and micro-batch on one GPU, counted on the kernel table's rows: the saved
+    bytes of each row whose tensors reach the size threshold (the mean layer of a model with dense and MoE layers).
+
+    Formula: A_off = sum over rows r of saved_r [saved_r / e >= 8 Mi] (e: bytes per activation element)
+    Source: K-Wu/FlashTrain tensor_cache.py ``skip_small_tensors`` (:data:`~dse.formulas.activation_offload.
+    SMALL_TENSOR_ELEMENTS`), applied to what each kernel saves for backward. Used for multi-head latent attention,
+    whose latent projections and norms (``q_down``, ``kv_norm``, ...) :func:`~dse.formulas.activation_offload.
+    offloaded_bytes_per_layer` (GPT's tensors) does not know; on GPT and Llama layers the two counts agree within
+    2 % (a row may hold several tensors, each over the threshold there).
+    """
+    i = c["terms"]
+    e = i.bytes_per_element
+    kernels = i.kernels
+
+    def of_layer(moe: Any) -> Num:
+        rows = kernels["dense_layer"] if moe is None and "dense_layer" in kernels else kernels["layer"]
+        total: Num = 0.0
+        for row in rows.values():
+            saved = row.get("saved", 0)
+            total = total + where(saved / e >= A.SMALL_TENSOR_ELEMENTS, saved, 0.0)
+        return total
+
+    return mean_layer(model, plan, of_layer)

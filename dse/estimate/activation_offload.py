@@ -317,9 +317,10 @@ class ActivationOffload(TechniqueBase):
         else:
             # context parallelism: a rank saves the tensors of its s/cp tokens (Transformer Engine's ring keeps
             # its own chunk's q, k, v and output for backward, not the keys it received)
-            a_off = mean_layer(model, plan, lambda moe: A.offloaded_bytes_per_layer(
-                local_seq(plan), i.micro_batch, model.hidden, model.heads, model.kv_heads, model.head_dim,
-                model.ffn_hidden, moe=moe, **i.activation_options))      # an MoE layer: its MLP's tensors
+            a_off = _hooks.table_offloaded_bytes(c, model, plan, A) if model.mla else mean_layer(
+                model, plan, lambda moe: A.offloaded_bytes_per_layer(
+                    local_seq(plan), i.micro_batch, model.hidden, model.heads, model.kv_heads, model.head_dim,
+                    model.ffn_hidden, moe=moe, **i.activation_options))  # an MoE layer: its MLP's tensors
             # SSDTrain's tensors are Megatron's; a stack that saves fewer bytes (torch.compile's partitioner)
             # cannot offload more than the layer saves
             a_off = minimum(a_off, i.layer_activation_bytes)

@@ -107,10 +107,10 @@ OFFLOAD_RULES = (
 # ----------------------------------------------------------------------------- parallelism and batch vs the model
 
 MLA_RULE = Rule("multi-head latent attention beyond what is modelled", ("attention", "stack", "lora_targets",
-     "offload_activations", "hardware.kind"), when=lambda p, m, s: m.mla, ok=lambda p, m, s: not _mla_off(p, s),
+     "hardware.kind"), when=lambda p, m, s: m.mla, ok=lambda p, m, s: not _mla_off(p, s),
      message=lambda p, m, s: f"{_mla_off(p, s)} is not modelled with multi-head latent attention (model {m.name},"
                              " kv_lora_rank); allowed: --attention flash --stack megatron, --lora-targets all, "
-                             "attention or mlp, no activation offload, a GPU system (docs/mla.md)")
+                             "attention or mlp, a GPU system (docs/mla.md)")
 
 MODEL_RULES = (
     Rule("tp does not divide the attention heads", ("tp", "model.heads"),
@@ -176,7 +176,6 @@ def _mla_off(p, s) -> str:
     # MLA has no q_proj and v_proj of its own (the values come out of kv_b_proj with the keys; PEFT 0.21 has no
     # default target modules for deepseek_v2/v3): --lora-targets qv names nothing there
     off += ["--lora-targets qv (MLA has no separate q and v projections)"] * (p.lora_targets == "qv")
-    off += [f"--offload-activations {p.offload_activations}"] * (p.offload_activations != "none")
     return (off + ["a chiplet package"] * (s is not None and not _gpu(s)) + [""])[0]
 
 
