@@ -101,21 +101,22 @@ def test_megatron_bridge_suite():
 
 
 def test_megatron_bridge_moe_row_is_a_documented_optimistic_miss():
-    """GPT-OSS-120B (BF16, 64 H100s, EP 8): the estimate is 78 % too fast (2026-11-26; +77.8 % with
-    the dispatcher's host sync priced). The case stays in the
-    suite as a documented expected miss, so the direction of the error is visible; it fails if it grows past
-    +100 % or if the estimate becomes slower than the measurement without the miss being re-examined."""
+    """GPT-OSS-120B (BF16, 64 H100s, EP 8): the estimate is 42 % too fast (2026-11-27; +78 % before
+    Megatron-Core's per-expert GEMMs, sort, expert bias, GLU clamp and unfused YaRN RoPE were priced). The case
+    stays in the suite as a documented expected miss, so the direction of the error is visible; it fails if it
+    grows past +100 % or if the estimate comes within 25 % without the miss being re-examined."""
     r = run_suite("megatron-bridge")
     (moe,) = [c for c in r.cases if c.quantity == "moe" and "GPT-OSS" in c.name]
-    assert moe.expected_miss and 0.5 < moe.error < 1.0, moe.error
+    assert moe.expected_miss and 0.25 < moe.error < 1.0, moe.error
     assert not r.passed and r.accepted
 
 
 def test_megatron_bridge_fp8_moe_row_shows_the_small_expert_pattern():
-    """Qwen3-30B-A3B in FP8 (16 H100s, EP 16; 26.06: 8,826 tokens/s/GPU): the estimate is 45 % too fast
-    (2026-11-26), the same direction as GPT-OSS in BF16: small experts (2,048 x 768, 128 of them, top 8). A
+    """Qwen3-30B-A3B in FP8 (16 H100s, EP 16; 26.06: 8,826 tokens/s/GPU): the estimate is 41 % too fast
+    (2026-11-27; 52 % before the per-expert GEMMs and FP8 casts were priced), the same direction as GPT-OSS in
+    BF16: small experts (2,048 x 768, 128 of them, top 8). A
     documented expected miss; it fails if it grows past +100 % or turns slower than the measurement."""
     r = run_suite("megatron-bridge")
     (moe,) = [c for c in r.cases if c.quantity == "moe" and "Qwen3" in c.name]
-    assert moe.expected_miss and 0.3 < moe.error < 1.0, moe.error
+    assert moe.expected_miss and 0.25 < moe.error < 1.0, moe.error
     assert moe.reference == 8826

@@ -92,7 +92,8 @@ def cost_of(gpu: GPUSpec, peak: Num, attention_peak: Num | None = None, head_pea
 def kernel_time(row: Row, hw: KernelCost, C: Module) -> tuple[Num, Num]:
     """(forward, backward) time of one compute kernel; ``C`` is :mod:`dse.formulas.compute` (or its tracer).
 
-    GEMM: 2 m k n batch / (peak eta_gemm) + t0 forward, twice that backward (data and weight gradients of the
+    GEMM: 2 m k n batch / (peak eta_gemm) + t0 forward (+ (L - 1) t0 for a grouped GEMM that runs as L GEMMs,
+    ``launches``: Transformer Engine's GroupedLinear), twice that backward (data and weight gradients of the
     same shapes; once for a ``frozen`` weight, which has no weight gradient); a GEMM whose dimensions are not
     multiples of 16 bytes (``aligned`` false: an unpadded vocabulary) runs at ``eta_unaligned`` instead, an FP8
     GEMM (``fp8``: precision fp8's linear layers) at ``eta_fp8`` with its own k0 and ``operand_bytes``. Flash
@@ -110,6 +111,8 @@ def kernel_time(row: Row, hw: KernelCost, C: Module) -> tuple[Num, Num]:
         if "fp8" in row and hw.fp8 is not None:
             eff, depth = hw.fp8, (hw.depth if hw.fp8_depth is None else hw.fp8_depth)
         f = C.gemm_time(row["m"], row["k"], row["n"], peak, eff, hw.overhead, row["batch"], depth)
+        if "launches" in row:   # a grouped GEMM run as one GEMM per expert: each its own fixed time
+            f = f + (row["launches"] - 1) * hw.overhead
         if hw.operand_bytes is not None:   # roofline: a GEMM that moves more than it computes waits on HBM
             m, k, n = row["m"], row["k"], row["n"]
             moved = row.get("operand_bytes", hw.operand_bytes) * row["batch"] * (m * k + k * n + m * n)
@@ -194,7 +197,11 @@ def table_time(table: Table, hw: KernelCost, link: Link, C: Module, P: Module, *
     wgrad: Num = 0.0
     for name, row in table.items():
         if row["kind"] != "collective":
-            f, b = times[name] = kernel_time(row, hw, C)
+            f, b = kernel_time(row, hw, C)
+            if "alltoall" in row and ep_link is not None:   # the alltoall dispatcher's rows: ep inside one node
+                inside = where(ep_link.inside, 1.0, 0.0)
+                f, b = f * inside, b * inside
+            times[name] = f, b
             fwd, bwd = fwd + f, bwd + b
             if row["kind"] == "gemm" and (row.get("split") or "adapter" in row) and "frozen" not in row:
                 wgrad = wgrad + f              # a weight's gradient GEMM (a LoRA adapter's A or B too)
@@ -260,6 +267,7 @@ def kernel_tables(model: ModelSpec, plan: Plan, r: Recipe, K: Module = _kernels)
     if K is _kernels:                      # not when traced: the trace records every formula call
         key = (id(model), s, getattr(plan, "target_len", None), plan.cp, getattr(plan, "cp_comm", "p2p"), b, t,
                getattr(plan, "ep", 1), getattr(plan, "moe_dispatch_dtype", "bf16"),
+               getattr(plan, "moe_dispatcher", None),
                getattr(plan, "expert_capacity", None), getattr(plan, "pad_to_capacity", False), sp, plan.recompute,
                plan.attention, e, comm, logits, stack, r.gradients, expert_tp(plan),
                plan.finetune, plan.lora_rank, plan.lora_targets, plan.quantization, plan.lora_dropout, fp8,
@@ -280,7 +288,8 @@ def kernel_tables(model: ModelSpec, plan: Plan, r: Recipe, K: Module = _kernels)
                 stack_sizes=size, stack_choices=choices, grad_bytes=r.gradients, layer_norms=model.layer_norms,
                 qk_norm=model.qk_norm, finetune=_frozen.kernel_inputs(model, plan), fp8=fp8,
                 softmax_fallback=stack == "megatron", mla=mla_options(model),
-                parallel_residual=model.parallel_residual, rotary_fraction=model.rotary_fraction)
+                parallel_residual=model.parallel_residual, rotary_fraction=model.rotary_fraction,
+                rotary_unfused=stack == "megatron" and model.rotary_attention_factor != 1)
     if share is not None:
         opts.update(attention_share=share, executed_share=executed)
     shape = (s, b, h, model.heads, model.kv_heads, model.head_dim, model.ffn_hidden)

@@ -25,7 +25,12 @@ def moe_options(model: ModelSpec, plan: Plan) -> dict[str, Any]:
             "shared_experts": model.shared_experts, "shared_ffn": model.shared_expert_ffn or 0,
             "shared_gate": model.shared_expert_gate, "imbalance": model.expert_imbalance,
             "ep": getattr(plan, "ep", 1), "capacity": getattr(plan, "expert_capacity", None),
-            "pad": getattr(plan, "pad_to_capacity", False), **({"etp": expert_tp(plan)} if folded(plan) else {}),
+            "pad": getattr(plan, "pad_to_capacity", False), "bias": model.bias,
+            "gemm_per_expert": getattr(plan, "stack", "megatron") == "megatron",
+            "glu_clamp": model.glu_limit is not None and getattr(plan, "stack", "megatron") == "megatron",
+            "dispatcher": getattr(plan, "moe_dispatcher", None) or ("alltoall" if getattr(plan, "pad_to_capacity",
+                                                                                          False) else None),
+            **({"etp": expert_tp(plan)} if folded(plan) else {}),
             **({"dispatch_bytes_per_element": FP8_DISPATCH_BYTES}
                if getattr(plan, "moe_dispatch_dtype", "bf16") == "fp8" else {})}
 

@@ -177,7 +177,11 @@ def apply_layer(table: dict[str, Any], *, scaling: str = "delayed", bytes_per_el
     GEMMs over all ``routed_tokens`` rows, the shared experts); backward: cast + transpose of every output gradient
     (e + 2) m n, transposes of the inputs their producers wrote in FP8, 2 m k; one kernel per tensor (a grouped
     GEMM's experts in one multi-tensor kernel). Current scaling: norms and activations unchanged; ``fp8_cast``:
-    (2e + 2) m k per input forward, (2e + 2) m n per output gradient backward; 2 kernels per tensor (amax and cast)
+    (2e + 2) m k per input forward, (2e + 2) m n per output gradient backward; 3 kernels per tensor (amax, the
+    scale from it, cast + transpose: Transformer Engine ``Float8CurrentScalingQuantizer::quantize_impl``,
+    transformer_engine/pytorch/csrc/quantizer.cpp), and per local expert for a grouped GEMM (``split_quantize``
+    fuses the experts into one multi-tensor cast for delayed scaling only, ``multi_tensor_quantize_impl``: "Currently
+    only have fused kernel for FP8 delayed scaling"; current scaling quantizes each expert's rows on their own)
     Source: the module docstring (Transformer Engine's Linear, LayerNormLinear, LayerNormMLP); Megatron-Core's
     MoE and MLA layers with Transformer Engine: the MoE layer's ``pre_mlp_layernorm`` is a separate TENorm (its
     output also feeds the router), the routed experts are TE ``GroupedLinear`` modules (``TEGroupedMLP``) whose
@@ -225,10 +229,11 @@ def apply_layer(table: dict[str, Any], *, scaling: str = "delayed", bytes_per_el
             saved = row["saved"] * FP8_BYTES / e + (FP8_BYTES * input_elements if name in _OWN_COPY else 0)
             row = {**row, "fp8": True, "operand_bytes": FP8_BYTES, "saved": saved}
             bwd = bwd + cast_bytes(m * n, scaling, e)          # the output gradient dY, cast and transposed
-            kb += 1 if delayed else 2
-            if not delayed:                                    # the input: amax pass, cast + transpose
+            tensors = row["batch"] if routed and name.startswith("expert_") else 1   # current scaling: per expert
+            kb += 1 if delayed else 3 * tensors
+            if not delayed:                                    # the input: amax, scale, cast + transpose
                 fwd = fwd + cast_bytes(m * k, scaling, e)
-                kf += 2
+                kf += 3 * tensors
             elif name in fused:
                 bwd = bwd + 2 * FP8_BYTES * m * k              # written in FP8 by its producer: transpose it later
                 kb += 1

@@ -111,6 +111,11 @@ class ModelSpec:
                                                     "(Llama): an eager stack keeps the fp32 normalized tensor")
     attention_sinks: bool = spec_field(False, help="a learned sink logit per head joins each softmax (gpt-oss): "
                                                    "a parameters per layer")
+    rotary_attention_factor: float = spec_field(1.0, gt=0, help="YaRN's attention factor on the rotary cos and sin "
+                                                "(gpt-oss: 0.1 ln 32 + 1); Megatron-Core's RoPE unfused (attention.md)")
+    glu_limit: float | None = spec_field(None, gt=0, help="the gated MLP's clamp c (gpt-oss swiglu_limit 7): gate "
+                                         "min(x, c), linear part clamp(x, -c, c); Megatron-Core clamps the experts' "
+                                         "fc1 output with eager ops (docs/moe.md)")
     qk_norm_weight: bool = spec_field(True, help="the QK-norm has a weight over head_dim (RMSNorm: Qwen3, Gemma 3); "
                                                  "false: Llama 4's L2 norm without parameters")
     unmodelled: tuple[str, ...] = spec_field((), help="architecture details of the source read but not modelled "
@@ -178,6 +183,12 @@ class ModelSpec:
         self._check_mla(where)
         if self.mtp_layers:
             self._check_mtp(where)
+        if self.glu_limit is not None and self.ffn_type not in ("swiglu", "geglu"):
+            raise InputError(f"{where}: glu_limit needs a gated MLP (ffn_type swiglu or geglu; ffn_type: "
+                             f"{self.ffn_type})")
+        if self.rotary_attention_factor != 1 and self.position != "rotary":
+            raise InputError(f"{where}: rotary_attention_factor {self.rotary_attention_factor:g} needs position "
+                             f"rotary (position: {self.position})")
         table = self.position_embeddings or self.max_seq_len
         if self.seq_len is not None and self.position == "learned" and self.seq_len > table:
             raise InputError(f"{where}: seq_len {self.seq_len} exceeds the learned position table ({table})")
@@ -213,7 +224,8 @@ class ModelSpec:
         bad = [("position", self.position, "rotary"), ("kv_heads", self.kv_heads, self.heads),
                ("head_dim", self.head_dim, d), ("bias", self.bias, False), ("qkv_bias", self.qkv_bias, False),
                ("sliding_window", self.sliding_window, None), ("attention_chunk", self.attention_chunk, None),
-               ("attention_sinks", self.attention_sinks, False), ("qk_norm", self.qk_norm, False)]
+               ("attention_sinks", self.attention_sinks, False), ("qk_norm", self.qk_norm, False),
+               ("rotary_attention_factor", self.rotary_attention_factor, 1.0)]
         for name, value, allowed in bad:
             if value is not None and value != allowed:
                 raise InputError(f"{where}: {name} {value} is not modelled with multi-head latent attention "

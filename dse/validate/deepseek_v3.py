@@ -38,19 +38,21 @@ the report states none for its pp-16 DualPipe setup. The only published DeepSeek
 Megatron-Bridge's (``src/megatron/bridge/recipes/deepseek/h100/deepseek_v3.py``, ``_get_deepseek_v3_pipeline_layout``
 (16, 1): ``Et*4|(t*4|)*14tmL``, the embedding and 4 layers, 14 stages of 4, one layer with the MTP depth and the
 loss), written for its H100 recipe (tp 2, 1F1B), not for the paper's plan, so this case keeps the even split. With
-that layout the same plan prices 15.14 s per iteration, 137K GPU hours per trillion tokens (-23.9 %; 15.47 s, 140K,
--22.3 % with a bf16 dispatch; the slowest DualPipe rank pairs the first stage with the last, 118 ms per micro-batch
+that layout the same plan prices 15.21 s per iteration, 138K GPU hours per trillion tokens (-23.6 %; 15.54 s, 140K,
+-21.9 % with a bf16 dispatch; the slowest DualPipe rank pairs the first stage with the last, 118 ms per micro-batch
 against 166 ms for four mean layers and half the ends, with a bf16 dispatch) -- :data:`BRIDGE_LAYOUT`, an example,
 not the case.
 
 Tolerance 50 %, set before the all-to-all was priced hierarchically and before DualPipe was modelled: the
 omissions above go both ways and are each tens of per cent (dse's own FP8 estimates run 1.5-1.9x faster on large
 GEMMs). In bf16, with 1F1B dse landed at 274K (+52 %: 8.4 s of a 30.3 s iteration is exposed all-to-all); with
-DualPipe at 176K (-2.2 %), the all-to-all exposed only for the SMs it takes. With the paper's FP8 GEMMs priced
-(since FP8 of MoE and MLA layers is modelled) it lands at 152K (-15.7 %) without the MTP module and at 198K
-(+10.1 %) with it priced (154K and 201K until the DualPipe bubble's W summed all of a layer's weight-gradient
-GEMMs); with the FP8 dispatch priced, 193K (+7.2 %). Priced with NCCL's all-to-all instead (``moe_dispatcher
-alltoall``: every routed copy for another node over IB) it would be 224K (+24.5 %). The batch ramp, not priced,
+DualPipe at 176K (-2.0 %), the all-to-all exposed only for the SMs it takes. With the paper's FP8 GEMMs priced
+(since FP8 of MoE and MLA layers is modelled) it lands at 153K (-15.0 %) without the MTP module and at 200K
+(+10.9 %) with it priced (154K and 201K until the DualPipe bubble's W summed all of a layer's weight-gradient
+GEMMs; 152K and 198K until Megatron-Core's per-expert GEMMs and FP8 casts were priced, which DeepSeek's own
+grouped GEMMs and fused casts need not launch); with the FP8 dispatch priced, 194K (+8.0 %). Priced with NCCL's
+all-to-all instead (``moe_dispatcher alltoall``: every routed copy for another node over IB) it would be 225K
+(+25.3 %). The batch ramp, not priced,
 makes dse fast. Nothing is fitted.
 """
 

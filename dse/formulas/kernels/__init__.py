@@ -103,6 +103,12 @@ Symbols:
     pad: pad every expert's tokens to its capacity [bool]
     parallel_residual: attention and MLP read the same layer input, one forward all-reduce (GPT-NeoX, Falcon) [bool]
     rotary_fraction: rho, share of each head's dimensions the rotary positions rotate [fraction]
+    rotary_unfused: Megatron-Core's eager RoPE (a YaRN attention factor other than 1) instead of the fused one [bool]
+    bias: the routed experts have biases (gpt-oss: the fc2 bias added expert by expert) [bool]
+    gemm_per_expert: a grouped GEMM runs as one GEMM per local expert (Transformer Engine's GroupedLinear) [bool]
+    glu_clamp: the gated experts' fc1 output is clamped with eager ops (gpt-oss's swiglu_limit, Megatron) [bool]
+    dispatcher: the MoE token dispatcher, alltoall (NCCL) or flex (DeepEP, HybridEP); None: alltoall inside one
+        node, flex across [choice]
     s_q: decoder (query) tokens per sequence of a cross-attention [count]
     s_k: encoder (key/value) tokens per sequence of a cross-attention [count]
 """
@@ -119,9 +125,15 @@ from dse.formulas.kernels.launches import (
     sync_exposed_time,
     table_launches,
 )
-from dse.formulas.kernels.layer import fused_softmax_available, layer_kernels, softmax_row
+from dse.formulas.kernels.layer import fused_softmax_available, layer_kernels, softmax_row, unfused_rotary_row
 from dse.formulas.kernels.mla import mla_attention_kernels
-from dse.formulas.kernels.moe import dispatcher_gathers, moe_mlp_kernels
+from dse.formulas.kernels.moe import (
+    dispatcher_gathers,
+    expert_bias_row,
+    glu_clamp_row,
+    moe_mlp_kernels,
+    sort_chunk_rows,
+)
 from dse.formulas.kernels.mtp import mtp_kernels
 from dse.formulas.kernels.rows import KINDS, Row, Table  # noqa: F401 (Row, Table: the types, as before the split)
 from dse.formulas.kernels.sums import (
@@ -141,4 +153,5 @@ __all__ = ["KINDS", "layer_kernels", "moe_mlp_kernels", "dispatcher_gathers", "m
            "forward_flops", "recomputed_flops", "executed_flops", "backward_flops", "saved_bytes", "packed_bytes",
            "rerun_bytes", "message_bytes", "MEGATRON_LAUNCHES", "megatron_launches", "row_launches", "table_launches",
            "softmax_row",
-           "fused_softmax_available", "moe_host_syncs", "sync_exposed_time"]
+           "fused_softmax_available", "moe_host_syncs", "sync_exposed_time", "sort_chunk_rows", "expert_bias_row",
+           "unfused_rotary_row", "glu_clamp_row"]

@@ -63,9 +63,12 @@ def row_launches(name: str, row: Row, launches: dict[str, tuple[int, int]] | Non
     """(forward, backward) kernels the host launches for one row.
 
     Formula: the stack's count for the row where it has one (``launches``; a software stack's element-wise rows:
-    their ``kernels``, ``kernels_backward``), else by kind: GEMM (1, 2), flash (1, 2), element-wise (1, 1), a
-    collective 1 in its pass when its group has more than one rank (``ranks``; an expert-parallel one: ``ep_ranks``,
-    an expert tensor-parallel one: ``etp_ranks``) and, where the row may be empty (``optional``), bytes to move
+    their ``kernels``, ``kernels_backward``), else by kind: GEMM (1, 2) (n, 2n for a grouped GEMM that launches
+    one GEMM per expert, ``launches`` n: Transformer Engine's ``GroupedLinear`` loops over the local experts'
+    cuBLAS GEMMs in ``general_grouped_gemm``, Transformers' MoE blocks over the experts in Python), flash (1, 2),
+    element-wise (1, 1), a collective 1 in its pass when its group has more than one rank (``ranks``; an
+    expert-parallel one: ``ep_ranks``, an expert tensor-parallel one: ``etp_ranks``) and, where the row may be empty
+    (``optional``), bytes to move
     Source: the host issues one launch per CUDA kernel (CUDA C++ Programming Guide, "Asynchronous Concurrent
     Execution"); counts: :data:`MEGATRON_LAUNCHES`, the stack files.
 
@@ -74,6 +77,8 @@ def row_launches(name: str, row: Row, launches: dict[str, tuple[int, int]] | Non
 
     >>> row_launches("qkv", {"kind": "gemm"}, MEGATRON_LAUNCHES), row_launches("out", {"kind": "gemm"})
     ((1, 3), (1, 2))
+    >>> row_launches("expert_fc1", {"kind": "gemm", "launches": 16})   # gpt-oss-120b's 16 local experts
+    (16, 32)
     >>> row_launches("x", {"kind": "collective", "pass": "backward"}, ranks=8)
     (0, 1)
     """
@@ -87,8 +92,9 @@ def row_launches(name: str, row: Row, launches: dict[str, tuple[int, int]] | Non
         return (0, n) if row.get("pass") == "backward" else (n, 0)
     if launches is not None and name in launches and not ("kernels" in row or "bytes_backward" in row):
         return launches[name]
-    if kind in ("gemm", "flash"):
-        return 1, 2
+    if kind in ("gemm", "flash"):   # a grouped GEMM run as one GEMM per expert: ``launches`` of them each way
+        n = row.get("launches", 1)
+        return n, 2 * n
     return row.get("kernels", 1), row.get("kernels_backward", 1)
 
 

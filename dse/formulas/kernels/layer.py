@@ -13,7 +13,7 @@ from dse.formulas.kernels.mla import mla_attention_kernels
 from dse.formulas.kernels.moe import dispatcher_gathers, moe_mlp_kernels
 from dse.formulas.kernels.rows import Row, Table
 
-__all__ = ["layer_kernels", "softmax_row", "fused_softmax_available"]
+__all__ = ["layer_kernels", "softmax_row", "fused_softmax_available", "unfused_rotary_row"]
 
 
 def _per_gpu(x: Num, tp: Num) -> Num:
@@ -87,7 +87,7 @@ def layer_kernels(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: N
                   layer_norms: int = 2, qk_norm: bool = False, moe: dict[str, Any] | None = None,
                   softmax_fallback: bool = False, attention_share: Num | None = None,
                   executed_share: Num | None = None, mla: dict[str, Any] | None = None,
-                  parallel_residual: bool = False, rotary_fraction: Num = 1.0) -> Table:
+                  parallel_residual: bool = False, rotary_fraction: Num = 1.0, rotary_unfused: bool = False) -> Table:
     """The kernels of one transformer layer on one GPU for one micro-batch (Megatron-LM's fused kernels).
 
     Formula: T = s b, r = 1/t with SP (else 1); GEMMs QKV (T, h, (a+2kv)d/t), out (T, a d/t, h), fc1 (T, h, n_g F/t),
@@ -131,6 +131,8 @@ def layer_kernels(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: N
     writes the whole Q and K whatever rho (its pass-through part is copied), as priced. A stack's fused QKV projection
     with rotary positions (GPT-NeoX, Phi-3, Falcon): the flash kernel keeps the rotated Q and K, new tensors, besides
     the fused buffer its V is a view of (the stack's fused row was traced on GPT-2, without rotary).
+    ``rotary_unfused``: Megatron-Core's RoPE of a model whose YaRN attention factor is not 1 (gpt-oss), which it
+    applies with eager PyTorch ops instead of the fused kernel (:func:`unfused_rotary_row`).
 
     The attention rows' ``flops`` (the model's FLOPs, what MFU counts) count the unmasked half of a causal score
     matrix, as the flash kernel executes it (FlashAttention-2, Dao 2023, arXiv 2307.08691 §4.1: "with causal
@@ -192,7 +194,8 @@ def layer_kernels(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: N
             t["qk_norm"] = {"kind": "elementwise", "bytes": 2 * e * tok * (hd_q + hd_kv),
                             "saved": (e * head_dim + 4) * tok * (hd_q + hd_kv) / head_dim}
         if rotary:
-            t["rotary"] = {"kind": "elementwise", "bytes": 2 * e * tok * (hd_q + hd_kv), "saved": 0}
+            t["rotary"] = (unfused_rotary_row(e * tok * (hd_q + hd_kv)) if rotary_unfused else
+                           {"kind": "elementwise", "bytes": 2 * e * tok * (hd_q + hd_kv), "saved": 0})
         half: Num = 0.5 if causal else 1     # a causal mask leaves half of the score matrix to compute
         if attention_share is not None:      # sliding-window / chunked layers: the mean share over the layers
             half = attention_share
@@ -354,3 +357,35 @@ def _rotary_layout(table: Table, rotary_fraction: Num, q: Num, kv: Num, *, fused
 def _more(row: Row, **amounts: Num) -> Row:
     """A row's rated parts (``strided``, ``softmax``, per side) with ``amounts`` bytes added."""
     return {k: row.get(k, 0) + v for k, v in amounts.items()}
+
+
+def unfused_rotary_row(qk_bytes: Num) -> Row:
+    """Megatron-Core's unfused rotary embedding of Q and K (the path a YaRN attention factor other than 1 takes).
+
+    Formula: per tensor of E = e T n d bytes (Q, then K): forward t cos (read E, write E), rotate_half's negation
+    (E/2, E/2) and torch.cat (E, E), x sin (E, E), the sum (2E, E), the final torch.cat with the empty pass-through
+    part (E, E): 12 E, and six small kernels on the (s, d) frequencies (cos, sin, x mscale, casts): 12 kernels;
+    backward the two products' input gradients (2E each), the negation (E), the chunk's concatenated gradient (2E),
+    the sum of the two paths (3E), the empty pass-through slice's gradient written as zeros of the input's size
+    (slice_backward, E) and added to it (3E): 14 E, 7 kernels. Q and K: bytes 12 and 14 x qk_bytes, 24 and 14
+    kernels (the
+    fused kernel reads and writes once: 2 x qk_bytes, 1 and 1). Counted op by op under a TorchDispatchMode on
+    PyTorch (tests/test_moe_small_experts.py).
+    Source: Megatron-Core ``apply_rotary_pos_emb`` (megatron/core/models/common/embeddings/rope_utils.py,
+    core_v0.16): ``if mscale != 1.0: warnings.warn("mscale=... is not supported by TE's fused RoPE. Using unfused
+    implementation.")``, then ``_apply_rotary_pos_emb_bshd``: ``cos_ = (torch.cos(freqs) * mscale).to(t.dtype)``,
+    ``t = (t * cos_) + (_rotate_half(t, rotary_interleaved) * sin_)``, ``torch.cat((t, t_pass), dim=-1)``; the
+    attention passes ``mscale=_yarn_get_concentration_factor_from_config(config)`` for query and key alike
+    (megatron/core/transformer/attention.py).
+
+    Args:
+        qk_bytes: e T (a + kv) d, the bytes of Q and K on this GPU [bytes]
+    Returns:
+        the rotary row [dict]
+
+    >>> r = unfused_rotary_row(2 * 4096 * (64 + 8) * 64)   # gpt-oss-120b: MB forward and backward
+    >>> r["bytes"] / 1e6, r["bytes_backward"] / 1e6, r["kernels"], r["kernels_backward"]
+    (452.984832, 528.482304, 24, 14)
+    """
+    return {"kind": "elementwise", "bytes": 12 * qk_bytes, "bytes_backward": 14 * qk_bytes, "kernels": 24,
+            "kernels_backward": 14, "saved": 0}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -59,6 +60,34 @@ def rotary_fraction(cfg: dict, where: str, default: float = 1.0, legacy: str = "
     if not isinstance(value, (int, float)) or not 0 < value <= 1:
         raise InputError(f"{where}: {legacy} {value!r} is not a share of the head dimension in (0, 1]")
     return float(value)
+
+
+def yarn_attention_factor(cfg: dict) -> float:
+    """YaRN's attention factor of a config (1 without YaRN): ``rope_parameters`` (Transformers 5) or ``rope_scaling``
+    of ``rope_type`` (or ``type``) yarn: its ``attention_factor`` if given, else m(s, mscale) / m(s, mscale_all_dim)
+    when both are given, else m(s, 1), with m(s, c) = 0.1 c ln s + 1 for s > 1 (else 1) and s its ``factor``.
+    Source: Transformers ``_compute_yarn_parameters`` (modeling_rope_utils.py); Megatron-Core
+    ``_yarn_get_concentration_factor`` (yarn_rotary_pos_embedding.py) computes the same; Peng et al. 2023 (arXiv
+    2309.00071) Eq. 22: sqrt(1/t) = 0.1 ln s + 1.
+
+    >>> round(yarn_attention_factor({"rope_scaling": {"rope_type": "yarn", "factor": 32.0}}), 4)   # gpt-oss
+    1.3466
+    >>> yarn_attention_factor({"rope_scaling": {"type": "yarn", "factor": 40, "mscale": 1.0, "mscale_all_dim": 1.0}})
+    1.0
+    """
+    rope = cfg.get("rope_parameters") or cfg.get("rope_scaling")
+    if not isinstance(rope, dict) or (rope.get("rope_type") or rope.get("type")) != "yarn":
+        return 1.0
+    if rope.get("attention_factor") is not None:
+        return float(rope["attention_factor"])
+    s = float(rope.get("factor") or 1.0)
+
+    def m(c: float) -> float:
+        return 0.1 * c * math.log(s) + 1.0 if s > 1 else 1.0
+
+    if rope.get("mscale") is not None and rope.get("mscale_all_dim") is not None:
+        return m(float(rope["mscale"])) / m(float(rope["mscale_all_dim"]))
+    return m(1.0)
 
 
 def get(cfg: dict, key: str, where: str, default=None, required: bool = False):

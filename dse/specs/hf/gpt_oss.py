@@ -5,13 +5,15 @@ GptOssForCausalLM as Transformers 5.24 writes it: q, k, v, o projections with bi
 sink logit per head (``sinks``), two RMSNorms per layer, in every layer a router with a bias (GptOssTopKRouter) and
 ``num_local_experts`` experts of ``intermediate_size`` with biases (gate_up_proj and its bias, down_proj and its
 bias), top ``num_experts_per_tok``; ``layer_types`` by default sliding_attention on even layers with a window of
-``sliding_window`` (128) tokens; untied head (OpenAI 2025, gpt-oss-120b & gpt-oss-20b model card §2).
+``sliding_window`` (128) tokens; untied head; YaRN rotary positions (``rope_scaling`` factor 32: the attention
+factor 0.1 ln 32 + 1 on cos and sin, ``rotary_attention_factor``) (OpenAI 2025, gpt-oss-120b & gpt-oss-20b model
+card §2).
 """
 
 from __future__ import annotations
 
 from dse.errors import InputError
-from dse.specs.hf.common import Get, expect, layer_types
+from dse.specs.hf.common import Get, expect, layer_types, yarn_attention_factor
 
 #: The model_types this module reads.
 TYPES = ("gpt_oss",)
@@ -34,6 +36,11 @@ def read(cfg: dict, mt: str, where: str, name: str, g: Get) -> dict:
         dropout=float(g("attention_dropout", 0.0)), source=f"Hugging Face config {where}",
         experts=g("num_local_experts", 128), experts_per_token=g("num_experts_per_tok", 4), expert_ffn=ffn,
     )
+    if g("swiglu_limit") is not None:        # the clamped gate and linear parts (GptOssExperts: limit 7.0)
+        out.update(glu_limit=float(g("swiglu_limit")))
+    factor = yarn_attention_factor(cfg)     # YaRN (rope_scaling factor 32): cos and sin scaled by 0.1 ln 32 + 1
+    if factor != 1:
+        out.update(rotary_attention_factor=factor)
     window = g("sliding_window", 128)
     types = layer_types(cfg, layers, where, lambda i, c: (i + 1) % 2)
     if window and "sliding_attention" in types:
