@@ -238,3 +238,23 @@ def test_mla_activation_offload_frees_memory_layer_by_layer():
                         **MLA)["memory"]["gpu"]["activations"] for k in (0, 1, 2)]
     none = dse.estimate("deepseek-v3", "h800-cluster", **MLA)["memory"]["gpu"]["activations"]
     assert act[0] == pytest.approx(none, rel=1e-12) and act[2] < act[1] < act[0]
+
+
+# ----------------------------------------------------------------------------- the search
+
+
+def test_search_block_path_equals_point_path_for_the_compositions():
+    from _block_vs_point import block_vs_point
+
+    from dse.search.space import from_dict
+
+    data = {"model": "llama3-8b", "hardware": "h100-cluster",
+            "fixed": {"plan.seq_len": 8192, "plan.global_batch": 32, "plan.recompute": "full"},
+            "parameters": {"gpus": [8, 16], "plan.pp": [1, 2], "plan.cp": [1, 2], "plan.zero": [1, 3],
+                           "plan.schedule": ["1f1b", "dualpipe"], "plan.offload_optimizer": ["gpu", "cpu"],
+                           "plan.offload_params": ["gpu", "cpu"], "plan.finetune": ["full", "lora"]},
+            "objectives": ["time", {"metric": "memory.gpu.total", "direction": "minimize"}]}
+    seen = [s for s in block_vs_point(from_dict(data, "t.yaml"), chunk=23) if s["valid"] and s["feasible"]]
+    plans = [s["result"]["plan"] for s in seen]
+    assert any(p["schedule"] == "dualpipe" and p["zero"] == 3 and p["offload_params"] == "cpu" for p in plans)
+    assert any(p["cp"] == 2 and p["offload_optimizer"] == "cpu" and p["finetune"] == "lora" for p in plans)
