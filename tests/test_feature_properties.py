@@ -83,7 +83,7 @@ def plan_of(model: str, system: str, raw: dict) -> dict:
     f["dp"] = ep * f.pop("dp_per_ep")
     if moe:
         f["ep"] = ep
-    if f["cp"] > 1 or f["precision"] == "fp8":             # adapters with cp, with fp8: not modelled
+    if f["precision"] == "fp8":                              # adapters with fp8: not modelled
         f["finetune"] = "full"
     if model == "deepseek-v3":                               # multi-head latent attention: no adapters
         f["finetune"] = "full"
@@ -211,8 +211,8 @@ def test_one_expert_top1_is_the_dense_model(model, system, plan):
     plan = {**plan, "sequence_parallel": plan["sequence_parallel"] and plan["tp"] > 1}
     if plan["offload_activations"] == "none":
         plan["activation_offload_mechanism"] = "forwarding"
-    if plan["cp"] > 1:                                       # adapters with cp: not modelled
-        plan["finetune"] = "full"
+    if plan["finetune"] != "full" and plan["stack"] == "megatron" and plan["tp"] > 1:
+        plan["lora_targets"] = "attention"   # the MoE MLP's adapters keep PEFT's TP split (Megatron's: dense rows)
     dense = estimate(model, system, 2, plan)
     moe = estimate(model, system, 2, plan, overrides=["model.experts=1", "model.experts_per_token=1"])
     d, m = dict(numbers(plain(dense))), dict(numbers(plain(moe)))
@@ -255,7 +255,7 @@ def test_cp_one_and_ep_one_are_the_plain_plan(sc):
 @given(scenarios)
 def test_more_cp_never_raises_activation_memory(sc):
     model, system, layers, plan = drawn(sc)
-    assume(plan["finetune"] == "full" and plan["seq_len"] % (4 * plan["cp"]) == 0)
+    assume(plan["seq_len"] % (4 * plan["cp"]) == 0)
     few = estimate(model, system, layers, plan)
     more = estimate(model, system, layers, plan, cp=2 * plan["cp"])
     a, b = few["memory"]["gpu"]["activations"], more["memory"]["gpu"]["activations"]

@@ -93,6 +93,8 @@ WITNESSES = {
     "LoRA options need a LoRA fine-tune": ("llama2-70b", (), GPU, {"lora_rank": 8}),
     "quantization needs QLoRA": ("llama2-70b", (), GPU, {"finetune": "lora", "quantization": "int8"}),
     "LoRA dropout needs a LoRA fine-tune": ("llama2-70b", (), GPU, {"lora_dropout": 0.1}),
+    "LoRA rank not divisible by tp on the megatron stack": ("llama2-70b", (), GPU, {"finetune": "lora", "tp": 8,
+                                                                                "lora_rank": 4}),
     "8-bit optimizer states with optimizer offload": ("llama2-70b", (), GPU, {"optimizer": "adam-8bit", "zero": 3,
                                                                               "offload_optimizer": "cpu"}),
     "paged optimizer with offload": ("llama2-70b", (), GPU, {"paged_optimizer": True, "zero": 3,

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 
 def with_adapters(prm: Section, model: ModelSpec, t: Num, rank: Num, targets: str, ep: Num = 1,
-                  et: Num | None = None) -> Section:
+                  et: Num | None = None, layout: str = "peft") -> Section:
     """The parameter counts of :func:`dse.estimate.base.parameters` with every weight frozen and LoRA adapters.
 
     Adds ``p_train`` (the adapters), ``p_train_gpu`` (those on the most loaded stage's GPU) and ``p_linear_stage``
@@ -36,13 +36,14 @@ def with_adapters(prm: Section, model: ModelSpec, t: Num, rank: Num, targets: st
     ``p_frozen_expert_gpu`` the frozen experts' weights there (ZeRO-3 shards them over the same ranks). With
     expert tensor parallelism other than tp (``et``, MoE Parallel Folding) the experts' adapters and frozen
     weights split over et, as their experts (Megatron-Bridge ``ParallelLinearAdapter(is_expert=True)``: the
-    expert-TP group ``expt_tp``).
+    expert-TP group ``expt_tp``). ``layout`` (:func:`lora_layout`): how tensor parallelism splits the dense
+    adapters (megatron: both matrices, :func:`dse.formulas.finetune.megatron_adapter_parameters`).
     """
     ffn: Any = model.ffn_hidden        # resolved specs: set
     dense = dense_adapters(model, targets)
     l_stage = prm["l_stage"]
     a_layer = _finetune.adapter_parameters(dense, rank)
-    a_gpu = _finetune.adapter_parameters(dense, rank, t)            # the adapters on one stage's GPU
+    a_gpu = _finetune.adapter_parameters(dense, rank, t, layout=layout)   # the adapters on one stage's GPU
     lin_gpu = _linear_parameters(model, ffn, t)
     n_moe, L = model.moe_layers, model.layers
     a_total = L * a_layer
@@ -53,7 +54,7 @@ def with_adapters(prm: Section, model: ModelSpec, t: Num, rank: Num, targets: st
         E: Any = model.experts
         local = E if _one(ep) else E / ep
         m_layer = _finetune.adapter_parameters(moe, rank, experts=E)
-        m_gpu = _finetune.adapter_parameters(moe, rank, t, experts=local, etp=et)
+        m_gpu = _finetune.adapter_parameters(moe, rank, t, experts=local, etp=et, layout=layout)
         m_exp = _finetune.adapter_parameters({k: v for k, v in moe.items() if k in _finetune.EXPERT_ROWS}, rank, t,
                                              experts=local, etp=et)
         m_lin = _linear_parameters(model, 0, t) + _moe_linears(model, t, ep, et)
@@ -145,7 +146,7 @@ def states(prm: Section, stage: str, model: ModelSpec, plan: Plan, r: Recipe, st
     from dse.estimate.links import expert_replicas
 
     zero: Num = plan.zero       # a resolved plan: zero, dp, quantization are set
-    d: Num = _context.grad_ranks(plan)     # dp (DualPipe: 2 dp, each stage on two ranks)
+    d: Num = _context.grad_ranks(plan)     # dp x cp (DualPipe: 2 dp cp, each stage on two ranks)
     w, g, o = state_bytes["weights"], state_bytes["gradients"], state_bytes["optimizer"]
     edp: Num = d
     if expert_parallel(plan, model):   # the experts' adapters: ZeRO shards over the EDP ranks
@@ -236,6 +237,13 @@ def dequantized_buffer(model: ModelSpec, r: Recipe, t: Num) -> Num:
     return r.weights * _finetune.largest_linear(model.hidden, model.heads, kv, d, ffn, model.qkv_projection, t)
 
 
+def lora_layout(plan: Any) -> str:
+    """How tensor parallelism splits the adapters (:mod:`dse.formulas.finetune.tensor_parallel`): as Megatron-Bridge's
+    ``ParallelLinearAdapter`` on the megatron stack (what runs LoRA on Megatron-Core), as Hugging Face PEFT's
+    ``LoraParallelLinear`` on the pytorch and compiled stacks (single GPU, FSDP, DeepSpeed: PEFT's adapters)."""
+    return "megatron" if getattr(plan, "stack", "megatron") == "megatron" else "peft"
+
+
 def kernel_inputs(model: ModelSpec, plan: Plan) -> dict[str, Any] | None:
     """The fine-tuning keywords of :func:`dse.formulas.kernels.layer_kernels` (None: full training).
 
@@ -249,7 +257,8 @@ def kernel_inputs(model: ModelSpec, plan: Plan) -> dict[str, Any] | None:
     adapters = dense_adapters(model, targets)
     if model.moe_layers:
         adapters = {**adapters, **_moe_adapters(model, targets)}
-    out: dict[str, Any] = {"adapters": adapters, "rank": plan.lora_rank, "lora_dropout": plan.lora_dropout}
+    out: dict[str, Any] = {"adapters": adapters, "rank": plan.lora_rank, "lora_dropout": plan.lora_dropout,
+                           "layout": lora_layout(plan)}
     if model.moe_layers and folded(plan):   # the experts' adapters split over etp (MoE Parallel Folding)
         out["etp"] = expert_tp(plan)
     if plan.finetune == "qlora":

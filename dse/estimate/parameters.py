@@ -30,7 +30,7 @@ def parameters(model: ModelSpec, plan: Plan, T: FormulaModule = _transformer) ->
     """Parameters of the model, of one layer (per GPU) and of the first and last pipeline stage's GPU (shared)."""
     t, p, v, ep = plan.tp, plan.pp, plan.virtual_stages, plan.ep
     et = expert_tp(plan)
-    ft = (plan.finetune, plan.lora_rank, plan.lora_targets)
+    ft = (plan.finetune, plan.lora_rank, plan.lora_targets, _frozen.lora_layout(plan))
     if T is _transformer and ints(t, p, v, ep, et) and (plan.lora_rank is None or ints(plan.lora_rank)):
         key = ("parameters", id(model), t, p, v, ep, et, ft, T.layer_parameters, T.layer_parameters_replicated,
                T.embedding_parameters, T.head_parameters, T.norm_parameters, T.ffn_matrices, T.mlp_parameters,
@@ -112,7 +112,8 @@ def _mean(model: ModelSpec, n_moe: int, dense: Num, moe: Num) -> Num:
 
 
 def _parameters(model: ModelSpec, t: Num, p: Num, v: Num, T: FormulaModule,
-                ft: tuple[str, Any, Any] = ("full", None, None), ep: Num = 1, et: Num | None = None) -> Section:
+                ft: tuple[str, Any, Any, str] = ("full", None, None, "peft"), ep: Num = 1, et: Num | None = None
+                ) -> Section:
     L, h, V = model.layers, model.hidden, model.vocab
     c = layer_counts(model, T)
     n = c["moe_layers"]
@@ -156,7 +157,7 @@ def _parameters(model: ModelSpec, t: Num, p: Num, v: Num, T: FormulaModule,
     if ft[0] == "full":
         return {**out, "p_train": out["params"], "p_train_gpu": out["p_gpu"]}
     return _frozen.with_adapters(out, model, t, 16 if ft[1] is None else ft[1], ft[2] or "all", ep,
-                                 et if fold else None)
+                                 et if fold else None, ft[3])
 
 
 def _on_gpu(layer: Num, rep: Num, experts: Num, t: Num, ep: Num, et: Num | None, split: bool) -> tuple[Num, Num]:

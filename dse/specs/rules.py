@@ -291,6 +291,13 @@ FINETUNE_RULES = (
                                  "over data-parallel ranks only; Megatron-Core has no QLoRA; DeepSpeed AutoEP repacks "
                                  "the experts in bf16); allowed: --finetune lora, or --zero 0-2 with "
                                  "--etp equal to --tp"),
+    Rule("LoRA rank not divisible by tp on the megatron stack", ("lora_rank", "tp", "stack", "finetune"),
+         when=lambda p, m, s: p.finetune != "full" and p.stack == "megatron",
+         ok=lambda p, m, s: (16 if p.lora_rank is None else p.lora_rank) % p.tp == 0,
+         message=lambda p, m, s: f"--lora-rank {16 if p.lora_rank is None else p.lora_rank} with --tp {p.tp} on the "
+                                 "megatron stack: Megatron-Bridge splits each adapter's rank over the tp ranks "
+                                 "(ColumnParallelLinear divides it); allowed: a rank divisible by --tp, or --stack "
+                                 "pytorch"),
     Rule("LoRA dropout on an MoE model's experts", ("lora_dropout", "lora_targets", "model.experts"),
          when=lambda p, m, s: p.lora_dropout > 0 and bool(m.experts) and m.experts > 1,
          ok=lambda p, m, s: p.lora_targets in ("attention", "qv"),

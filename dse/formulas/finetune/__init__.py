@@ -21,8 +21,9 @@ What changes against full training, per layer (the kernel table, :mod:`dse.formu
 - QLoRA adds a dequantization kernel per frozen linear layer, forward and backward: it reads the packed
   weight and writes a bf16 copy.
 
-Adapters follow the base layer's tensor parallelism as NeMo shards them: on a column-parallel layer ``B`` is
-split over the t ranks (``A`` replicated), on a row-parallel one ``A`` is split (``B`` replicated).
+Adapters follow the base layer's tensor parallelism as PEFT splits them (``layout`` peft: ``B`` split on a
+column-parallel layer, ``A`` on a row-parallel one) or as Megatron-Bridge does (megatron: both, with collectives of
+their own): :mod:`dse.formulas.finetune.tensor_parallel`.
 
 Symbols:
     h: hidden size [count]
@@ -61,6 +62,13 @@ Symbols:
     nope: d_nope, MLA's per-head query/key dimension without positions [count]
     rope: d_R, MLA's per-head decoupled rotary dimension [count]
     v_dim: d_v, MLA's per-head value dimension [count]
+    layout: peft or megatron, how tensor parallelism splits an adapter (LORA_LAYOUTS) [choice]
+    d_in: an adapted linear layer's input features (A is r x d_in) [count]
+    d_out: an adapted linear layer's output features (B is d_out x r) [count]
+    split: column or row, how tensor parallelism splits the adapted linear layer [choice]
+    prefix: the name the adapter's kernel-table rows start with (lora_<row>_<i>) [name]
+    sequence_parallel: Megatron sequence parallelism [bool]
+    comm_bytes_per_element: c, bytes per element of the tensor-parallel messages (None: e) [bytes]
 """
 
 from __future__ import annotations
@@ -91,11 +99,18 @@ from dse.formulas.finetune.moe import (
     moe_linear_count,
     moe_linear_parameters,
 )
+from dse.formulas.finetune.tensor_parallel import (
+    LORA_LAYOUTS,
+    MEGATRON_ROWS,
+    megatron_adapter_parameters,
+    megatron_adapter_rows,
+)
 
 __all__ = ["GATED", "FINETUNES", "LORA_TARGETS", "QUANTIZATIONS", "EXPERT_ROWS", "quantized_bytes_per_param",
            "adapted_linears", "adapter_parameters", "linear_parameters", "largest_linear", "linear_count",
            "apply_layer", "dropout_rows", "moe_adapted_linears", "moe_linear_parameters", "moe_linear_count",
-           "MLA_ROWS", "mla_adapted_linears", "mla_linear_parameters", "mla_linear_count", "mla_largest_linear"]
+           "MLA_ROWS", "mla_adapted_linears", "mla_linear_parameters", "mla_linear_count", "mla_largest_linear",
+           "LORA_LAYOUTS", "MEGATRON_ROWS", "megatron_adapter_parameters", "megatron_adapter_rows"]
 
 FINETUNES = ("full", "lora", "qlora")
 LORA_TARGETS = ("all", "attention", "qv", "mlp")
@@ -157,14 +172,16 @@ def adapted_linears(h: Num, heads: Num, kv_heads: Num, head_dim: Num, ffn: Num, 
 
 
 def adapter_parameters(adapters: dict[str, list[tuple[Any, ...]]], rank: Num, tp: Num = 1,
-                       experts: Num = 1, etp: Num | None = None) -> Num:
+                       experts: Num = 1, etp: Num | None = None, layout: str = "peft") -> Num:
     """Trainable parameters of one layer's adapters on one GPU.
 
     Formula: sum over adapters of r (d_in + d_out / t) on a column-parallel layer, r (d_in / t + d_out) on a
     row-parallel one (t = 1: r (d_in + d_out)), r (d_in + d_out) on a replicated one (an MoE router); an adapter
     (d_in, d_out, n) has rank n r; the routed experts' rows (``EXPERT_ROWS``) have one adapter per expert on the
-    GPU (``experts``: E / ep), split over ``etp`` (expert tensor parallelism; None: tp) as their experts are
-    Source: Hu et al. 2021 (LoRA) §4.1: A is r x d_in, B is d_out x r; NeMo's tensor-parallel LoRA adapters;
+    GPU (``experts``: E / ep), split over ``etp`` (expert tensor parallelism; None: tp) as their experts are;
+    ``layout`` megatron: r (d_in + d_out) / t on the rows of ``MEGATRON_ROWS`` (both matrices split,
+    :func:`megatron_adapter_parameters`)
+    Source: Hu et al. 2021 (LoRA) §4.1: A is r x d_in, B is d_out x r; PEFT's ``LoraParallelLinear``;
     Hugging Face PEFT's ``ParamWrapper`` (one pair per expert of a 3-D parameter); Megatron-Bridge
     ``peft/utils.py`` ``ParallelLinearAdapter``: an expert adapter's parallel layers take the expert-TP group
     (``_get_tensor_parallel_group(..., is_expert=True)``: ``expt_tp``).
@@ -175,6 +192,8 @@ def adapter_parameters(adapters: dict[str, list[tuple[Any, ...]]], rank: Num, tp
     >>> a = adapted_linears(4096, 32, 32, 128, 11008, "swiglu", "separate", "all")
     >>> 32 * adapter_parameters(a, 16)   # Llama-2-7B, r 16, all linear layers (PEFT prints 39,976,960)
     39976960
+    >>> 32 * adapter_parameters(a, 16, 4), 32 * adapter_parameters(a, 16, 4, layout="megatron")   # one of 4 ranks
+    (21004288.0, 9994240.0)
     >>> import numpy as np
     >>> 32 * adapter_parameters(a, np.array([8, 16, 64])) / 1e6   # ranks 8, 16, 64: millions
     array([ 19.98848,  39.97696, 159.90784])
@@ -182,6 +201,9 @@ def adapter_parameters(adapters: dict[str, list[tuple[Any, ...]]], rank: Num, tp
     total: Num = 0
     for row, shapes in adapters.items():
         for adapter in shapes:
+            if layout == "megatron" and row in MEGATRON_ROWS:
+                total = total + megatron_adapter_parameters(adapter[0], adapter[1], rank, tp)
+                continue
             expert = row in EXPERT_ROWS
             k_a, n_b, n = _dims(adapter, LINEAR_ROWS[row], etp if expert and etp is not None else tp)
             total = total + (experts if expert else 1) * n * rank * (k_a + n_b)
@@ -243,7 +265,8 @@ def apply_layer(table: dict[str, Any], adapters: dict[str, list[tuple[Any, ...]]
                 tp: Num = 1, ffn_type: str = "gelu", ffn_elements: Num = 0, bytes_per_element: Num = 2,
                 quantized_bytes: Num | None = None, layer_linear_params: Num = 0, linears: Num = 0,
                 lora_dropout: float = 0.0, moe_linear_params: Num = 0, moe_linears: Num = 0,
-                etp: Num | None = None) -> dict[str, Any]:
+                etp: Num | None = None, layout: str = "peft", sequence_parallel: bool = False,
+                comm_bytes_per_element: Num | None = None) -> dict[str, Any]:
     """A layer's kernel table when its linear weights are frozen, with LoRA adapters (and QLoRA's dequantization).
 
     Formula: linear rows frozen (backward = the data-gradient GEMM only); an unadapted linear row saves nothing
@@ -270,7 +293,11 @@ def apply_layer(table: dict[str, Any], adapters: dict[str, list[tuple[Any, ...]]
     expert-TP group ``expt_tp``). An MLA layer's projections (``q_down``, ``q_up`` or ``q_proj``, ``kv_down``,
     ``kv_up``, ``out``; :mod:`dse.formulas.finetune.mla`) are frozen alike; the adapters of the duplicated down
     projections run on the row's m (T/t with SP) at the row's model FLOPs (once over the t ranks). Adapters on rows
-    the table lacks (a dense layer's MLP in an MoE layer, the MoE rows in a dense one) are skipped.
+    the table lacks (a dense layer's MLP in an MoE layer, the MoE rows in a dense one) are skipped. ``layout``
+    megatron: the adapters on ``MEGATRON_ROWS`` split as Megatron-Bridge splits them, with their collectives
+    (:func:`megatron_adapter_rows`; the merge adds the adapter's output as the base layer has it, d_out / t, or d_out
+    on a row-parallel layer without SP), and under ``sequence_parallel`` an adapted column-parallel row keeps its
+    gathered input, e tok k, for A (its frozen base layer keeps none).
 
     Returns:
         kernel name -> row [dict]
@@ -282,6 +309,7 @@ def apply_layer(table: dict[str, Any], adapters: dict[str, list[tuple[Any, ...]]
     (True, 64, 0, 32)
     """
     e = bytes_per_element
+    megatron = layout == "megatron"
     moe_table = "expert_fc1" in table
     absent = ({"fc1", "fc2"} if moe_table else set()) | (set(_MOE_ROWS) - set(table))
     adapters = {name: shapes for name, shapes in adapters.items() if name not in absent and name in table}
@@ -292,6 +320,8 @@ def apply_layer(table: dict[str, Any], adapters: dict[str, list[tuple[Any, ...]]
             if name not in adapters and not (name == "router" and adapters.keys() & _ROUTER_INPUT):
                 row["saved"] = 0
                 row.pop("packed", None)
+            elif megatron and sequence_parallel and MEGATRON_ROWS.get(name) == "column":
+                row["saved"] = e * tok * row["k"]      # A's input: the norm output gathered over the sequence
         elif name in ("expert_activation", "shared_activation"):
             row = dict(row)
             fc2 = name.replace("activation", "fc2")
@@ -334,6 +364,16 @@ def apply_layer(table: dict[str, Any], adapters: dict[str, list[tuple[Any, ...]]
             continue
         column = LINEAR_ROWS[name] == "column"
         for i, (d_in, d_out) in enumerate(shapes):
+            if megatron and name in MEGATRON_ROWS:   # both matrices split, their collectives (Megatron-Bridge)
+                rows, k_in, n_out = megatron_adapter_rows(
+                    f"lora_{name}_{i}", d_in, d_out, LINEAR_ROWS[name], rank, tok, tp=tp,
+                    sequence_parallel=sequence_parallel, bytes_per_element=e,
+                    comm_bytes_per_element=comm_bytes_per_element)
+                out.update(rows)
+                fwd_passes = fwd_passes + 5 * n_out
+                bwd_passes = bwd_passes + 2 * n_out + 3 * k_in
+                n_adapters += 1
+                continue
             k_a, n_b = (d_in, _split(d_out, tp)) if column else (_split(d_in, tp), d_out)
             out[f"lora_{name}_{i}_a"] = {"kind": "gemm", "m": tok, "k": k_a, "n": rank, "batch": 1, "split": "",
                                          "saved": 0, "flops": 2 * tok * k_a * rank, "adapter": True}

@@ -277,7 +277,8 @@ def layer_kernels(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: N
         _parallel_residual(t, x_in, layer_norms, keeps_input=not stack or norm == "layernorm")
     if finetune:  # frozen weights with LoRA adapters (dse.formulas.finetune)
         t = _finetune.apply_layer(t, tok=tok, tp=tp, ffn_type=ffn_type, ffn_elements=tok * f_loc,
-                                  bytes_per_element=e, **finetune)
+                                  bytes_per_element=e, sequence_parallel=sequence_parallel,
+                                  comm_bytes_per_element=comm_bytes_per_element, **finetune)
     if fp8:  # Transformer Engine's FP8 linear layers (dse.formulas.fp8)
         routed: Num = 0
         if moe and moe["experts"] > 1:    # the routed copies the grouped GEMMs run: the expert activation's rows

@@ -200,9 +200,12 @@ def rerun_bytes(table: Table) -> Num:
 def message_bytes(table: Table, group: str = "tp", recompute: str = "none") -> Num:
     """Message bytes of a group's collectives that one micro-batch runs per table, all passes together.
 
-    Formula: sum of comm over the forward and backward collectives, + the forward ones again under full recompute
+    Formula: sum of comm over the forward and backward collectives, + the forward ones again under full recompute,
+    in all-reduce equivalents: an all-gather or a reduce-scatter counts half its comm (a ring moves (t-1)/t of the
+    tensor through every rank for it, 2 (t-1)/t for an all-reduce)
     Source: Megatron-LM tensor parallelism (Shoeybi et al. 2019, arXiv 1909.08053 §3): 2 all-reduces of an
-    [s, b, h] activation forward and 2 backward per layer; a ring moves 2 (t-1)/t of each through every rank.
+    [s, b, h] activation forward and 2 backward per layer; a ring moves 2 (t-1)/t of each through every rank
+    (Patarasuk & Yuan 2009; the all-gather and reduce-scatter are its two halves).
 
     Returns:
         bytes [bytes]
@@ -213,5 +216,6 @@ def message_bytes(table: Table, group: str = "tp", recompute: str = "none") -> N
     total = 0
     for row in table.values():
         if row["kind"] == "collective" and row["group"] == group:
-            total = total + (2 if (recompute == "full" and row["pass"] == "forward") else 1) * row["comm"]
+            half = 0.5 if row.get("op") in ("allgather", "reduce_scatter") else 1
+            total = total + (2 if (recompute == "full" and row["pass"] == "forward") else 1) * half * row["comm"]
     return total
