@@ -8,17 +8,20 @@ import pytest
 
 from dse import catalog
 from dse.catalog import data_dir, load_system
+from dse.formulas.kernels import step_host_time
 from dse.specs.stack import load as stack_spec
 from dse.validate import run_suite
 
 
-def test_the_h100_vm_host_scales_are_its_measured_step_over_the_priced_launches():
+def test_the_h100_vm_host_scales_are_its_measured_step_over_the_priced_step():
     gpt2 = json.loads((data_dir() / "h100" / "host_dispatch_cuda.json").read_text())["gpt2_block"]
-    ref = stack_spec("pytorch").dispatch
+    spec = stack_spec("pytorch")
     host = catalog.find_hardware("firecracker-xeon-vm-h100")[1]
-    # 70 / 90 launches: dse's count for one GPT2Block step without / with checkpointing (tests/test_h200_hf.py)
-    assert host.dispatch_scale == pytest.approx(gpt2["step_us"] * 1e-6 / 70 / ref, rel=1e-3)
-    assert host.checkpoint_dispatch_scale == pytest.approx(gpt2["checkpointed_step_us"] * 1e-6 / 90 / ref, rel=1e-3)
+    # (20, 50) launches: dse's count for one GPT2Block (tests/test_h200_hf.py), priced L d + D per pass
+    for recompute, step in (("none", gpt2["step_us"]), ("full", gpt2["checkpointed_step_us"])):
+        ref = step_host_time((20, 50), spec.dispatch, spec.layer_dispatch, recompute)
+        scale = host.dispatch_scale if recompute == "none" else host.checkpoint_dispatch_scale
+        assert scale == pytest.approx(step * 1e-6 / ref, rel=1e-3)
     assert load_system("h100-vm").node.host == host
     assert load_system("h100-vm").node.gpu == load_system("dgx-h100").node.gpu
 

@@ -362,7 +362,9 @@ def kernel_times(tables: dict[str, Any], system: SystemSpec, plan: Plan, peak: N
     hw = cost_of(gpu, peak, peak_flops(gpu.peak_flops, r.attention_dtype), peak_flops(gpu.peak_flops, r.head_dtype),
                  r.activations)
     stack = getattr(plan, "stack", "megatron")
-    dispatch, layer_dispatch = host_dispatch(stack_spec(stack).dispatch, host_spec, stack, plan.recompute)
+    spec = stack_spec(stack)
+    dispatch, layer_dispatch, layer_host = host_dispatch(spec.dispatch, host_spec, stack, plan.recompute,
+                                                         spec.layer_dispatch)
     count = bool(dispatch)
     launches = _kernels.megatron_launches(**tables.get("bias", {})) if stack == "megatron" else None
     lt = table_time(tables["layer"], hw, lk["tp"], C, P, recompute=plan.recompute, async_tp=async_tp, count=count,
@@ -387,15 +389,15 @@ def kernel_times(tables: dict[str, Any], system: SystemSpec, plan: Plan, peak: N
         syncs = _kernels.moe_host_syncs(tables["layer"]["router"]["n"], pad=pad)[0]
         sync = _kernels.sync_exposed_time(syncs, dispatch)
     host = (eff.layer_overhead, layer_dispatch if count else 0, plan.recompute)
-    out = {**layer_entries(lt, *host, sync * tables.get("moe_share", 1.0)),
+    out = {**layer_entries(lt, *host, sync * tables.get("moe_share", 1.0), layer_host),
            "t_head": head["forward"] + head["backward"], "t_embed": emb["forward"] + emb["backward"]}
     if "dense_layer" in tables:   # each kind's layer alone (a custom pipeline layout's stages: dse.estimate.stages)
         for kind, table, wait in (("moe", last, sync), ("dense", dt, 0.0)):
-            out.update({f"{kind}:{k}": v for k, v in layer_entries(table, *host, wait).items()})
+            out.update({f"{kind}:{k}": v for k, v in layer_entries(table, *host, wait, layer_host).items()})
     if "mtp" in tables:   # multi-token prediction: a layer of the last kind alone, and the depth's own kernels
         own = table_time(tables["mtp"], hw, lk["tp"], C, P, recompute=plan.recompute, async_tp=async_tp)
         out.update(_mtp.pass_times(last, own, eff.layer_overhead, layer_dispatch if count else 0, plan.recompute,
-                                   sync))
+                                   sync, layer_host))
     if key is not None and set(map(type, out.values())) <= _SCALARS:   # a vector system's arrays: not kept
         if len(_TIMES) >= 512:         # bounded like _TABLES
             _TIMES.clear()

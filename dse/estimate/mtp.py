@@ -82,11 +82,12 @@ def sums(layer_sums: Section, extra: dict[str, Any], D: int, recompute: str, K: 
             "ep_messages_mtp": D * layer_sums["ep_messages"]}
 
 
-def pass_times(last: Section, own: Section, overhead: Num, dispatch: Num, recompute: str, sync: Num) -> Section:
+def pass_times(last: Section, own: Section, overhead: Num, dispatch: Num, recompute: str, sync: Num,
+               layer_host: tuple[Num, Num] = (0.0, 0.0)) -> Section:
     """One depth's layer (``last``: :func:`dse.estimate.kernel_table.table_time` of the last layer kind's table, with
     the host floor and the MoE dispatcher's sync of :func:`~dse.estimate.passes.layer_passes`) and own kernels
     (``own``), and their tensor-parallel, expert-parallel and recompute shares, per micro-batch."""
-    f, b, r = layer_passes(last, overhead, dispatch, recompute, sync)
+    f, b, r = layer_passes(last, overhead, dispatch, recompute, sync, layer_host)
     full = recompute == "full"
     tp_f = last["tp_forward"] + own["tp_forward"]
     tp = tp_f + last["tp_backward"] + own["tp_backward"] + (tp_f if full else 0.0)

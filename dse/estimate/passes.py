@@ -7,26 +7,31 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from dse.formulas._array import Num, maximum
+from dse.formulas.kernels.launches import host_pass_time
 
 if TYPE_CHECKING:
     from dse.specs.hardware import HostSpec
 
 
-def layer_passes(lt: dict[str, Num], overhead: Num, dispatch: Num, recompute: str, sync: Num) -> tuple[Num, Num, Num]:
-    """A layer's passes: max(GPU, host) each, the host launching every kernel (``dispatch`` each; 0: not counted) and
-    spending ``overhead`` per pass; ``sync``: the MoE dispatcher's host wait, forward and full recompute."""
-    host_f = overhead + (dispatch * lt["kernels_forward"] if dispatch else 0.0)
-    host_b = 2 * overhead + (dispatch * lt["kernels_backward"] if dispatch else 0.0)
+def layer_passes(lt: dict[str, Num], overhead: Num, dispatch: Num, recompute: str, sync: Num,
+                 layer_host: tuple[Num, Num] = (0.0, 0.0)) -> tuple[Num, Num, Num]:
+    """A layer's passes: max(GPU, host) each, the host launching every kernel (``dispatch`` each; 0: not counted),
+    running the layer's own code (``layer_host``: forward, backward; :func:`~dse.formulas.kernels.host_pass_time`)
+    and spending ``overhead`` per pass (backward twice); ``sync``: the MoE dispatcher's host wait, forward and full
+    recompute (whose host time is the forward's)."""
+    host_f = overhead + (host_pass_time(lt["kernels_forward"], dispatch, layer_host[0]) if dispatch else 0.0)
+    host_b = 2 * overhead + (host_pass_time(lt["kernels_backward"], dispatch, layer_host[1]) if dispatch else 0.0)
     full = recompute == "full"
     return (maximum(lt["forward"], host_f) + sync, maximum(lt["backward"], host_b),
             maximum(lt["recompute"], host_f if full else 0.0) + (sync if full else 0.0))
 
 
-def layer_entries(lt: dict[str, Num], overhead: Num, dispatch: Num, recompute: str, sync: Num) -> dict[str, Num]:
+def layer_entries(lt: dict[str, Num], overhead: Num, dispatch: Num, recompute: str, sync: Num,
+                  layer_host: tuple[Num, Num] = (0.0, 0.0)) -> dict[str, Num]:
     """A layer's entries of :func:`dse.estimate.kernel_table.kernel_times` from its table time ``lt``
     (:func:`dse.estimate.kernel_table.table_time`): GPU time per pass, its TP and EP shares, the passes with the
     host's share (:func:`layer_passes`), their total, the weight-gradient GEMMs' time and the host's excess."""
-    layer_fwd, layer_bwd, layer_rec = layer_passes(lt, overhead, dispatch, recompute, sync)
+    layer_fwd, layer_bwd, layer_rec = layer_passes(lt, overhead, dispatch, recompute, sync, layer_host)
     layer_total = layer_fwd + layer_bwd + layer_rec
     return {"gpu_fwd": lt["forward"], "gpu_bwd": lt["backward"], "gpu_rec": lt["recompute"],
             "tp_fwd": lt["tp_forward"], "tp_bwd": lt["tp_backward"], "ep_fwd": lt["ep_forward"],
@@ -35,21 +40,26 @@ def layer_entries(lt: dict[str, Num], overhead: Num, dispatch: Num, recompute: s
             "layer_host_excess": layer_total - (lt["forward"] + lt["backward"] + lt["recompute"])}
 
 
-def host_dispatch(dispatch: float, host: HostSpec, stack: str, recompute: str) -> tuple[Num, Num]:
-    """(host time per launch outside the layers, and inside a layer) of ``stack`` on ``host``.
+def host_dispatch(dispatch: float, host: HostSpec, stack: str, recompute: str,
+                  layer: tuple[float, float] = (0.0, 0.0)) -> tuple[Num, Num, tuple[Num, Num]]:
+    """(host time per launch outside the layers, per launch inside a layer, per layer pass beyond its launches:
+    forward, backward) of ``stack`` on ``host``.
 
-    Formula: d_host = d_stack x s_host; in a layer under full recompute of an eager stack d_layer = d_stack x
-    s_ckpt (the host's ``checkpoint_dispatch_scale``, default ``dispatch_scale``), else d_layer = d_host.
-    A stack's ``dispatch`` is the host time per launched kernel on the reference host it was measured on
-    (data/host_dispatch_cpu.json, scripts/measure_host.py); a host's scales are its own measurement of the same
-    step relative to that reference (``--device cuda``: framework, CUDA launch and allocator), 1 for the
-    reference. Under torch.utils.checkpoint (non-reentrant, as Transformers checkpoints) every op of the layer's
-    forward, recompute and backward costs more host time (saved-tensor hooks, the recomputation's bookkeeping):
-    measured per op of a checkpointed GPT2Block step. Megatron's ``dispatch`` is already the per-launch time of a
-    (reentrant) checkpointed step: its layers take the plain scale.
+    Formula: d_host = d_stack x s_host; in a layer d_layer = d_stack x s and D_pass = D_stack,pass x s, with
+    s = s_ckpt (the host's ``checkpoint_dispatch_scale``, default ``dispatch_scale``) under full recompute of an
+    eager stack, else s = s_host. A layer pass's host time is then L d_layer + D_pass
+    (:func:`dse.formulas.kernels.host_pass_time`).
+    A stack's ``dispatch`` and ``layer_dispatch`` are its host times per launched kernel and per layer pass on the
+    reference host (stacks/*.yaml: pytorch's from the layers of five Transformers families on the CPU build of
+    torch, data/host_layers_cpu.json, at the level of the reference GPT2Block step, data/host_dispatch_cpu.json);
+    a host's scales are its own measurement of that GPT2Block step relative to the reference (``--device cuda``:
+    framework, CUDA launch and allocator), 1 for the reference. Under torch.utils.checkpoint (non-reentrant, as
+    Transformers checkpoints) every pass costs more host time (saved-tensor hooks, the recomputation's
+    bookkeeping) in the same proportion for every family (data/host_layers_cpu.json): the host's checkpointed
+    GPT2Block step. Megatron's ``dispatch`` is already the per-launch time of a (reentrant) checkpointed step: its
+    layers take the plain scale.
     """
-    scaled = dispatch * host.dispatch_scale
+    scale = host.dispatch_scale
     ckpt = host.checkpoint_dispatch_scale
-    if recompute == "full" and stack != "megatron" and ckpt is not None:
-        return scaled, dispatch * ckpt
-    return scaled, scaled
+    inner = ckpt if recompute == "full" and stack != "megatron" and ckpt is not None else scale
+    return dispatch * scale, dispatch * inner, (layer[0] * inner, layer[1] * inner)

@@ -52,6 +52,7 @@ class StackSpec:
     title: str = ""
     source: str = ""
     dispatch: float = 0.0          # host time per kernel launched [s]; 0: the GPU spec's layer_overhead floor
+    layer_dispatch: tuple[float, float] = (0.0, 0.0)  # host time per layer pass (forward, backward) past launches [s]
     pads_vocab: bool = True        # the LM head's vocabulary is padded to an aligned size (Megatron: 128 t)
     flash_window: bool = True      # its flash kernel skips the tiles outside a sliding window or chunk (false: masks)
     rows: dict = field(default_factory=dict)
@@ -137,7 +138,7 @@ def parse(data: dict, where: str) -> StackSpec:
     """A :class:`StackSpec` from a stack file's mapping; a bad entry is a one-line :class:`InputError`."""
     from dse.units import parse as parse_unit
 
-    allowed = ("name", "title", "source", "dispatch", "pads_vocab", "flash_window", "rows")
+    allowed = ("name", "title", "source", "dispatch", "layer_dispatch", "pads_vocab", "flash_window", "rows")
     for key in data:
         if key not in allowed:
             raise InputError(f"{where}: unknown field '{key}'; allowed: {', '.join(allowed)}")
@@ -165,8 +166,24 @@ def parse(data: dict, where: str) -> StackSpec:
     return StackSpec(name=str(data.get("name", "")), title=str(data.get("title", "")),
                      source=str(data.get("source", "")),
                      dispatch=parse_unit(dispatch, "s", f"{where}.dispatch") if dispatch else 0.0,
+                     layer_dispatch=_layer_dispatch(data.get("layer_dispatch"), f"{where}.layer_dispatch"),
                      pads_vocab=bool(data.get("pads_vocab", True)),
                      flash_window=bool(data.get("flash_window", True)), rows=_freeze(rows))
+
+
+def _layer_dispatch(value: Any, where: str) -> tuple[float, float]:
+    """``layer_dispatch: {forward: 109 us, backward: 124 us}`` -> (forward, backward) [s]; absent: (0, 0)."""
+    from dse.units import parse as parse_unit
+
+    if value is None:
+        return 0.0, 0.0
+    if not isinstance(value, dict) or not set(value) <= {"forward", "backward"}:
+        raise InputError(f"{where}: expected a mapping with forward and backward (host time per layer pass, "
+                         f"e.g. {{forward: 109 us, backward: 124 us}}), got {value!r}")
+    f, b = (parse_unit(value.get(k, 0), "s", f"{where}.{k}") if value.get(k) else 0.0 for k in ("forward", "backward"))
+    if f < 0 or b < 0:
+        raise InputError(f"{where}: host times must be >= 0, got {value!r}")
+    return f, b
 
 
 class _FrozenDict(dict):

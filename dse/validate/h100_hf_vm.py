@@ -1,10 +1,11 @@
 """The shared H100 file (``data/h100_hf_training.jsonl``) on the machine kind that measured it: ``h100-vm``.
 
 :mod:`.h100_hf` compares the file's 16 Transformers steps on the shipped ``dgx-h100``, as issue 14's acceptance
-asks: a DGX's host, which issues eager PyTorch's kernels at the stacks' reference rate (7.7 us per launch). The
-file was measured on one H100 in this workplace's Firecracker VM (PyTorch 2.11 + CUDA 13.0, as the lent H100
-machine runs; the file does not name its host), whose host is measured to be 4.2x slower per priced launch
-(6.2x under checkpointing: ``data/h100/host_dispatch_cuda.json``, ``hwspecs/hosts/firecracker-xeon-vm-h100.yaml``).
+asks: a DGX's host, which issues eager PyTorch's kernels at the stacks' reference rate (4.37 us per launch and
+109 / 124 us per layer pass). The file was measured on one H100 in this workplace's Firecracker VM (PyTorch 2.11 +
+CUDA 13.0, as the lent H100 machine runs; the file does not name its host), whose host is measured to be 4.2x
+slower on a GPT2Block step (5.8x under checkpointing: ``data/h100/host_dispatch_cuda.json``,
+``hwspecs/hosts/firecracker-xeon-vm-h100.yaml``).
 This suite prices the same cases with that host: what remains of the dgx-h100 miss once the host is the one that
 ran them. Same plan mapping, quantities, targets and tolerances; nothing is fitted to the cases.
 """
@@ -21,8 +22,9 @@ from dse.validate.h100_hf import (
 )
 
 SYSTEM = "h100-vm"
-_HOST = ("the host floor prices each launch at the VM's measured host time per priced launch (32.1 us, 47.5 "
-         "checkpointed), measured on a tiny GPT2Block step: a host-bound configuration's own step may differ")
+_HOST = ("the host floor prices a layer pass as its launches x 18.2 us + 455 us forward, 517 us backward (the "
+         "stack's reference host times x the VM's 4.17, measured on a tiny GPT2Block step; x 5.81 checkpointed): "
+         "a host-bound configuration's own step may differ")
 
 
 def cases():

@@ -6,9 +6,10 @@ micro-batch 4/8/16) and four other families built from their config.json (``hf_f
 Pythia-1.4B, Gemma-3-1B, Llama-3.1-8B at micro-batch 2/8, Llama 1/2), sequence 1,024, random weights, dropout 0.
 Compared as :mod:`.h100_hf` compares the shared H100 file (same plan mapping, same time and peak-memory
 quantities, same targets and tolerances), on ``h200-vm``: the measured GPU (its efficiencies from the same
-session's micro-benchmarks and profiles, tests/test_h200_micro.py) and the measured host (its eager-PyTorch time
-per priced launch, ``firecracker-xeon-vm``: 4.6x the stacks' reference host, 6.9x under checkpointing). Nothing is
-fitted to the cases.
+session's micro-benchmarks and profiles, tests/test_h200_micro.py) and the measured host (``firecracker-xeon-vm``:
+its GPT2Block step is 4.6x the stacks' reference host's, 6.5x under checkpointing; the pytorch stack's host time per
+layer pass, per launch and per layer, from five families' layers on the CPU build of torch: data/host_layers_cpu.json).
+Nothing is fitted to the cases.
 
 Left out: ``gpt2_torch.jsonl``, the harness's own plain-torch GPT (``--impl torch``), which is not the ``pytorch``
 stack: one fused ``F.gelu`` kernel instead of Transformers' eight-op GeLU, its own attention module and a
@@ -16,10 +17,9 @@ different set of saved tensors; no stack prices its op list (stacks/*.yaml are t
 
 Each time case carries its cause, with the row's own profile (``kind: profile``: device time per kernel
 category and the kernels launched) as the evidence: the share of the measured step the GPU is busy tells a
-host-bound case (the host floor: the VM's per-op time, measured on a tiny GPT2Block step, prices every traced
-launch; the host-bound rows' steps take 21-45 us per launch the model counts without recompute, 39-64 us under
-checkpointing, by family, against the 35.3 and 52.9 us priced) from a GPU-bound one (eager attention's
-element-wise kernels, as on the H100).
+host-bound case (the host floor: L x d + D per layer pass, the VM's scale times the stack's reference host times)
+from a GPU-bound one (eager attention's element-wise kernels, as on the H100). Only the rows outside the tolerance
+carry a cause (:data:`EXPECTED_TIME_MISSES`; tests/test_h200_hf.py checks that the list is exactly those rows).
 """
 
 from __future__ import annotations
@@ -36,25 +36,40 @@ FILES = ("h200/gpt2_hf.jsonl", "h200/hf_families.jsonl")
 #: the profiles' GPU busy share (device time / measured step) below which a row is host-bound
 HOST_BOUND = 0.8
 
-_STACK = "the pytorch stack prices the traced eager kernels; the host floor prices each traced launch at the VM's " \
-         "measured host time per priced launch (35.3 us, 52.9 checkpointed: data/h200/host_dispatch_cuda.json)"
+_STACK = ("the pytorch stack prices the traced eager kernels; the host floor prices a layer pass as its launches x "
+          "20.0 us + 499 us forward, 568 us backward on this VM (the stack's 4.37 us, 109 and 124 us on the reference "
+          "host x the VM's measured 4.58; x 6.47 checkpointed: data/host_layers_cpu.json, "
+          "data/h200/host_dispatch_cuda.json)")
 CAUSES = {
     "host": ("host-bound (the profile's device time is {busy:.0%} of the measured step): the run's host time per "
-             "launched kernel is {per_kernel:.0f} us ({kernels:,} kernels in {step:.1f} ms); the tiny GPT2Block step "
-             "the VM's host factor is measured on is not every family's op mix (view ops, mask and rotary set-up, "
-             "the checkpoint's bookkeeping per op differ)"),
+             "launched kernel is {per_kernel:.0f} us ({kernels:,} kernels in {step:.1f} ms); on this VM the same "
+             "family's host time per launch varies up to 2x between configurations the CPU measurement of its layer "
+             "prices alike (Qwen2-0.5B b2 without recompute: 19 us per kernel with SDPA, 35 eager; Llama-3.1-8B b1 "
+             "with recompute: <= 29 eager, 48 SDPA), which no per-op model reproduces"),
     "gpu": ("GPU-bound (the profile's device time is {busy:.0%} of the measured step: the host issued its "
             "{kernels:,} kernels at <= {per_kernel:.0f} us each, so a model above the measurement is its host floor; "
             "element-wise kernels take {elementwise:.0%} of the device time)"),
     "math": ("eager attention: its element-wise kernels over the (b, a, s, s) scores are priced below the measured "
              "device time, as on the H100 (h100-hf)"),
     "full": "torch.utils.checkpoint (non-reentrant): the host time per op under it varies by model",
+    "mixed": ("neither bound: the GPU is busy {busy:.0%} of the step and the host's priced time is below it too; "
+              "host-bound stretches (the norms' small kernels) and GPU-bound ones (the GEMMs) of the same pass do not "
+              "overlap fully, which the pass-wise max(GPU, host) does not price"),
+}
+#: The time rows outside the tolerance (``label``) and the cause that applies: only they carry an expected miss.
+EXPECTED_TIME_MISSES = {
+    "gpt2-medium sdpa b4 s1024 rc-none": "host", "Qwen2-0.5B sdpa b2 s1024 rc-none": "host",
+    "Qwen2-0.5B eager b2 s1024 rc-none": "host", "Qwen2-0.5B eager b8 s1024 rc-none": "gpu",
+    "pythia-1.4b sdpa b2 s1024 rc-none": "host", "gemma-3-1b-pt sdpa b8 s1024 rc-none": "mixed",
+    "Llama-3.1-8B sdpa b1 s1024 rc-full": "host", "Llama-3.1-8B eager b1 s1024 rc-none": "gpu",
+    "Llama-3.1-8B eager b1 s1024 rc-full": "gpu",
 }
 #: Documented reasons the suite's aggregate targets are missed today.
 EXPECTED_TARGET_MISSES = {
-    "time mape": ("host-bound small configurations: the VM's measured per-op host time (one tiny GPT2Block step) "
-                  "misprices some families' launches by up to 2x either way; GPU-bound eager attention is "
-                  "optimistic as on the H100 (see the time causes, --verbose)"),
+    "time mape": ("host-bound small configurations: the VM's host time per launch varies up to 2x between "
+                  "configurations of one family that its CPU-measured layer prices alike; rows near the GPU's time "
+                  "are optimistic (partial overlap of host- and GPU-bound stretches); GPU-bound eager attention is "
+                  "optimistic as on the H100 (see the time causes)"),
 }
 
 
@@ -95,19 +110,18 @@ def label(m) -> str:
 
 
 def time_cause(m, profiles: dict) -> str:
-    """The documented reason the row's time may miss, with its profile's numbers."""
+    """The documented reason the row's time misses, with its profile's numbers; "" for a row within tolerance."""
+    kind = EXPECTED_TIME_MISSES.get(label(m))
+    if kind is None:
+        return ""
     plan = m.plan_data
     key = (m.model.name, {"flash": "sdpa", "math": "eager"}[plan["attention"]], plan["micro_batch"], plan["recompute"])
-    p = profiles.get(key)
-    parts = []
-    if p is not None:
-        dev = sum(p["device_s_by_category"].values())
-        kernels = sum(p["kernels_by_category"].values())
-        busy = dev / m.time_s
-        host = busy < HOST_BOUND
-        parts.append(CAUSES["host" if host else "gpu"].format(
-            busy=busy, per_kernel=m.time_s / kernels * 1e6, kernels=kernels, step=m.time_s * 1e3,
-            elementwise=p["device_s_by_category"].get("elementwise", 0.0) / dev))
+    p = profiles[key]
+    dev = sum(p["device_s_by_category"].values())
+    kernels = sum(p["kernels_by_category"].values())
+    parts = [CAUSES[kind].format(busy=dev / m.time_s, per_kernel=m.time_s / kernels * 1e6, kernels=kernels,
+                                 step=m.time_s * 1e3,
+                                 elementwise=p["device_s_by_category"].get("elementwise", 0.0) / dev)]
     if plan["attention"] == "math":
         parts.append(CAUSES["math"])
     if plan["recompute"] == "full":

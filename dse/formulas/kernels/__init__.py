@@ -119,9 +119,11 @@ from dse.formulas.kernels.cross import cross_attention_kernels, position_bias_ke
 from dse.formulas.kernels.ends import embedding_kernels, head_kernels
 from dse.formulas.kernels.launches import (
     MEGATRON_LAUNCHES,
+    host_pass_time,
     megatron_launches,
     moe_host_syncs,
     row_launches,
+    step_host_time,
     sync_exposed_time,
     table_launches,
 )
@@ -152,6 +154,6 @@ __all__ = ["KINDS", "layer_kernels", "moe_mlp_kernels", "dispatcher_gathers", "m
            "cross_attention_kernels", "position_bias_kernel", "embedding_kernels", "head_kernels", "mtp_kernels", "weight_gemms",
            "forward_flops", "recomputed_flops", "executed_flops", "backward_flops", "saved_bytes", "packed_bytes",
            "rerun_bytes", "message_bytes", "MEGATRON_LAUNCHES", "megatron_launches", "row_launches", "table_launches",
-           "softmax_row",
+           "host_pass_time", "step_host_time", "softmax_row",
            "fused_softmax_available", "moe_host_syncs", "sync_exposed_time", "sort_chunk_rows", "expert_bias_row",
            "unfused_rotary_row", "glu_clamp_row"]

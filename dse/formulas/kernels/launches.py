@@ -10,7 +10,8 @@ from typing import Any
 from dse.formulas._array import Num, where
 from dse.formulas.kernels.rows import Row, Table
 
-__all__ = ["MEGATRON_LAUNCHES", "megatron_launches", "row_launches", "table_launches", "moe_host_syncs", "sync_exposed_time"]
+__all__ = ["MEGATRON_LAUNCHES", "megatron_launches", "row_launches", "table_launches", "host_pass_time",
+           "step_host_time", "moe_host_syncs", "sync_exposed_time"]
 
 #: (forward, backward) kernels Megatron-LM launches for a row of its layer, counted from microsoft/Megatron-DeepSpeed
 #: megatron/model/transformer.py (ParallelTransformerLayer, ParallelAttention, ParallelMLP), megatron/mpu/layers.py
@@ -121,6 +122,57 @@ def table_launches(table: Table, launches: dict[str, tuple[int, int]] | None = N
         rf, rb = row_launches(name, row, launches, ranks, ep_ranks, etp_ranks)
         f, b = f + rf, b + rb
     return f, b
+
+
+def host_pass_time(launches: Num, dispatch: Num, layer: Num = 0.0) -> Num:
+    """Host time of one pass of a layer: the kernels it launches and the layer's own framework code.
+
+    Formula: t_host = L d + D, with L the pass's launches (:func:`table_launches`), d the host time per launch and D
+    the host time per layer pass that does not grow with its launches, both on the host at hand (a stack's
+    reference times x the host's scale: :func:`dse.estimate.passes.host_dispatch`).
+    Source: eager PyTorch issues each kernel after Python, the dispatcher and autograd have run for its op (d); a
+    Transformers decoder layer also runs the Python of its layer and attention modules, the attention interface
+    and the arguments it passes on once per pass, however many kernels it launches (D). Measured on the CPU build
+    of torch for the layers of five Transformers families, 93-227 launches per layer step (scripts/
+    measure_host_layers.py -> data/host_layers_cpu.json): L d + D with one (d, D_forward, D_backward) fits their
+    steps within 6 % (mean; 12 % max), L d alone within 8-13 % (28-35 % max: a family with many small element-wise
+    kernels, Gemma 3, takes 25-40 % less host time per launch than GPT-2). Megatron's ``dispatch`` is per launch of a
+    whole checkpointed step (D = 0).
+
+    Args:
+        launches: kernels the pass launches [count]
+        dispatch: host time per launch [s]
+        layer: host time per layer pass beyond the launches [s]
+    Returns:
+        host time of the pass [s]
+
+    >>> round(host_pass_time(70, 4.37e-6, 233e-6) * 1e6, 1)   # a GPT2Block step on the reference host
+    538.9
+    """
+    return launches * dispatch + layer
+
+
+def step_host_time(launches: tuple[Num, Num], dispatch: Num, layer: tuple[Num, Num] = (0.0, 0.0),
+                   recompute: str = "none") -> Num:
+    """Host time of one layer's training step: its forward and backward passes (:func:`host_pass_time`), the forward
+    twice under full recompute (torch.utils.checkpoint runs it again in the backward pass).
+
+    Formula: t = k (L_f d + D_f) + L_b d + D_b, k = 2 under full recompute, else 1
+    Source: :func:`host_pass_time`; what a host's ``dispatch_scale`` divides its measured GPT2Block step by.
+
+    Args:
+        launches: (forward, backward) launches of the layer [count]
+        dispatch: host time per launch [s]
+        layer: (forward, backward) host time per layer pass beyond the launches [s]
+        recompute: "full" runs the forward twice; anything else once
+    Returns:
+        host time of the step [s]
+
+    >>> round(step_host_time((20, 50), 4.37e-6, (109e-6, 124e-6), "full") * 1e6, 1)   # a checkpointed GPT2Block
+    735.3
+    """
+    k = 2 if recompute == "full" else 1
+    return k * host_pass_time(launches[0], dispatch, layer[0]) + host_pass_time(launches[1], dispatch, layer[1])
 
 
 def moe_host_syncs(experts: int, pad: bool = False) -> tuple[int, int]:
