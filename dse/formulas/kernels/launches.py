@@ -164,7 +164,7 @@ def step_host_time(launches: tuple[Num, Num], dispatch: Num, layer: tuple[Num, N
         launches: (forward, backward) launches of the layer [count]
         dispatch: host time per launch [s]
         layer: (forward, backward) host time per layer pass beyond the launches [s]
-        recompute: "full" runs the forward twice; anything else once
+        recompute: "full" runs the forward twice; anything else once [choice]
     Returns:
         host time of the step [s]
 
