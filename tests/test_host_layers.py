@@ -118,3 +118,14 @@ def test_the_stack_holds_the_fit_at_the_reference_gpt2_blocks_level():
         b, spec.dispatch, spec.layer_dispatch[1]) == pytest.approx(REFERENCE_STEP, rel=2e-3)
     # Megatron's per-launch time of a whole checkpointed step stays as measured
     assert stack_spec.load("megatron").layer_dispatch == (0.0, 0.0)
+
+
+def test_a_bad_layer_dispatch_is_a_one_line_error_naming_the_field():
+    from dse.errors import InputError
+
+    good = stack_spec.parse({"name": "x", "dispatch": "4 us", "layer_dispatch": {"forward": "100 us"}}, "x.yaml")
+    assert good.layer_dispatch == pytest.approx((100e-6, 0.0))
+    assert stack_spec.parse({"name": "x"}, "x.yaml").layer_dispatch == (0.0, 0.0)
+    for bad in ("100 us", {"forward": "100 us", "recompute": "1 us"}, {"forward": "-5 us"}):
+        with pytest.raises(InputError, match=r"x\.yaml\.layer_dispatch"):
+            stack_spec.parse({"name": "x", "layer_dispatch": bad}, "x.yaml")
