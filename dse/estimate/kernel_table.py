@@ -438,4 +438,4 @@ def _times_key(tables: dict[str, Any], gpu: GPUSpec, host: HostSpec, plan: Plan,
             getattr(plan, "stack", "megatron"), bool(getattr(plan, "pad_to_capacity", False)),
             C.gemm_time, C.memory_time, P.allreduce_time, P.allgather_time, P.hierarchical_alltoall_time,
             _kernels.table_launches, _kernels.row_launches, _kernels.megatron_launches, _kernels.moe_host_syncs,
-            _kernels.sync_exposed_time)
+            _kernels.sync_exposed_time, _kernels.host_pass_time)
