@@ -146,3 +146,32 @@ def test_megatrons_dropless_moe_dispatcher_syncs_once_per_forward_unless_padded_
     big = megatron.model_for(megatron.rows()[0])             # a dense layer: no router, no sync
     kt, _ = _layer_times(big, megatron.plan_for(megatron.rows()[0], big))
     assert kt["layer_fwd"] == kt["gpu_fwd"]
+
+
+def test_checkpointing_adds_the_measured_factor_to_a_layers_host_time_where_the_host_did_not_measure_its_own():
+    """stacks/pytorch.yaml checkpoint_dispatch: the mean of the two measured hosts' checkpointed / plain scales; a
+    host without its own (every reference host) takes scale x factor under full recompute, nothing else changes."""
+    import dataclasses
+
+    from dse import catalog
+    from dse.estimate.passes import host_dispatch
+
+    def component(name):
+        return catalog.find_hardware(name)[1]
+
+    ratios = [component(h).checkpoint_dispatch_scale / component(h).dispatch_scale
+              for h in ("firecracker-xeon-vm", "firecracker-xeon-vm-h100")]
+    spec = stack_spec.load("pytorch")
+    assert spec.checkpoint_dispatch == pytest.approx(sum(ratios) / 2, abs=0.005)
+    assert stack_spec.load("megatron").checkpoint_dispatch == 1.0
+    ref = component("dgx-h100-host")
+    assert ref.checkpoint_dispatch_scale is None and ref.dispatch_scale == 1.0
+    args = (spec.dispatch, ref, "pytorch")
+    plain, full = host_dispatch(*args, "none", spec.layer_dispatch, 1.4), host_dispatch(*args, "full",
+                                                                                          spec.layer_dispatch, 1.4)
+    assert plain[0] == full[0] and full[1] == pytest.approx(1.4 * plain[1])
+    assert full[2] == pytest.approx(tuple(1.4 * x for x in plain[2]))
+    measured = dataclasses.replace(ref, checkpoint_dispatch_scale=2.0)       # a host's own measurement wins
+    assert host_dispatch(spec.dispatch, measured, "pytorch", "full", spec.layer_dispatch, 1.4)[1] == \
+        pytest.approx(2.0 * spec.dispatch)
+    assert host_dispatch(spec.dispatch, ref, "megatron", "full", (0.0, 0.0), 1.4)[1] == spec.dispatch   # reentrant

@@ -24,7 +24,8 @@ from dse.estimate import (
     stages as _stages,
 )
 from dse.estimate.data_parallel import data_parallel, expert_parallel as _expert_parallel
-from dse.estimate.kernel_table import Link, kernel_tables, kernel_times
+from dse.estimate.kernel_cost import Link
+from dse.estimate.kernel_table import kernel_tables, kernel_times
 from dse.estimate.links import expert_replicas, links
 from dse.estimate.parameters import parameters
 from dse.estimate.terms import BaseTerms, TimeTerms
@@ -307,7 +308,7 @@ def optimizer_step(system: SystemSpec, plan: Plan, i: BaseTerms, r: Recipe, C: F
 
 def _attention_cost(system: SystemSpec, plan: Plan, peak: Num) -> Any:
     """The kernel costs of the plan's GEMM classes on the system's GPU (:func:`dse.estimate.kernel_table.cost_of`)."""
-    from dse.estimate.kernel_table import cost_of
+    from dse.estimate.kernel_cost import cost_of
 
     r = recipe_of(plan)
     g = system.node.gpu.peak_flops

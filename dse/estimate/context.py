@@ -139,7 +139,7 @@ def times(tables: dict[str, Any], kernel_cost: Any, lk: dict[str, Any], plan: An
         fwd = bwd = (P.alltoall_time(row["cp_a2a_qkv"], cp, link.bandwidth, path=link.path)
                      + P.alltoall_time(row["cp_a2a_out"], cp, link.bandwidth, path=link.path))
     else:
-        from dse.estimate.kernel_table import kernel_time
+        from dse.estimate.kernel_cost import kernel_time
 
         f, b = kernel_time(row, kernel_cost, C)
         kv = row["cp_kv"]

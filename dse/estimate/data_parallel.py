@@ -12,7 +12,7 @@ from dse.specs.plan import folded
 
 if TYPE_CHECKING:
     from dse.estimate.aliases import FormulaModule, Num, Section
-    from dse.estimate.kernel_table import Link
+    from dse.estimate.kernel_cost import Link
     from dse.estimate.terms import BaseTerms
     from dse.formulas.precision import Recipe
     from dse.specs.model import ModelSpec

@@ -131,7 +131,7 @@ def breakdown(layer: dict[str, Any], gpu: GPUSpec, r: Recipe, peak: Num, t_weigh
     rotary: HBM-bound, unchanged by FP8 except the fused casts), ``cast`` (the cast and transpose kernels);
     ``weight_cast`` is the per-iteration weight cast's share of the iteration.
     """
-    from dse.estimate.kernel_table import cost_of, kernel_time
+    from dse.estimate.kernel_cost import cost_of, kernel_time
     from dse.formulas.precision import peak_flops
 
     bf16 = peak_flops(gpu.peak_flops, r.attention_dtype)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dse.estimate.kernel_table import Link
+from dse.estimate.kernel_cost import Link
 from dse.estimate.memo import ints, remembered
 from dse.formulas import parallelism as _parallelism
 from dse.formulas._array import clip, floor, where

@@ -41,13 +41,15 @@ def layer_entries(lt: dict[str, Num], overhead: Num, dispatch: Num, recompute: s
 
 
 def host_dispatch(dispatch: float, host: HostSpec, stack: str, recompute: str,
-                  layer: tuple[float, float] = (0.0, 0.0)) -> tuple[Num, Num, tuple[Num, Num]]:
+                  layer: tuple[float, float] = (0.0, 0.0), checkpoint: float = 1.0) -> tuple[Num, Num, tuple[Num, Num]]:
     """(host time per launch outside the layers, per launch inside a layer, per layer pass beyond its launches:
     forward, backward) of ``stack`` on ``host``.
 
     Formula: d_host = d_stack x s_host; in a layer d_layer = d_stack x s and D_pass = D_stack,pass x s, with
-    s = s_ckpt (the host's ``checkpoint_dispatch_scale``, default ``dispatch_scale``) under full recompute of an
-    eager stack, else s = s_host. A layer pass's host time is then L d_layer + D_pass
+    s = s_ckpt under full recompute of an eager stack, else s = s_host; s_ckpt is the host's own
+    ``checkpoint_dispatch_scale`` where it measured one, else s_host x c_stack (``checkpoint``: the stack's
+    ``checkpoint_dispatch``, what checkpointing adds to a layer's host time where the host did not measure
+    it). A layer pass's host time is then L d_layer + D_pass
     (:func:`dse.formulas.kernels.host_pass_time`).
     A stack's ``dispatch`` and ``layer_dispatch`` are its host times per launched kernel and per layer pass on the
     reference host (stacks/*.yaml: pytorch's from the layers of five Transformers families on the CPU build of
@@ -61,5 +63,8 @@ def host_dispatch(dispatch: float, host: HostSpec, stack: str, recompute: str,
     """
     scale = host.dispatch_scale
     ckpt = host.checkpoint_dispatch_scale
-    inner = ckpt if recompute == "full" and stack != "megatron" and ckpt is not None else scale
+    if recompute == "full" and stack != "megatron":
+        inner = ckpt if ckpt is not None else scale * checkpoint
+    else:
+        inner = scale
     return dispatch * scale, dispatch * inner, (layer[0] * inner, layer[1] * inner)

@@ -13,7 +13,7 @@ from dse.formulas._array import maximum, where
 
 if TYPE_CHECKING:
     from dse.estimate.aliases import Num, Section
-    from dse.estimate.kernel_table import Link
+    from dse.estimate.kernel_cost import Link
     from dse.estimate.terms import BaseTerms
     from dse.specs.model import ModelSpec
     from dse.specs.plan import Plan

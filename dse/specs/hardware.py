@@ -135,7 +135,7 @@ class HostSpec:
     checkpoint_dispatch_scale: float | None = spec_field(
         None, gt=0, help="the same for an op of a layer under torch.utils.checkpoint (non-reentrant: "
         "the eager stacks' recompute full; its forward, recompute and backward): us_per_op_checkpointed_step / 7.7 "
-        "us; default: dispatch_scale (checkpointing's own host time not priced)")
+        "us; default: dispatch_scale x the stack's checkpoint_dispatch (stacks/pytorch.yaml: measured on two hosts)")
     source: str = ""
 
 
