@@ -103,8 +103,12 @@ def passes(model):
     return forward, step
 
 
-def counts(model) -> dict:
-    """Aten ops (non-view, view) of a training step's forward and backward, and the nn.Module calls."""
+def counts(model, forward=None, backward=None) -> dict:
+    """Aten ops (non-view, view) of a training step's forward and backward, and the nn.Module calls.
+
+    ``forward``: the pass to count (default: the model's forward with the loss, :func:`passes`); ``backward``: what
+    runs the backward from its output (default: ``.backward()`` of the loss); scripts/measure_host_moe.py counts its
+    Megatron-Core layers with them."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -122,7 +126,7 @@ def counts(model) -> dict:
     def count_module(module, args):
         c["modules"] += 1
 
-    forward, _ = passes(model)
+    forward = forward or passes(model)[0]
     hook = torch.nn.modules.module.register_module_forward_pre_hook(count_module)
     model.zero_grad(set_to_none=True)
     mode = Record()
@@ -130,7 +134,7 @@ def counts(model) -> dict:
         with mode:
             loss = forward()
             mode.phase = "backward"
-            loss.backward()
+            loss.backward() if backward is None else backward(loss)
     finally:
         hook.remove()
     return c

@@ -40,15 +40,11 @@ import contextlib
 import json
 import os
 import platform
-import time
 
 TINY = {"hidden": 16, "ffn": 16, "heads": 2, "tokens": 8}
 WHAT = ("host time of one Megatron-Core MoELayer (alltoall dispatcher, SequentialMLP experts, aux-loss router; world "
         "size 1), of a dense Megatron-Core MLP and of whole Megatron-Core GPT layers (local spec) on the CPU build of "
         "torch, tiny tensors (TINY); fastest of the repeats in the thread's CPU time")
-VIEWS = {"view", "_unsafe_view", "t", "transpose", "permute", "expand", "split", "slice", "select", "unsqueeze",
-         "squeeze", "detach", "alias", "as_strided", "_reshape_alias", "split_with_sizes", "lift_fresh", "unbind",
-         "narrow", "expand_as", "reshape", "flatten", "unflatten"}
 
 
 def _cuda_shim() -> None:
@@ -190,52 +186,20 @@ def passes(layer):
 
 
 def timed(fns: list, repeats: int) -> list[float]:
-    """The fastest thread-CPU time of each callable [us], interleaved over ``repeats`` rounds after warm-up."""
-    for fn in fns:
-        fn()
-        fn()
-    best = [float("inf")] * len(fns)
-    for _ in range(repeats):
-        for i, fn in enumerate(fns):
-            t0 = time.thread_time()
-            fn()
-            best[i] = min(best[i], (time.thread_time() - t0) * 1e6)
-    return best
+    """The fastest thread-CPU time of each callable [us], interleaved over ``repeats`` rounds after warm-up
+    (scripts/measure_host_layers.py's ``timed``, one call a round)."""
+    from measure_host_layers import timed as timed_layers
+
+    return timed_layers(fns, 1, repeats)
 
 
 def counts(layer) -> dict:
-    """Non-view and view aten ops of the forward and the backward, and the forward's nn.Module calls."""
-    import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
+    """Non-view and view aten ops of the forward and the backward, and the forward's nn.Module calls
+    (scripts/measure_host_layers.py's ``counts``, with this script's passes)."""
+    from measure_host_layers import counts as counts_layers
 
-    c = {"ops_forward": 0, "views_forward": 0, "ops_backward": 0, "views_backward": 0, "modules": 0}
-
-    class Record(TorchDispatchMode):
-        phase = "forward"
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            name = func.__name__.split(".")[0]
-            kind = "views" if name in VIEWS or getattr(func, "is_view", False) else "ops"
-            c[f"{kind}_{self.phase}"] += 1
-            return func(*args, **(kwargs or {}))
-
-    def count_module(module, args):
-        if Record.phase == "forward":
-            c["modules"] += 1
-
-    forward, _ = passes(layer)
     layer.zero_grad(set_to_none=True)
-    hook = torch.nn.modules.module.register_module_forward_pre_hook(count_module)
-    mode = Record()
-    try:
-        with mode:
-            out = forward()
-            Record.phase = "backward"
-            out.float().sum().backward()
-    finally:
-        hook.remove()
-        Record.phase = "forward"
-    return c
+    return counts_layers(layer, passes(layer)[0], lambda out: out.float().sum().backward())
 
 
 def measure(experts: int, topk: int, repeats: int, layer: bool = False) -> dict:
