@@ -258,3 +258,17 @@ def test_search_block_path_equals_point_path_for_the_compositions():
     plans = [s["result"]["plan"] for s in seen]
     assert any(p["schedule"] == "dualpipe" and p["zero"] == 3 and p["offload_params"] == "cpu" for p in plans)
     assert any(p["cp"] == 2 and p["offload_optimizer"] == "cpu" and p["finetune"] == "lora" for p in plans)
+
+
+@pytest.mark.parametrize("zero", [1, 2])
+def test_a_cpu_step_sends_each_gpu_only_its_own_updated_partition(zero):
+    """ZeRO-Offload (Ren et al. 2021, section 4.2; DeepSpeed stage_1_and_2): each data-parallel rank copies the fp16
+    partition its CPU step updated to its GPU, then the ranks all-gather on the GPUs: host -> GPU bytes are the
+    fp16 parameters / dp (they were the whole model per GPU whatever dp)."""
+    import dse
+
+    params = dse.estimate("llama3-8b", "dgx-h100", dp=1, micro_batch=1, global_batch=8)["model"]["params"]
+    for dp in (1, 4, 8):
+        r = dse.estimate("llama3-8b", "dgx-h100", dp=dp, zero=zero, offload_optimizer="cpu", micro_batch=1,
+                         global_batch=8 * dp)
+        assert r["offload"]["links"]["gpu_host"]["bytes_to_gpu"] == pytest.approx(2 * params / dp, rel=1e-9)

@@ -80,9 +80,10 @@ def params_back(f: Flows, part: Partition, plan: Plan, t_post: Num, b_host: Num,
     """
     opt, par = plan.offload_optimizer, plan.offload_params
     node = part.gather_bytes * part.node_w
-    if opt == "cxl" and par == "gpu":
-        f.cxl_read = f.cxl_read + node
-        return maximum(t_post, O.transfer_time(node, bc[0]))
+    if opt == "cxl" and par == "gpu":   # each GPU's own updated partition (as host DRAM: offload_time.params_back)
+        up = part.gather_bytes * part.node_opt
+        f.cxl_read = f.cxl_read + up
+        return maximum(t_post, O.transfer_time(up, bc[0]))
     if par == "cxl":
         f.cxl_write = f.cxl_write + node
         t_w = O.transfer_time(node, bc[1])

@@ -222,13 +222,22 @@ def update(f: Flows, part: Partition, t_opt_base: Num, plan: Plan, system: Syste
 
 def params_back(f: Flows, part: Partition, plan: Plan, b_host: Num, b_write: Num, O: FormulaModule,
                 bc: tuple[Num, Num] = (INF, INF)) -> None:
-    """The updated fp16 parameters back where they live (GPU, host DRAM, CXL memory or the drives)."""
+    """The updated fp16 parameters back where they live (GPU, host DRAM, CXL memory or the drives).
+
+    CPU step, parameters on the GPU: each GPU receives the partition its own optimizer shard updated (``shard_opt``:
+    every parameter of the GPU without ZeRO, 1/dp of them under ZeRO 1-2), and the data-parallel ranks all-gather
+    the rest on the GPUs (priced with ZeRO's data-parallel communication, :mod:`dse.estimate.data_parallel`). Source:
+    ZeRO-Offload (Ren et al., USENIX ATC'21, section 4.2: "each data parallel process ... updates its partition of
+    the parameters on CPU, the updated fp16 partition is copied to GPU, followed by an all-gather"); DeepSpeed
+    ``stage_1_and_2.py`` (the fp32 partition copied into the GPU's fp16 partition, then ``all_gather_dp_groups``);
+    Megatron's distributed optimizer with ``--optimizer-cpu-offload`` likewise updates its shard and all-gathers.
+    """
     e = part.gather_bytes
     opt, par = plan.offload_optimizer, plan.offload_params
     t_post: Num = 0.0
     if opt != "gpu" and par == "gpu":
-        f.h2d = f.h2d + e * part.shard_w
-        t_post = O.transfer_time(e * part.shard_w, b_host)
+        f.h2d = f.h2d + e * part.shard_opt
+        t_post = O.transfer_time(e * part.shard_opt, b_host)
     elif opt == "gpu":                                        # GPU step, params offloaded: copy them back out
         f.d2h = f.d2h + e * part.shard_w
         t_post = O.transfer_time(e * part.shard_w, b_host)
