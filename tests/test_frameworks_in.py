@@ -206,6 +206,20 @@ def test_torchtitan_parallelism_and_bad_input(dse, tmp_path):
         assert r.code == 2 and r.err.count("\n") == 1 and str(toml) in r.err and words in r.err, (text, r.err)
 
 
+def test_torchtitan_default_resharding_follows_pipeline(dse, tmp_path):
+    """torchtitan's fsdp_reshard_after_forward "default" keeps the gathered weights under pipeline parallelism
+    (ZeRO-2's memory and traffic) and reshards without it (ZeRO-3): get_fsdp_reshard_after_forward_policy."""
+    toml = tmp_path / "job.toml"
+    for pp, policy, zero in ((4, None, 2), (1, None, 3), (4, "always", 3), (1, "never", 2)):
+        line = "" if policy is None else f'fsdp_reshard_after_forward = "{policy}"\n'
+        toml.write_text('[model]\nname = "llama3"\nflavor = "70B"\n[training]\nlocal_batch_size = 8\n'
+                        f'seq_len = 4096\n[parallelism]\ndata_parallel_shard_degree = 2\n{line}'
+                        f'tensor_parallel_degree = 8\npipeline_parallel_degree = {pp}\n'
+                        'pipeline_parallel_microbatch_size = 2\n')
+        plan, _ = _plan(dse("estimate", "--from", "torchtitan", toml, "--hw", "a100-cluster-800g", "--json"))
+        assert (plan["pp"], plan["zero"]) == (pp, zero), (pp, policy, plan["zero"])
+
+
 def test_estimate_without_from_does_not_import_frameworks():
     code = ("import sys; from dse.cli import main; main(['estimate', '--json']); "
             "sys.stderr.write(str([m for m in sys.modules if m.startswith('dse.frameworks')]))")

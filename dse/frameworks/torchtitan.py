@@ -11,10 +11,10 @@ is the shape of a file). What maps:
   ``pipeline_parallel_microbatch_size`` the micro-batch, ``pipeline_parallel_schedule`` 1F1B/GPipe/
   Interleaved1F1B), ``data_parallel_replicate_degree`` x ``data_parallel_shard_degree`` -> dp (-1: the
   GPUs left over; the TOML does not hold the world size, so: all of the hardware's), FSDP sharding ->
-  ZeRO-3 (``fsdp_reshard_after_forward = "never"`` keeps the gathered weights from forward to backward:
-  ZeRO-2's memory and traffic), replication only (DDP) -> ZeRO-0; either overlaps its communication with
-  compute (overlap_grad_reduce, always on); ``expert_parallel_degree`` -> ep (torchtitan
-  borrows the expert-parallel ranks from the data-parallel ones, as Megatron-Core and dse do);
+  ZeRO-3 (``fsdp_reshard_after_forward = "never"``, and ``"default"`` under pipeline parallelism, keep the
+  gathered weights from forward to backward: ZeRO-2's memory and traffic), replication only (DDP) -> ZeRO-0;
+  either overlaps its communication with compute (overlap_grad_reduce, always on); ``expert_parallel_degree``
+  -> ep (torchtitan borrows the expert-parallel ranks from the data-parallel ones, as Megatron-Core and dse do);
 - ``[training]``: ``local_batch_size`` (``batch_size`` before 2025) per data-parallel rank and step,
   ``global_batch_size`` (-1: local x dp; more: gradient accumulation), ``seq_len``,
   ``mixed_precision_param`` bfloat16 -> bf16 (float32: not modelled), ``enable_cpu_offload`` -> FSDP's
@@ -112,7 +112,12 @@ def _parallelism(imp: Imported, t: Tree) -> None:
     if shard == 1:
         imp.set("zero", 0, f"{p}.data_parallel_shard_degree")
     else:
-        imp.set("zero", 2 if reshard == "never" else 3, f"{p}.data_parallel_shard_degree")
+        # "default" is torchtitan's smart default: no resharding after forward when pipeline parallelism is on (no
+        # all-gather per micro-batch), resharding otherwise (torchtitan/distributed/fsdp.py,
+        # get_fsdp_reshard_after_forward_policy: "default" -> not pp_enabled; pytorch/torchtitan b5bcd76c66)
+        gathered = reshard == "never" or (reshard == "default" and pp > 1)
+        imp.set("zero", 2 if gathered else 3,
+                f"{p}.fsdp_reshard_after_forward" if gathered else f"{p}.data_parallel_shard_degree")
     # FSDP2's fully_shard prefetches the next module's all-gather and overlaps each reduce-scatter with backward;
     # DDP overlaps its bucketed all-reduce with backward (Li et al. 2020, "PyTorch Distributed", VLDB, sec. 3.2.3):
     # torchtitan has no switch that turns either off
