@@ -151,7 +151,8 @@ def collective_time(row: Row, link: Link, P: Module) -> Num:
 
 def table_time(table: Table, hw: KernelCost, link: Link, C: Module, P: Module, *, recompute: str = "none",
                async_tp: bool = False, count: bool = False, ep_link: Link | None = None,
-               launches: dict[str, tuple[int, int]] | None = None, etp_link: Link | None = None) -> dict[str, Num]:
+               launches: dict[str, tuple[int, int]] | None = None, etp_link: Link | None = None,
+               rows: dict[str, tuple[Num, Num]] | None = None) -> dict[str, Num]:
     """Forward, backward and recompute time of the kernels of ``table`` on one GPU (``P``: parallelism module).
 
     Returns ``forward``, ``backward``, ``recompute`` (GPU time, collectives included), ``weight_backward`` (the
@@ -159,7 +160,9 @@ def table_time(table: Table, hw: KernelCost, link: Link, C: Module, P: Module, *
     ``tp_backward`` (the collectives' share), ``ep_forward`` and ``ep_backward`` (the expert-parallel all-to-alls'
     share: rows of group ``ep`` run on ``ep_link``, of group ``etp`` on ``etp_link``); with ``count``, also
     ``kernels_forward`` and ``kernels_backward`` (the host's launches: :func:`dse.formulas.kernels.table_launches`
-    with the stack's ``launches``, for the launch floor). Other collectives run on ``link`` (:func:`collective_time`);
+    with the stack's ``launches``, for the launch floor; and, given ``rows``, each row's forward time and launches in
+    it, in table order: a host synchronisation's pipeline, :func:`dse.estimate.passes.moe_sync_time`). Other
+    collectives run on ``link`` (:func:`collective_time`);
     with ``async_tp``
     a backward one hides behind the weight-gradient GEMM it names (``hidden_by``), which takes as long as
     that GEMM's forward. Full recompute runs the whole forward again, collectives included; selective runs
@@ -195,6 +198,7 @@ def table_time(table: Table, hw: KernelCost, link: Link, C: Module, P: Module, *
             a2a = collective_time(row, ep_link or link, P)
             if row["pass"] == "forward":
                 ep_f = ep_f + a2a
+                times[name] = a2a, 0.0
             else:
                 ep_b = ep_b + a2a
             continue
@@ -205,6 +209,7 @@ def table_time(table: Table, hw: KernelCost, link: Link, C: Module, P: Module, *
                 ar = where(msg > 0, ar, 0.0)
         if row["pass"] == "forward":
             tp_f = tp_f + ar
+            times[name] = ar, 0.0
         elif async_tp and "hidden_by" in row:
             hidden.append((ar, row["hidden_by"]))
         else:
@@ -217,7 +222,10 @@ def table_time(table: Table, hw: KernelCost, link: Link, C: Module, P: Module, *
     out = {"forward": fwd, "backward": bwd, "recompute": rec, "tp_forward": tp_f, "tp_backward": tp_b,
            "ep_forward": ep_f, "ep_backward": ep_b, "weight_backward": wgrad}
     if count:
-        out["kernels_forward"], out["kernels_backward"] = _kernels.table_launches(
-            table, launches, link.ranks, link.ranks if ep_link is None else ep_link.ranks,
-            None if etp_link is None else etp_link.ranks)
+        ranks = (link.ranks, link.ranks if ep_link is None else ep_link.ranks,
+                 None if etp_link is None else etp_link.ranks)
+        out["kernels_forward"], out["kernels_backward"] = _kernels.table_launches(table, launches, *ranks)
+        if rows is not None:
+            rows.update({name: (times[name][0], _kernels.row_launches(name, row, launches, *ranks)[0])
+                         for name, row in table.items() if name in times})
     return out

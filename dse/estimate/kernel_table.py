@@ -28,7 +28,7 @@ from dse.estimate.kernel_cost import (  # noqa: F401 (re-exported: the estimate'
     kernel_time,
     table_time,
 )
-from dse.estimate.passes import host_dispatch, layer_entries
+from dse.estimate.passes import host_dispatch, layer_entries, moe_sync_time
 from dse.estimate.table_inputs import (
     END_SUMS,
     attention_shares,
@@ -175,8 +175,9 @@ def kernel_times(tables: dict[str, Any], system: SystemSpec, plan: Plan, peak: N
                                                          spec.layer_dispatch, spec.checkpoint_dispatch)
     count = bool(dispatch)
     launches = _kernels.megatron_launches(**tables.get("bias", {})) if stack == "megatron" else None
+    rows: dict[str, tuple[Num, Num]] = {}     # the layer's rows in order: the MoE dispatcher's wait (below)
     lt = table_time(tables["layer"], hw, lk["tp"], C, P, recompute=plan.recompute, async_tp=async_tp, count=count,
-                    ep_link=lk.get("ep"), launches=launches, etp_link=lk.get("etp"))
+                    ep_link=lk.get("ep"), launches=launches, etp_link=lk.get("etp"), rows=rows)
     last = lt
     if "dense_layer" in tables:   # a mixed dense/MoE model: the mean layer's time
         dt = table_time(tables["dense_layer"], hw, lk["tp"], C, P, recompute=plan.recompute, async_tp=async_tp,
@@ -190,12 +191,12 @@ def kernel_times(tables: dict[str, Any], system: SystemSpec, plan: Plan, peak: N
             part["forward"] = maximum(part["forward"], dispatch * part["kernels_forward"])
             part["backward"] = maximum(part["backward"], dispatch * part["kernels_backward"])
     # Megatron-Core's dropless token dispatcher waits for the per-expert token counts once per MoE layer forward
-    # (and its full recompute): the GPU idles while the host issues the next launch
+    # (and its full recompute): the pipeline restarts from an empty GPU queue (dse.estimate.passes.moe_sync_time)
     sync: Num = 0.0
     if launches is not None and "router" in tables["layer"]:
         pad = bool(getattr(plan, "pad_to_capacity", False))
         syncs = _kernels.moe_host_syncs(tables["layer"]["router"]["n"], pad=pad)[0]
-        sync = _kernels.sync_exposed_time(syncs, dispatch)
+        sync = syncs * moe_sync_time(tables["layer"], rows, layer_dispatch) if syncs and rows else 0.0
     host = (eff.layer_overhead, layer_dispatch if count else 0, plan.recompute)
     out = {**layer_entries(lt, *host, sync * tables.get("moe_share", 1.0), layer_host),
            "t_head": head["forward"] + head["backward"], "t_embed": emb["forward"] + emb["backward"]}
@@ -246,4 +247,4 @@ def _times_key(tables: dict[str, Any], gpu: GPUSpec, host: HostSpec, plan: Plan,
             getattr(plan, "stack", "megatron"), bool(getattr(plan, "pad_to_capacity", False)),
             C.gemm_time, C.memory_time, P.allreduce_time, P.allgather_time, P.hierarchical_alltoall_time,
             _kernels.table_launches, _kernels.row_launches, _kernels.megatron_launches, _kernels.moe_host_syncs,
-            _kernels.sync_exposed_time, _kernels.host_pass_time)
+            _kernels.restart_exposed_time, _kernels.stream_time, _kernels.moe_sync_row, _kernels.host_pass_time)

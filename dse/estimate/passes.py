@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from dse.formulas import kernels as _kernels
 from dse.formulas._array import Num, maximum
 from dse.formulas.kernels.launches import host_pass_time
+from dse.formulas.kernels.rows import Table
 
 if TYPE_CHECKING:
     from dse.specs.hardware import HostSpec
@@ -24,6 +26,35 @@ def layer_passes(lt: dict[str, Num], overhead: Num, dispatch: Num, recompute: st
     full = recompute == "full"
     return (maximum(lt["forward"], host_f) + sync, maximum(lt["backward"], host_b),
             maximum(lt["recompute"], host_f if full else 0.0) + (sync if full else 0.0))
+
+
+def moe_sync_time(table: Table, rows: dict[str, tuple[Num, Num]], dispatch: Num) -> Num:
+    """What Megatron-Core's MoE dispatcher's wait for the token counts adds to a layer's forward pass
+    (:func:`~dse.formulas.kernels.restart_exposed_time`; 0 for a table without a router).
+
+    The rows (``rows``: each one's forward GPU time and launches, :func:`dse.estimate.kernel_table.table_time`) in
+    the order the host issues them after the wait: from :func:`~dse.formulas.kernels.moe_sync_row` to the table's
+    end, then the next layer's rows up to the wait; each row's host time its launches x ``dispatch``. The FP8 casts
+    (``fp8_cast``, one row at the table's end) run before the GEMM whose input they cast: each FP8 GEMM's ``cast``
+    (bytes, kernels; :func:`dse.formulas.fp8.apply_layer`) places its kernels there, with the row's time split by
+    bytes."""
+    first = _kernels.moe_sync_row(table)
+    if first is None:
+        return 0.0
+    cast = rows["fp8_cast"][0] if "fp8_cast" in rows else None
+    total = table["fp8_cast"]["bytes"] if "fp8_cast" in table else 0.0
+    seq: list[tuple[Num, Num, Num]] = []
+    for name, (g, n) in rows.items():
+        if name == first:
+            start = len(seq)
+        if name == "fp8_cast":
+            continue
+        if "cast" in table[name] and cast is not None:
+            b, k = table[name]["cast"]
+            seq.append((k * dispatch, cast * b / maximum(total, 1e-30), k))
+        seq.append((n * dispatch, g, n))
+    host, gpu, kernels = zip(*(seq[start:] + seq[:start]))
+    return _kernels.restart_exposed_time(host, gpu, kernels)
 
 
 def layer_entries(lt: dict[str, Num], overhead: Num, dispatch: Num, recompute: str, sync: Num,

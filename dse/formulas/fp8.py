@@ -181,7 +181,8 @@ def apply_layer(table: dict[str, Any], *, scaling: str = "delayed", bytes_per_el
     scale from it, cast + transpose: Transformer Engine ``Float8CurrentScalingQuantizer::quantize_impl``,
     transformer_engine/pytorch/csrc/quantizer.cpp), and per local expert for a grouped GEMM (``split_quantize``
     fuses the experts into one multi-tensor cast for delayed scaling only, ``multi_tensor_quantize_impl``: "Currently
-    only have fused kernel for FP8 delayed scaling"; current scaling quantizes each expert's rows on their own)
+    only have fused kernel for FP8 delayed scaling"; current scaling quantizes each expert's rows on their own);
+    each FP8 GEMM row's ``cast`` is its input's share of them (forward bytes, kernels), which run just before it
     Source: the module docstring (Transformer Engine's Linear, LayerNormLinear, LayerNormMLP); Megatron-Core's
     MoE and MLA layers with Transformer Engine: the MoE layer's ``pre_mlp_layernorm`` is a separate TENorm (its
     output also feeds the router), the routed experts are TE ``GroupedLinear`` modules (``TEGroupedMLP``) whose
@@ -231,15 +232,16 @@ def apply_layer(table: dict[str, Any], *, scaling: str = "delayed", bytes_per_el
             bwd = bwd + cast_bytes(m * n, scaling, e)          # the output gradient dY, cast and transposed
             tensors = row["batch"] if routed and name.startswith("expert_") else 1   # current scaling: per expert
             kb += 1 if delayed else 3 * tensors
+            own: tuple[Num, int] = (0, 0)                    # its input's cast: bytes, kernels (forward)
             if not delayed:                                    # the input: amax, scale, cast + transpose
-                fwd = fwd + cast_bytes(m * k, scaling, e)
-                kf += 3 * tensors
+                own = cast_bytes(m * k, scaling, e), 3 * tensors
             elif name in fused:
                 bwd = bwd + 2 * FP8_BYTES * m * k              # written in FP8 by its producer: transpose it later
                 kb += 1
             else:                                              # cast + transpose by its module
-                fwd = fwd + cast_bytes(m * k, scaling, e)
-                kf += 1
+                own = cast_bytes(m * k, scaling, e), 1
+            fwd, kf = fwd + own[0], kf + own[1]
+            row["cast"] = own                                  # where in the layer fp8_cast's forward kernels run
         elif delayed and name in fused_out:                    # the norm writes its output in FP8
             row = {**row, "bytes": row["bytes"] * (e + FP8_BYTES) / (2 * e)}
         elif name in ("activation", "expert_activation", "shared_activation"):   # fc2's saved input in FP8

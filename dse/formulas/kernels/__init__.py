@@ -149,11 +149,14 @@ from dse.formulas.kernels.sums import (
     saved_bytes,
     weight_gemms,
 )
+from dse.formulas.kernels.sync import moe_sync_row, restart_exposed_time, stream_time
 
 __all__ = ["KINDS", "layer_kernels", "moe_mlp_kernels", "dispatcher_gathers", "mla_attention_kernels",
            "cross_attention_kernels", "position_bias_kernel", "embedding_kernels", "head_kernels", "mtp_kernels", "weight_gemms",
            "forward_flops", "recomputed_flops", "executed_flops", "backward_flops", "saved_bytes", "packed_bytes",
            "rerun_bytes", "message_bytes", "MEGATRON_LAUNCHES", "megatron_launches", "row_launches", "table_launches",
            "host_pass_time", "step_host_time", "softmax_row",
-           "fused_softmax_available", "moe_host_syncs", "sync_exposed_time", "sort_chunk_rows", "expert_bias_row",
+           "fused_softmax_available", "moe_host_syncs", "sync_exposed_time", "stream_time", "restart_exposed_time",
+           "moe_sync_row",
+           "sort_chunk_rows", "expert_bias_row",
            "unfused_rotary_row", "glu_clamp_row"]

@@ -188,7 +188,8 @@ def moe_host_syncs(experts: int, pad: bool = False) -> tuple[int, int]:
     GEMM takes its ``m_splits`` as a host list); ``drop_and_pad`` (``--moe-pad-expert-input-to-capacity``) returns
     fixed counts before any copy and leaves ``cuda_sync_point`` at ``no_sync``; ``MoEAllGatherTokenDispatcher``
     calls ``.cpu()`` on its counts (one sync). Backward reuses the host split sizes the forward kept (the
-    all-to-all's autograd function and the grouped GEMM's saved ``m_splits``): no sync.
+    all-to-all's autograd function and the grouped GEMM's saved ``m_splits``): no sync. What the wait costs a pass:
+    :func:`dse.formulas.kernels.restart_exposed_time` from the row :func:`dse.formulas.kernels.moe_sync_row` names.
 
     Args:
         experts: routed experts of the layer [count]
@@ -209,7 +210,8 @@ def sync_exposed_time(syncs: Num, dispatch: Num) -> Num:
     GPU's queue (the host waits until every kernel issued before it has run), so the host's lead is lost: the
     kernel after it reaches the GPU only d after the wait ends, and the pass takes max(GPU, host) + n_sync d.
     Assumes the GPU-bound case (a host-bound pass also waits for the GPU's last queued kernel: not counted) and
-    the device-to-host copy finished before the wait (Megatron issues it early on a side stream).
+    the device-to-host copy finished before the wait (Megatron issues it early on a side stream): the GPU-bound
+    limit of :func:`dse.formulas.kernels.restart_exposed_time`, which the estimate prices.
     Source: CUDA C++ Programming Guide, "Asynchronous Concurrent Execution" (cudaStreamSynchronize blocks the host
     until the stream's preceding work completes); the launch floor of :func:`table_launches`.
 
