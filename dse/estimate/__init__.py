@@ -90,8 +90,24 @@ def bottleneck(r: Result) -> str:
             second = x
     (v1, k1), (v2, k2) = first, second
     head = _HEADS.get(k1, "Communication-bound")
-    return (f"{head}: {TIME_PARTS[k1]} take {100 * v1 / total:.0f}% of the iteration; "
-            f"next is {TIME_PARTS[k2]} ({100 * v2 / total:.0f}%).")
+    out = (f"{head}: {TIME_PARTS[k1]} take {100 * v1 / total:.0f}% of the iteration; "
+           f"next is {TIME_PARTS[k2]} ({100 * v2 / total:.0f}%).")
+    load = float(t.get("host_load", 0.0))
+    if load >= 1.0:
+        out += (" A layer pass waits for the host (its launches take up to {:.1f}x the GPU's time): the estimate "
+                "rests on the host's speed" + _HOST_HINT).format(load)
+    elif load >= HOST_LOAD_NOTE:
+        out += (f" The host issues a layer pass's kernels in {100 * load:.0f}% of its GPU time: a host "
+                f"{1 / load:.1f}x slower makes that pass host-bound" + _HOST_HINT)
+    return out
+
+
+#: host_load (time.host_load) from which the bottleneck sentence says the host is close to binding: within a
+#: factor 2, less than hosts differ (the two measured VMs take 4.2-4.6x the reference host's time per launch:
+#: hwspecs/hosts/firecracker-xeon-vm*.yaml), and where the h200-hf rows show a pass's host-bound stretches (its
+#: small kernels) already adding time that max(GPU, host) does not count
+HOST_LOAD_NOTE = 0.5
+_HOST_HINT = " (measure it: dse measure, then dse calibrate --params dispatch_scale)."
 
 
 def run(model: ModelSpec, system: Hardware, plan: Plan, *, trace: Trace | None = None) -> Result:

@@ -21,11 +21,24 @@ def layer_passes(lt: dict[str, Num], overhead: Num, dispatch: Num, recompute: st
     running the layer's own code (``layer_host``: forward, backward; :func:`~dse.formulas.kernels.host_pass_time`)
     and spending ``overhead`` per pass (backward twice); ``sync``: the MoE dispatcher's host wait, forward and full
     recompute (whose host time is the forward's)."""
-    host_f = overhead + (host_pass_time(lt["kernels_forward"], dispatch, layer_host[0]) if dispatch else 0.0)
-    host_b = 2 * overhead + (host_pass_time(lt["kernels_backward"], dispatch, layer_host[1]) if dispatch else 0.0)
+    host_f, host_b, host_r = layer_host_times(lt, overhead, dispatch, recompute, layer_host)
     full = recompute == "full"
     return (maximum(lt["forward"], host_f) + sync, maximum(lt["backward"], host_b),
-            maximum(lt["recompute"], host_f if full else 0.0) + (sync if full else 0.0))
+            maximum(lt["recompute"], host_r) + (sync if full else 0.0))
+
+
+def layer_host_times(lt: dict[str, Num], overhead: Num, dispatch: Num, recompute: str,
+                     layer_host: tuple[Num, Num] = (0.0, 0.0)) -> tuple[Num, Num, Num]:
+    """The host's time for a layer's forward, backward and recompute pass (what :func:`layer_passes` sets against
+    the GPU's).
+
+    Formula: H_f = o + L_f d + D_f, H_b = 2 o + L_b d + D_b, H_r = H_f under full recomputation (else 0), with
+    L the pass's launched kernels, d the host time per launch (``dispatch``; 0: the host is not counted, only
+    ``overhead`` o), D the layer's own code per pass (``layer_host``; :func:`~dse.formulas.kernels.host_pass_time`).
+    """
+    host_f = overhead + (host_pass_time(lt["kernels_forward"], dispatch, layer_host[0]) if dispatch else 0.0)
+    host_b = 2 * overhead + (host_pass_time(lt["kernels_backward"], dispatch, layer_host[1]) if dispatch else 0.0)
+    return host_f, host_b, host_f if recompute == "full" else 0.0 * host_f
 
 
 def moe_sync_time(table: Table, rows: dict[str, tuple[Num, Num]], dispatch: Num) -> Num:
@@ -61,14 +74,17 @@ def layer_entries(lt: dict[str, Num], overhead: Num, dispatch: Num, recompute: s
                   layer_host: tuple[Num, Num] = (0.0, 0.0)) -> dict[str, Num]:
     """A layer's entries of :func:`dse.estimate.kernel_table.kernel_times` from its table time ``lt``
     (:func:`dse.estimate.kernel_table.table_time`): GPU time per pass, its TP and EP shares, the passes with the
-    host's share (:func:`layer_passes`), their total, the weight-gradient GEMMs' time and the host's excess."""
+    host's share (:func:`layer_passes`), their total, the weight-gradient GEMMs' time, the host's excess and the host's
+    time per pass (:func:`layer_host_times`)."""
     layer_fwd, layer_bwd, layer_rec = layer_passes(lt, overhead, dispatch, recompute, sync, layer_host)
     layer_total = layer_fwd + layer_bwd + layer_rec
+    host_f, host_b, host_r = layer_host_times(lt, overhead, dispatch, recompute, layer_host)
     return {"gpu_fwd": lt["forward"], "gpu_bwd": lt["backward"], "gpu_rec": lt["recompute"],
             "tp_fwd": lt["tp_forward"], "tp_bwd": lt["tp_backward"], "ep_fwd": lt["ep_forward"],
             "ep_bwd": lt["ep_backward"], "layer_fwd": layer_fwd, "layer_bwd": layer_bwd,
             "layer_rec": layer_rec, "layer_total": layer_total, "layer_wgrad": lt["weight_backward"],
-            "layer_host_excess": layer_total - (lt["forward"] + lt["backward"] + lt["recompute"])}
+            "layer_host_excess": layer_total - (lt["forward"] + lt["backward"] + lt["recompute"]),
+            "host_fwd": host_f, "host_bwd": host_b, "host_rec": host_r}
 
 
 def host_dispatch(dispatch: float, host: HostSpec, stack: str, recompute: str,

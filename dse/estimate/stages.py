@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 Holding = tuple[int, int, int, int, int]
 #: the per-layer entries of dse.estimate.kernel_table.kernel_times (a kind's: "dense:KEY", "moe:KEY")
 LAYER_KEYS = ("gpu_fwd", "gpu_bwd", "gpu_rec", "tp_fwd", "tp_bwd", "ep_fwd", "ep_bwd", "layer_fwd", "layer_bwd",
-              "layer_rec", "layer_total", "layer_wgrad", "layer_host_excess")
+              "layer_rec", "layer_total", "layer_wgrad", "layer_host_excess", "host_fwd", "host_bwd", "host_rec")
 
 
 def is_moe(model: ModelSpec, i: int) -> bool:

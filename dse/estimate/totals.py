@@ -63,12 +63,24 @@ def breakdown(plan: Plan, i: BaseTerms, kt: Section, pp: Section, dp: Section, t
         "per_microbatch": pp["stage_max"],
         "layer_forward": mean["layer_fwd"],
         "layer_backward": mean["layer_bwd"],
+        "host_load": host_load(kt),
     }
     if moe:
         out["ep_communication"] = m * ep_mb
     if "t_mtp" in kt:   # multi-token prediction: its depths on the last stage, in the parts (and "mtp": of which)
         _mtp.breakdown(out, kt, m, single, dual is not None, None if st is None else st["mtp"])
     return out
+
+
+def host_load(kt: Section) -> Num:
+    """How close the host is to setting a layer's time: the largest ratio of a layer pass's host time to its GPU
+    time (forward, backward, recompute; :func:`dse.estimate.passes.layer_host_times`). Below 1 the GPU sets the
+    pass and the host's speed does not enter the estimate; a host 1/load times slower would make it host-bound;
+    at or above 1 the pass waits for the host (the ``overhead`` part). Dimensionless; 0 where the stack prices
+    no host time."""
+    ratio = [where(kt[g] > 0, kt[h] / maximum(kt[g], 1e-30), 0.0)
+             for h, g in (("host_fwd", "gpu_fwd"), ("host_bwd", "gpu_bwd"), ("host_rec", "gpu_rec"))]
+    return maximum(maximum(ratio[0], ratio[1]), ratio[2])
 
 
 def flops(model: ModelSpec, plan: Plan, sums: Section) -> Section:
