@@ -12,6 +12,12 @@ eager attention, no recomputation) and divides each kernel's measured device tim
   of a (T, h) tensor), the broadcast add of the causal mask over the (b, a, s, s) scores (a read and a write of the
   scores; the one other such add per step, the position embedding's, is a (T, h) one), and the cat of the q, k, v
   gradients (a read and a write of (T, 3h)). Rate: bytes / time.
+  Two rates (``strided``: the clones and the cat, whose operands are read and written in different orders --
+  uncoalesced on one side; ``unvectorized``: the mask add, whose operands share one order, the mask broadcast), for
+  the GPU fields ``memory_strided`` and ``memory_unvectorized``. The second also prices the dtype-converting copies
+  (``unrolled_elementwise_kernel``), the broadcast products of RMSNorm and rotary positions and the slices of the
+  Llama-family stacks, none of them in GPT-2: checked out of sample on data/h200/hf_families.jsonl
+  (tests/test_unvectorized.py).
 - ``softmax``: ``softmax_warp_forward`` / ``softmax_warp_backward`` over rows of s <= 1,024 elements: one warp per
   row, an exp, a max and a sum per element, run at a rate of elements per second that does not depend on the
   dtype (the fp32 softmax of Llama-family eager attention runs at the same element rate: printed from
@@ -141,9 +147,10 @@ def main() -> None:
     path = sys.argv[1] if len(sys.argv) > 1 else "data/h200/gpt2_hf.jsonl"
     rows = [json.loads(x) for x in open(path)]
     per = gpt2_rates(rows)
-    strided = [r[k] for r in per for k in ("strided_clone_GBps", "strided_mask_add_GBps", "strided_cat_GBps")]
+    strided = [r[k] for r in per for k in ("strided_clone_GBps", "strided_cat_GBps")]
     fam = family_rates([json.loads(x) for x in open(path.replace("gpt2_hf", "hf_families"))])
     summary = {"strided_GBps_median": statistics.median(strided),
+               "unvectorized_GBps_median": statistics.median(r["strided_mask_add_GBps"] for r in per),
                "softmax_forward_Gelem_s_median": statistics.median(r["softmax_forward_Gelem_s"] for r in per),
                "softmax_backward_Gelem_s_median": statistics.median(r["softmax_backward_Gelem_s"] for r in per)}
     both = rows + [json.loads(x) for x in open(path.replace("gpt2_hf", "hf_families"))]

@@ -100,8 +100,9 @@ def test_a100_calibration_is_kept_and_carried_over():
     h200 = dataclasses.asdict(component("h200-sxm-141gb").efficiency)
     assert h100["gemm_overhead"] < 10e-6 and h200["gemm_overhead"] < 10e-6
     assert {k: h200[k] for k in ("gemm_fp8", "gemm_fp8_depth")} == {k: h100[k] for k in ("gemm_fp8", "gemm_fp8_depth")}
-    # the non-vectorized element-wise path: the same absolute rate (not share of HBM) on both
-    assert h200["memory_strided"] * 4.8e12 == pytest.approx(h100["memory_strided"] * 3.35e12, rel=0.01)
+    # the non-vectorized element-wise paths: nearly the same absolute rate (not share of HBM) on both (same SMs)
+    for k in ("memory_strided", "memory_unvectorized"):
+        assert h100[k] * 3.35e12 == pytest.approx(h200[k] * 4.8e12, rel=0.10)
 
 
 def pcie(gts: float, lanes: int) -> float:

@@ -132,6 +132,6 @@ def test_the_suite_runs_meets_its_memory_target_and_documents_its_time_miss():
     assert r.stats["cases"] == 110
     checks = r.target_checks()
     assert checks["memory mape"]
-    assert not checks["time mape"] and "time mape" in r.target_misses
+    assert checks["time mape"] and not r.target_misses     # 7.5 % since eager PyTorch's non-vectorized paths
     assert r.accepted
     assert r.stats["by_quantity"]["time"]["spearman"] > 0.8

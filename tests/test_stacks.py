@@ -174,7 +174,11 @@ def test_the_pytorch_stack_reproduces_the_traced_bytes_and_saved_tensors_of_a_la
     cuda_only_copy = 2 * q if attn == "sdpa" else 0             # the output-layout copy, each pass
     fa2 = (3 * q + 4 * tok * d["heads"] + 2 * 2 * q) if attn == "sdpa" else 0   # D = rowsum(dO*O); fp32 dQ
     ln_second_kernel = 2 * 2 * h if m.norm == "layernorm" else 0
-    bwd -= cuda_only_copy + fa2 + ln_second_kernel + t["grad_accumulate"]["bytes_backward"]
+    # CUDA's softmax backward multiplies grad by output in a kernel of its own (SoftMax.cu): 3 passes of the scores,
+    # in the softmax's dtype (GPT-2's bf16; the Llama family's, OPT's and GPT-NeoX's fp32)
+    scores = d["b"] * d["heads"] * d["s"] ** 2
+    softmax_product = 3 * scores * (2 if arch == "gpt2" else 4) if attn == "eager" else 0
+    bwd -= cuda_only_copy + fa2 + ln_second_kernel + softmax_product + t["grad_accumulate"]["bytes_backward"]
     if arch == "gpt_neox":       # its rotated q is contiguous: the CPU kernel returns (b, a, s, d) and copies it too
         cuda_only_copy = 0
     fwd -= cuda_only_copy

@@ -36,7 +36,7 @@ def test_h100_hf_suite_meets_the_memory_target_and_documents_the_time_miss():
     assert not r.passed and r.accepted
     assert [c.name for c in r.cases if not c.within and not c.expected_miss] == []
     assert all(c.within for c in r.cases if c.quantity == "memory")
-    assert set(r.target_misses) == {"time mape"}
+    assert r.target_checks()["time mape"] and not r.target_misses     # 6.9 % since the non-vectorized paths
     assert q["memory"]["mape"] <= 0.015 and q["time"]["mape"] <= 0.15, q
     assert q["time"]["spearman"] >= 0.95 and q["memory"]["spearman"] >= 0.99, q
     # the worst time case is the checkpointed GPT-2 medium at micro-batch 4 (host time of checkpointing, unpriced)
@@ -72,8 +72,8 @@ def test_h100_hf_scenarios_match_the_measured_models():
 def test_h100_hf_cli_summary_and_exit_codes(dse):
     r = dse("validate", "h100-hf")
     assert r.code == 1
-    assert "time MAPE 8.5%" in " ".join(r.out.split()) and "documented miss" in r.out
+    assert "time MAPE 6.9%" in " ".join(r.out.split()) and "expected misses" in r.out
     r = dse("validate", "h100-hf", "--allow-expected-misses", "-v")
     assert r.code == 0
     text = " ".join(r.out.split())
-    assert "CUDA-only kernels" in text and "checkpoint" in text and "expected target miss" in text
+    assert "CUDA-only kernels" in text and "checkpoint" in text and "expected target miss" not in text

@@ -45,6 +45,8 @@ class KernelCost(NamedTuple):
     strided: Num | None = None          # achieved share of the HBM bandwidth on the non-vectorized path (None: memory)
     softmax: Num | None = None          # row softmax forward elements per second (None: bytes-bound only) [1/s]
     softmax_backward: Num | None = None  # row softmax backward elements per second (None: bytes-bound only) [1/s]
+    unvectorized: Num | None = None     # achieved share of the HBM bandwidth on the non-vectorized path with
+                                        # operands in one order (broadcast, slice, cast; None: strided) [fraction]
 
 
 class Link(NamedTuple):
@@ -69,7 +71,7 @@ def cost_of(gpu: GPUSpec, peak: Num, attention_peak: Num | None = None, head_pea
                       peak if attention_peak is None else attention_peak, peak if head_peak is None else head_peak,
                       eff.gemm if eff.gemm_unaligned is None else eff.gemm_unaligned, operand_bytes,
                       eff.kernel_overhead, eff.gemm_depth, eff.gemm_fp8, eff.gemm_fp8_depth, eff.memory_strided,
-                      eff.softmax_rate, eff.softmax_rate_backward)
+                      eff.softmax_rate, eff.softmax_rate_backward, eff.memory_unvectorized)
 
 
 def kernel_time(row: Row, hw: KernelCost, C: Module) -> tuple[Num, Num]:
@@ -113,22 +115,33 @@ def kernel_time(row: Row, hw: KernelCost, C: Module) -> tuple[Num, Num]:
     return f, 2 * f
 
 
-_RATED = frozenset(("strided", "strided_backward", "softmax", "softmax_backward"))
+_RATED = frozenset(("strided", "strided_backward", "unvectorized", "unvectorized_backward", "softmax",
+                    "softmax_backward"))
 
 
 def _rated_extra(row: Row, side: str, hw: KernelCost, C: Module) -> Num:
     """Time a stack row's slow parts add to its bytes at the plain element-wise rate.
 
-    Formula: strided bytes x (1/(B eta_strided) - 1/(B eta_mem))
+    Formula: strided passes / (B eta_strided) - strided bytes / (B eta_mem)
+             + unvectorized passes / (B eta_unvectorized) - unvectorized bytes / (B eta_mem)
              + max(0, softmax elements / R_softmax - softmax bytes / (B eta_mem))
-    Source: PyTorch's TensorIterator vectorizes (16-byte accesses) only when every operand is contiguous
-    (aten/src/ATen/native/cuda/CUDALoops.cuh); the warp softmax is instruction-bound (an exp, a max and a sum per
-    element). Rates measured on an H200 from kernel profiles (scripts/kernel_rates.py, data/h200/gpt2_hf.jsonl).
+    (passes: the part's bytes at the activation's width, whatever each pass's dtype; a row without them: its
+    bytes. eta_unvectorized defaults to eta_strided.)
+    Source: PyTorch's TensorIterator vectorizes (16-byte accesses) only when every operand is contiguous and of one
+    dtype (aten/src/ATen/native/cuda/CUDALoops.cuh: ``gpu_kernel_impl`` takes ``unrolled_elementwise_kernel``
+    with per-element casts when the dtypes differ, ``elementwise_kernel`` with per-element offsets when an operand
+    is strided or broadcast); both are bound per element, not per byte, and slowest where the operands' orders
+    differ (a transposing copy: uncoalesced accesses); the warp softmax is instruction-bound (an exp, a max and a
+    sum per element). Rates measured on an H200 from kernel profiles (scripts/kernel_rates.py,
+    data/h200/gpt2_hf.jsonl).
     """
     extra: Num = 0.0
-    strided = row.get("strided" + side)
-    if strided is not None and hw.strided is not None:
-        extra = C.memory_time(strided, hw.bandwidth, hw.strided) - C.memory_time(strided, hw.bandwidth, hw.memory)
+    for part, eff in (("strided", hw.strided), ("unvectorized", hw.strided if hw.unvectorized is None
+                                                 else hw.unvectorized)):
+        moved = row.get(part + side)
+        if moved is not None and eff is not None:
+            slow = row.get(part + "_passes" + side, moved)
+            extra = extra + C.memory_time(slow, hw.bandwidth, eff) - C.memory_time(moved, hw.bandwidth, hw.memory)
     rate = hw.softmax if side == "" else hw.softmax_backward
     elements = row.get("softmax_elements" + side)
     if elements is not None and rate is not None:

@@ -144,13 +144,23 @@ def _elementwise(op: Op, size: Sizes, e: Num, g: Num, saved: Num | None = None, 
 def _rated(side: dict[str, Any], suffix: str, size: Sizes, e: Num, g: Num) -> Row:
     """The parts of a pass's moves that run below the plain element-wise rate, where the stack names them.
 
-    ``strided``: bytes of kernels on PyTorch's non-vectorized element-wise path (a transposed or broadcast
-    operand); ``softmax``: bytes of the row softmax kernel, and ``softmax_elements`` the elements it processes (each
+    ``strided``: bytes of kernels on PyTorch's non-vectorized element-wise path with operands in different orders
+    (a transposed view: ``elementwise_kernel``); ``unvectorized``: bytes of kernels whose operands share one order
+    but cannot take 16-byte accesses (a broadcast operand or a slice: ``elementwise_kernel``; a dtype-converting
+    copy: ``unrolled_elementwise_kernel``); each with ``..._passes``, the same passes at the activation's width
+    whatever their dtype: those paths are bound per element (offset and cast arithmetic), not per byte -- an fp32
+    pass costs what a bf16 one does (scripts/trace_paths.py, scripts/kernel_rates.py);
+    ``softmax``: bytes of the row softmax kernel, and ``softmax_elements`` the elements it processes (each
     element of each named tensor once, whatever its passes and dtype).
     """
     out: Row = {}
-    if side.get("strided"):
-        out["strided" + suffix] = amount(side["strided"], size, e, g)
+    for part in ("strided", "unvectorized"):
+        if side.get(part):
+            out[part + suffix] = amount(side[part], size, e, g)
+            even: dict[str, Any] = {}
+            for k, n in side[part].items():
+                even[k.partition(":")[0]] = even.get(k.partition(":")[0], 0) + n
+            out[part + "_passes" + suffix] = amount(even, size, e, g)
     if side.get("softmax"):
         out["softmax" + suffix] = amount(side["softmax"], size, e, g)
         out["softmax_elements" + suffix] = amount({k.partition(":")[0]: 1 for k in side["softmax"]}, size, 1, 1)
@@ -171,8 +181,10 @@ def _scaled(row: Row, ratio: Num) -> Row:
     return {k: v * ratio if k in _SCALED else v for k, v in row.items()}
 
 
-_SCALED = ("bytes", "bytes_backward", "saved", "packed", "strided", "strided_backward", "softmax", "softmax_backward",
-           "softmax_elements", "softmax_elements_backward")
+_SCALED = ("bytes", "bytes_backward", "saved", "packed", "strided", "strided_backward", "strided_passes",
+           "strided_passes_backward", "unvectorized", "unvectorized_backward", "unvectorized_passes",
+           "unvectorized_passes_backward", "softmax", "softmax_backward", "softmax_elements",
+           "softmax_elements_backward")
 
 
 def _norm(op: Op, choices: dict[str, Any]) -> Op:

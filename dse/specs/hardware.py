@@ -55,8 +55,15 @@ class GPUEfficiency:
                                help="fraction of HBM bandwidth reached by element-wise kernels")
     memory_strided: float | None = spec_field(None, unit="fraction", gt=0, le=1,
                                               help="fraction of HBM bandwidth reached by eager PyTorch's element-wise "
-                                                   "kernels on the non-vectorized path (a transposed or broadcast "
-                                                   "operand: a stack's `strided` passes); default: memory")
+                                                   "kernels on the non-vectorized path with operands in different "
+                                                   "orders (a transposed view: a stack's `strided` passes); "
+                                                   "default: memory")
+    memory_unvectorized: float | None = spec_field(None, unit="fraction", gt=0, le=1,
+                                                   help="fraction of HBM bandwidth reached by eager PyTorch's "
+                                                        "element-wise kernels whose operands share one layout but "
+                                                        "cannot take 16-byte accesses (a broadcast operand, a slice, "
+                                                        "a dtype-converting copy: a stack's `unvectorized` passes); "
+                                                        "default: memory_strided")
     softmax_rate: float | None = spec_field(None, unit="Hz", gt=0,
                                             help="elements per second of eager PyTorch's row softmax forward "
                                                  "(softmax_warp_forward: instruction-bound; a stack's `softmax` "

@@ -103,16 +103,19 @@ def _check_op(op: Any, where: str) -> None:
         if key not in _OP_KEYS:
             raise InputError(f"{where}: unknown key '{key}'; allowed: {', '.join(_OP_KEYS)}")
         if key in ("forward", "backward"):
-            if not isinstance(val, dict) or set(val) - {"kernels", "moves", "strided", "softmax"}:
+            if not isinstance(val, dict) or set(val) - {"kernels", "moves", "strided", "unvectorized", "softmax"}:
                 raise InputError(f"{where}.{key}: expected {{kernels: n, moves: {{size: passes}}}} (and optional "
-                                 f"strided / softmax: {{size: passes}}, parts of moves)")
+                                 f"strided / unvectorized / softmax: {{size: passes}}, parts of moves)")
             k = val.get("kernels", 0)
             if not (isinstance(k, int) and k >= 0) and k not in SIZES:
                 raise InputError(f"{where}.{key}.kernels: expected a count >= 0 or a size name, got {k!r}")
             _check_passes(val.get("moves", {}), f"{where}.{key}.moves")
-            for part in ("strided", "softmax"):
+            for part in ("strided", "unvectorized", "softmax"):
                 _check_passes(val.get(part, {}), f"{where}.{key}.{part}")
-                over = [k for k, n in val.get(part, {}).items() if n > val.get("moves", {}).get(k, 0)]
+                slow = val.get(part, {}) if part == "softmax" else \
+                    {k: n + val.get("unvectorized" if part == "strided" else "strided", {}).get(k, 0)
+                     for k, n in val.get(part, {}).items()}   # strided and unvectorized: disjoint parts of moves
+                over = [k for k, n in slow.items() if n > val.get("moves", {}).get(k, 0)]
                 if over:
                     raise InputError(f"{where}.{key}.{part}.{over[0]}: more passes than moves has (a part of moves)")
         elif key in ("saved", "packed", "transient"):

@@ -335,7 +335,8 @@ def _rotary_layout(table: Table, rotary_fraction: Num, q: Num, kv: Num, *, fused
                          "bytes_backward": row["bytes_backward"] * rotary_fraction + 7 * (q + kv),
                          "kernels": row["kernels"] + 2, "kernels_backward": row["kernels_backward"] + 10,
                          **({"packed": row["packed"] * rotary_fraction} if "packed" in row else {}),   # cos, sin
-                         **_more(row, strided=2 * (q + kv), strided_backward=2 * (q + kv))}
+                         **_more(_scaled_parts(row, rotary_fraction), strided=2 * (q + kv),
+                                 strided_backward=2 * (q + kv))}
     cache = "kv_copy" in out
     if fused and "attention" in out:
         kept = q + kv - ((q + 3 * kv) if cache else 0)
@@ -356,8 +357,15 @@ def _rotary_layout(table: Table, rotary_fraction: Num, q: Num, kv: Num, *, fused
 
 
 def _more(row: Row, **amounts: Num) -> Row:
-    """A row's rated parts (``strided``, ``softmax``, per side) with ``amounts`` bytes added."""
-    return {k: row.get(k, 0) + v for k, v in amounts.items()}
+    """A row's rated parts (``strided``, ``softmax``, per side) with ``amounts`` bytes added (at the activation's
+    width: also to the row's ``strided_passes`` where it has them)."""
+    passes = {k.replace("strided", "strided_passes"): v for k, v in amounts.items() if "strided" in k}
+    return {**{k: row.get(k, 0) + v for k, v in amounts.items()}, **{k: row[k] + v for k, v in passes.items() if k in row}}
+
+
+def _scaled_parts(row: Row, ratio: Num) -> Row:
+    """A row's strided and unvectorized parts (bytes and passes, per side) over ``ratio`` times the elements."""
+    return {k: v * ratio for k, v in row.items() if k.startswith(("strided", "unvectorized"))}
 
 
 def unfused_rotary_row(qk_bytes: Num) -> Row:
