@@ -16,6 +16,9 @@ CUDA allocates, in the same order.
 
 Usage (needs torch and transformers, which dse itself does not):
     python scripts/trace_allocator.py > tests/fixtures/allocator_trace_gpt2.json
+    python scripts/trace_allocator.py families > tests/fixtures/allocator_trace_families.json
+The second records the families of scripts/trace_stack.py's AUTO (Gemma, Phi, StarCoder2, Granite, OLMo 2,
+GPTBigCode: h 256, 4 heads, vocab 32,000, their configuration classes' other defaults) with FAMILY_DIMS.
 """
 
 from __future__ import annotations
@@ -25,15 +28,24 @@ import sys
 import tempfile
 
 DIMS = {"h": 768, "heads": 12, "layers": 4, "vocab": 50257, "b": 2, "s": 512}
+FAMILY_DIMS = {"layers": 4, "b": 2, "s": 512, "vocab": 32000}
 SCALAR = 64     # bytes: allocations below this are dropped (0-dim scalars; CUDA keeps wrapped numbers on the host)
 
 
 def build(dims: dict, checkpoint: bool):
-    """GPT2LMHeadModel: bf16, dropout 0, SDPA attention, training mode; per-layer checkpointing if asked."""
+    """GPT2LMHeadModel (or the family ``dims["arch"]``, as trace_stack.build makes it): bf16, dropout 0, SDPA
+    attention, training mode; per-layer checkpointing if asked."""
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(0)
+    if "arch" in dims:
+        import trace_stack
+
+        model = trace_stack.build(dims["arch"], dims["layers"], "sdpa", trace_stack.DIMS[dims["arch"]])
+        if checkpoint:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        return model
     cfg = GPT2Config(n_layer=dims["layers"], n_embd=dims["h"], n_head=dims["heads"], vocab_size=dims["vocab"],
                      n_positions=1024, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
                      attn_implementation="sdpa")
@@ -95,12 +107,20 @@ def main(argv: list[str]) -> None:
     import torch
     import transformers
 
+    head = {"source": "scripts/trace_allocator.py", "torch": torch.__version__,
+            "transformers": transformers.__version__, "scalar_bytes_dropped_below": SCALAR}
+    if argv[:1] == ["families"]:
+        import trace_stack
+
+        out = {arch: {name: record({**FAMILY_DIMS, "arch": arch}, ckpt) for name, ckpt in (("none", False),
+                                                                                           ("full", True))}
+               for arch in trace_stack.AUTO}
+        json.dump({**head, "dims": FAMILY_DIMS, "families": out}, sys.stdout, separators=(",", ":"))
+        return
     cases = {}
     for name, ckpt in (("none", False), ("full", True)):
         cases[name] = record(DIMS, ckpt)
-    json.dump({"source": "scripts/trace_allocator.py", "torch": torch.__version__,
-               "transformers": transformers.__version__, "dims": DIMS, "scalar_bytes_dropped_below": SCALAR,
-               "recompute": cases}, sys.stdout, separators=(",", ":"))
+    json.dump({**head, "dims": DIMS, "recompute": cases}, sys.stdout, separators=(",", ":"))
 
 
 if __name__ == "__main__":

@@ -18,7 +18,8 @@ LayerNorm-backward kernel, cuDNN attention's own buffers) are not in the trace a
 Usage (needs torch and transformers, which dse itself does not):
     python scripts/trace_stack.py > tests/fixtures/pytorch_stack_trace.json
     python scripts/trace_stack.py llama > tests/fixtures/pytorch_stack_trace_llama.json
-    python scripts/trace_stack.py gemma3 > tests/fixtures/pytorch_stack_trace_gemma3.json   (also: opt, gpt_neox)
+    python scripts/trace_stack.py gemma3 > tests/fixtures/pytorch_stack_trace_gemma3.json   (also: opt, gpt_neox, and
+    the AUTO families: gemma, phi, starcoder2, granite, olmo2, gpt_bigcode)
 """
 
 from __future__ import annotations
@@ -38,6 +39,28 @@ DIMS = {
     "gpt_neox": {"h": 256, "heads": 4, "ffn": 1024, "rotary_pct": 0.25, "b": 3, "s": 96, "vocab": 50304},
     "gemma3": {"h": 256, "heads": 4, "kv_heads": 1, "head_dim": 64, "ffn": 704, "b": 3, "s": 96, "vocab": 32000},
 }
+#: The families built through AutoConfig.for_model(model_type, **config) (the config's own field names), dropout 0.
+#: gemma: GeGLU, (1 + w) RMSNorms in fp32, sqrt(h) embedding scale, one K/V head; phi: parallel attention and MLP
+#: after one LayerNorm, partial rotary 0.4, biases, an lm_head bias; starcoder2: LayerNorm, biased GELU MLP, 2 K/V
+#: heads; granite: Llama with the embedding, residual and logit multipliers; olmo2: post-branch RMSNorms and a QK-norm
+#: over the whole projections; gpt_bigcode: GPT-2's block with multi-query attention (one K/V head in a fused c_attn)
+AUTO = {
+    "gemma": {"hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 64,
+              "intermediate_size": 704, "vocab_size": 32000},
+    "phi": {"hidden_size": 256, "num_attention_heads": 4, "intermediate_size": 1024, "vocab_size": 32000,
+            "partial_rotary_factor": 0.5, "resid_pdrop": 0.0, "embd_pdrop": 0.0},
+    "starcoder2": {"hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 1024,
+                   "vocab_size": 32000, "residual_dropout": 0.0, "embedding_dropout": 0.0},
+    "granite": {"hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 704,
+                "vocab_size": 32000, "embedding_multiplier": 12.0, "residual_multiplier": 0.22,
+                "logits_scaling": 8.0, "attention_multiplier": 0.015625},
+    "olmo2": {"hidden_size": 256, "num_attention_heads": 4, "intermediate_size": 704, "vocab_size": 32000},
+    "gpt_bigcode": {"n_embd": 256, "n_head": 4, "n_inner": 1024, "vocab_size": 32000, "multi_query": True,
+                    "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0, "n_positions": 1024},
+}
+for _arch, _cfg in AUTO.items():
+    _kv = _cfg.get("num_key_value_heads", 1 if _cfg.get("multi_query") else 4)
+    DIMS[_arch] = {"h": 256, "heads": 4, "kv_heads": _kv, "b": 3, "s": 96, "vocab": 32000, "config": _cfg}
 
 
 def build(arch: str, layers: int, attn: str, dims: dict):
@@ -46,6 +69,13 @@ def build(arch: str, layers: int, attn: str, dims: dict):
     import torch
 
     torch.manual_seed(0)
+    if arch in AUTO:
+        from transformers import AutoConfig, AutoModelForCausalLM
+        layers_key = "n_layer" if arch == "gpt_bigcode" else "num_hidden_layers"
+        cfg = AutoConfig.for_model(arch, **{**dims["config"], layers_key: layers, "attention_dropout": 0.0,
+                                            "max_position_embeddings": 1024})
+        cfg._attn_implementation = attn
+        return AutoModelForCausalLM.from_config(cfg).to(torch.bfloat16).train()
     if arch == "gpt2":
         from transformers import GPT2Config, GPT2LMHeadModel
         cfg = GPT2Config(n_layer=layers, n_embd=dims["h"], n_head=dims["heads"], vocab_size=dims["vocab"],

@@ -124,7 +124,8 @@ def dense_parameters(spec) -> int:
         position_embeddings=spec.position_embeddings, token_types=spec.token_types,
         embedding_norm=spec.embedding_norm, tied=spec.tied_embeddings, final_norm=spec.final_norm,
         pooler=spec.pooler, mlm_head=spec.mlm_head, nsp_head=spec.nsp_head, layer_norms=spec.layer_norms,
-        qk_norm=spec.qk_norm and spec.qk_norm_weight, attention=attention)) + (
+        qk_norm=spec.qk_norm and spec.qk_norm_weight, attention=attention, qk_norm_full=spec.qk_norm_full,
+        head_bias=spec.head_bias)) + (
         spec.layers * spec.heads if spec.attention_sinks else 0)
 
 

@@ -33,6 +33,15 @@ the ``transformers_version`` stamp is left out):
   parallel residual with two LayerNorms; 20B: gelu_fast)
 - falcon-7b: tiiuae/falcon-7b (falcon: multi-query, parallel_attn with one shared LayerNorm), falcon-40b:
   tiiuae/falcon-40b (new_decoder_architecture: 8 KV heads, ln_attn and ln_mlp)
+- gemma-2b, gemma-7b: google/gemma-2b, google/gemma-7b (gemma: GeGLU, (1 + w) RMSNorm, sqrt(h) embedding scale,
+  head_dim 256; 2b multi-query); phi-2, phi-1_5: microsoft/phi-2, microsoft/phi-1_5 (phi: parallel attention and MLP
+  after one LayerNorm, partial rotary 0.4 / 0.5, biases, an lm_head bias); starcoder2-3b: bigcode/starcoder2-3b
+  (LayerNorm, biased GELU MLP, 2 K/V heads, 4096 window); starcoderbase-1b: bigcode/starcoderbase-1b (gpt_bigcode:
+  multi-query fused c_attn); stablelm-2-1_6b: stabilityai/stablelm-2-1_6b (LayerNorm, partial rotary 0.25, Q/K/V
+  biases); granite-3.0-2b-base: ibm-granite/granite-3.0-2b-base (multipliers); SmolLM3-3B: HuggingFaceTB/SmolLM3-3B
+  (NoPE every fourth layer); OLMo-2-1124-7B: allenai/OLMo-2-1124-7B (post-branch norms, full-width QK-norm). These
+  ten are the published configs' architecture fields written out here, not downloads; their counts are
+  transformers 5.24.0's own (meta device) and the model cards' sizes.
 - t5-base: google-t5/t5-base (t5: encoder-decoder, ReLU, tied head), flan-t5-xl: google/flan-t5-xl (gated-gelu,
   untied head), t5-v1_1-base: google/t5-v1_1-base (gated-gelu, untied head)
 
@@ -98,6 +107,14 @@ REFERENCE = {
                    "every T5 head) + the checkpoint's own lm_head, 32,128 x 2,048 (tie_word_embeddings false)"),
     "t5-v1_1-base": ("t5", 247_577_856, "transformers 5.24.0 meta-device count 222,903,552 + the untied lm_head "
                      "32,128 x 768"),
+    **{name: (mt, n, "transformers 5.24.0 meta-device count; model card " + card) for name, mt, n, card in (
+        ("gemma-2b", "gemma", 2_506_172_416, "2.51B"), ("gemma-7b", "gemma", 8_537_680_896, "8.54B"),
+        ("phi-2", "phi", 2_779_683_840, "2.7B"), ("phi-1_5", "phi", 1_418_270_720, "1.3B (1.42B with embeddings)"),
+        ("starcoder2-3b", "starcoder2", 3_030_371_328, "3B"),
+        ("starcoderbase-1b", "gpt_bigcode", 1_137_207_296, "1B"),
+        ("stablelm-2-1_6b", "stablelm", 1_644_515_328, "1.6B"),
+        ("granite-3.0-2b-base", "granite", 2_533_531_648, "2.5B"), ("SmolLM3-3B", "smollm3", 3_075_098_624, "3B"),
+        ("OLMo-2-1124-7B", "olmo2", 7_298_617_344, "7.3B"))},
     "bert-large-uncased": ("bert", 335_174_458, "transformers BertForMaskedLM meta-device count; = KerasHub "
                            "bert_large_en_uncased backbone 335,141,888 - pooler 1,049,600 + MLM head 1,082,170"),
 }

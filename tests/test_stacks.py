@@ -124,7 +124,12 @@ _TRACES = {"gpt2": _json.loads((_FIXTURES / "pytorch_stack_trace.json").read_tex
            "llama": _json.loads((_FIXTURES / "pytorch_stack_trace_llama.json").read_text()),
            "opt": _json.loads((_FIXTURES / "pytorch_stack_trace_opt.json").read_text()),
            "gemma3": _json.loads((_FIXTURES / "pytorch_stack_trace_gemma3.json").read_text()),
-           "gpt_neox": _json.loads((_FIXTURES / "pytorch_stack_trace_gpt_neox.json").read_text())}
+           "gpt_neox": _json.loads((_FIXTURES / "pytorch_stack_trace_gpt_neox.json").read_text()),
+           **{a: _json.loads((_FIXTURES / f"pytorch_stack_trace_{a}.json").read_text())
+              for a in ("gemma", "phi", "starcoder2", "granite", "olmo2", "gpt_bigcode")}}
+#: the families scripts/trace_stack.py builds from a config (AUTO): the fixture config.json each is priced from
+_AUTO_FIXTURE = {"gemma": "gemma-2b", "phi": "phi-2", "starcoder2": "starcoder2-3b", "granite": "granite-3.0-2b-base",
+                 "olmo2": "OLMo-2-1124-7B", "gpt_bigcode": "starcoderbase-1b"}
 _GEMM_OPS = {"addmm", "mm", "bmm"}
 
 
@@ -137,6 +142,17 @@ def _traced_layer(run: dict) -> tuple[float, float, float]:
 
 
 def _traced_model(arch: str, d: dict) -> tuple[str, list[str]]:
+    if arch in _AUTO_FIXTURE:       # the traced config's own field names (scripts/trace_stack.py AUTO)
+        c = d["config"]
+        h, a = c.get("hidden_size", c.get("n_embd")), c.get("num_attention_heads", c.get("n_head"))
+        kv = c.get("num_key_value_heads", 1 if c.get("multi_query") else a)
+        sets = [f"model.hidden={h}", f"model.heads={a}", f"model.kv_heads={kv}",
+                f"model.head_dim={c.get('head_dim', 64)}", f"model.vocab={c['vocab_size']}",
+                f"model.ffn_hidden={c.get('intermediate_size', c.get('n_inner'))}",
+                "model.dropout=0"] + (["model.sliding_window=null"] if arch == "starcoder2" else [])
+        if "partial_rotary_factor" in c:
+            sets.append(f"model.rotary_fraction={c['partial_rotary_factor']}")
+        return f"tests/fixtures/hf/{_AUTO_FIXTURE[arch]}/config.json", sets
     if arch == "gpt2":
         return "gpt2-small", [f"model.hidden={d['h']}", f"model.heads={d['heads']}", "model.dropout=0"]
     if arch == "opt":
@@ -163,7 +179,7 @@ def test_the_pytorch_stack_reproduces_the_traced_bytes_and_saved_tensors_of_a_la
     m, _, p = resolve(name, "dgx-h100", None, sets, micro_batch=d["b"], seq_len=d["s"], stack="pytorch",
                       attention={"sdpa": "flash", "eager": "math"}[attn],
                       recompute=rc, precision="bf16-pure", dp=1)
-    assert m.qkv_projection == ("fused" if arch in ("gpt2", "gpt_neox") else "separate")
+    assert m.qkv_projection == ("fused" if arch in ("gpt2", "gpt_neox", "gpt_bigcode") else "separate")
     t = KT.kernel_tables(m, p, recipe_of(p))["layer"]
     ew = [r for r in t.values() if r["kind"] == "elementwise"]
     fwd = sum(r["bytes"] for r in ew)
@@ -173,18 +189,20 @@ def test_the_pytorch_stack_reproduces_the_traced_bytes_and_saved_tensors_of_a_la
     kv = tok * d.get("kv_heads", d["heads"]) * 64 * 2
     cuda_only_copy = 2 * q if attn == "sdpa" else 0             # the output-layout copy, each pass
     fa2 = (3 * q + 4 * tok * d["heads"] + 2 * 2 * q) if attn == "sdpa" else 0   # D = rowsum(dO*O); fp32 dQ
-    ln_second_kernel = 2 * 2 * h if m.norm == "layernorm" else 0
+    ln_second_kernel = 2 * m.layer_norms * h if m.norm == "layernorm" else 0
     # CUDA's softmax backward multiplies grad by output in a kernel of its own (SoftMax.cu): 3 passes of the scores,
     # in the softmax's dtype (GPT-2's bf16; the Llama family's, OPT's and GPT-NeoX's fp32)
     scores = d["b"] * d["heads"] * d["s"] ** 2
     softmax_product = 3 * scores * (2 if arch == "gpt2" else 4) if attn == "eager" else 0
     bwd -= cuda_only_copy + fa2 + ln_second_kernel + softmax_product + t["grad_accumulate"]["bytes_backward"]
-    if arch == "gpt_neox":       # its rotated q is contiguous: the CPU kernel returns (b, a, s, d) and copies it too
-        cuda_only_copy = 0
+    if m.rotary_fraction < 1:    # a partial rotary's torch.cat writes q contiguous in (b, a, s, d) (GPT-NeoX, Phi):
+        cuda_only_copy = 0       # the CPU kernel returns that layout too, and the output is copied as on CUDA
     fwd -= cuda_only_copy
     if m.position == "rotary":                                   # zero fills the trace does not count (rotate_half's,
         bwd -= (q + kv) * m.rotary_fraction                      # and a partial rotary's two slices of q and of k)
         bwd -= (q + kv) if m.rotary_fraction < 1 else 0
+        table = 4 * d["s"] * 64 * m.rotary_fraction * 2          # the 4 products' reads of the (s, d) cos/sin table,
+        fwd, bwd = fwd + table, bwd + table                      # not in the stack (s d: nothing at scale)
     if m.norm == "rmsnorm":                                      # the broadcast mean gradient, counted at full size
         bwd += m.layer_norms * (2 * h - tok * 4)
         if m.qk_norm:                                            # per query and key head (64 wide)
@@ -199,7 +217,10 @@ def test_the_pytorch_stack_reproduces_the_traced_bytes_and_saved_tensors_of_a_la
         # (torch.utils.checkpoint's early stop, on by default): the layer's final residual add is not re-run; in
         # Gemma's layer the last saved tensor is the post-MLP norm's (1 + w), so its fp32 product and cast are not
         # either (8 and 6 bytes per element); in a parallel-residual layer (GPT-NeoX) both branch adds are not
-        b_tr -= f_tr - 3 * h - (7 * h if m.norm_kind == "gemma_rmsnorm" else 0) - (3 * h if m.parallel_residual else 0)
+        # Gemma 3's post-MLP norm (not Gemma 1's layer), OLMo 2's post_feedforward_layernorm: both end the layer
+        post_mlp_norm = m.norm_fp32_weight and (m.layer_norms == 4 or arch == "olmo2")
+        b_tr -= f_tr - 3 * h - (7 * h if post_mlp_norm else 0) - (3 * h if m.parallel_residual else 0) - (
+            2 * h if m.residual_scale else 0)    # Granite: the MLP output's scale before that add is not either
         assert fwd == pytest.approx(f_tr, rel=0.01)
         assert bwd == pytest.approx(b_tr, rel=0.005)
     else:
@@ -226,9 +247,13 @@ def test_what_saved_tensor_hooks_pack_is_what_pytorch_packs(arch, key):
         # GPT-2's eager attention passes its (b, 1, s, s) causal mask into every checkpointed layer, and the
         # checkpoint packs it with the layer input: not modelled (no other traced family does it)
         packed -= d["b"] * d["s"] ** 2 * 2
+    if m.norm == "layernorm" and rc == "none":   # the CPU's LayerNorm keeps its mean and rstd in bf16, CUDA's in fp32
+        packed += m.layer_norms * 2 * d["b"] * d["s"] * 2
     assert K.packed_bytes(t) == pytest.approx(packed, rel=0.001)
-    if rc == "none":   # in every traced family the hooks see other bytes than the layer keeps alive
-        assert K.packed_bytes(t) != pytest.approx(K.saved_bytes(t), rel=0.01)
+    if rc == "none":   # where the hooks see other bytes than the layer keeps alive, so does the stack
+        s_tr = run["2"]["saved_bytes"] - run["1"]["saved_bytes"]
+        assert (K.packed_bytes(t) == pytest.approx(K.saved_bytes(t), rel=0.01)) == (packed == pytest.approx(s_tr,
+                                                                                                          rel=0.01))
     params = run["2"]["packed_param_bytes"] - run["1"]["packed_param_bytes"]
     weights = 0 if rc == "full" else 2 * T.layer_parameters(m.hidden, m.heads, m.kv_heads, m.head_dim, m.ffn_hidden,
                                                             m.ffn_type, m.norm, m.bias, m.qkv_bias)

@@ -78,6 +78,8 @@ def layer_counts(model: ModelSpec, T: FormulaModule = _transformer) -> Section:
     h = model.hidden
     norms = {"layer_norms": model.layer_norms, "qk_norm": model.qk_norm and model.qk_norm_weight}
     attn: dict[str, Any] = {"sinks": True} if model.attention_sinks else {}
+    if model.qk_norm_full:   # OLMo 2: weights across the projections (split with the heads, not replicated)
+        attn["qk_norm_full"] = True
     rep: dict[str, Any] = {}
     if model.mla:   # multi-head latent attention: its projections and latent norms (DeepSeek-V2/V3)
         q, kv, rope = model.q_lora_rank or 0, model.kv_lora_rank, model.qk_rope_head_dim
@@ -87,7 +89,8 @@ def layer_counts(model: ModelSpec, T: FormulaModule = _transformer) -> Section:
     dense = T.layer_parameters(h, model.heads, model.kv_heads, model.head_dim, model.ffn_hidden, model.ffn_type,
                                model.norm, model.bias, model.qkv_bias, **norms, **attn)
     dense_rep = T.layer_parameters_replicated(h, model.ffn_type, model.norm, model.bias, head_dim=model.head_dim,
-                                              **norms, **rep)
+                                              **{**norms, "qk_norm": norms["qk_norm"] and not model.qk_norm_full},
+                                              **rep)
     out = {"dense": dense, "dense_rep": dense_rep, "moe": dense, "moe_active": dense, "moe_rep": dense_rep,
            "moe_experts": 0, "moe_layers": model.moe_layers}
     if out["moe_layers"]:
@@ -126,7 +129,7 @@ def _parameters(model: ModelSpec, t: Num, p: Num, v: Num, T: FormulaModule,
     p_emb = T.embedding_parameters(h, V, model.position_embeddings, model.token_types, model.embedding_norm,
                                    model.norm)
     p_head = T.head_parameters(h, V, model.tied_embeddings, model.final_norm, model.norm, model.pooler,
-                               model.mlm_head, model.nsp_head)
+                               model.mlm_head, model.nsp_head, model.head_bias)
     if model.architecture == "encoder-decoder":    # relative position tables; the encoder's final norm
         from dse.estimate.encoder_decoder import end_parameters
 

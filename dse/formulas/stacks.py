@@ -192,12 +192,16 @@ def _norm(op: Op, choices: dict[str, Any]) -> Op:
     return {**op, **op["frozen"]} if choices.get("frozen") and "frozen" in op else op
 
 
-def qk_sizes(size: Sizes) -> Sizes:
+def qk_sizes(size: Sizes, full: bool = False) -> Sizes:
     """The sizes a QK-norm's amounts read: the norm over head_dim of each query and key head.
 
-    Formula: h -> q + kv (the normed elements), tok -> (q + kv) / d = (q + kv) heads / q (one row per head and token)
-    Source: Qwen3 / Gemma 3 q_norm and k_norm (transformers 5.24: the layer's RMSNorm module over head_dim).
+    Formula: h -> q + kv (the normed elements), tok -> (q + kv) / d = (q + kv) heads / q (one row per head and token);
+    ``full`` (OLMo 2: the norm over the whole query and key projections): tok -> 2 tok (one row each per token)
+    Source: Qwen3 / Gemma 3 q_norm and k_norm (transformers 5.24: the layer's RMSNorm module over head_dim); OLMo 2's
+    Olmo2Attention (q_norm over a d, k_norm over kv d).
 
+    Args:
+        full: the QK-norm spans the whole query and key projections (OLMo 2) [bool]
     Returns:
         size name -> elements, as :func:`sizes` [dict]
 
@@ -205,7 +209,8 @@ def qk_sizes(size: Sizes) -> Sizes:
     >>> q = qk_sizes(z); q["h"] == 2048 * 5 * 256, q["tok"] == 2048 * 5
     (True, True)
     """
-    return {**size, "h": size["q"] + size["kv"], "tok": (size["q"] + size["kv"]) * size["heads"] / size["q"]}
+    rows = 2 * size["tok"] if full else (size["q"] + size["kv"]) * size["heads"] / size["q"]
+    return {**size, "h": size["q"] + size["kv"], "tok": rows}
 
 
 def apply_layer(table: Table, ops: dict[str, Op], size: Sizes, choices: dict[str, Any], *,
@@ -217,7 +222,9 @@ def apply_layer(table: Table, ops: dict[str, Op], size: Sizes, choices: dict[str
     ``residual``; ``activation``; ``rotary``); the attention core's saved bytes and its
     copies from ``flash`` or ``math`` (eager attention's dropout: ``score_dropout``); added rows (``dropout``,
     ``kv_copy``, ``kv_repeat``, ``qkv_inputs``, ``qkv_grads``, ``rotary_grads``, ``query_scale``, ``bias_grads``,
-    ``grad_accumulate``, eager attention's logit soft-capping ``softcap``) where enabled
+    ``grad_accumulate``, eager attention's logit soft-capping ``softcap``, Granite's branch scale ``residual_scale``,
+    OLMo 2's fp32 rotary ``rotary_fp32``, a fused projection's gradient cat under grouped eager attention
+    ``qkv_grad_cat``) where enabled
     Source: the framework's op trace, as recorded in the stack file (stacks/*.yaml).
 
     GEMM rows keep their shapes and what they save (their inputs); fc2's input is counted by ``activation``. An MoE
@@ -240,7 +247,8 @@ def apply_layer(table: Table, ops: dict[str, Op], size: Sizes, choices: dict[str
         if name in ("norm1", "norm2", "post_attn_norm", "post_mlp_norm") and "norm" in ops:
             out[name] = _elementwise(_norm(ops["norm"], choices), size, e, g)
         elif name == "qk_norm" and "qk_norm" in ops and choices.get("qk_norm_weight", True):
-            out[name] = _elementwise(_norm(ops["qk_norm"], choices), qk_sizes(size), e, g)
+            out[name] = _elementwise(_norm(ops["qk_norm"], choices), qk_sizes(size, choices.get("qk_norm_full", False)),
+                                     e, g)
         elif name in ("attn_residual", "mlp_residual") and "residual" in ops:
             out[name] = _elementwise(ops["residual"], size, e, g)
         elif name in ("activation", "rotary") and name in ops:
@@ -263,12 +271,29 @@ def apply_layer(table: Table, ops: dict[str, Op], size: Sizes, choices: dict[str
         else:
             out[name] = row
     for name in ("dropout", "kv_copy", "kv_repeat", "qkv_inputs", "qkv_grads", "rotary_grads", "query_scale",
-                 "bias_grads", "grad_accumulate", "softcap"):
+                 "bias_grads", "grad_accumulate", "softcap", "residual_scale", "rotary_fp32", "qkv_grad_cat"):
         if name in ops and _enabled(ops[name], choices):
             out[name] = _elementwise(ops[name], size, e, g)
             if name == "softcap":         # part of the attention core: selective recompute runs it again
                 out[name]["selective"] = True
+    if "qkv_grad_cat" in out and "softmax" in out:
+        _repeat_kv_fused(out, size, e, choices)
     return out
+
+
+def _repeat_kv_fused(out: Table, size: Sizes, e: Num, choices: dict[str, Any]) -> None:
+    """A fused projection under grouped eager attention (GPTBigCode multi-query), in place: no K and V gradient copies
+    (repeat_kv's backward sums them contiguous; the fp32 variant's kv: 4 backward passes, 2 kernels), and the K/V copies
+    are the cache's only (not run without it, not saved: the matmuls save repeat_kv's, counted by ``math``).
+    Source: the aten trace of GPTBigCodeForCausalLM (scripts/trace_stack.py gpt_bigcode, eager runs)."""
+    row = out["softmax"]
+    out["softmax"] = {**row, "bytes_backward": row["bytes_backward"] - 4 * e * size["kv"],
+                      "kernels_backward": row["kernels_backward"] - 2}
+    if "kv_copy" in out:
+        if choices.get("kv_cache"):
+            out["kv_copy"] = {**out["kv_copy"], "saved": 0, "packed": 0}
+        else:
+            del out["kv_copy"]
 
 
 def apply_head(table: Table, ops: dict[str, Op], size: Sizes, *, bytes_per_element: Num = 2,
@@ -277,7 +302,8 @@ def apply_head(table: Table, ops: dict[str, Op], size: Sizes, *, bytes_per_eleme
 
     Formula: final_norm and loss rows' bytes, kernels and saved bytes from the stack; the loss row's
     ``transient``: tensors live at the start of the backward pass beside everything saved (the gradient of the
-    log-softmax output and its input gradient); the final-logit soft-capping ``logit_softcap`` where enabled
+    log-softmax output and its input gradient); the final-logit soft-capping ``logit_softcap`` and Granite's
+    logit division ``logit_scale`` where enabled
     Source: the framework's op trace (stacks/*.yaml); PyTorch's log_softmax/nll_loss autograd formulas.
 
     Returns:
@@ -296,8 +322,9 @@ def apply_head(table: Table, ops: dict[str, Op], size: Sizes, *, bytes_per_eleme
     if "loss" in ops:
         loss = _elementwise(ops["loss"], size, e, e)
         loss["transient"] = amount(ops["loss"].get("transient", {}), size, e, e)
-        if "logit_softcap" in ops and _enabled(ops["logit_softcap"], choices or {}):
-            out["logit_softcap"] = _elementwise(ops["logit_softcap"], size, e, e)
+        for name in ("logit_softcap", "logit_scale"):
+            if name in ops and _enabled(ops[name], choices or {}):
+                out[name] = _elementwise(ops[name], size, e, e)
         out["loss"] = loss
     return out
 

@@ -70,6 +70,7 @@ class ModelSpec:
     position_embeddings: int | None = spec_field(None, gt=0,
                                                  help="rows of the learned position table; default max_seq_len")
     tied_embeddings: bool = spec_field(True, help="LM head shares the input embedding")
+    head_bias: bool = spec_field(False, help="the LM head has a bias (Phi lm_head): V parameters")
     dropout: float = spec_field(0.0, unit="fraction", ge=0.0, lt=1.0, help="dropout probability (0 = no masks)")
     seq_len: int | None = spec_field(None, gt=0, help="default training sequence length; default 4096, or "
                                    "max_seq_len when smaller (a training length, not the longest context)")
@@ -104,8 +105,13 @@ class ModelSpec:
     logit_softcap: float | None = spec_field(None, gt=0, help="final-logit soft-capping c (Gemma 2 "
                                              "final_logit_softcapping): three element-wise passes over the logits "
                                              "in an eager stack")
-    embedding_scale: bool = spec_field(False, help="the embeddings are multiplied by sqrt(h) by a kernel of their "
-                                                   "own (Gemma): an eager stack's extra pass")
+    embedding_scale: bool = spec_field(False, help="the embeddings are multiplied by a constant by a kernel of their "
+                                                   "own (Gemma: sqrt(h); Granite embedding_multiplier): an eager "
+                                                   "stack's extra pass")
+    residual_scale: bool = spec_field(False, help="each branch output is multiplied by a constant before its residual "
+                                      "add (Granite residual_multiplier): an eager stack's extra pass")
+    logit_scale: bool = spec_field(False, help="the logits are divided by a constant (Granite logits_scaling): an "
+                                   "eager stack's extra pass over the logits")
     norm_fp32_weight: bool = spec_field(False, help="the RMSNorm scales by (1 + w) in fp32 and casts after (Gemma, "
                                                     "Gemma 2/3; transformers PR 29402), not by w after the cast "
                                                     "(Llama): an eager stack keeps the fp32 normalized tensor")
@@ -132,6 +138,12 @@ class ModelSpec:
                                         help="share of each head's dimensions rotated by the rotary positions "
                                              "(GPT-NeoX rotary_pct, Phi partial_rotary_factor)")
     qk_norm: bool = spec_field(False, help="RMSNorm of each query and key head over head_dim (Qwen3, Gemma 3)")
+    qk_norm_full: bool = spec_field(False, help="the QK-norm spans the whole query and key projections (OLMo 2 "
+                                    "q_norm over a d, k_norm over kv d: weights of that width), not each head")
+    norm_offset: bool = spec_field(True, help="with norm_fp32_weight: the scale is (1 + w), w cast to fp32 by two "
+                                   "kernels of its own (Gemma); false: w (OLMo 2's Olmo2RMSNorm)")
+    rotary_fp32: bool = spec_field(False, help="the rotary products run in fp32 and are cast back (OLMo 2: cos and sin "
+                                   "kept in fp32): an eager stack's wider passes and two casts")
     experts: int = spec_field(0, ge=0, help="routed experts E of an MoE layer; 0: a dense MLP in every layer")
     experts_per_token: int | None = spec_field(None, gt=0, help="routed experts each token runs (top-k); "
                                                                "required with experts")
@@ -183,6 +195,8 @@ class ModelSpec:
         self._check_mla(where)
         if self.mtp_layers:
             self._check_mtp(where)
+        if self.qk_norm_full and not self.qk_norm:
+            raise InputError(f"{where}: qk_norm_full needs qk_norm")
         if self.glu_limit is not None and self.ffn_type not in ("swiglu", "geglu"):
             raise InputError(f"{where}: glu_limit needs a gated MLP (ffn_type swiglu or geglu; ffn_type: "
                              f"{self.ffn_type})")
@@ -321,8 +335,11 @@ class ModelSpec:
 
     @property
     def norm_kind(self) -> str:
-        """The norm as a software stack's ``norm`` variants name it (gemma_rmsnorm: the (1 + w) scale in fp32)."""
-        return "gemma_rmsnorm" if self.norm == "rmsnorm" and self.norm_fp32_weight else self.norm
+        """The norm as a software stack's ``norm`` variants name it (gemma_rmsnorm: the (1 + w) scale in fp32;
+        fp32_rmsnorm: the w scale in fp32, OLMo 2)."""
+        if self.norm == "rmsnorm" and self.norm_fp32_weight:
+            return "gemma_rmsnorm" if self.norm_offset else "fp32_rmsnorm"
+        return self.norm
 
     @property
     def activation_kind(self) -> str:

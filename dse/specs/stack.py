@@ -21,18 +21,18 @@ STACKS = ("megatron", "pytorch", "compiled")
 SIZES = ("tok", "h", "q", "kv", "qkv", "f", "scores", "heads", "logits", "table", "rope", "params", "param_tensors")
 #: Entries a stack file may hold, with the variants an entry may be split into (None: not split).
 ENTRIES: dict[str, tuple[str, ...] | None] = {
-    "norm": ("layernorm", "rmsnorm", "gemma_rmsnorm"), "residual": None,
+    "norm": ("layernorm", "rmsnorm", "gemma_rmsnorm", "fp32_rmsnorm"), "residual": None,
     "activation": ("gelu", "gelu_new", "relu", "silu_glu", "gelu_glu"),
     "rotary": None, "flash": ("fused", "separate"), "math": ("activation", "fp32"), "dropout": None,
     "score_dropout": None, "kv_copy": ("fused", "separate"), "kv_repeat": None, "qkv_inputs": None, "qkv_grads": None,
     "rotary_grads": ("fused", "separate"), "query_scale": None, "bias_grads": None, "grad_accumulate": None,
     "embedding": None, "final_norm": None, "qk_norm": None, "loss": None, "softcap": None, "logit_softcap": None,
-    "embedding_scale": None}
+    "embedding_scale": None, "residual_scale": None, "logit_scale": None, "rotary_fp32": None, "qkv_grad_cat": None}
 #: Entries that may name another entry (``final_norm: norm``): the same op over their own tensors.
 ALIASES = ("final_norm", "qk_norm")
 #: A variant a stack may leave out, and the one it then takes: Gemma's RMSNorm is RMSNorm with the weight applied in
 #: fp32 (what a stack that does not say otherwise, such as a fused one, runs alike).
-FALLBACK = {"gemma_rmsnorm": "rmsnorm"}
+FALLBACK = {"gemma_rmsnorm": "rmsnorm", "fp32_rmsnorm": "gemma_rmsnorm"}
 #: Which model property picks an entry's variant (an entry without variants applies as written).
 VARIANT_OF = {"norm": "norm", "activation": "activation", "flash": "qkv", "kv_copy": "qkv", "math": "softmax",
               "rotary_grads": "qkv"}
@@ -41,7 +41,8 @@ _CHOICES = {"attention": ("flash", "math"), "recompute": ("none", "selective", "
             "dropout": (True, False), "qkv": ("fused", "separate"), "grouped": (True, False),
             "scale_query": (True, False), "rotary": (True, False), "frozen": (True, False),
             "softcap": (True, False), "logit_softcap": (True, False), "embedding_scale": (True, False),
-            "kv_cache": (True, False)}
+            "kv_cache": (True, False), "residual_scale": (True, False), "logit_scale": (True, False),
+            "rotary_fp32": (True, False)}
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,8 @@ def _resolve(stack: StackSpec, norm: str, activation: str, qkv: str, softmax: st
         variants = ENTRIES[entry]
         if variants is not None and isinstance(op, dict) and op and set(op) <= set(variants):
             key = pick[VARIANT_OF[entry]]
-            key = key if key in op else FALLBACK.get(key, key)
+            while key not in op and key in FALLBACK:     # fp32_rmsnorm -> gemma_rmsnorm -> rmsnorm
+                key = FALLBACK[key]
             if key not in op:
                 continue                  # the stack says nothing for this variant: the fused row stays
             op = op[key]

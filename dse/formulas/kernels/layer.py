@@ -242,7 +242,8 @@ def layer_kernels(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: N
                                  bytes_per_element=e, **moe))
     else:
         t["fc1"] = {"kind": "gemm", "m": tok, "k": h, "n": n_up * f_loc, "batch": 1, "split": "column",
-                    "saved": 0 if shared_norm else x_in, "flops": 2 * tok * h * n_up * f_loc}
+                    "saved": 0 if shared_norm else x_in, "flops": 2 * tok * h * n_up * f_loc,
+                    **({"packed": x_in} if shared_norm else {})}   # the hooks pack the shared norm's output again
         kept = 3 if gated else (1 if ffn_type == "relu" else 2)
         t["activation"] = {"kind": "elementwise", "bytes": (3 if gated else 2) * e * tok * f_loc,
                            "saved": kept * e * tok * f_loc}
@@ -313,11 +314,13 @@ def _rotary_layout(table: Table, rotary_fraction: Num, q: Num, kv: Num, *, fused
     backward each share's slice_backward (zero fill + copy) and their sum: 7 passes of q and k, 5 kernels each. Fused:
     flash keeps the rotated q, k beside the buffer V views (+ q + kv), or with the cache (kv_copy) the copies instead
     (- qkv - kv); eager (fp32 variant): no q copy after the cat (- 2 q), without the cache a V copy (+ 2 kv), with it
-    - 2 q kept; its three gradient copies become one cat (same bytes, - 2 kernels). Strided (non-vectorized): the cats
+    - 2 q kept; its three gradient copies become one cat (same bytes, - 2 kernels); separate projections, eager:
+    with a partial rotary (Phi) the matmul reads the cat's contiguous q, no copy (- 2 q, - 1 kernel), and without the
+    cache (not grouped) copies V's view and, unless a cat wrote K, K's (+ 2 kv each; Phi, OLMo 2 traces). Strided (non-vectorized): the cats
     and slice copies (2 passes of q and k each way), the gradient cat (2 qkv), eager's V copy. Packed: as kept before
     Source: transformers 5.24 modeling_gpt_neox apply_rotary_pos_emb (q[..., :rotary_dim], torch.cat) and
-    GPTNeoXAttention (qkv.view(...).transpose(1, 2).chunk(3)); the aten trace of GPTNeoXForCausalLM
-    (scripts/trace_stack.py gpt_neox, tests/fixtures/pytorch_stack_trace_gpt_neox.json).
+    GPTNeoXAttention (qkv.view(...).transpose(1, 2).chunk(3)); the aten traces of GPTNeoXForCausalLM and
+    PhiForCausalLM (scripts/trace_stack.py gpt_neox, phi; tests/fixtures/pytorch_stack_trace_gpt_neox.json, _phi.json).
 
     ``q``, ``kv``: bytes of the query tensor and of one key or value tensor on this GPU.
 
@@ -353,6 +356,11 @@ def _rotary_layout(table: Table, rotary_fraction: Num, q: Num, kv: Num, *, fused
                           "kernels": row["kernels"] - (1 if partial else 0) + (0 if cache else 1),
                           "kernels_backward": row["kernels_backward"] - 2,
                           **_more(row, strided=0 if cache else 2 * kv, strided_backward=2 * (q + 2 * kv))}
+    elif "softmax" in out and out["softmax"].get("kernels", 1) > 1 and (partial or (not cache and kv == q)):
+        row = out["softmax"]   # separate, eager (unfused): the views the matmuls copy (grouped: repeat_kv's copies)
+        copies = 0 if cache or kv < q else (1 if partial else 2)      # V's, and K's unless a cat wrote it
+        out["softmax"] = {**row, "bytes": row["bytes"] - (2 * q if partial else 0) + 2 * kv * copies,
+                          "kernels": row["kernels"] - (1 if partial else 0) + copies}
     return out
 
 

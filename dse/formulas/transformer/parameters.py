@@ -64,11 +64,11 @@ def mlp_parameters(h: Num, ffn: Num, ffn_type: str = "gelu", bias: bool = True) 
 def layer_parameters(h: Num, heads: Num, kv_heads: Num, head_dim: Num, ffn: Num, ffn_type: str = "gelu",
                      norm: str = "layernorm", bias: bool = True, qkv_bias: bool | None = None, *,
                      layer_norms: int = 2, qk_norm: bool = False, sinks: bool = False,
-                     attention: Num | None = None) -> Num:
+                     attention: Num | None = None, qk_norm_full: bool = False) -> Num:
     """Parameters of one transformer layer (attention + MLP + its norms).
 
-    Formula: h(a+2kv)d + a d h + n_m h F + biases + n_norm norm (+ 2d with QK-norm) (+ a attention sinks); n_m = 3
-    gated, 2 otherwise
+    Formula: h(a+2kv)d + a d h + n_m h F + biases + n_norm norm (+ 2d with QK-norm; (a+kv)d spanning the whole
+    projections) (+ a attention sinks); n_m = 3 gated, 2 otherwise
     Source: Narayanan et al. 2021 (arXiv 2104.04473) Eq. 2 without the embedding term: 12h^2 + 13h for GPT
     (kv = a, d = h/a, F = 4h, biases, LayerNorm); Megatron-LM theoretical_memory_usage.py for GQA and SwiGLU;
     Hugging Face Gemma2DecoderLayer (n_norm = 4: input, post-attention, pre- and post-feedforward RMSNorms) and
@@ -78,6 +78,8 @@ def layer_parameters(h: Num, heads: Num, kv_heads: Num, head_dim: Num, ffn: Num,
     Args:
         layer_norms: n_norm, norms per layer (2 pre-LN; 4 Gemma 2) [count]
         qk_norm: an RMSNorm of each query and key head (Qwen3) [bool]
+        qk_norm_full: the QK-norm spans the whole query and key projections (OLMo 2 Olmo2Attention q_norm over
+            a d, k_norm over kv d) [bool]
         sinks: a learned attention-sink logit per head (gpt-oss) [bool]
         attention: the attention's parameters when it is not multi-head/grouped-query (multi-head latent
             attention: :func:`mla_attention_parameters`); None: h(a+2kv)d + a d h and the Q/K/V biases [count]
@@ -99,7 +101,7 @@ def layer_parameters(h: Num, heads: Num, kv_heads: Num, head_dim: Num, ffn: Num,
         biases = biases + (heads + 2 * kv_heads) * head_dim
     if bias:
         biases = biases + h  # out-proj; the MLP's biases are in mlp_parameters
-    qk = 2 * head_dim if qk_norm else 0
+    qk = ((heads + kv_heads) * head_dim if qk_norm_full else 2 * head_dim) if qk_norm else 0
     sink = heads if sinks else 0
     return attn + mlp_parameters(h, ffn, ffn_type, bias) + biases + layer_norms * norm_parameters(h, norm) + qk + sink
 
@@ -184,11 +186,14 @@ def embedding_parameters(h: Num, vocab: Num, position_embeddings: Num = 0, token
 
 
 def head_parameters(h: Num, vocab: Num, tied: bool = True, final_norm: bool = True, norm: str = "layernorm",
-                    pooler: bool = False, mlm_head: bool = False, nsp_head: bool = False) -> Num:
+                    pooler: bool = False, mlm_head: bool = False, nsp_head: bool = False, head_bias: bool = False
+                    ) -> Num:
     """Output-side parameters: final norm, untied LM head, BERT pooler/MLM/NSP heads.
 
-    Formula: norm + (V h if untied) + (h^2 + h if pooler) + (h^2 + h + norm + V if MLM) + (2h + 2 if NSP)
-    Source: Radford et al. 2019 (GPT-2), Touvron et al. 2023 (Llama 2, untied head), Devlin et al. 2019 (BERT heads).
+    Formula: norm + (V h if untied) (+ V: the head's bias) + (h^2 + h if pooler) + (h^2 + h + norm + V if MLM)
+    + (2h + 2 if NSP)
+    Source: Radford et al. 2019 (GPT-2), Touvron et al. 2023 (Llama 2, untied head), Devlin et al. 2019 (BERT heads);
+    Transformers 5.24 PhiForCausalLM (lm_head = nn.Linear(h, V, bias=True)).
 
     Args:
         tied: the LM head shares the token embedding [bool]
@@ -196,6 +201,7 @@ def head_parameters(h: Num, vocab: Num, tied: bool = True, final_norm: bool = Tr
         pooler: BERT pooler [bool]
         mlm_head: BERT masked-LM head (transform + norm + output bias) [bool]
         nsp_head: BERT next-sentence head [bool]
+        head_bias: the LM head's bias (Phi) [bool]
     Returns:
         parameters [count]
 
@@ -205,6 +211,8 @@ def head_parameters(h: Num, vocab: Num, tied: bool = True, final_norm: bool = Tr
     p = norm_parameters(h, norm) if final_norm else 0
     if not tied:
         p = p + vocab * h
+    if head_bias:
+        p = p + vocab
     if pooler:
         p = p + h * h + h
     if mlm_head:
@@ -240,7 +248,7 @@ def parameter_count(layers: Num, h: Num, heads: Num, kv_heads: Num, head_dim: Nu
                     position_embeddings: Num = 0, token_types: Num = 0, embedding_norm: bool = False,
                     tied: bool = True, final_norm: bool = True, pooler: bool = False, mlm_head: bool = False,
                     nsp_head: bool = False, layer_norms: int = 2, qk_norm: bool = False,
-                    attention: Num | None = None) -> Num:
+                    attention: Num | None = None, qk_norm_full: bool = False, head_bias: bool = False) -> Num:
     """Total trainable parameters of the model.
 
     Formula: P = embeddings + L * layer + head. GPT: 12Lh^2 + 13Lh + (V + s)h + 2h
@@ -258,6 +266,8 @@ def parameter_count(layers: Num, h: Num, heads: Num, kv_heads: Num, head_dim: Nu
         layer_norms: norms per layer [count]
         qk_norm: per-head query and key norms [bool]
         attention: a layer's attention parameters when not multi-head/grouped-query (MLA) [count]
+        qk_norm_full: the QK-norm spans the whole query and key projections (OLMo 2) [bool]
+        head_bias: the LM head's bias (Phi) [bool]
     Returns:
         parameters [count]
 
@@ -271,8 +281,9 @@ def parameter_count(layers: Num, h: Num, heads: Num, kv_heads: Num, head_dim: Nu
     """
     return (embedding_parameters(h, vocab, position_embeddings, token_types, embedding_norm, norm)
             + layers * layer_parameters(h, heads, kv_heads, head_dim, ffn, ffn_type, norm, bias, qkv_bias,
-                                        layer_norms=layer_norms, qk_norm=qk_norm, attention=attention)
-            + head_parameters(h, vocab, tied, final_norm, norm, pooler, mlm_head, nsp_head))
+                                        layer_norms=layer_norms, qk_norm=qk_norm, attention=attention,
+                                        qk_norm_full=qk_norm_full)
+            + head_parameters(h, vocab, tied, final_norm, norm, pooler, mlm_head, nsp_head, head_bias))
 
 
 # ----------------------------------------------------------------------------- FLOPs

@@ -5,7 +5,8 @@ No network and no ``transformers`` package: the field names of each supported
 documented defaults (GPT2Config, LlamaConfig, MistralConfig, Qwen2Config,
 OPTConfig, BertConfig, MixtralConfig, Qwen2MoeConfig, Qwen3Config, Qwen3MoeConfig, Gemma2Config, Gemma3TextConfig,
 GptOssConfig, Llama4TextConfig, DeepseekV2Config, DeepseekV3Config, Phi3Config, GPTNeoXConfig, FalconConfig,
-T5Config).
+T5Config, GemmaConfig, Starcoder2Config, StableLmConfig, GraniteConfig, SmolLM3Config, Olmo2Config, PhiConfig,
+GPTBigCodeConfig).
 How each family's modules are written where it changes an eager stack's kernels
 (``qkv_projection``, ``softmax_dtype``) follows the modeling files of Transformers 5.24: GPT-2's fused
 ``c_attn``, the separate ``q_proj``/``k_proj``/``v_proj`` (``query``/``key``/``value``) of the others, and the
@@ -21,20 +22,34 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from dse.errors import InputError
-from dse.specs.hf import classic, deepseek, falcon, gemma3, gpt_neox, gpt_oss, llama4, llama_like, phi3, t5
+from dse.specs.hf import (
+    classic,
+    decoders,
+    deepseek,
+    falcon,
+    gemma3,
+    gpt_neox,
+    gpt_oss,
+    llama4,
+    llama_like,
+    phi,
+    phi3,
+    t5,
+)
 from dse.specs.hf.common import MOE_KEYS, UNMODELLED, Get, get, notes, refuse_unmodelled
 
 __all__ = ["MOE_KEYS", "READERS", "SUPPORTED", "UNMODELLED", "from_hf_config"]
 
 #: model_type -> its reader.
 READERS: dict[str, Callable[[dict, str, str, str, Get], dict]] = {
-    "gpt2": classic.gpt2, "opt": classic.opt, "bert": classic.bert,
+    "gpt2": classic.gpt2, "opt": classic.opt, "bert": classic.bert, "gpt_bigcode": classic.gpt_bigcode,
     **dict.fromkeys(llama_like.TYPES, llama_like.read),
     **dict.fromkeys(gemma3.TYPES, gemma3.read), **dict.fromkeys(gpt_oss.TYPES, gpt_oss.read),
     **dict.fromkeys(llama4.TYPES, llama4.read),
     **dict.fromkeys(deepseek.TYPES, deepseek.read),
     **dict.fromkeys(phi3.TYPES, phi3.read), **dict.fromkeys(gpt_neox.TYPES, gpt_neox.read),
     **dict.fromkeys(falcon.TYPES, falcon.read), **dict.fromkeys(t5.TYPES, t5.read),
+    **dict.fromkeys(decoders.TYPES, decoders.read), **dict.fromkeys(phi.TYPES, phi.read),
 }
 SUPPORTED = tuple(READERS)
 

@@ -63,3 +63,23 @@ def bert(cfg: dict, mt: str, where: str, name: str, g: Get) -> dict:
         mlm_head=mlm, nsp_head=arch == "BertForPreTraining", qkv_projection="separate",
         source=f"Hugging Face config {where}",
     )
+
+
+def gpt_bigcode(cfg: dict, mt: str, where: str, name: str, g: Get) -> dict:
+    """GPTBigCodeForCausalLM (StarCoder, SantaCoder; Transformers 5.24 modeling_gpt_bigcode.py): GPT-2's block with
+    multi-query attention -- one fused ``c_attn`` of h + 2 d (``multi_query``, default true: one K/V head; else a
+    per-head [q k v] h x 3h) -- learned positions, LayerNorm, biases, a tied head, the eager softmax in fp32."""
+    h = g("n_embd", req=True)
+    heads = g("n_head", req=True)
+    act = str(g("activation_function", "gelu_pytorch_tanh"))
+    if not g("scale_attn_weights", True):
+        raise InputError(f"{where}: scale_attn_weights false is not modelled for gpt_bigcode")
+    return dict(
+        name=name, layers=g("n_layer", req=True), hidden=h, heads=heads,
+        kv_heads=1 if g("multi_query", True) else heads,
+        vocab=g("vocab_size", req=True), max_seq_len=g("n_positions", 1024), ffn_hidden=g("n_inner") or 4 * h,
+        ffn_type="relu" if act == "relu" else "gelu", activation=_activation(act, where, "activation_function"),
+        norm="layernorm", bias=True, position="learned", tied_embeddings=bool(g("tie_word_embeddings", True)),
+        qkv_projection="fused", softmax_dtype="fp32", dropout=float(g("resid_pdrop", 0.1)),
+        source=f"Hugging Face config {where}",
+    )

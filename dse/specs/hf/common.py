@@ -46,7 +46,7 @@ _ACTIVATIONS = {"gelu_new": "gelu_new", "gelu": "gelu", "gelu_pytorch_tanh": "ge
 
 
 #: The model_types whose readers model a parallel residual (model.parallel_residual).
-PARALLEL_READ = ("gpt_neox", "falcon")
+PARALLEL_READ = ("gpt_neox", "falcon", "stablelm")
 
 
 def rotary_fraction(cfg: dict, where: str, default: float = 1.0, legacy: str = "partial_rotary_factor") -> float:
@@ -126,7 +126,7 @@ def notes(cfg: dict, mt: str) -> list[str]:
     ``use_parallel_residual`` in a model_type whose reader does not read them (:data:`PARALLEL_READ` do): attention
     and MLP side by side, priced as sequential blocks. BERT ``position_embedding_type`` relative_key(_query): Shaw
     et al. 2018 (arXiv 1803.02155) add a (2 max_pos - 1) x d distance table and a score term per layer, priced as
-    absolute positions.
+    absolute positions. SmolLM3's NoPE layers (``no_rope_layers`` 0): priced with rotary positions.
     """
     out = []
     q = cfg.get("quantization_config")
@@ -137,6 +137,13 @@ def notes(cfg: dict, mt: str) -> list[str]:
         if cfg.get(key) and mt not in PARALLEL_READ:
             out.append(f"{key}: true is not modelled: attention and MLP priced as sequential blocks "
                          "(same FLOPs and parameters)")
+    if mt == "smollm3":   # SmolLM3Config: no_rope_layers, else every no_rope_layer_interval-th layer (4) is NoPE
+        flags = cfg.get("no_rope_layers") or [int((i + 1) % (cfg.get("no_rope_layer_interval") or 4) != 0)
+                                               for i in range(cfg.get("num_hidden_layers") or 0)]
+        nope = sum(1 for f in flags if not f)
+        if nope:
+            out.append(f"no_rope_layers: {nope} of {len(flags)} layers without rotary positions (NoPE) are priced "
+                       "with the rotary kernels (same FLOPs and parameters)")
     pos = cfg.get("position_embedding_type", "absolute")
     if mt == "bert" and pos not in (None, "absolute"):
         out.append(f"position_embedding_type {pos!r} is not modelled: priced as absolute positions (the "

@@ -1,0 +1,35 @@
+"""config.json reader of Phi-1, Phi-1.5 and Phi-2 (PhiConfig; Transformers 5.24 modeling_phi.py).
+
+PhiDecoderLayer: one shared ``input_layernorm`` (LayerNorm) feeding attention and MLP side by side, x + attn(ln(x)) +
+mlp(ln(x)) (a parallel residual with one norm, as Falcon-7B); separate ``q_proj``/``k_proj``/``v_proj`` and ``dense``,
+all with biases, a two-matrix MLP fc1/fc2 with biases and ``hidden_act`` (gelu_new); rotary positions on
+``partial_rotary_factor`` of each head (PhiConfig's default 0.5; Phi-2 0.4) -- the rotated and passed parts are
+concatenated back (torch.cat), as GPT-NeoX; a final LayerNorm and an untied ``lm_head`` with a bias; the eager
+softmax in fp32. ``qk_layernorm`` (a LayerNorm over each query and key head, with bias) is refused.
+"""
+
+from __future__ import annotations
+
+from dse.errors import InputError
+from dse.specs.hf.common import Get, activation, rotary_fraction
+
+TYPES = ("phi",)
+
+
+def read(cfg: dict, mt: str, where: str, name: str, g: Get) -> dict:
+    """PhiForCausalLM's fields."""
+    if g("qk_layernorm", False):
+        raise InputError(f"{where}: qk_layernorm true is not modelled for phi (a LayerNorm with bias of each query "
+                         "and key head)")
+    act = str(g("hidden_act", "gelu_new"))
+    heads = g("num_attention_heads", req=True)
+    return dict(
+        name=name, layers=g("num_hidden_layers", req=True), hidden=g("hidden_size", req=True), heads=heads,
+        kv_heads=g("num_key_value_heads", heads), ffn_hidden=g("intermediate_size", req=True),
+        ffn_type="relu" if act == "relu" else "gelu", activation=activation(act, where, "hidden_act"),
+        norm="layernorm", bias=True, qkv_bias=True, vocab=g("vocab_size", req=True),
+        max_seq_len=g("max_position_embeddings", 2048), position="rotary",
+        rotary_fraction=rotary_fraction(cfg, where, 0.5), tied_embeddings=bool(g("tie_word_embeddings", False)),
+        head_bias=True, qkv_projection="separate", softmax_dtype="fp32", parallel_residual=True, layer_norms=1,
+        dropout=float(g("resid_pdrop", 0.0)), source=f"Hugging Face config {where}",
+    )
