@@ -166,7 +166,7 @@ def test_cheapest_qlora_box_for_30m_tokens_in_a_day_is_two_rtx_4090s():
     assert (p["hardware.node.gpu"], p["gpus"], p["plan.offload_params"], p["plan.ssds"]) == ("rtx-4090", 2, "cpu", 1)
     assert best["value"] == 10_100                                  # 2 x $1,800 GPUs + $5,000 host + one $1,500 drive
     hours = 30e6 / best["metrics"]["throughput.tokens_per_s"] / 3600
-    assert hours == pytest.approx(17.6, abs=0.05)
+    assert hours == pytest.approx(17.65, abs=0.05)
     # one RTX 4090 fits (NF4 weights in host DRAM) but needs more than a day: excluded by the time limit only
     m, s, p1 = resolve("llama3-70b", "workstation-l40s-x2-gen5", None, ["hardware.node.gpu=rtx-4090"], dp=1,
                        finetune="qlora", lora_rank=16, zero=3, micro_batch=4, seq_len=2048, global_batch=16,

@@ -69,7 +69,7 @@ def kernel_tables(model: ModelSpec, plan: Plan, r: Recipe, K: Module = _kernels)
     """
     s, b, t, sp = _context.local_seq(plan), plan.micro_batch, plan.tp, plan.sequence_parallel   # s/cp tokens
     e, comm, logits = r.activations, r.tp_messages, r.logits   # bytes per element (the precision recipe)
-    stack = getattr(plan, "stack", "megatron")
+    stack, fusion = getattr(plan, "stack", "megatron"), getattr(plan, "cross_entropy_fusion", None)
     fp8 = plan.fp8_scaling if r.gemm_dtype == "fp8" else None     # FP8 linear layers (dse.formulas.fp8)
     key = None
     if K is _kernels:                      # not when traced: the trace records every formula call
@@ -79,7 +79,7 @@ def kernel_tables(model: ModelSpec, plan: Plan, r: Recipe, K: Module = _kernels)
                getattr(plan, "expert_capacity", None), getattr(plan, "pad_to_capacity", False), sp, plan.recompute,
                plan.attention, e, comm, logits, stack, r.gradients, expert_tp(plan),
                plan.finetune, plan.lora_rank, plan.lora_targets, plan.quantization, plan.lora_dropout, fp8,
-               getattr(plan, "kv_cache", None), *map(K.__getattribute__, _FORMULAS))
+               getattr(plan, "kv_cache", None), fusion, *map(K.__getattribute__, _FORMULAS))
         try:
             hit = _TABLES.get(key)
         except TypeError:                  # array plan fields: not hashable, not memoised
@@ -104,9 +104,10 @@ def kernel_tables(model: ModelSpec, plan: Plan, r: Recipe, K: Module = _kernels)
     layer, dense, n_moe = _layer_tables(model, plan, K, shape, opts)
     s_in, s_out = _encdec.lengths(model, plan, s)    # encoder-decoder: both stacks' tokens in, the target's out
     embedding = K.embedding_kernels(s_in, b, h, tp=t, sequence_parallel=sp, dropout=dropout, position=model.position,
-                                    bytes_per_element=e, comm_bytes_per_element=comm)
+                                    bytes_per_element=e, comm_bytes_per_element=comm, vocab=model.vocab,
+                                    grad_bytes=r.gradients)
     head = K.head_kernels(s_out, b, h, model.vocab, tp=t, sequence_parallel=sp, norm=model.norm,
-                          final_norm=model.final_norm, bytes_per_element=e, logits_bytes=logits)
+                          final_norm=model.final_norm, bytes_per_element=e, logits_bytes=logits, fusion=fusion)
     if _encdec.is_encoder_decoder(model):
         head = _encdec.encoder_output(head, model, s, b, tp=t, sequence_parallel=sp, bytes_per_element=e)
     if ops:
@@ -115,11 +116,11 @@ def kernel_tables(model: ModelSpec, plan: Plan, r: Recipe, K: Module = _kernels)
         if not stack_spec(stack).pads_vocab:    # an unpadded vocabulary: the LM-head GEMM's n may be unaligned
             head["lm_head"] = {**head["lm_head"], "aligned": _stacks.aligned(head["lm_head"]["n"], e)}
     if plan.finetune != "full":   # the LM head's weight and the embedding table are frozen too
-        head = {**head, "lm_head": {**head["lm_head"], "frozen": True}}
-        embedding = {**embedding, "embedding": {**embedding["embedding"], "bytes_backward": 0, "kernels_backward": 0}}
+        head, embedding = _frozen_ends(head, embedding)
     out = {"layer": layer, "embedding": embedding, "head": head}
-    # biases on the linear layers: the host's launches per row (bias-gradient sums; the launch floor)
-    out["bias"] = {"bias": model.bias, "qkv_bias": model.bias if model.qkv_bias is None else model.qkv_bias}
+    # biases, learned positions, dropout: the host's launches per row (dse.formulas.kernels.megatron_launches)
+    out["bias"] = {"bias": model.bias, "qkv_bias": model.bias if model.qkv_bias is None else model.qkv_bias,
+                   "learned_positions": model.position == "learned", "dropout": dropout}
     out["sums"] = table_sums(out, plan.recompute, K)
     if _mtp.depths(model):   # multi-token prediction: D depths of the last layer kind, head and embedding
         out["sums"].update(_mtp.sums(out["sums"], out.setdefault("mtp", _mtp.extra_table(model, plan, r, K, s)),
@@ -136,6 +137,13 @@ def kernel_tables(model: ModelSpec, plan: Plan, r: Recipe, K: Module = _kernels)
             _TABLES.clear()
         _TABLES[key] = (model, out)
     return out
+
+
+def _frozen_ends(head: Table, embedding: Table) -> tuple[Table, Table]:
+    """The head and embedding tables of a frozen LM head and embedding table: no weight gradient, no table gradient."""
+    emb = {k: v for k, v in embedding.items() if k != "embedding_grad"}
+    emb["embedding"] = {**emb["embedding"], "bytes_backward": 0, "kernels_backward": 0}
+    return {**head, "lm_head": {**head["lm_head"], "frozen": True}}, emb
 
 
 def _layer_tables(model: ModelSpec, plan: Plan, K: Module, shape: tuple[Any, ...],
@@ -174,6 +182,7 @@ def kernel_times(tables: dict[str, Any], system: SystemSpec, plan: Plan, peak: N
     dispatch, layer_dispatch, layer_host = host_dispatch(spec.dispatch, host_spec, stack, plan.recompute,
                                                          spec.layer_dispatch, spec.checkpoint_dispatch)
     count = bool(dispatch)
+    ends = spec.ends_dispatch * host_spec.dispatch_scale if spec.ends_dispatch else dispatch   # embedding, head
     launches = _kernels.megatron_launches(**tables.get("bias", {})) if stack == "megatron" else None
     rows: dict[str, tuple[Num, Num]] = {}     # the layer's rows in order: the MoE dispatcher's wait (below)
     lt = table_time(tables["layer"], hw, lk["tp"], C, P, recompute=plan.recompute, async_tp=async_tp, count=count,
@@ -188,8 +197,8 @@ def kernel_times(tables: dict[str, Any], system: SystemSpec, plan: Plan, peak: N
     emb = table_time(tables["embedding"], hw, lk["tp"], C, P, count=count, launches=launches)
     if count:
         for part in (head, emb):
-            part["forward"] = maximum(part["forward"], dispatch * part["kernels_forward"])
-            part["backward"] = maximum(part["backward"], dispatch * part["kernels_backward"])
+            part["forward"] = maximum(part["forward"], ends * part["kernels_forward"])
+            part["backward"] = maximum(part["backward"], ends * part["kernels_backward"])
     # Megatron-Core's dropless token dispatcher waits for the per-expert token counts once per MoE layer forward
     # (and its full recompute): the pipeline restarts from an empty GPU queue (dse.estimate.passes.moe_sync_time)
     sync: Num = 0.0

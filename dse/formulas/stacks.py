@@ -319,7 +319,8 @@ def apply_head(table: Table, ops: dict[str, Op], size: Sizes, *, bytes_per_eleme
     out = dict(table)
     if "final_norm" in out and "final_norm" in ops:
         out["final_norm"] = _elementwise(ops["final_norm"], size, e, e)
-    if "loss" in ops:
+    if "loss" in ops:   # the stack's own loss: not Megatron's vocab-parallel one and its all-reduces
+        out = {k: v for k, v in out.items() if not (k.startswith("loss_") and v["kind"] == "collective")}
         loss = _elementwise(ops["loss"], size, e, e)
         loss["transient"] = amount(ops["loss"].get("transient", {}), size, e, e)
         for name in ("logit_softcap", "logit_scale"):
@@ -347,7 +348,9 @@ def apply_embedding(table: Table, ops: dict[str, Op], size: Sizes, *, bytes_per_
     (7, 3)
     """
     out = dict(table)
-    if "embedding" in ops and "embedding" in out:
+    if "embedding" in ops and "embedding" in out:   # the stack's own backward moves the table's gradient
+        out.pop("embedding_grad", None)
+        out.pop("embedding_mask", None)
         out["embedding"] = _elementwise(ops["embedding"], size, bytes_per_element, bytes_per_element,
                                         saved=out["embedding"]["saved"])
     if "embedding_scale" in ops and _enabled(ops["embedding_scale"], choices or {}):

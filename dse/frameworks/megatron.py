@@ -38,7 +38,8 @@ OPTIONS = {
     "--overlap-param-gather": "flag", "--recompute-granularity": "str", "--recompute-activations": "flag",
     "--recompute-method": "str", "--recompute-num-layers": "int", "--bf16": "flag", "--fp16": "flag",
     "--grad-reduce-in-bf16": "flag", "--fp8-format": "str", "--fp8-recipe": "str", "--fp8-param-gather": "flag",
-    "--optimizer": "str", "--optimizer-cpu-offload": "flag",
+    "--optimizer": "str", "--optimizer-cpu-offload": "flag", "--cross-entropy-loss-fusion": "flag",
+    "--cross-entropy-fusion-impl": "str",
     "--optimizer-offload-fraction": "float", "--use-flash-attn": "flag", "--attention-backend": "str",
     "--transformer-impl": "str", "--num-layers": "int", "--hidden-size": "int", "--num-attention-heads": "int",
     "--ffn-hidden-size": "int", "--kv-channels": "int", "--group-query-attention": "flag",
@@ -137,6 +138,10 @@ def _parallelism(imp: Imported, get) -> None:
     imp.set("zero", zero, key)
     if get("--overlap-grad-reduce") or get("--overlap-param-gather"):
         imp.set("overlap_grad_reduce", True, "--overlap-grad-reduce")
+    if get("--cross-entropy-loss-fusion"):   # Megatron-LM: --cross-entropy-fusion-impl native (default) or te
+        impl = as_choice(imp.source, "--cross-entropy-fusion-impl", get("--cross-entropy-fusion-impl", "native"),
+                         ("native", "te"))
+        imp.set("cross_entropy_fusion", impl, "--cross-entropy-loss-fusion --cross-entropy-fusion-impl")
     if get("--optimizer-cpu-offload"):
         imp.set("offload_optimizer", "cpu", "--optimizer-cpu-offload")
         fraction = get("--optimizer-offload-fraction", 1.0)
@@ -219,7 +224,9 @@ def emit(model, system, plan) -> tuple[str, list[str]]:
             2: "--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads",
             3: "--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params"}[plan.zero]
     args.append(" ".join(a for a in (zero, "--sequence-parallel" * (plan.sequence_parallel and plan.tp > 1),
-                                     "--overlap-grad-reduce" * plan.overlap_grad_reduce) if a))
+                                     "--overlap-grad-reduce" * plan.overlap_grad_reduce,
+                                     (f"--cross-entropy-loss-fusion --cross-entropy-fusion-impl "
+                                      f"{plan.cross_entropy_fusion}") * bool(plan.cross_entropy_fusion)) if a))
     seq = (f"--encoder-seq-length {plan.seq_len} --decoder-seq-length {plan.target_len}"   # pretrain_t5.py
            if model.architecture == "encoder-decoder" else f"--seq-length {plan.seq_len}")
     args.append(f"--micro-batch-size {plan.micro_batch} --global-batch-size {plan.global_batch} {seq}")

@@ -37,6 +37,7 @@ OFFLOAD_PARAMS = ("gpu", "cpu", "cxl", "nvme")      # where the fp16 parameters 
 EXCHANGE_DTYPES = ("fp32", "fp16")
 SCHEDULES = ("1f1b", "interleaved", "gpipe", "dualpipe")
 CHIPLET_SCHEMES = ("megatron-1d", "summa-2d", "hecaton-2d")
+CROSS_ENTROPY_FUSIONS = ("native", "te")   # dse.formulas.kernels.vocab_parallel_loss
 CHIPLET_SCHEDULES = ("auto", "minibatch", "microbatch")
 OFFLOAD_ACTIVATIONS = ("none", "ssd", "host")   # where saved activations go between forward and backward
 ACTIVATION_IO_PATHS = ("gds", "bounce")         # GPUDirect Storage, or staged through host memory
@@ -137,6 +138,12 @@ class Plan:
                                            "forward, ZeRO-3's prefetch (False: Megatron's default, all exposed)")
     async_tp_allreduce: bool = spec_field(True, help="overlap each column-parallel linear's backward input-gradient "
                                           "all-reduce with its weight-gradient GEMM (Megatron-LM default since 2.6)")
+    cross_entropy_fusion: str | None = spec_field(None, choices=CROSS_ENTROPY_FUSIONS, help="megatron stack: "
+                                                  "the fused vocab-parallel cross-entropy, Megatron-Core's native "
+                                                  "(jit-fused) or Transformer Engine's (te: Triton, no fp32 upcast) "
+                                                  "(--cross-entropy-loss-fusion --cross-entropy-fusion-impl; "
+                                                  "Megatron-Bridge's performance recipes: te); default: unfused "
+                                                  "(Megatron-LM's default)")
     # chiplet packages only (dse/estimate/chiplet.py); None = not set
     chiplet_scheme: str | None = spec_field(None, choices=CHIPLET_SCHEMES, help="how a layer is split over the dies "
                                             "of a chiplet package (default hecaton-2d)")

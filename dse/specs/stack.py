@@ -55,6 +55,7 @@ class StackSpec:
     dispatch: float = 0.0          # host time per kernel launched [s]; 0: the GPU spec's layer_overhead floor
     layer_dispatch: tuple[float, float] = (0.0, 0.0)  # host time per layer pass (forward, backward) past launches [s]
     checkpoint_dispatch: float = 1.0  # a layer's host time under torch.utils.checkpoint / unscaled, default for a host
+    ends_dispatch: float = 0.0     # host time per kernel of the plain torch ops outside the layers [s]; 0: dispatch
     pads_vocab: bool = True        # the LM head's vocabulary is padded to an aligned size (Megatron: 128 t)
     flash_window: bool = True      # its flash kernel skips the tiles outside a sliding window or chunk (false: masks)
     rows: dict = field(default_factory=dict)
@@ -144,8 +145,8 @@ def parse(data: dict, where: str) -> StackSpec:
     """A :class:`StackSpec` from a stack file's mapping; a bad entry is a one-line :class:`InputError`."""
     from dse.units import parse as parse_unit
 
-    allowed = ("name", "title", "source", "dispatch", "layer_dispatch", "checkpoint_dispatch", "pads_vocab",
-               "flash_window", "rows")
+    allowed = ("name", "title", "source", "dispatch", "layer_dispatch", "checkpoint_dispatch", "ends_dispatch",
+               "pads_vocab", "flash_window", "rows")
     for key in data:
         if key not in allowed:
             raise InputError(f"{where}: unknown field '{key}'; allowed: {', '.join(allowed)}")
@@ -170,6 +171,7 @@ def parse(data: dict, where: str) -> StackSpec:
         else:
             _check_op(op, f"{where}.rows.{name}")
     dispatch = data.get("dispatch", 0)
+    ends = data.get("ends_dispatch", 0)
     ckpt = data.get("checkpoint_dispatch", 1.0)
     if isinstance(ckpt, bool) or not isinstance(ckpt, (int, float)) or not ckpt >= 1:
         raise InputError(f"{where}.checkpoint_dispatch: {ckpt!r}; expected a number >= 1 (a factor on the host time)")
@@ -178,6 +180,7 @@ def parse(data: dict, where: str) -> StackSpec:
                      dispatch=parse_unit(dispatch, "s", f"{where}.dispatch") if dispatch else 0.0,
                      layer_dispatch=_layer_dispatch(data.get("layer_dispatch"), f"{where}.layer_dispatch"),
                      checkpoint_dispatch=float(ckpt),
+                     ends_dispatch=parse_unit(ends, "s", f"{where}.ends_dispatch") if ends else 0.0,
                      pads_vocab=bool(data.get("pads_vocab", True)),
                      flash_window=bool(data.get("flash_window", True)), rows=_freeze(rows))
 

@@ -50,7 +50,9 @@ DualPipe at 176K (-2.0 %), the all-to-all exposed only for the SMs it takes. Wit
 (since FP8 of MoE and MLA layers is modelled) it lands at 153K (-15.0 %) without the MTP module and at 200K
 (+10.9 %) with it priced (154K and 201K until the DualPipe bubble's W summed all of a layer's weight-gradient
 GEMMs; 152K and 198K until Megatron-Core's per-expert GEMMs and FP8 casts were priced, which DeepSeek's own
-grouped GEMMs and fused casts need not launch); with the FP8 dispatch priced, 194K (+8.0 %). Priced with NCCL's
+grouped GEMMs and fused casts need not launch); with the FP8 dispatch priced, 194K (+8.0 %); with the ends as
+Megatron runs them (its unfused fp32 cross-entropy over 129K columns, the embedding table's dense fp32 gradient, 11 GB
+a micro-batch on the first stage: issue 14) 202K (+12.2 %), the Bridge layout 145K (-19.4 %). Priced with NCCL's
 all-to-all instead (``moe_dispatcher alltoall``: every routed copy for another node over IB) it would be 225K
 (+25.3 %). The batch ramp, not priced,
 makes dse fast. Nothing is fitted.

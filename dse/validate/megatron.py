@@ -3,8 +3,8 @@
 88 runs of GPT models (3.6B, 18.4B, 39.1B) on up to 512 A100s with full
 recomputation, 1F1B, sequence 2048, over TP/PP/DP/micro-batch combinations.
 The scenario per row is fixed by the data's source, not fitted: GPT layers with
-biases, LayerNorm, GeLU, dropout 0.1, learned positions, vocabulary 51,200 (GPT-2
-BPE padded to a multiple of 128·TP as Megatron does), math attention with fused
+biases, LayerNorm, GeLU, dropout 0.1, learned positions, the GPT-2 BPE vocabulary (50,257) padded to a
+multiple of 128·TP as Megatron does (:func:`vocab`: 50,304 at TP 1, 51,200 at TP 8 and 16), math attention with fused
 softmax (vTrain's model code), fp16 with fp16 gradients, no gradient bucketing
 (no overlap of the data-parallel all-reduce). Every row uses one shared set of
 efficiency parameters: those in ``hwspecs/gpus/a100-sxm-80gb.yaml`` and the links
@@ -26,7 +26,16 @@ SOURCE = "vTrain ground_truth_multi.csv (VIA-Research/vTrain, MIT), data/megatro
 TARGETS = {"mape": 0.10, "spearman": 0.85}
 ROW_TOLERANCE = 0.30
 SYSTEM = "a100-cluster-800g"
-VOCAB = 51200
+VOCAB = 51200     # the padded vocabulary at TP 8 and 16 (vocab(8)); each run's is vocab(tp)
+TOKENS = 50257    # GPT-2 BPE (Megatron's GPT2BPETokenizer)
+
+
+def vocab(tp: int) -> int:
+    """The embedding rows Megatron-DeepSpeed allocates at tensor parallelism ``tp``: 50,257 padded to a multiple of
+    ``--make-vocab-size-divisible-by`` (default 128) x tp (megatron/tokenizer/tokenizer.py _vocab_size_with_padding;
+    the default in microsoft/Megatron-DeepSpeed megatron/arguments.py)."""
+    multiple = 128 * tp
+    return -(-TOKENS // multiple) * multiple
 
 # (params_b, tp, pp, dp, micro_batch) -> why no analytical model can match the measurement.
 _TP2 = ("39.1B at tp=2 runs ~1.5x slower than its tp=1 and tp=4 neighbours with the same work per GPU "
@@ -71,7 +80,7 @@ def model_for(row):
 
     name = f"gpt-{row['params_b']:g}b" if row["params_b"] else f"gpt-h{row['hidden']}-l{row['layers']}"
     return ModelSpec(name=name, layers=row["layers"], hidden=row["hidden"], heads=row["heads"],
-                     vocab=VOCAB, max_seq_len=row["seq_len"], ffn_type="gelu", norm="layernorm", bias=True,
+                     vocab=vocab(row["tp"]), max_seq_len=row["seq_len"], ffn_type="gelu", norm="layernorm", bias=True,
                      position="learned", tied_embeddings=True, dropout=0.1,
                      source="vTrain ground truth").resolved()
 

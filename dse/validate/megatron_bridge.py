@@ -5,11 +5,14 @@ The rows of ``data/published/megatron_bridge.yaml``: tokens per second per GPU o
 each estimated with the plan its table states and its recipe sets: Megatron's kernels, FP8 with current
 (tensorwise) scaling and ``fp8_param_gather`` (``bf16_with_fp8_current_scaling_mixed``), the distributed optimizer
 (ZeRO-1) with overlapped gradient reduction, sequence parallelism wherever tp > 1, the interleaved schedule with
-the table's VP, no recomputation. These cases were not used to set any efficiency: the H100's come from its
-micro-benchmarks (docs/calibration.md), and the B200 and the GB200 carry the H100's, an assumption their specs
-state. The GB200 rows (DGX-GB200 = GB200 NVL72 racks, ``gb200-nvl72``) are the dense ones whose plan the 25.11 table
-states in full (FSDP 0); the Llama-3-70B row runs Megatron FSDP with 40 layers' activations offloaded to the Grace
-CPUs (``cpu_offloading_num_layers``, in the recipe only) and is left out.
+the table's VP, no recomputation, Transformer Engine's fused cross-entropy (``cross_entropy_fusion te``: the
+GPT provider's ``cross_entropy_loss_fusion=True``, and scripts/performance/utils/overrides.py sets
+``cross_entropy_fusion_impl = "te"`` for every performance recipe). These cases were not used to set any
+efficiency: the H100's come from its micro-benchmarks (docs/calibration.md), and the B200 and the GB200 carry the
+H100's, an assumption their specs state. The GB200 rows (DGX-GB200 = GB200 NVL72 racks, ``gb200-nvl72``) are the
+dense ones whose plan the 25.11 table states in full (FSDP 0); the Llama-3-70B row runs Megatron FSDP with 40
+layers' activations offloaded to the Grace CPUs (``cpu_offloading_num_layers``, in the recipe only) and is left
+out.
 
 What the recipes do that the estimate does not price (each a stated source of error, not a fitted term):
 
@@ -36,14 +39,16 @@ MOE_TABLE = "moe_bf16_throughput"
 MOE_ROWS = {
     "h100_gpt_oss_120b_gbs1280": ("gpt-oss-120b", "h100-cluster", dict(
         precision="bf16", zero=1, overlap_grad_reduce=True, recompute="none", attention="flash", seq_len=4096,
-        micro_batch=1, stack="megatron", tp=1, pp=4, dp=16, ep=8, global_batch=1280, moe_dispatcher="alltoall")),
+        micro_batch=1, stack="megatron", tp=1, pp=4, dp=16, ep=8, global_batch=1280, moe_dispatcher="alltoall",
+        cross_entropy_fusion="te")),
 }
 #: The FP8 MoE row: the FP8-CS recipe (current scaling, fp8_param_gather, no first/last bf16 layers in the
 #: performance configs), ZeRO-1 with overlapped reduction, EP over both nodes, no recompute
 MOE_FP8_TABLE = "moe_fp8_throughput"
 MOE_ROWS["h100_qwen3_30b_a3b_gbs1024"] = ("qwen3-30b-a3b", "h100-cluster", dict(
     precision="fp8", fp8_scaling="current", fp8_param_gather=True, zero=1, overlap_grad_reduce=True,
-    recompute="none", attention="flash", seq_len=4096, micro_batch=1, stack="megatron", tp=1, pp=1, dp=16, ep=16,
+    recompute="none", attention="flash", seq_len=4096, micro_batch=1, stack="megatron", cross_entropy_fusion="te",
+    tp=1, pp=1, dp=16, ep=16,
     global_batch=1024, moe_dispatcher="flex"))
 MOE_NAMES = {"h100_gpt_oss_120b_gbs1280": "H100 GPT-OSS-120B (MoE), 64 GPUs, EP 8, GBS 1280",
              "h100_qwen3_30b_a3b_gbs1024": "H100 Qwen3-30B-A3B (MoE, FP8), 16 GPUs, EP 16, GBS 1024"}
@@ -51,13 +56,16 @@ MOE_TABLES = {"h100_gpt_oss_120b_gbs1280": MOE_TABLE, "h100_qwen3_30b_a3b_gbs102
 MOE_MISS = ("MoE with small experts (128 of 2,880 x 2,880, top 4; 16 local experts x 1,024 tokens): still too fast "
             "after pricing what Megatron-Core adds per layer (one GEMM and t0 per local expert, the alltoall "
             "dispatcher's sort of the received copies, the fc2 bias weighted expert by expert, the eager GLU clamp, "
-            "the unfused YaRN RoPE: 6.8 -> 9.5 ms a layer, +78 -> +42 %); not priced: the recipe's recompute of "
+            "the unfused YaRN RoPE: 6.8 -> 9.5 ms a layer, +78 -> +42 %; +50 % with Transformer Engine's fused "
+            "cross-entropy, 5 bytes a bf16 logit of 201k, for the unfused passes priced before); not priced: "
+            "the recipe's recompute of "
             "norms and MoE activations (~1 %), the dispatcher's small collectives, and host overhead beyond 13.5 us "
             "a launch (the layer launches 108 + 198 kernels; NVIDIA's recipes graph-capture the router and "
             "dispatcher where the host shows); docs/moe.md. Mixtral's large experts are +12 % (dse validate moe-h100)")
 MOE_FP8_MISS = ("MoE with small experts again (128 of 2,048 x 768, top 8; 8 local experts x 4,096 tokens), in FP8: "
                 "per local expert one GEMM and t0 and, with current scaling, its own amax, scale and cast kernels "
-                "are priced (+52 -> +41 %); the estimate's FP8 now runs at 0.96x its bf16 (NVIDIA: 29.7 s a step in "
+                "are priced (+52 -> +41 %; +42 % with Transformer Engine's fused cross-entropy); the estimate's "
+                "FP8 now runs at 0.96x its bf16 (NVIDIA: 29.7 s a step in "
                 "FP8, 24.7 s in BF16 with router graphs, Megatron-Bridge's MoE guide), the rest is not isolated "
                 "(host overhead of Transformer Engine's per-expert quantizers and modules, HybridEP's achieved "
                 "bandwidth across two nodes, priced as DeepEP's: moe_dispatcher flex); docs/moe.md")
@@ -70,7 +78,8 @@ FILE = "megatron_bridge"
 TABLE = "dense_fp8_throughput"
 
 _RECIPE = dict(precision="fp8", fp8_scaling="current", fp8_param_gather=True, zero=1, overlap_grad_reduce=True,
-               recompute="none", attention="flash", seq_len=8192, micro_batch=1, stack="megatron")
+               recompute="none", attention="flash", seq_len=8192, micro_batch=1, stack="megatron",
+               cross_entropy_fusion="te")
 #: case -> (model, system, plan fields beyond the recipe's)
 ROWS = {
     "h100_llama3_70b_gbs128": ("llama3-70b", "h100-cluster", dict(tp=4, pp=8, dp=2, global_batch=128,

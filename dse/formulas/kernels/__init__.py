@@ -68,6 +68,7 @@ Symbols:
     finetune: frozen weights and LoRA adapters: dse.formulas.finetune.apply_layer's keywords (None: full training) [dict]
     grad_bytes: bytes per gradient element [bytes]
     fp8: FP8 linear layers' scaling, delayed or current (None: GEMMs in the activations' dtype; dse.formulas.fp8) [choice]
+    fusion: the fused vocab-parallel cross-entropy, native (Megatron-Core) or te (Transformer Engine); None: unfused [choice]
     group: the parallel group of a collective (tp: tensor parallel; ep: expert parallel; etp: expert tensor
         parallel) [choice]
     layer_norms: norms per layer (2 pre-LN; 4 Gemma 2) [count]
@@ -116,7 +117,15 @@ Symbols:
 from __future__ import annotations
 
 from dse.formulas.kernels.cross import cross_attention_kernels, position_bias_kernel
-from dse.formulas.kernels.ends import embedding_kernels, head_kernels
+from dse.formulas.kernels.ends import (
+    CROSS_ENTROPY_KERNELS,
+    LOSS_KERNELS,
+    embedding_gradient,
+    embedding_kernels,
+    embedding_mask_row,
+    head_kernels,
+    vocab_parallel_loss,
+)
 from dse.formulas.kernels.launches import (
     MEGATRON_LAUNCHES,
     host_pass_time,
@@ -152,7 +161,7 @@ from dse.formulas.kernels.sums import (
 from dse.formulas.kernels.sync import moe_sync_row, restart_exposed_time, stream_time
 
 __all__ = ["KINDS", "layer_kernels", "moe_mlp_kernels", "dispatcher_gathers", "mla_attention_kernels",
-           "cross_attention_kernels", "position_bias_kernel", "embedding_kernels", "head_kernels", "mtp_kernels", "weight_gemms",
+           "cross_attention_kernels", "position_bias_kernel", "embedding_kernels", "embedding_mask_row", "embedding_gradient", "head_kernels", "vocab_parallel_loss", "LOSS_KERNELS", "CROSS_ENTROPY_KERNELS", "mtp_kernels", "weight_gemms",
            "forward_flops", "recomputed_flops", "executed_flops", "backward_flops", "saved_bytes", "packed_bytes",
            "rerun_bytes", "message_bytes", "MEGATRON_LAUNCHES", "megatron_launches", "row_launches", "table_launches",
            "host_pass_time", "step_host_time", "softmax_row",

@@ -28,22 +28,32 @@ MEGATRON_LAUNCHES: dict[str, tuple[int, int]] = {
     # gradient's column sum, and the add of the two gradients of the residual stream
     "attn_residual": (1, 3), "mlp_residual": (1, 3),
     "activation": (1, 2),     # bias-GeLU (GeLUFunction): one kernel each way, and the fc1 bias gradient's sum
+    "final_norm": (1, 3),     # apex's fused LayerNorm before the LM head, as norm1
+    # the embedding (megatron/model/language_model.py Embedding.forward): the word and position lookups, their sum,
+    # the [b s h] -> [s b h] copy and the dropout; backward the dropout's and the copy's, and the position table's
+    # dense gradient (its fill, its scatter-add, its accumulation); the word table's: the embedding_grad row
+    "embedding": (5, 5),
 }
 
 
-def megatron_launches(bias: bool = True, qkv_bias: bool | None = None) -> dict[str, tuple[int, int]]:
-    """:data:`MEGATRON_LAUNCHES` for a model with or without biases on its linear layers.
+def megatron_launches(bias: bool = True, qkv_bias: bool | None = None, learned_positions: bool = True,
+                      dropout: bool = True) -> dict[str, tuple[int, int]]:
+    """:data:`MEGATRON_LAUNCHES` for a model with or without biases on its linear layers, learned positions and
+    dropout.
 
     Formula: each bias-gradient column sum counted there (``grad_output.sum(0)`` of a linear with a bias; the
     bias-dropout-add's and bias-GeLU's bias gradient) is one backward launch that a bias-free layer does not make:
-    qkv (1, 2 + [qkv bias]), attn_residual and mlp_residual (1, 2 + [bias]), activation (1, 1 + [bias])
+    qkv (1, 2 + [qkv bias]), attn_residual and mlp_residual (1, 2 + [bias]), activation (1, 1 + [bias]); the
+    embedding (5, 5) loses the position lookup and sum and the position table's gradient without learned positions
+    (-2, -3), the dropout each way without dropout (-1, -1)
     Source: the files :data:`MEGATRON_LAUNCHES` is counted from (Megatron-DeepSpeed mpu/layers.py computes the
     bias gradient only ``if use_bias``); Megatron-Core's bias_dropout_add and bias_geglu/bias_swiglu skip the bias
-    when it is None.
+    when it is None; Megatron-LM megatron/model/language_model.py Embedding.forward (``add_position_embedding``).
 
     Args:
         bias: biases on the linear layers [bool]
         qkv_bias: a bias on Q/K/V (None: ``bias``) [bool]
+        learned_positions: a learned position table [bool]
     Returns:
         (forward, backward) launches per row name [count]
 
@@ -51,12 +61,15 @@ def megatron_launches(bias: bool = True, qkv_bias: bool | None = None) -> dict[s
     (True, (1, 1), (1, 2))
     >>> megatron_launches(False, qkv_bias=True)["qkv"], megatron_launches(False, qkv_bias=True)["mlp_residual"]
     ((1, 3), (1, 2))
+    >>> megatron_launches(False, learned_positions=False, dropout=False)["embedding"]   # Llama: lookup and copy
+    (2, 1)
     """
     qkv = bias if qkv_bias is None else qkv_bias
-    if bias and qkv:
+    if bias and qkv and learned_positions and dropout:
         return MEGATRON_LAUNCHES
+    emb = (5 - 2 * (not learned_positions) - (not dropout), 5 - 3 * (not learned_positions) - (not dropout))
     return {**MEGATRON_LAUNCHES, "qkv": (1, 2 + int(qkv)), "attn_residual": (1, 2 + int(bias)),
-            "mlp_residual": (1, 2 + int(bias)), "activation": (1, 1 + int(bias))}
+            "mlp_residual": (1, 2 + int(bias)), "activation": (1, 1 + int(bias)), "embedding": emb}
 
 
 def row_launches(name: str, row: Row, launches: dict[str, tuple[int, int]] | None = None,
