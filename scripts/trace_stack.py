@@ -19,7 +19,7 @@ Usage (needs torch and transformers, which dse itself does not):
     python scripts/trace_stack.py > tests/fixtures/pytorch_stack_trace.json
     python scripts/trace_stack.py llama > tests/fixtures/pytorch_stack_trace_llama.json
     python scripts/trace_stack.py gemma3 > tests/fixtures/pytorch_stack_trace_gemma3.json   (also: opt, gpt_neox, and
-    the AUTO families: gemma, phi, starcoder2, granite, olmo2, gpt_bigcode)
+    the AUTO families: gemma, phi, starcoder2, granite, olmo2, gpt_bigcode, gptj)
 """
 
 from __future__ import annotations
@@ -43,7 +43,8 @@ DIMS = {
 #: gemma: GeGLU, (1 + w) RMSNorms in fp32, sqrt(h) embedding scale, one K/V head; phi: parallel attention and MLP
 #: after one LayerNorm, partial rotary 0.4, biases, an lm_head bias; starcoder2: LayerNorm, biased GELU MLP, 2 K/V
 #: heads; granite: Llama with the embedding, residual and logit multipliers; olmo2: post-branch RMSNorms and a QK-norm
-#: over the whole projections; gpt_bigcode: GPT-2's block with multi-query attention (one K/V head in a fused c_attn)
+#: over the whole projections; gpt_bigcode: GPT-2's block with multi-query attention (one K/V head in a fused c_attn);
+#: gptj: Phi's parallel block without attention biases, rotary on 32 of 64 dimensions before the heads' transpose
 AUTO = {
     "gemma": {"hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 64,
               "intermediate_size": 704, "vocab_size": 32000},
@@ -57,6 +58,8 @@ AUTO = {
     "olmo2": {"hidden_size": 256, "num_attention_heads": 4, "intermediate_size": 704, "vocab_size": 32000},
     "gpt_bigcode": {"n_embd": 256, "n_head": 4, "n_inner": 1024, "vocab_size": 32000, "multi_query": True,
                     "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0, "n_positions": 1024},
+    "gptj": {"n_embd": 256, "n_head": 4, "n_inner": 1024, "rotary_dim": 32, "vocab_size": 32000, "resid_pdrop": 0.0,
+             "embd_pdrop": 0.0, "attn_pdrop": 0.0, "n_positions": 1024},
 }
 for _arch, _cfg in AUTO.items():
     _kv = _cfg.get("num_key_value_heads", 1 if _cfg.get("multi_query") else 4)
@@ -71,7 +74,7 @@ def build(arch: str, layers: int, attn: str, dims: dict):
     torch.manual_seed(0)
     if arch in AUTO:
         from transformers import AutoConfig, AutoModelForCausalLM
-        layers_key = "n_layer" if arch == "gpt_bigcode" else "num_hidden_layers"
+        layers_key = "n_layer" if arch in ("gpt_bigcode", "gptj") else "num_hidden_layers"
         cfg = AutoConfig.for_model(arch, **{**dims["config"], layers_key: layers, "attention_dropout": 0.0,
                                             "max_position_embeddings": 1024})
         cfg._attn_implementation = attn

@@ -125,7 +125,7 @@ def dense_parameters(spec) -> int:
         embedding_norm=spec.embedding_norm, tied=spec.tied_embeddings, final_norm=spec.final_norm,
         pooler=spec.pooler, mlm_head=spec.mlm_head, nsp_head=spec.nsp_head, layer_norms=spec.layer_norms,
         qk_norm=spec.qk_norm and spec.qk_norm_weight, attention=attention, qk_norm_full=spec.qk_norm_full,
-        head_bias=spec.head_bias)) + (
+        head_bias=spec.head_bias, mlp_bias=spec.mlp_bias)) + (
         spec.layers * spec.heads if spec.attention_sinks else 0)
 
 

@@ -39,9 +39,10 @@ the ``transformers_version`` stamp is left out):
   (LayerNorm, biased GELU MLP, 2 K/V heads, 4096 window); starcoderbase-1b: bigcode/starcoderbase-1b (gpt_bigcode:
   multi-query fused c_attn); stablelm-2-1_6b: stabilityai/stablelm-2-1_6b (LayerNorm, partial rotary 0.25, Q/K/V
   biases); granite-3.0-2b-base: ibm-granite/granite-3.0-2b-base (multipliers); SmolLM3-3B: HuggingFaceTB/SmolLM3-3B
-  (NoPE every fourth layer); OLMo-2-1124-7B: allenai/OLMo-2-1124-7B (post-branch norms, full-width QK-norm). These
-  ten are the published configs' architecture fields written out here, not downloads; their counts are
-  transformers 5.24.0's own (meta device) and the model cards' sizes.
+  (NoPE every fourth layer); OLMo-2-1124-7B: allenai/OLMo-2-1124-7B (post-branch norms, full-width QK-norm);
+  gpt-j-6b: EleutherAI/gpt-j-6b (gptj: parallel block, rotary_dim 64, MLP-only biases). These eleven are the
+  published configs' architecture fields written out here, not downloads; their counts are transformers 5.24.0's
+  own (meta device) and the model cards' sizes.
 - t5-base: google-t5/t5-base (t5: encoder-decoder, ReLU, tied head), flan-t5-xl: google/flan-t5-xl (gated-gelu,
   untied head), t5-v1_1-base: google/t5-v1_1-base (gated-gelu, untied head)
 
@@ -114,7 +115,7 @@ REFERENCE = {
         ("starcoderbase-1b", "gpt_bigcode", 1_137_207_296, "1B"),
         ("stablelm-2-1_6b", "stablelm", 1_644_515_328, "1.6B"),
         ("granite-3.0-2b-base", "granite", 2_533_531_648, "2.5B"), ("SmolLM3-3B", "smollm3", 3_075_098_624, "3B"),
-        ("OLMo-2-1124-7B", "olmo2", 7_298_617_344, "7.3B"))},
+        ("OLMo-2-1124-7B", "olmo2", 7_298_617_344, "7.3B"), ("gpt-j-6b", "gptj", 6_050_882_784, "6B"))},
     "bert-large-uncased": ("bert", 335_174_458, "transformers BertForMaskedLM meta-device count; = KerasHub "
                            "bert_large_en_uncased backbone 335,141,888 - pooler 1,049,600 + MLM head 1,082,170"),
 }

@@ -81,6 +81,8 @@ def layer_counts(model: ModelSpec, T: FormulaModule = _transformer) -> Section:
     if model.qk_norm_full:   # OLMo 2: weights across the projections (split with the heads, not replicated)
         attn["qk_norm_full"] = True
     rep: dict[str, Any] = {}
+    if model.mlp_bias is not None and model.mlp_bias != model.bias:   # GPT-J: biases on the MLP only
+        attn["mlp_bias"] = rep["mlp_bias"] = model.mlp_bias
     if model.mla:   # multi-head latent attention: its projections and latent norms (DeepSeek-V2/V3)
         q, kv, rope = model.q_lora_rank or 0, model.kv_lora_rank, model.qk_rope_head_dim
         attn = {"attention": T.mla_attention_parameters(h, model.heads, q, kv, model.qk_nope_head_dim, rope,

@@ -58,6 +58,8 @@ class ModelSpec:
     norm: str = spec_field("layernorm", choices=NORMS, help="LayerNorm (weight+bias) or RMSNorm (weight)")
     bias: bool = spec_field(True, help="biases on the linear layers")
     qkv_bias: bool | None = spec_field(None, help="biases on Q/K/V only (Qwen-style); default = bias")
+    mlp_bias: bool | None = spec_field(None, help="biases on the MLP's linear layers (GPT-J: there only); default = "
+                                       "bias, which then covers the attention's output projection")
     qkv_projection: str = spec_field("fused", choices=QKV_PROJECTIONS,
                                      help="Q, K and V as one fused projection (GPT-2, Megatron) or three (Hugging "
                                           "Face Llama, Mistral, Qwen2, OPT, BERT): an eager stack's copies and sums")
@@ -142,6 +144,8 @@ class ModelSpec:
                                     "q_norm over a d, k_norm over kv d: weights of that width), not each head")
     norm_offset: bool = spec_field(True, help="with norm_fp32_weight: the scale is (1 + w), w cast to fp32 by two "
                                    "kernels of its own (Gemma); false: w (OLMo 2's Olmo2RMSNorm)")
+    rotary_before_transpose: bool = spec_field(False, help="the rotary runs on the projections' (b, s, a, d) layout "
+                                               "before the heads are transposed (GPT-J): its gradients need no copy")
     rotary_fp32: bool = spec_field(False, help="the rotary products run in fp32 and are cast back (OLMo 2: cos and sin "
                                    "kept in fp32): an eager stack's wider passes and two casts")
     experts: int = spec_field(0, ge=0, help="routed experts E of an MoE layer; 0: a dense MLP in every layer")
@@ -381,6 +385,7 @@ class ModelSpec:
             if self.shared_experts else None,
             expert_groups_per_token=self.expert_groups_per_token or self.expert_groups,
             qkv_bias=self.bias if self.qkv_bias is None else self.qkv_bias,
+            mlp_bias=self.bias if self.mlp_bias is None else self.mlp_bias,
             position_embeddings=(self.position_embeddings or self.max_seq_len) if self.position == "learned" else 0,
             seq_len=self.seq_len or min(TRAINING_SEQ_LEN, self.max_seq_len),
             decoder_layers=((self.decoder_layers or self.layers // 2) if self.architecture == "encoder-decoder"

@@ -64,7 +64,7 @@ def mlp_parameters(h: Num, ffn: Num, ffn_type: str = "gelu", bias: bool = True) 
 def layer_parameters(h: Num, heads: Num, kv_heads: Num, head_dim: Num, ffn: Num, ffn_type: str = "gelu",
                      norm: str = "layernorm", bias: bool = True, qkv_bias: bool | None = None, *,
                      layer_norms: int = 2, qk_norm: bool = False, sinks: bool = False,
-                     attention: Num | None = None, qk_norm_full: bool = False) -> Num:
+                     attention: Num | None = None, qk_norm_full: bool = False, mlp_bias: bool | None = None) -> Num:
     """Parameters of one transformer layer (attention + MLP + its norms).
 
     Formula: h(a+2kv)d + a d h + n_m h F + biases + n_norm norm (+ 2d with QK-norm; (a+kv)d spanning the whole
@@ -80,6 +80,7 @@ def layer_parameters(h: Num, heads: Num, kv_heads: Num, head_dim: Num, ffn: Num,
         qk_norm: an RMSNorm of each query and key head (Qwen3) [bool]
         qk_norm_full: the QK-norm spans the whole query and key projections (OLMo 2 Olmo2Attention q_norm over
             a d, k_norm over kv d) [bool]
+        mlp_bias: biases on the MLP's linear layers (None: ``bias``; GPT-J: there only) [bool]
         sinks: a learned attention-sink logit per head (gpt-oss) [bool]
         attention: the attention's parameters when it is not multi-head/grouped-query (multi-head latent
             attention: :func:`mla_attention_parameters`); None: h(a+2kv)d + a d h and the Q/K/V biases [count]
@@ -103,27 +104,33 @@ def layer_parameters(h: Num, heads: Num, kv_heads: Num, head_dim: Num, ffn: Num,
         biases = biases + h  # out-proj; the MLP's biases are in mlp_parameters
     qk = ((heads + kv_heads) * head_dim if qk_norm_full else 2 * head_dim) if qk_norm else 0
     sink = heads if sinks else 0
-    return attn + mlp_parameters(h, ffn, ffn_type, bias) + biases + layer_norms * norm_parameters(h, norm) + qk + sink
+    mlp = mlp_parameters(h, ffn, ffn_type, bias if mlp_bias is None else mlp_bias)
+    return attn + mlp + biases + layer_norms * norm_parameters(h, norm) + qk + sink
 
 
 def layer_parameters_replicated(h: Num, ffn_type: str = "gelu", norm: str = "layernorm", bias: bool = True, *,
                                 layer_norms: int = 2, qk_norm: bool = False, head_dim: Num = 0,
-                                attention_replicated: Num = 0) -> Num:
+                                attention_replicated: Num = 0, mlp_bias: bool | None = None) -> Num:
     """Parameters of one layer that tensor parallelism does not split.
 
-    Formula: n_norm norm + (2h if biases: the row-parallel out-proj and fc2 biases) (+ 2d with QK-norm)
+    Formula: n_norm norm + (2h if biases: the row-parallel out-proj and fc2 biases; h each where only one has one,
+    ``mlp_bias``) (+ 2d with QK-norm)
     Source: Megatron-LM (Shoeybi et al. 2019, arXiv 1909.08053 §3): norms and row-parallel biases are replicated;
     a QK-norm's weights act per head, shared by all heads (Megatron-Core qk_layernorm); multi-head latent
     attention's down projections and latent norms (``attention_replicated``:
     :func:`mla_attention_parameters_replicated`).
 
+    Args:
+        mlp_bias: a bias on fc2 (None: ``bias``; GPT-J: there, not on the out-proj) [bool]
     Returns:
         parameters [count]
 
     >>> layer_parameters_replicated(1600)   # GPT-2 XL: 2 LayerNorms + 2 biases
     9600
     """
-    return (layer_norms * norm_parameters(h, norm) + (2 * h if bias else 0) + (2 * head_dim if qk_norm else 0)
+    fc2_bias = bias if mlp_bias is None else mlp_bias
+    return (layer_norms * norm_parameters(h, norm) + (h if bias else 0) + (h if fc2_bias else 0)
+            + (2 * head_dim if qk_norm else 0)
             + attention_replicated)
 
 
@@ -248,7 +255,8 @@ def parameter_count(layers: Num, h: Num, heads: Num, kv_heads: Num, head_dim: Nu
                     position_embeddings: Num = 0, token_types: Num = 0, embedding_norm: bool = False,
                     tied: bool = True, final_norm: bool = True, pooler: bool = False, mlm_head: bool = False,
                     nsp_head: bool = False, layer_norms: int = 2, qk_norm: bool = False,
-                    attention: Num | None = None, qk_norm_full: bool = False, head_bias: bool = False) -> Num:
+                    attention: Num | None = None, qk_norm_full: bool = False, head_bias: bool = False,
+                    mlp_bias: bool | None = None) -> Num:
     """Total trainable parameters of the model.
 
     Formula: P = embeddings + L * layer + head. GPT: 12Lh^2 + 13Lh + (V + s)h + 2h
@@ -268,6 +276,7 @@ def parameter_count(layers: Num, h: Num, heads: Num, kv_heads: Num, head_dim: Nu
         attention: a layer's attention parameters when not multi-head/grouped-query (MLA) [count]
         qk_norm_full: the QK-norm spans the whole query and key projections (OLMo 2) [bool]
         head_bias: the LM head's bias (Phi) [bool]
+        mlp_bias: biases on the MLP's linear layers (None: ``bias``) [bool]
     Returns:
         parameters [count]
 
@@ -282,7 +291,7 @@ def parameter_count(layers: Num, h: Num, heads: Num, kv_heads: Num, head_dim: Nu
     return (embedding_parameters(h, vocab, position_embeddings, token_types, embedding_norm, norm)
             + layers * layer_parameters(h, heads, kv_heads, head_dim, ffn, ffn_type, norm, bias, qkv_bias,
                                         layer_norms=layer_norms, qk_norm=qk_norm, attention=attention,
-                                        qk_norm_full=qk_norm_full)
+                                        qk_norm_full=qk_norm_full, mlp_bias=mlp_bias)
             + head_parameters(h, vocab, tied, final_norm, norm, pooler, mlm_head, nsp_head, head_bias))
 
 

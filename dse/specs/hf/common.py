@@ -126,7 +126,8 @@ def notes(cfg: dict, mt: str) -> list[str]:
     ``use_parallel_residual`` in a model_type whose reader does not read them (:data:`PARALLEL_READ` do): attention
     and MLP side by side, priced as sequential blocks. BERT ``position_embedding_type`` relative_key(_query): Shaw
     et al. 2018 (arXiv 1803.02155) add a (2 max_pos - 1) x d distance table and a score term per layer, priced as
-    absolute positions. SmolLM3's NoPE layers (``no_rope_layers`` 0): priced with rotary positions.
+    absolute positions. SmolLM3's NoPE layers (``no_rope_layers`` 0): priced with rotary positions. GPT-J's fp32
+    eager attention: priced as the fp32-softmax eager attention.
     """
     out = []
     q = cfg.get("quantization_config")
@@ -144,6 +145,9 @@ def notes(cfg: dict, mt: str) -> list[str]:
         if nope:
             out.append(f"no_rope_layers: {nope} of {len(flags)} layers without rotary positions (NoPE) are priced "
                        "with the rotary kernels (same FLOPs and parameters)")
+    if mt == "gptj":
+        out.append("GPT-J's eager attention multiplies in fp32: priced as the fp32-softmax eager attention (SDPA, "
+                   "Transformers' default, as traced)")
     pos = cfg.get("position_embedding_type", "absolute")
     if mt == "bert" and pos not in (None, "absolute"):
         out.append(f"position_embedding_type {pos!r} is not modelled: priced as absolute positions (the "
