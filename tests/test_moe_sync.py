@@ -100,8 +100,8 @@ def synced():
                 _seen.append((host, gpu, kernels))
                 return orig_exposed(host, gpu, kernels)
 
-            def timed(table, rows, dispatch, _seen=seen):
-                value = orig_time(table, rows, dispatch)
+            def timed(table, rows, dispatch, overhead=0.0, _seen=seen):
+                value = orig_time(table, rows, dispatch, overhead)
                 _seen.append((table, dict(rows), dispatch, value))
                 return value
 

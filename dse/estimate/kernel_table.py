@@ -205,7 +205,8 @@ def kernel_times(tables: dict[str, Any], system: SystemSpec, plan: Plan, peak: N
     if launches is not None and "router" in tables["layer"]:
         pad = bool(getattr(plan, "pad_to_capacity", False))
         syncs = _kernels.moe_host_syncs(tables["layer"]["router"]["n"], pad=pad)[0]
-        sync = syncs * moe_sync_time(tables["layer"], rows, layer_dispatch) if syncs and rows else 0.0
+        sync = syncs * moe_sync_time(tables["layer"], rows, layer_dispatch, hw.kernel_overhead) if syncs and rows \
+            else 0.0
     host = (eff.layer_overhead, layer_dispatch if count else 0, plan.recompute)
     out = {**layer_entries(lt, *host, sync * tables.get("moe_share", 1.0), layer_host),
            "t_head": head["forward"] + head["backward"], "t_embed": emb["forward"] + emb["backward"]}

@@ -41,7 +41,7 @@ def layer_host_times(lt: dict[str, Num], overhead: Num, dispatch: Num, recompute
     return host_f, host_b, host_f if recompute == "full" else 0.0 * host_f
 
 
-def moe_sync_time(table: Table, rows: dict[str, tuple[Num, Num]], dispatch: Num) -> Num:
+def moe_sync_time(table: Table, rows: dict[str, tuple[Num, Num]], dispatch: Num, kernel_overhead: Num = 0.0) -> Num:
     """What Megatron-Core's MoE dispatcher's wait for the token counts adds to a layer's forward pass
     (:func:`~dse.formulas.kernels.restart_exposed_time`; 0 for a table without a router).
 
@@ -49,13 +49,17 @@ def moe_sync_time(table: Table, rows: dict[str, tuple[Num, Num]], dispatch: Num)
     the order the host issues them after the wait: from :func:`~dse.formulas.kernels.moe_sync_row` to the table's
     end, then the next layer's rows up to the wait; each row's host time its launches x ``dispatch``. The FP8 casts
     (``fp8_cast``, one row at the table's end) run before the GEMM whose input they cast: each FP8 GEMM's ``cast``
-    (bytes, kernels; :func:`dse.formulas.fp8.apply_layer`) places its kernels there, with the row's time split by
-    bytes."""
+    (bytes, kernels; :func:`dse.formulas.fp8.apply_layer`) places its kernels there, each with its own time: its
+    share of the row's byte time by bytes, plus ``kernel_overhead`` (the GPU's fixed time per element-wise kernel)
+    per kernel (a split by bytes alone would move the fixed time of a GEMM's casts to the others' when its bytes
+    shrink, e.g. under an expert capacity)."""
     first = _kernels.moe_sync_row(table)
     if first is None:
         return 0.0
     cast = rows["fp8_cast"][0] if "fp8_cast" in rows else None
     total = table["fp8_cast"]["bytes"] if "fp8_cast" in table else 0.0
+    if cast is not None:
+        cast = cast - kernel_overhead * table["fp8_cast"].get("kernels", 0)   # the byte time: split by bytes
     seq: list[tuple[Num, Num, Num]] = []
     for name, (g, n) in rows.items():
         if name == first:
@@ -64,7 +68,7 @@ def moe_sync_time(table: Table, rows: dict[str, tuple[Num, Num]], dispatch: Num)
             continue
         if "cast" in table[name] and cast is not None:
             b, k = table[name]["cast"]
-            seq.append((k * dispatch, cast * b / maximum(total, 1e-30), k))
+            seq.append((k * dispatch, cast * b / maximum(total, 1e-30) + kernel_overhead * k, k))
         seq.append((n * dispatch, g, n))
     host, gpu, kernels = zip(*(seq[start:] + seq[:start]))
     return _kernels.restart_exposed_time(host, gpu, kernels)
