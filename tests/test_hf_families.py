@@ -205,3 +205,12 @@ def _stack_config(arch: str) -> dict:
     from test_stacks import _TRACES
 
     return _TRACES[arch]["dims"]["config"]
+
+
+@pytest.mark.parametrize("name", ["phi-2", "stablelm-2-1_6b", "gpt-j-6b", "pythia-1.4b"])
+def test_a_partial_rotary_runs_on_the_compiled_stack(name, capsys):
+    """The compiled stack keeps the fused rotary row (no backward bytes of its own): a partial rotary's unfused ops
+    are not applied to it (a KeyError before, for every partial-rotary family)."""
+    code = main(["estimate", "--model", str(FIXTURES / name / "config.json"), "--stack", "compiled", "--hw",
+                 "dgx-h100"])
+    assert code == 0, capsys.readouterr().err

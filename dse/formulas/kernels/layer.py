@@ -332,7 +332,7 @@ def _rotary_layout(table: Table, rotary_fraction: Num, q: Num, kv: Num, *, fused
     """
     out = dict(table)
     partial = not (type(rotary_fraction) in (int, float) and rotary_fraction == 1)
-    if partial and "rotary" in out:
+    if partial and "bytes_backward" in out.get("rotary", {}):   # a stack's unfused rotary (compiled: fused)
         row = out["rotary"]
         out["rotary"] = {**row, "bytes": row["bytes"] * rotary_fraction + 2 * (q + kv),
                          "bytes_backward": row["bytes_backward"] * rotary_fraction + 7 * (q + kv),
