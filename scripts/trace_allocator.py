@@ -17,6 +17,7 @@ CUDA allocates, in the same order.
 Usage (needs torch and transformers, which dse itself does not):
     python scripts/trace_allocator.py > tests/fixtures/allocator_trace_gpt2.json
     python scripts/trace_allocator.py families > tests/fixtures/allocator_trace_families.json
+    python scripts/trace_allocator.py families bloom   (only the families named; their entries merged by hand)
 The second records the families of scripts/trace_stack.py's AUTO (Gemma, Phi, StarCoder2, Granite, OLMo 2,
 GPTBigCode: h 256, 4 heads, vocab 32,000, their configuration classes' other defaults) with FAMILY_DIMS.
 """
@@ -42,7 +43,8 @@ def build(dims: dict, checkpoint: bool):
     if "arch" in dims:
         import trace_stack
 
-        model = trace_stack.build(dims["arch"], dims["layers"], "sdpa", trace_stack.DIMS[dims["arch"]])
+        attn = "eager" if dims["arch"] in trace_stack.EAGER_ONLY else "sdpa"   # BLOOM: Transformers refuses SDPA
+        model = trace_stack.build(dims["arch"], dims["layers"], attn, trace_stack.DIMS[dims["arch"]])
         if checkpoint:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         return model
@@ -114,7 +116,7 @@ def main(argv: list[str]) -> None:
 
         out = {arch: {name: record({**FAMILY_DIMS, "arch": arch}, ckpt) for name, ckpt in (("none", False),
                                                                                            ("full", True))}
-               for arch in trace_stack.AUTO}
+               for arch in (argv[1:] or trace_stack.AUTO)}
         json.dump({**head, "dims": FAMILY_DIMS, "families": out}, sys.stdout, separators=(",", ":"))
         return
     cases = {}

@@ -44,7 +44,9 @@ DIMS = {
 #: after one LayerNorm, partial rotary 0.4, biases, an lm_head bias; starcoder2: LayerNorm, biased GELU MLP, 2 K/V
 #: heads; granite: Llama with the embedding, residual and logit multipliers; olmo2: post-branch RMSNorms and a QK-norm
 #: over the whole projections; gpt_bigcode: GPT-2's block with multi-query attention (one K/V head in a fused c_attn);
-#: gptj: Phi's parallel block without attention biases, rotary on 32 of 64 dimensions before the heads' transpose
+#: gptj: Phi's parallel block without attention biases, rotary on 32 of 64 dimensions before the heads' transpose;
+#: bloom: ALiBi eager attention only (baddbmm over the alibi bias; Transformers 5.24 runs it for sdpa too), its
+#: autograd GeLU, an embedding LayerNorm, a fused per-head [q k v] query_key_value, biases, a tied head
 AUTO = {
     "gemma": {"hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 64,
               "intermediate_size": 704, "vocab_size": 32000},
@@ -60,7 +62,11 @@ AUTO = {
                     "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0, "n_positions": 1024},
     "gptj": {"n_embd": 256, "n_head": 4, "n_inner": 1024, "rotary_dim": 32, "vocab_size": 32000, "resid_pdrop": 0.0,
              "embd_pdrop": 0.0, "attn_pdrop": 0.0, "n_positions": 1024},
+    "bloom": {"hidden_size": 256, "n_head": 4, "vocab_size": 32000, "hidden_dropout": 0.0},
 }
+#: families whose Transformers model refuses SDPA (BloomForCausalLM: "does not support an attention implementation
+#: through torch.nn.functional.scaled_dot_product_attention"): traced eager only
+EAGER_ONLY = ("bloom",)
 for _arch, _cfg in AUTO.items():
     _kv = _cfg.get("num_key_value_heads", 1 if _cfg.get("multi_query") else 4)
     DIMS[_arch] = {"h": 256, "heads": 4, "kv_heads": _kv, "b": 3, "s": 96, "vocab": 32000, "config": _cfg}
@@ -74,7 +80,7 @@ def build(arch: str, layers: int, attn: str, dims: dict):
     torch.manual_seed(0)
     if arch in AUTO:
         from transformers import AutoConfig, AutoModelForCausalLM
-        layers_key = "n_layer" if arch in ("gpt_bigcode", "gptj") else "num_hidden_layers"
+        layers_key = "n_layer" if arch in ("gpt_bigcode", "gptj", "bloom") else "num_hidden_layers"
         cfg = AutoConfig.for_model(arch, **{**dims["config"], layers_key: layers, "attention_dropout": 0.0,
                                             "max_position_embeddings": 1024})
         cfg._attn_implementation = attn
@@ -174,7 +180,7 @@ def main() -> None:
         sys.exit(f"trace_stack.py: unknown architecture {arch!r}; expected one of {', '.join(DIMS)}")
     dims = DIMS[arch]
     out = {"arch": arch, "torch": torch.__version__, "transformers": transformers.__version__, "dims": dims, "runs": {}}
-    for attn in ("sdpa", "eager"):
+    for attn in ("eager",) if arch in EAGER_ONLY else ("sdpa", "eager"):
         for ckpt in (False, True):
             key = f"{attn}-{'full' if ckpt else 'none'}"
             out["runs"][key] = {str(n): run(n, attn, ckpt, arch) for n in (1, 2)}

@@ -19,7 +19,7 @@ from dse.errors import InputError
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hf"
 FAMILIES = ("gemma-2b", "gemma-7b", "phi-2", "phi-1_5", "starcoder2-3b", "starcoderbase-1b", "stablelm-2-1_6b",
-            "granite-3.0-2b-base", "SmolLM3-3B", "OLMo-2-1124-7B", "gpt-j-6b")
+            "granite-3.0-2b-base", "SmolLM3-3B", "OLMo-2-1124-7B", "gpt-j-6b", "bloom-560m")
 
 
 def spec(name: str):
@@ -52,6 +52,10 @@ def test_readers_set_the_architecture():
     assert (j.bias, j.qkv_bias, j.mlp_bias, j.head_bias, j.rotary_fraction, j.rotary_before_transpose,
             j.parallel_residual, j.layer_norms) == (False, False, True, True, 0.25, True, True, 1)
     assert "eager attention multiplies in fp32" in j.unmodelled[0]
+    bl = spec("bloom-560m")
+    assert (bl.alibi, bl.position, bl.position_embeddings, bl.embedding_norm, bl.activation, bl.bias, bl.qkv_projection,
+            bl.tied_embeddings, bl.ffn_hidden, bl.seq_len) == (True, "none", 0, True, "bloom_gelu", True, "fused", True,
+                                                               4096, 2048)
     o = spec("OLMo-2-1124-7B")
     assert (o.qk_norm, o.qk_norm_full, o.norm_kind, o.rotary_fp32, o.tied_embeddings) == (
         True, True, "fp32_rmsnorm", True, False)
@@ -76,6 +80,10 @@ def test_stablelm_parallel_residual_has_one_norm():
     ("starcoderbase-1b", "scale_attn_weights", False, "scale_attn_weights false is not modelled for gpt_bigcode"),
     ("SmolLM3-3B", "use_sliding_window", True, "use_sliding_window true is not modelled for smollm3"),
     ("SmolLM3-3B", "sliding_window", 4096, None),     # a window without use_sliding_window: not applied
+    ("bloom-560m", "apply_residual_connection_post_layernorm", True,
+     "apply_residual_connection_post_layernorm true is not modelled for bloom"),
+    ("bloom-560m", "attention_dropout", 0.1, "attention_dropout 0.1 differs from hidden_dropout 0"),
+    ("bloom-560m", "slow_but_exact", True, None),        # without pretraining_tp > 1 it slices nothing
 ])
 def test_unmodelled_keys_are_refused_in_one_line(tmp_path, name, key, value, message):
     cfg = {**config(name), key: value}
@@ -89,6 +97,20 @@ def test_unmodelled_keys_are_refused_in_one_line(tmp_path, name, key, value, mes
     with pytest.raises(InputError, match=message) as err:
         load_model(str(path))
     assert "\n" not in str(err.value)
+
+
+def test_bloom_sliced_tp_layers_are_refused_and_flash_attention_is_an_error_naming_the_flag(tmp_path, capsys):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**config("bloom-560m"), "slow_but_exact": True, "pretraining_tp": 4}))
+    with pytest.raises(InputError, match="slow_but_exact true with pretraining_tp 4 is not modelled for bloom"):
+        load_model(str(path))
+    fixture = str(FIXTURES / "bloom-560m" / "config.json")
+    assert main(["estimate", "--model", fixture, "--stack", "pytorch", "--hw", "dgx-h100", "--attention", "flash"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--attention flash is not modelled with ALiBi" in err and "--attention math" in err and "\n" not in err
+    from dse.estimate import resolve
+
+    assert resolve(fixture, "dgx-h100")[2].attention == "math"     # unset: its only attention, eager
 
 
 def test_smollm3_nope_layers_are_a_warning():
@@ -138,7 +160,7 @@ def test_granite_multipliers_and_olmo2_rotary_add_their_rows():
 
 
 @pytest.mark.parametrize("arch", ["gemma", "phi", "starcoder2", "granite", "olmo2", "gpt_bigcode", "gptj", "llama",
-                                  "gpt2"])
+                                  "gpt2", "bloom"])
 def test_forward_launches_of_a_layer_are_the_traced_ops(arch):
     """The pytorch stack's forward kernels of one layer against the aten ops the trace records for it (2-layer run
     minus 1-layer run) and SDPA's output-layout copy, which only CUDA makes (the CPU kernel returns the layout; not
@@ -165,18 +187,42 @@ def test_forward_launches_of_a_layer_are_the_traced_ops(arch):
         forward, _ = table_launches(table, None, ranks=1)
         traced = len(run["2"]["ops"]["forward"]) - len(run["1"]["ops"]["forward"])
         traced += 1 if attn == "sdpa" and (m.rotary_fraction == 1 or m.rotary_before_transpose) else 0
+        traced += 1 if m.alibi else 0   # CUDA's baddbmm copies the ALiBi bias into its result first (pytorch.yaml)
         if m.qk_norm:   # q_norm and k_norm are two modules; the stack launches one's kernels (docs/stacks.md, OLMo 2)
             traced -= table["qk_norm"]["kernels"]
         assert forward == pytest.approx(traced, rel=0.1), key
 
 
+def test_bloom_backward_launches_are_the_traced_ops_and_what_only_cuda_launches():
+    """BLOOM's layer backward (recompute none): the traced aten ops (51), what CUDA alone launches -- LayerNorm's
+    second kernel (2), the softmax backward's grad * output (1), a zero fill per select_backward where the CPU trace
+    shows two zeros for three (1) -- and one gradient-accumulation add per parameter tensor (12, a second step's)."""
+    from test_stacks import _TRACES, _traced_model
+
+    from dse.estimate import kernel_table as KT, resolve
+    from dse.formulas.kernels.launches import table_launches
+    from dse.formulas.precision import recipe_of
+
+    trace = _TRACES["bloom"]
+    d, run = trace["dims"], trace["runs"]["eager-none"]
+    name, sets = _traced_model("bloom", d)
+    m, _, p = resolve(name, "dgx-h100", None, sets, micro_batch=d["b"], seq_len=d["s"], stack="pytorch",
+                      recompute="none", precision="bf16-pure", dp=1)
+    table = KT.kernel_tables(m, p, recipe_of(p))["layer"]
+    _, backward = table_launches(table, None, ranks=1)
+    traced = len(run["2"]["ops"]["backward"]) - len(run["1"]["ops"]["backward"])
+    assert (p.attention, traced) == ("math", 51)
+    assert backward == traced + 2 + 1 + 1 + m.layer_param_tensors == 67
+
+
 _ALLOC = Path(__file__).parent / "fixtures" / "allocator_trace_families.json"
 
 
-@pytest.mark.parametrize("arch", ["gemma", "phi", "starcoder2", "granite", "olmo2", "gpt_bigcode", "gptj"])
+@pytest.mark.parametrize("arch", ["gemma", "phi", "starcoder2", "granite", "olmo2", "gpt_bigcode", "gptj", "bloom"])
 @pytest.mark.parametrize("recompute", ["none", "full"])
 def test_peak_memory_is_the_replayed_allocator_trace(arch, recompute):
-    """Two training steps of each family (4 layers, b 2, s 512, SDPA; scripts/trace_allocator.py families) replayed
+    """Two training steps of each family (4 layers, b 2, s 512, SDPA -- BLOOM: eager, its only attention;
+    scripts/trace_allocator.py families) replayed
     through the caching-allocator simulation: dse's allocated peak within 2 % (as GPT-2's, test_caching_allocator.py).
     Reserved is looser (the holes each family's allocation order leaves: Phi's and Granite's bf16 logits copies --
     the head's bias add, the division -- leave 8-13 % more than dse's hole model, the others within +6 %)."""
@@ -193,7 +239,7 @@ def test_peak_memory_is_the_replayed_allocator_trace(arch, recompute):
              "gpt_bigcode": ["model.max_seq_len=1024"]}.get(arch, [])   # the traced position table
     m, s, p = resolve(name, "dgx-h100", None, (*sets, *extra, f"model.layers={dims['layers']}"), dp=1,
                       micro_batch=dims["b"], seq_len=dims["s"], precision="bf16-pure", stack="pytorch",
-                      recompute=recompute, attention="flash")
+                      recompute=recompute)          # SDPA, BLOOM's eager attention (its only one: traced so)
     r = run(m, s, p)
     opt = r["memory"]["gpu"]["optimizer"]          # the traced steps run no optimizer
     sim = replay(_events(case))

@@ -126,11 +126,12 @@ _TRACES = {"gpt2": _json.loads((_FIXTURES / "pytorch_stack_trace.json").read_tex
            "gemma3": _json.loads((_FIXTURES / "pytorch_stack_trace_gemma3.json").read_text()),
            "gpt_neox": _json.loads((_FIXTURES / "pytorch_stack_trace_gpt_neox.json").read_text()),
            **{a: _json.loads((_FIXTURES / f"pytorch_stack_trace_{a}.json").read_text())
-              for a in ("gemma", "phi", "starcoder2", "granite", "olmo2", "gpt_bigcode", "gptj")}}
+              for a in ("gemma", "phi", "starcoder2", "granite", "olmo2", "gpt_bigcode", "gptj", "bloom")}}
 #: the families scripts/trace_stack.py builds from a config (AUTO): the fixture config.json each is priced from
 _AUTO_FIXTURE = {"gemma": "gemma-2b", "phi": "phi-2", "starcoder2": "starcoder2-3b", "granite": "granite-3.0-2b-base",
-                 "olmo2": "OLMo-2-1124-7B", "gpt_bigcode": "starcoderbase-1b", "gptj": "gpt-j-6b"}
-_GEMM_OPS = {"addmm", "mm", "bmm"}
+                 "olmo2": "OLMo-2-1124-7B", "gpt_bigcode": "starcoderbase-1b", "gptj": "gpt-j-6b",
+                 "bloom": "bloom-560m"}
+_GEMM_OPS = {"addmm", "mm", "bmm", "baddbmm"}
 #: every traced run but GPT-J's eager ones: its eager attention multiplies in fp32 (query.to(float32)), which the
 #: stack prices as the fp32-softmax eager attention, a warning with every GPT-J estimate (measured: forward bytes
 #: 9-12 % low, saved 7 % low)
@@ -152,7 +153,7 @@ def _traced_model(arch: str, d: dict) -> tuple[str, list[str]]:
         kv = c.get("num_key_value_heads", 1 if c.get("multi_query") else a)
         sets = [f"model.hidden={h}", f"model.heads={a}", f"model.kv_heads={kv}",
                 f"model.head_dim={c.get('head_dim', 64)}", f"model.vocab={c['vocab_size']}",
-                f"model.ffn_hidden={c.get('intermediate_size', c.get('n_inner'))}",
+                f"model.ffn_hidden={c.get('intermediate_size', c.get('n_inner', 4 * h))}",
                 "model.dropout=0"] + (["model.sliding_window=null"] if arch == "starcoder2" else [])
         if "partial_rotary_factor" in c or "rotary_dim" in c:
             sets.append(f"model.rotary_fraction={c.get('partial_rotary_factor') or c['rotary_dim'] / 64}")
@@ -183,7 +184,7 @@ def test_the_pytorch_stack_reproduces_the_traced_bytes_and_saved_tensors_of_a_la
     m, _, p = resolve(name, "dgx-h100", None, sets, micro_batch=d["b"], seq_len=d["s"], stack="pytorch",
                       attention={"sdpa": "flash", "eager": "math"}[attn],
                       recompute=rc, precision="bf16-pure", dp=1)
-    assert m.qkv_projection == ("fused" if arch in ("gpt2", "gpt_neox", "gpt_bigcode") else "separate")
+    assert m.qkv_projection == ("fused" if arch in ("gpt2", "gpt_neox", "gpt_bigcode", "bloom") else "separate")
     t = KT.kernel_tables(m, p, recipe_of(p))["layer"]
     ew = [r for r in t.values() if r["kind"] == "elementwise"]
     fwd = sum(r["bytes"] for r in ew)
@@ -199,6 +200,9 @@ def test_the_pytorch_stack_reproduces_the_traced_bytes_and_saved_tensors_of_a_la
     scores = d["b"] * d["heads"] * d["s"] ** 2
     softmax_product = 3 * scores * (2 if arch == "gpt2" else 4) if attn == "eager" else 0
     bwd -= cuda_only_copy + fa2 + ln_second_kernel + softmax_product + t["grad_accumulate"]["bytes_backward"]
+    if m.alibi:   # CUDA only (BLOOM): baddbmm copies the bias into its result, which the GEMM reads back (2 score
+        fwd -= 2 * scores * 2           # passes); each of the 3 select_backwards fills the whole qkv gradient (3 q)
+        bwd -= 3 * q                    # and copies its q-sized view (2 q): the trace counts q in, 3 q out
     if m.rotary_fraction < 1 and not m.rotary_before_transpose:   # a partial rotary's torch.cat writes q contiguous
         cuda_only_copy = 0   # in (b, a, s, d) (GPT-NeoX, Phi): the CPU kernel returns that layout, copied as on CUDA
     fwd -= cuda_only_copy

@@ -54,7 +54,8 @@ def filled(model: Any, system: Any, plan: Any, given: Any) -> Defaults:
     add("precision", "mixed precision recipe")
     add("grad_dtype", "gradients accumulated and reduced in this dtype")
     add("recompute", "activation recomputation")
-    add("attention", "attention kernel", when=gpu)      # a chiplet package runs fused attention
+    add("attention", "ALiBi: the model's only attention is eager" if getattr(model, "alibi", False)
+        else "attention kernel", when=gpu)      # a chiplet package runs fused attention
     add("stack", "software stack (kernels)", when=gpu)
     add("optimizer", "optimizer")
     add("schedule", "pipeline schedule", when=plan.pp > 1)

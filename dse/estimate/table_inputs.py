@@ -72,7 +72,8 @@ def stack_inputs(model: ModelSpec, plan: Plan, stack: str) -> tuple[Any, Any, An
     from dse.formulas import transformer as T
 
     spec = stack_spec(stack)
-    ops = spec.ops(model.norm_kind, model.activation_kind, model.qkv_projection, model.softmax_dtype)
+    ops = spec.ops(model.norm_kind, model.activation_kind, model.qkv_projection,
+                   "alibi" if model.alibi else model.softmax_dtype)   # BLOOM's ALiBi attention: its own math variant
     t = plan.tp
     kv: Any = model.kv_heads          # resolved specs: set (Optional only before resolution)
     d: Any = model.head_dim

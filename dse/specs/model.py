@@ -27,7 +27,7 @@ FFN_TYPES = ("gelu", "relu", "swiglu", "geglu")
 NORMS = ("layernorm", "rmsnorm")
 POSITIONS = ("learned", "rotary", "relative", "none")
 ARCHITECTURES = ("decoder", "encoder", "encoder-decoder")
-ACTIVATIONS = ("gelu", "gelu_new", "gelu_tanh", "relu", "silu")
+ACTIVATIONS = ("gelu", "gelu_new", "gelu_tanh", "relu", "silu", "bloom_gelu")
 QKV_PROJECTIONS = ("fused", "separate")
 SOFTMAX_DTYPES = ("activation", "fp32")
 #: The attention of a layer, as Hugging Face configs' ``layer_types`` name it (docs/attention.md).
@@ -54,7 +54,8 @@ class ModelSpec:
     ffn_type: str = spec_field("gelu", choices=FFN_TYPES, help="two-matrix GeLU/ReLU MLP or gated SwiGLU / GeGLU "
                                                                 "(Gemma: tanh GELU gate)")
     activation: str | None = spec_field(None, choices=ACTIVATIONS, help="activation function as the framework "
-                                        "writes it (gelu_new: Transformers' tanh GELU as 8 ops); default from ffn_type")
+                                        "writes it (gelu_new: Transformers' tanh GELU as 8 ops; bloom_gelu: "
+                                        "BLOOM's autograd tanh GeLU, 9 ops saving x); default from ffn_type")
     norm: str = spec_field("layernorm", choices=NORMS, help="LayerNorm (weight+bias) or RMSNorm (weight)")
     bias: bool = spec_field(True, help="biases on the linear layers")
     qkv_bias: bool | None = spec_field(None, help="biases on Q/K/V only (Qwen-style); default = bias")
@@ -68,6 +69,9 @@ class ModelSpec:
                                          "(GPT-2, BERT) or fp32 (Hugging Face Llama, Mistral, Qwen2, OPT)")
     scale_query: bool = spec_field(False, help="the query is multiplied by 1/sqrt(d) by a kernel of its own before "
                                                "the attention (Hugging Face OPT); an eager stack's extra pass")
+    alibi: bool = spec_field(False, help="ALiBi (Press et al. 2022, arXiv 2108.12409): a per-head distance bias added "
+                             "to every attention score by the score GEMM (BLOOM's baddbmm); Transformers runs it only "
+                             "in eager attention, so an estimate's attention is math (--attention flash refused)")
     position: str = spec_field("learned", choices=POSITIONS, help="learned absolute or rotary positions")
     position_embeddings: int | None = spec_field(None, gt=0,
                                                  help="rows of the learned position table; default max_seq_len")

@@ -132,6 +132,10 @@ MODEL_RULES = (
          message=lambda p, m, s: "plan.pad_to_capacity pads the experts' tokens to their capacity; it needs "
                                  "plan.expert_capacity (a capacity factor, e.g. 1.25)"),
     MLA_RULE,
+    Rule("ALiBi runs only eager attention", ("attention", "model.alibi"),   # BloomAttention: Transformers refuses SDPA
+         when=lambda p, m, s: getattr(m, "alibi", False), ok=lambda p, m, s: p.attention == "math",
+         message=lambda p, m, s: f"--attention {p.attention} is not modelled with ALiBi (model {m.name}: Transformers "
+                                 "runs BLOOM only in its eager attention); allowed: --attention math (its default)"),
     Rule("pp exceeds the layers", ("pp", "model.layers"),   # a custom layout may leave a stage without layers
          when=lambda p, m, s: getattr(p, "pipeline_layout", None) is None, ok=lambda p, m, s: p.pp <= m.layers,
          message=lambda p, m, s: f"--pp {p.pp} is larger than the model's {m.layers} layers"),

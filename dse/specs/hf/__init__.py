@@ -6,7 +6,7 @@ documented defaults (GPT2Config, LlamaConfig, MistralConfig, Qwen2Config,
 OPTConfig, BertConfig, MixtralConfig, Qwen2MoeConfig, Qwen3Config, Qwen3MoeConfig, Gemma2Config, Gemma3TextConfig,
 GptOssConfig, Llama4TextConfig, DeepseekV2Config, DeepseekV3Config, Phi3Config, GPTNeoXConfig, FalconConfig,
 T5Config, GemmaConfig, Starcoder2Config, StableLmConfig, GraniteConfig, SmolLM3Config, Olmo2Config, PhiConfig,
-GPTBigCodeConfig, GPTJConfig).
+GPTBigCodeConfig, GPTJConfig, BloomConfig).
 How each family's modules are written where it changes an eager stack's kernels
 (``qkv_projection``, ``softmax_dtype``) follows the modeling files of Transformers 5.24: GPT-2's fused
 ``c_attn``, the separate ``q_proj``/``k_proj``/``v_proj`` (``query``/``key``/``value``) of the others, and the
@@ -23,6 +23,7 @@ from collections.abc import Callable
 
 from dse.errors import InputError
 from dse.specs.hf import (
+    bloom,
     classic,
     decoders,
     deepseek,
@@ -50,7 +51,7 @@ READERS: dict[str, Callable[[dict, str, str, str, Get], dict]] = {
     **dict.fromkeys(phi3.TYPES, phi3.read), **dict.fromkeys(gpt_neox.TYPES, gpt_neox.read),
     **dict.fromkeys(falcon.TYPES, falcon.read), **dict.fromkeys(t5.TYPES, t5.read),
     **dict.fromkeys(decoders.TYPES, decoders.read), **dict.fromkeys(phi.TYPES, phi.read),
-    "gptj": phi.gptj,
+    "gptj": phi.gptj, **dict.fromkeys(bloom.TYPES, bloom.read),
 }
 SUPPORTED = tuple(READERS)
 
