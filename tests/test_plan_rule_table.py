@@ -111,6 +111,7 @@ WITNESSES = {
         "mixtral-8x7b", (), GPU, {"finetune": "qlora", "ep": 2, "dp": 2, "zero": 3}),
     "LoRA dropout on an MoE model's experts": ("mixtral-8x7b", (), GPU, {"finetune": "lora", "lora_dropout": 0.1}),
     "multi-head latent attention beyond what is modelled": ("deepseek-v3", (), "dgx-h100", {"stack": "pytorch"}),
+    "ALiBi runs only eager attention": ("llama2-7b", ((["alibi"], True),), GPU, {"attention": "flash"}),
     "Ulysses cp needs the heads divisible by tp x cp": ("llama2-7b", (), GPU, {"cp": 3, "cp_comm": "a2a",
                                                                               "seq_len": 6144, "dp": 1}),
     "cp_a2a is the a2a level of cp_comm a2a+p2p": ("llama2-7b", (), GPU, {"cp": 2, "cp_a2a": 2, "dp": 1}),
