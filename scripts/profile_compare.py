@@ -43,7 +43,7 @@ def row_times(model, plan, gpu) -> dict[str, tuple[str, float, float]]:
             if not isinstance(row, dict) or row.get("kind") not in _CATEGORY:
                 continue
             f, b = kernel_time(row, hw, C)
-            rerun = part == "layer" and plan.recompute == "full"
+            rerun = part == "layer" and plan.recompute == "full" and "stopped" not in row
             out[f"{part}:{name}"] = (_CATEGORY[row["kind"]], float(f) * count * (2 if rerun else 1), float(b) * count)
     return out
 

@@ -178,7 +178,8 @@ def table_time(table: Table, hw: KernelCost, link: Link, C: Module, P: Module, *
     collectives run on ``link`` (:func:`collective_time`);
     with ``async_tp``
     a backward one hides behind the weight-gradient GEMM it names (``hidden_by``), which takes as long as
-    that GEMM's forward. Full recompute runs the whole forward again, collectives included; selective runs
+    that GEMM's forward. Full recompute runs the whole forward again, collectives included, but the rows flagged
+    ``stopped`` (a non-reentrant checkpoint's early stop: :func:`dse.formulas.kernels.early_stop`); selective runs
     the kernels flagged ``selective`` (the attention core).
     """
     fwd: Num = 0.0
@@ -194,6 +195,7 @@ def table_time(table: Table, hw: KernelCost, link: Link, C: Module, P: Module, *
     op: Any = None
     ar: Num = 0.0
     wgrad: Num = 0.0
+    stop: Num = 0.0                   # full recompute: the rows a non-reentrant checkpoint never reaches again
     for name, row in table.items():
         if row["kind"] != "collective":
             f, b = kernel_time(row, hw, C)
@@ -206,6 +208,8 @@ def table_time(table: Table, hw: KernelCost, link: Link, C: Module, P: Module, *
                 wgrad = wgrad + f              # a weight's gradient GEMM (a LoRA adapter's A or B too)
             if "selective" in row:
                 sel = sel + f
+            if "stopped" in row:
+                stop = stop + f
             continue
         if row["group"] == "ep":
             a2a = collective_time(row, ep_link or link, P)
@@ -231,7 +235,7 @@ def table_time(table: Table, hw: KernelCost, link: Link, C: Module, P: Module, *
         under = 0.0 if "frozen" in table[gemm] else times[gemm][0]   # a frozen weight has no gradient GEMM
         tp_b = tp_b + maximum(ar - under, 0.0)
     fwd, bwd = fwd + tp_f + ep_f, bwd + tp_b + ep_b
-    rec = fwd if recompute == "full" else (sel if recompute == "selective" else 0.0)
+    rec = fwd - stop if recompute == "full" else (sel if recompute == "selective" else 0.0)
     out = {"forward": fwd, "backward": bwd, "recompute": rec, "tp_forward": tp_f, "tp_backward": tp_b,
            "ep_forward": ep_f, "ep_backward": ep_b, "weight_backward": wgrad}
     if count:

@@ -102,6 +102,9 @@ def kernel_tables(model: ModelSpec, plan: Plan, r: Recipe, K: Module = _kernels)
         opts.update(attention_share=share, executed_share=executed)
     shape = (s, b, h, model.heads, model.kv_heads, model.head_dim, model.ffn_hidden)
     layer, dense, n_moe = _layer_tables(model, plan, K, shape, opts)
+    if plan.recompute == "full" and stack_spec(stack).checkpoint_early_stop:   # the recomputation stops early
+        layer = K.early_stop(layer, model.parallel_residual)
+        dense = None if dense is None else K.early_stop(dense, model.parallel_residual)
     s_in, s_out = _encdec.lengths(model, plan, s)    # encoder-decoder: both stacks' tokens in, the target's out
     embedding = K.embedding_kernels(s_in, b, h, tp=t, sequence_parallel=sp, dropout=dropout, position=model.position,
                                     bytes_per_element=e, comm_bytes_per_element=comm, vocab=model.vocab,

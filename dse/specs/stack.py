@@ -62,6 +62,7 @@ class StackSpec:
     ends_dispatch: float = 0.0     # host time per kernel of the plain torch ops outside the layers [s]; 0: dispatch
     pads_vocab: bool = True        # the LM head's vocabulary is padded to an aligned size (Megatron: 128 t)
     flash_window: bool = True      # its flash kernel skips the tiles outside a sliding window or chunk (false: masks)
+    checkpoint_early_stop: bool = False  # full recompute stops after the last saved tensor (torch non-reentrant)
     rows: dict = field(default_factory=dict)
 
     def ops(self, norm: str, activation: str, qkv: str = "fused", softmax: str = "activation") -> dict:
@@ -150,7 +151,7 @@ def parse(data: dict, where: str) -> StackSpec:
     from dse.units import parse as parse_unit
 
     allowed = ("name", "title", "source", "dispatch", "layer_dispatch", "checkpoint_dispatch", "ends_dispatch",
-               "pads_vocab", "flash_window", "rows")
+               "pads_vocab", "flash_window", "checkpoint_early_stop", "rows")
     for key in data:
         if key not in allowed:
             raise InputError(f"{where}: unknown field '{key}'; allowed: {', '.join(allowed)}")
@@ -186,7 +187,8 @@ def parse(data: dict, where: str) -> StackSpec:
                      checkpoint_dispatch=float(ckpt),
                      ends_dispatch=parse_unit(ends, "s", f"{where}.ends_dispatch") if ends else 0.0,
                      pads_vocab=bool(data.get("pads_vocab", True)),
-                     flash_window=bool(data.get("flash_window", True)), rows=_freeze(rows))
+                     flash_window=bool(data.get("flash_window", True)),
+                     checkpoint_early_stop=bool(data.get("checkpoint_early_stop", False)), rows=_freeze(rows))
 
 
 def _layer_dispatch(value: Any, where: str) -> tuple[float, float]:

@@ -116,6 +116,7 @@ Symbols:
 
 from __future__ import annotations
 
+from dse.formulas.kernels.checkpoint import early_stop
 from dse.formulas.kernels.cross import cross_attention_kernels, position_bias_kernel
 from dse.formulas.kernels.ends import (
     CROSS_ENTROPY_KERNELS,
@@ -168,4 +169,4 @@ __all__ = ["KINDS", "layer_kernels", "moe_mlp_kernels", "dispatcher_gathers", "m
            "fused_softmax_available", "moe_host_syncs", "sync_exposed_time", "stream_time", "restart_exposed_time",
            "moe_sync_row",
            "sort_chunk_rows", "expert_bias_row",
-           "unfused_rotary_row", "glu_clamp_row"]
+           "unfused_rotary_row", "glu_clamp_row", "early_stop"]

@@ -77,7 +77,8 @@ def backward_flops(table: Table) -> Num:
 def recomputed_flops(table: Table, recompute: str = "none") -> Num:
     """Forward FLOPs that activation recomputation runs again in the backward pass.
 
-    Formula: full: sum of flops; selective: sum of flops of the attention core; none: 0
+    Formula: full: sum of flops (less the rows a non-reentrant checkpoint never reaches again, ``stopped``:
+    :func:`dse.formulas.kernels.early_stop`); selective: sum of flops of the attention core; none: 0
     Source: Korthikanti et al. 2022 (arXiv 2205.05198) §5 and App. A; as transformer.recompute_flops per layer.
 
     Returns:
@@ -88,7 +89,7 @@ def recomputed_flops(table: Table, recompute: str = "none") -> Num:
     0.0136986301369863
     """
     if recompute == "full":
-        return forward_flops(table)
+        return forward_flops({k: r for k, r in table.items() if "stopped" not in r})
     if recompute != "selective":
         return 0
     total = 0
@@ -102,7 +103,7 @@ def executed_flops(table: Table, recompute: str = "none") -> dict[str, Num]:
     """FLOPs the kernels of a table execute forward, backward and in recomputation (a flash kernel as it runs).
 
     Formula: forward = sum of GEMM 2 m k n batch + flash executed; backward = 2 x GEMM + flash executed_backward;
-    recompute: the forward again (full), the attention core's forward (selective), 0 (none)
+    recompute: the forward again (full; less the ``stopped`` rows), the attention core's forward (selective), 0 (none)
     Source: Narayanan et al. 2021 (arXiv 2104.04473) App. A (backward = 2x forward for GEMMs); Dao 2023,
     FlashAttention-2 (arXiv 2307.08691) §3 for the fused kernel (causal half skipped, 2.5x backward).
 
@@ -113,7 +114,7 @@ def executed_flops(table: Table, recompute: str = "none") -> dict[str, Num]:
     >>> {k: round(v / 1e12, 2) for k, v in f.items()}   # a Llama-2-70B layer, causal flash attention: TFLOP
     {'forward': 7.28, 'backward': 14.71, 'recompute': 0.27}
     """
-    fwd = bwd = sel = 0
+    fwd = bwd = sel = stop = 0
     for row in table.values():
         kind = row["kind"]
         if kind == "gemm":    # as executed: math attention's GEMMs compute the masked half of a causal matrix too
@@ -126,7 +127,9 @@ def executed_flops(table: Table, recompute: str = "none") -> dict[str, Num]:
         fwd, bwd = fwd + f, bwd + b
         if "selective" in row:
             sel = sel + f
-    rec = fwd if recompute == "full" else (sel if recompute == "selective" else 0)
+        if "stopped" in row:
+            stop = stop + f
+    rec = fwd - stop if recompute == "full" else (sel if recompute == "selective" else 0)
     return {"forward": fwd, "backward": bwd, "recompute": rec}
 
 
