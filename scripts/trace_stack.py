@@ -46,7 +46,8 @@ DIMS = {
 #: over the whole projections; gpt_bigcode: GPT-2's block with multi-query attention (one K/V head in a fused c_attn);
 #: gptj: Phi's parallel block without attention biases, rotary on 32 of 64 dimensions before the heads' transpose;
 #: bloom: ALiBi eager attention only (baddbmm over the alibi bias; Transformers 5.24 runs it for sdpa too), its
-#: autograd GeLU, an embedding LayerNorm, a fused per-head [q k v] query_key_value, biases, a tied head
+#: autograd GeLU, an embedding LayerNorm, a fused per-head [q k v] query_key_value, biases, a tied head; olmo: Llama's
+#: layer with OlmoLayerNorm (LayerNorm without weight or bias, in fp32 and cast back)
 AUTO = {
     "gemma": {"hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 64,
               "intermediate_size": 704, "vocab_size": 32000},
@@ -63,6 +64,7 @@ AUTO = {
     "gptj": {"n_embd": 256, "n_head": 4, "n_inner": 1024, "rotary_dim": 32, "vocab_size": 32000, "resid_pdrop": 0.0,
              "embd_pdrop": 0.0, "attn_pdrop": 0.0, "n_positions": 1024},
     "bloom": {"hidden_size": 256, "n_head": 4, "vocab_size": 32000, "hidden_dropout": 0.0},
+    "olmo": {"hidden_size": 256, "num_attention_heads": 4, "intermediate_size": 704, "vocab_size": 32000},
 }
 #: families whose Transformers model refuses SDPA (BloomForCausalLM: "does not support an attention implementation
 #: through torch.nn.functional.scaled_dot_product_attention"): traced eager only

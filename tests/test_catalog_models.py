@@ -120,7 +120,7 @@ def dense_parameters(spec) -> int:
                                                spec.qk_nope_head_dim, spec.qk_rope_head_dim, spec.v_head_dim)
     return int(T.parameter_count(
         spec.layers, spec.hidden, spec.heads, spec.kv_heads, spec.head_dim, spec.ffn_hidden, spec.vocab,
-        ffn_type=spec.ffn_type, norm=spec.norm, bias=spec.bias, qkv_bias=spec.qkv_bias,
+        ffn_type=spec.ffn_type, norm=spec.norm_params, bias=spec.bias, qkv_bias=spec.qkv_bias,
         position_embeddings=spec.position_embeddings, token_types=spec.token_types,
         embedding_norm=spec.embedding_norm, tied=spec.tied_embeddings, final_norm=spec.final_norm,
         pooler=spec.pooler, mlm_head=spec.mlm_head, nsp_head=spec.nsp_head, layer_norms=spec.layer_norms,

@@ -116,7 +116,7 @@ REFERENCE = {
         ("stablelm-2-1_6b", "stablelm", 1_644_515_328, "1.6B"),
         ("granite-3.0-2b-base", "granite", 2_533_531_648, "2.5B"), ("SmolLM3-3B", "smollm3", 3_075_098_624, "3B"),
         ("OLMo-2-1124-7B", "olmo2", 7_298_617_344, "7.3B"), ("gpt-j-6b", "gptj", 6_050_882_784, "6B"),
-        ("bloom-560m", "bloom", 559_214_592, "559M"))},
+        ("bloom-560m", "bloom", 559_214_592, "559M"), ("OLMo-1B-hf", "olmo", 1_176_764_416, "1B (1.18B)"))},
     "bert-large-uncased": ("bert", 335_174_458, "transformers BertForMaskedLM meta-device count; = KerasHub "
                            "bert_large_en_uncased backbone 335,141,888 - pooler 1,049,600 + MLM head 1,082,170"),
 }

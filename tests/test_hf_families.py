@@ -19,7 +19,8 @@ from dse.errors import InputError
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hf"
 FAMILIES = ("gemma-2b", "gemma-7b", "phi-2", "phi-1_5", "starcoder2-3b", "starcoderbase-1b", "stablelm-2-1_6b",
-            "granite-3.0-2b-base", "SmolLM3-3B", "OLMo-2-1124-7B", "gpt-j-6b", "bloom-560m")
+            "granite-3.0-2b-base", "SmolLM3-3B", "OLMo-2-1124-7B", "gpt-j-6b", "bloom-560m",
+            "OLMo-1B-hf")
 
 
 def spec(name: str):
@@ -56,6 +57,9 @@ def test_readers_set_the_architecture():
     assert (bl.alibi, bl.position, bl.position_embeddings, bl.embedding_norm, bl.activation, bl.bias, bl.qkv_projection,
             bl.tied_embeddings, bl.ffn_hidden, bl.seq_len) == (True, "none", 0, True, "bloom_gelu", True, "fused", True,
                                                                4096, 2048)
+    o1 = spec("OLMo-1B-hf")
+    assert (o1.norm, o1.norm_weight, o1.norm_kind, o1.norm_params, o1.rotary_fp32, o1.tied_embeddings, o1.bias,
+            o1.layer_param_tensors) == ("layernorm", False, "olmo_layernorm", "none", True, True, False, 7)
     o = spec("OLMo-2-1124-7B")
     assert (o.qk_norm, o.qk_norm_full, o.norm_kind, o.rotary_fp32, o.tied_embeddings) == (
         True, True, "fp32_rmsnorm", True, False)
@@ -80,6 +84,8 @@ def test_stablelm_parallel_residual_has_one_norm():
     ("starcoderbase-1b", "scale_attn_weights", False, "scale_attn_weights false is not modelled for gpt_bigcode"),
     ("SmolLM3-3B", "use_sliding_window", True, "use_sliding_window true is not modelled for smollm3"),
     ("SmolLM3-3B", "sliding_window", 4096, None),     # a window without use_sliding_window: not applied
+    ("OLMo-1B-hf", "clip_qkv", 8.0, "clip_qkv 8.0 is not modelled for olmo"),
+    ("OLMo-1B-hf", "attention_bias", True, "attention_bias true is not modelled for olmo"),
     ("bloom-560m", "apply_residual_connection_post_layernorm", True,
      "apply_residual_connection_post_layernorm true is not modelled for bloom"),
     ("bloom-560m", "attention_dropout", 0.1, "attention_dropout 0.1 differs from hidden_dropout 0"),
@@ -160,7 +166,7 @@ def test_granite_multipliers_and_olmo2_rotary_add_their_rows():
 
 
 @pytest.mark.parametrize("arch", ["gemma", "phi", "starcoder2", "granite", "olmo2", "gpt_bigcode", "gptj", "llama",
-                                  "gpt2", "bloom"])
+                                  "gpt2", "bloom", "olmo"])
 def test_forward_launches_of_a_layer_are_the_traced_ops(arch):
     """The pytorch stack's forward kernels of one layer against the aten ops the trace records for it (2-layer run
     minus 1-layer run) and SDPA's output-layout copy, which only CUDA makes (the CPU kernel returns the layout; not
@@ -218,7 +224,8 @@ def test_bloom_backward_launches_are_the_traced_ops_and_what_only_cuda_launches(
 _ALLOC = Path(__file__).parent / "fixtures" / "allocator_trace_families.json"
 
 
-@pytest.mark.parametrize("arch", ["gemma", "phi", "starcoder2", "granite", "olmo2", "gpt_bigcode", "gptj", "bloom"])
+@pytest.mark.parametrize("arch", ["gemma", "phi", "starcoder2", "granite", "olmo2", "gpt_bigcode", "gptj", "bloom",
+                                  "olmo"])
 @pytest.mark.parametrize("recompute", ["none", "full"])
 def test_peak_memory_is_the_replayed_allocator_trace(arch, recompute):
     """Two training steps of each family (4 layers, b 2, s 512, SDPA -- BLOOM: eager, its only attention;
@@ -236,6 +243,7 @@ def test_peak_memory_is_the_replayed_allocator_trace(arch, recompute):
     dims, case = trace["dims"], trace["families"][arch][recompute]
     name, sets = _traced_model(arch, {"config": _stack_config(arch)})
     extra = {"granite": ["model.tied_embeddings=false"],      # GraniteConfig's default: untied
+             "olmo": ["model.tied_embeddings=false"],         # OlmoConfig's default (OLMo-1B-hf ties)
              "gpt_bigcode": ["model.max_seq_len=1024"]}.get(arch, [])   # the traced position table
     m, s, p = resolve(name, "dgx-h100", None, (*sets, *extra, f"model.layers={dims['layers']}"), dp=1,
                       micro_batch=dims["b"], seq_len=dims["s"], precision="bf16-pure", stack="pytorch",

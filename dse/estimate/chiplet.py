@@ -111,9 +111,9 @@ def work(model: ModelSpec, plan: Plan, e: Num, M: Formulas) -> dict[str, Any]:
     flops_model = 3 * m * (L * Kn.forward_flops(table) + head_fwd)
     return {
         "table": table, "gemm_fwd": K.layer_gemm_flops(s * b, Kn.weight_gemms(table)), "stored": Kn.saved_bytes(table),
-        "p_layer": T.layer_parameters(h, a, kv, hd, ffn, model.ffn_type, model.norm, model.bias, model.qkv_bias,
+        "p_layer": T.layer_parameters(h, a, kv, hd, ffn, model.ffn_type, model.norm_params, model.bias, model.qkv_bias,
                                       **norms),
-        "params": T.parameter_count(L, h, a, kv, hd, ffn, V, ffn_type=model.ffn_type, norm=model.norm,
+        "params": T.parameter_count(L, h, a, kv, hd, ffn, V, ffn_type=model.ffn_type, norm=model.norm_params,
                                     bias=model.bias, qkv_bias=model.qkv_bias,
                                     position_embeddings=model.position_embeddings, token_types=model.token_types,
                                     embedding_norm=model.embedding_norm, tied=model.tied_embeddings,

@@ -89,8 +89,8 @@ def layer_counts(model: ModelSpec, T: FormulaModule = _transformer) -> Section:
                                                         model.v_head_dim)}
         rep = {"attention_replicated": T.mla_attention_parameters_replicated(h, q, kv, rope)}
     dense = T.layer_parameters(h, model.heads, model.kv_heads, model.head_dim, model.ffn_hidden, model.ffn_type,
-                               model.norm, model.bias, model.qkv_bias, **norms, **attn)
-    dense_rep = T.layer_parameters_replicated(h, model.ffn_type, model.norm, model.bias, head_dim=model.head_dim,
+                               model.norm_params, model.bias, model.qkv_bias, **norms, **attn)
+    dense_rep = T.layer_parameters_replicated(h, model.ffn_type, model.norm_params, model.bias, head_dim=model.head_dim,
                                               **{**norms, "qk_norm": norms["qk_norm"] and not model.qk_norm_full},
                                               **rep)
     out = {"dense": dense, "dense_rep": dense_rep, "moe": dense, "moe_active": dense, "moe_rep": dense_rep,
@@ -129,8 +129,8 @@ def _parameters(model: ModelSpec, t: Num, p: Num, v: Num, T: FormulaModule,
     p_layer_gpu, p_exp = _on_gpu(p_layer, p_layer_rep, _mean(model, n, 0, c["moe_experts"]), t, ep,
                                  et if fold else None, split)
     p_emb = T.embedding_parameters(h, V, model.position_embeddings, model.token_types, model.embedding_norm,
-                                   model.norm)
-    p_head = T.head_parameters(h, V, model.tied_embeddings, model.final_norm, model.norm, model.pooler,
+                                   model.norm_params)
+    p_head = T.head_parameters(h, V, model.tied_embeddings, model.final_norm, model.norm_params, model.pooler,
                                model.mlm_head, model.nsp_head, model.head_bias)
     if model.architecture == "encoder-decoder":    # relative position tables; the encoder's final norm
         from dse.estimate.encoder_decoder import end_parameters
@@ -191,9 +191,9 @@ def _mtp_gpu(model: ModelSpec, c: Section, t: Num, ep: Num, split: bool, et: Num
     D, h = model.mtp_layers, model.hidden
     layer, rep = (c["moe"], c["moe_rep"]) if c["moe_layers"] else (c["dense"], c["dense_rep"])
     experts = c["moe_experts"] if c["moe_layers"] else 0
-    total = _transformer.mtp_parameters(layer, h, D, model.norm)
+    total = _transformer.mtp_parameters(layer, h, D, model.norm_params)
     layer_gpu, exp_gpu = _on_gpu(layer, rep, experts, t, ep, et, split)
-    norms = 3 * _transformer.norm_parameters(h, model.norm)
+    norms = 3 * _transformer.norm_parameters(h, model.norm_params)
     return total, D * (layer_gpu + 2 * h * h / t + norms), D * exp_gpu
 
 

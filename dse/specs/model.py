@@ -69,9 +69,10 @@ class ModelSpec:
                                          "(GPT-2, BERT) or fp32 (Hugging Face Llama, Mistral, Qwen2, OPT)")
     scale_query: bool = spec_field(False, help="the query is multiplied by 1/sqrt(d) by a kernel of its own before "
                                                "the attention (Hugging Face OPT); an eager stack's extra pass")
-    alibi: bool = spec_field(False, help="ALiBi (Press et al. 2022, arXiv 2108.12409): a per-head distance bias added "
-                             "to every attention score by the score GEMM (BLOOM's baddbmm); Transformers runs it only "
-                             "in eager attention, so an estimate's attention is math (--attention flash refused)")
+    alibi: bool = spec_field(False, help="ALiBi (arXiv 2108.12409): a per-head distance bias the score GEMM adds "
+                             "(BLOOM's baddbmm); eager attention only in Transformers: math (--attention flash off)")
+    norm_weight: bool = spec_field(True, help="the norms have parameters; false: OLMo's LayerNorm without weight or "
+                                   "bias, run in fp32 and cast back (OlmoLayerNorm)")
     position: str = spec_field("learned", choices=POSITIONS, help="learned absolute or rotary positions")
     position_embeddings: int | None = spec_field(None, gt=0,
                                                  help="rows of the learned position table; default max_seq_len")
@@ -347,7 +348,12 @@ class ModelSpec:
         fp32_rmsnorm: the w scale in fp32, OLMo 2)."""
         if self.norm == "rmsnorm" and self.norm_fp32_weight:
             return "gemma_rmsnorm" if self.norm_offset else "fp32_rmsnorm"
-        return self.norm
+        return "olmo_layernorm" if not self.norm_weight else self.norm
+
+    @property
+    def norm_params(self) -> str:
+        """The norm as the parameter formulas name it: "none" without weights (OLMo), else ``norm``."""
+        return self.norm if self.norm_weight else "none"
 
     @property
     def activation_kind(self) -> str:
@@ -373,7 +379,7 @@ class ModelSpec:
         if self.mla:   # q_a, q_b (or q), kv_a, kv_b, o instead of q, k, v, o; and the latents' RMSNorms
             weights, biases = weights + (1 if self.q_lora_rank else 0), 0
             return weights + self.layer_norms * (2 if self.norm == "layernorm" else 1) + (2 if self.q_lora_rank else 1)
-        return weights + biases + self.layer_norms * (2 if self.norm == "layernorm" else 1)
+        return weights + biases + self.layer_norms * (2 if self.norm == "layernorm" else 1) * self.norm_weight
 
     def resolved(self) -> ModelSpec:
         """The same spec with every defaulted field filled in."""

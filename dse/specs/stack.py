@@ -21,7 +21,7 @@ STACKS = ("megatron", "pytorch", "compiled")
 SIZES = ("tok", "h", "q", "kv", "qkv", "f", "scores", "heads", "logits", "table", "rope", "params", "param_tensors")
 #: Entries a stack file may hold, with the variants an entry may be split into (None: not split).
 ENTRIES: dict[str, tuple[str, ...] | None] = {
-    "norm": ("layernorm", "rmsnorm", "gemma_rmsnorm", "fp32_rmsnorm"), "residual": None,
+    "norm": ("layernorm", "rmsnorm", "gemma_rmsnorm", "fp32_rmsnorm", "olmo_layernorm"), "residual": None,
     "activation": ("gelu", "gelu_new", "relu", "silu_glu", "gelu_glu", "bloom_gelu"),
     "rotary": None, "flash": ("fused", "separate"), "math": ("activation", "fp32", "alibi"), "dropout": None,
     "score_dropout": None, "kv_copy": ("fused", "separate"), "kv_repeat": None, "qkv_inputs": None, "qkv_grads": None,
@@ -34,9 +34,9 @@ ALIASES = ("final_norm", "qk_norm")
 #: A variant a stack may leave out, and the one it then takes: Gemma's RMSNorm is RMSNorm with the weight applied in
 #: fp32 (what a stack that does not say otherwise, such as a fused one, runs alike).
 FALLBACK = {"gemma_rmsnorm": "rmsnorm", "fp32_rmsnorm": "gemma_rmsnorm",
-            # BLOOM's autograd GeLU is the tanh chain of gelu_new, its ALiBi attention the fp32-softmax one, where a
-            # stack (compiled) does not trace them apart
-            "bloom_gelu": "gelu_new", "alibi": "fp32"}
+            # BLOOM's autograd GeLU is the tanh chain of gelu_new, its ALiBi attention the fp32-softmax one, OLMo's
+            # weightless fp32 LayerNorm a LayerNorm, where a stack (compiled) does not trace them apart
+            "bloom_gelu": "gelu_new", "alibi": "fp32", "olmo_layernorm": "layernorm"}
 #: Which model property picks an entry's variant (an entry without variants applies as written).
 VARIANT_OF = {"norm": "norm", "activation": "activation", "flash": "qkv", "kv_copy": "qkv", "math": "softmax",
               "rotary_grads": "qkv"}

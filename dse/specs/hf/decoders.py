@@ -22,6 +22,10 @@ What each changes against Llama, from its modeling file (transformers/models/<ty
 - olmo2: RMSNorm after each branch (x + norm(attn(x)), x + norm(mlp(x)): post_attention_layernorm and
   post_feedforward_layernorm, no pre-norms) and a QK-norm over the whole query and key projections (q_norm of a d,
   k_norm of kv d weights), an untied head.
+- olmo (OLMo-1; OlmoConfig, modeling_olmo.py): Llama's layer with OlmoLayerNorm -- a LayerNorm without weight or bias
+  (Groeneveld et al. 2024, arXiv 2402.00838 §2.1), run in fp32 and cast back (``norm_weight`` false) -- and, as OLMo 2,
+  the rotary products in fp32 (its rotary embedding returns fp32 cos and sin); an untied head by default.
+  ``clip_qkv`` (an in-place clamp of q, k and v) is refused.
 """
 
 from __future__ import annotations
@@ -30,10 +34,12 @@ from dse.errors import InputError
 from dse.specs.hf.common import Get, expect, rotary_fraction
 
 #: The model_types this module reads.
-TYPES = ("gemma", "starcoder2", "stablelm", "granite", "smollm3", "olmo2")
+TYPES = ("gemma", "starcoder2", "stablelm", "granite", "smollm3", "olmo2", "olmo")
 #: The configuration classes' defaults (Transformers 5.24) of max_position_embeddings and tie_word_embeddings.
-_MAXPOS = {"gemma": 8192, "starcoder2": 4096, "stablelm": 4096, "granite": 2048, "smollm3": 32768, "olmo2": 2048}
-_TIED = {"gemma": True, "starcoder2": True, "stablelm": False, "granite": False, "smollm3": True, "olmo2": False}
+_MAXPOS = {"gemma": 8192, "starcoder2": 4096, "stablelm": 4096, "granite": 2048, "smollm3": 32768, "olmo2": 2048,
+           "olmo": 2048}
+_TIED = {"gemma": True, "starcoder2": True, "stablelm": False, "granite": False, "smollm3": True, "olmo2": False,
+         "olmo": False}
 
 
 def read(cfg: dict, mt: str, where: str, name: str, g: Get) -> dict:
@@ -45,12 +51,12 @@ def read(cfg: dict, mt: str, where: str, name: str, g: Get) -> dict:
                qkv_bias=False, vocab=g("vocab_size", req=True), max_seq_len=g("max_position_embeddings", _MAXPOS[mt]),
                position="rotary", tied_embeddings=bool(g("tie_word_embeddings", _TIED[mt])), qkv_projection="separate",
                softmax_dtype="fp32", dropout=float(g("attention_dropout", 0.0)), source=f"Hugging Face config {where}")
-    if mt in ("granite", "smollm3", "olmo2", "gemma"):
+    if mt in ("granite", "smollm3", "olmo2", "olmo", "gemma"):
         if g("attention_bias", False):       # on q, k, v and o alike: not a Q/K/V-only bias
             raise InputError(f"{where}: attention_bias true is not modelled for {mt} (a bias on q, k, v and o)")
         if mt != "gemma":
             expect(g, "hidden_act", "silu", where, mt)
-            out["bias"] = bool(g("mlp_bias", False)) if mt != "olmo2" else False
+            out["bias"] = bool(g("mlp_bias", False)) if mt not in ("olmo2", "olmo") else False
             if out["bias"]:
                 raise InputError(f"{where}: mlp_bias true is not modelled for {mt} (biases on the MLP only)")
     _FAMILY[mt](out, cfg, where, g)
@@ -98,5 +104,12 @@ def _olmo2(out: dict, cfg: dict, where: str, g: Get) -> None:
     out.update(qk_norm=True, qk_norm_full=True, norm_fp32_weight=True, norm_offset=False, rotary_fp32=True)
 
 
+def _olmo(out: dict, cfg: dict, where: str, g: Get) -> None:
+    if g("clip_qkv") is not None:
+        raise InputError(f"{where}: clip_qkv {g('clip_qkv')!r} is not modelled for olmo (an in-place clamp of q, k "
+                         "and v); expected null")
+    out.update(norm="layernorm", norm_weight=False, rotary_fp32=True)
+
+
 _FAMILY = {"gemma": _gemma, "starcoder2": _starcoder2, "stablelm": _stablelm, "granite": _granite,
-           "smollm3": _smollm3, "olmo2": _olmo2}
+           "smollm3": _smollm3, "olmo2": _olmo2, "olmo": _olmo}
