@@ -66,7 +66,7 @@ def main(argv: list[str]) -> None:
         p = json.loads(line)
         if p.get("kind") != "profile":
             continue
-        name = f"{p['model']} {p['attn']} b{p['b']} s{p['s']} rc-{p['recompute']}"
+        name = f"{p['model']} {p['attn']} b{p['b']} s{p['s']} rc-{p.get('recompute', 'none')}"
         if a.match not in name:
             continue
         m = base.get(name)
