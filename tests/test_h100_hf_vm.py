@@ -31,6 +31,14 @@ def test_the_suite_meets_both_targets_on_the_measured_host():
     by = r.stats["by_quantity"]
     assert len(r.cases) == 32
     assert by["time"]["mape"] <= 0.08 and by["memory"]["mape"] <= 0.06
+    # only the rows outside their tolerance carry an expected miss (the host-bound row the VM's host overprices)
+    from dse.validate import h100_hf_vm
+
+    times = [c for c in r.cases if c.quantity == "time"]
+    missed = {c.name.removesuffix(" time") for c in times if not c.within}
+    assert missed == set(h100_hf_vm.EXPECTED_TIME_MISSES)
+    assert {c.name.removesuffix(" time") for c in times if c.expected_miss} == missed
+    assert r.accepted and not r.passed
     # the same cases on the shipped DGX host are optimistic: the host is what the dgx-h100 miss is
     fast = run_suite("h100-hf").stats["by_quantity"]["time"]
     assert fast["mean_signed_error"] < by["time"]["mean_signed_error"] - 0.05

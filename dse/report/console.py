@@ -290,7 +290,8 @@ def render_validation(con, results, verbose: bool) -> None:
         st = r.stats
         line = f"[bold]{r.name}[/]: {st['within_tolerance']}/{st['cases']} within tolerance"
         if st.get("expected_misses"):
-            line += f", {st['expected_misses']} documented expected misses"
+            n = st["expected_misses"]
+            line += f", {n} documented expected miss{'es' if n != 1 else ''}"
         if "mape" in st:
             line += f"; MAPE {100 * st['mape']:.2f}%"
             if "mape" in r.targets:

@@ -44,6 +44,10 @@ TIME_CAUSES = {
 }
 _PRECISION_NOTE = ("precision bf16-pure: bf16 weights and gradients, no fp32 master copy, as measured; the measured "
                    "run has no optimizer, so the estimate's optimizer states and step are subtracted")
+#: The time rows outside the tolerance (``Measurement.name``): only they carry an expected miss, with the causes
+#: of :func:`_cause` (tests/test_validation.py checks that the list is exactly those rows). Every other row must
+#: be within its tolerance.
+EXPECTED_TIME_MISSES = frozenset({"gpt2-medium sdpa b4 s1024 rc-full"})
 #: Documented reasons the suite's aggregate targets are missed today.
 EXPECTED_TARGET_MISSES: dict[str, str] = {}   # none: both targets met (was time 8.5 %, before eager PyTorch's
                                                # non-vectorized paths were priced)
@@ -66,8 +70,14 @@ def _cause(causes: dict, plan: dict) -> str:
     return f"{_STACK}: " + "; ".join(parts)
 
 
+def time_cause(m) -> str:
+    """The documented reason row ``m``'s time misses (:func:`_cause`); "" for a row not in
+    :data:`EXPECTED_TIME_MISSES` (a row within its tolerance, which must stay so)."""
+    return _cause(TIME_CAUSES, m.plan_data) if m.name in EXPECTED_TIME_MISSES else ""
+
+
 def cases():
-    return measured_cases(measurements(), SYSTEM, SOURCE, lambda m: _cause(TIME_CAUSES, m.plan_data))
+    return measured_cases(measurements(), SYSTEM, SOURCE, time_cause)
 
 
 def measured_cases(ms, system_name: str, source: str, time_cause, name=lambda m: m.name):

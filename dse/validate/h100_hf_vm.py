@@ -13,10 +13,9 @@ ran them. Same plan mapping, quantities, targets and tolerances; nothing is fitt
 from __future__ import annotations
 
 from dse.validate.h100_hf import (
+    _STACK,
     SOURCE,
     TARGETS as TARGETS,  # the suite's aggregate targets (re-exported)
-    TIME_CAUSES,
-    _cause,
     measured_cases,
     measurements,
 )
@@ -27,8 +26,12 @@ _HOST = ("the host floor prices a layer pass as its launches x 18.2 us + 455 us 
          "a host-bound configuration's own step may differ")
 
 
+#: The time rows outside the tolerance on this host (tests/test_h100_hf_vm.py checks the list is exactly those).
+EXPECTED_TIME_MISSES = frozenset({"gpt2-medium sdpa b4 s1024 rc-none"})
+
+
 def cases():
     def cause(m):
-        return f"{_cause(TIME_CAUSES, m.plan_data)}; {_HOST}"
+        return f"{_STACK}: {_HOST}" if m.name in EXPECTED_TIME_MISSES else ""
 
     return measured_cases(measurements(), SYSTEM, SOURCE + "; priced on h100-vm (its measured host)", cause)
