@@ -132,6 +132,7 @@ def estimate(
     """Estimate one training scenario: time, memory per tier, traffic, bottleneck."""
     from dse.errors import InputError
     from dse.estimate import filled_defaults, input_warnings, load, make_plan, run
+    from dse.validate.regimes import checked_against
 
     if html:
         from dse.report.page import check_path
@@ -198,6 +199,7 @@ def estimate(
         trace.rows.extend(composition_rows(result))
     result["defaults"] = filled_defaults(m, s, p, data)
     result["warnings"] = input_warnings(m, p, s)
+    result["checked_against"] = checked_against(m, s, p)
     if html:
         _write_html(html, result)
     if json_out:

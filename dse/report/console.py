@@ -198,6 +198,10 @@ def render_estimate(con, r: dict) -> None:
         for v in r["violations"]:
             con.print(f"  [red]•[/] {v}")
     con.print(f"[bold]bottleneck[/]: {r['bottleneck']}")
+    if "checked_against" in r:
+        from dse.validate.regimes import sentence
+
+        con.print(f"[bold]checked against[/]: {sentence(r['checked_against'])}")
 
 
 def _short(v) -> str:
