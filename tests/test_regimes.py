@@ -97,3 +97,10 @@ def test_the_cli_prints_and_writes_what_the_estimate_was_checked_against(dse):
     assert json.loads(r.out)["checked_against"] == []
     r = dse("estimate", "--model", "gpt2-medium", "--hw", "dgx-h100", "--stack", "compiled", "--dp", "1")
     assert "an unchecked estimate" in " ".join(r.out.split())
+
+
+def test_the_html_page_says_it_too(dse, tmp_path):
+    page = tmp_path / "e.html"
+    r = dse("estimate", "--model", "gpt2-medium", "--hw", "dgx-h100", "--stack", "pytorch", "--dp", "1", "--html", page)
+    assert r.code == 0
+    assert "checked against</b>: eager PyTorch" in page.read_text()

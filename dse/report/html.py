@@ -72,6 +72,10 @@ def estimate_html(r: dict[str, Any]) -> str:
     parts.append(_table("Throughput", ["metric", "value"], rows))
     verdict = "feasible" if r["feasible"] else "infeasible"
     parts.append(f"<p><b>{verdict}</b>: {escape(str(r['bottleneck']))}</p>")
+    if "checked_against" in r:
+        from dse.validate.regimes import sentence
+
+        parts.append(f"<p><b>checked against</b>: {escape(sentence(r['checked_against']))}</p>")
     return "<div>" + "".join(parts) + "</div>"
 
 
