@@ -107,35 +107,59 @@ def _looks_like_path(ref: str) -> bool:
 
 
 def model_data(ref: str) -> tuple[dict, str]:
-    """Raw model fields and the place they came from, for a catalog name, a file, a directory holding a
-    ``config.json``, or a Hugging Face repository id (``org/name``) in the local cache (:mod:`dse.hf_cache`)."""
-    if _looks_like_path(ref):
-        path = Path(ref)
-        name = None
-        if not ref.endswith((".json", ".yaml", ".yml")) and not path.is_file():
-            from dse.hf_cache import config_path
+    """Raw model fields and the place they came from. ``ref`` resolves, first match wins, to: a catalog name
+    (``models/<ref>.yaml``); a file or a directory holding a ``config.json``; a shipped Hugging Face config
+    (``models/hf/<org>/<name>/config.json``) by its repository id ``org/name`` or its bare ``name``, in any case
+    (:func:`dse.hf_cache.shipped_config`); a repository id in the local Hugging Face cache (:mod:`dse.hf_cache`)."""
+    if not _looks_like_path(ref) and (models_dir() / f"{ref}.yaml").is_file():
+        return _catalog_yaml(ref)
+    from dse import hf_cache
 
-            path, name = config_path(ref)
-            ref = str(path)
+    path = Path(ref)
+    if _looks_like_path(ref) and path.exists():
+        if path.is_dir():
+            path, name = hf_cache.config_path(ref)
+            return _hf_json(path, name), str(path)
         if ref.endswith(".json"):
-            from dse.specs.hf import from_hf_config
-
-            try:
-                cfg = json.loads(path.read_text())
-            except FileNotFoundError:
-                raise InputError(f"{path}: no such file") from None
-            except json.JSONDecodeError as exc:
-                raise InputError(f"{path}: JSON syntax error at line {exc.lineno}, column {exc.colno}: "
-                                 f"{exc.msg}") from None
-            name = name or (path.parent.name if path.stem == "config" else path.stem)
-            return from_hf_config(cfg, str(path), default_name=name), str(path)
+            return _hf_json(path, None), str(path)
         data = read_yaml(path, "model")
         data.setdefault("name", path.stem)
         return data, str(path)
-    path = _catalog_file(models_dir(), ref, "model")
-    data = read_yaml(path, "model")
+    shipped = hf_cache.shipped_config(ref)
+    if shipped is not None:
+        path, name = shipped
+        where = path.relative_to(root()).as_posix() if path.is_relative_to(root()) else str(path)
+        return _hf_json(path, name, where), where
+    if not _looks_like_path(ref):
+        known = names(models_dir())
+        hint = suggest(ref, sorted(set(known + hf_cache.shipped_names())))
+        listing = "" if hint else f"; known: {', '.join(known[:20])}" + (" ..." if len(known) > 20 else "")
+        raise InputError(f"unknown model '{ref}'{hint}{listing} (see `dse list`)")
+    if ref.endswith((".json", ".yaml", ".yml")):
+        raise InputError(f"{path}: no such file")
+    path, name = hf_cache.config_path(ref)
+    return _hf_json(path, name), str(path)
+
+
+def _catalog_yaml(ref: str) -> tuple[dict, str]:
+    data = read_yaml(models_dir() / f"{ref}.yaml", "model")
     data.setdefault("name", ref)
     return data, f"models/{ref}.yaml"
+
+
+def _hf_json(path: Path, name: str | None, where: str | None = None) -> dict:
+    """Model fields of a Hugging Face config.json (:func:`dse.specs.hf.from_hf_config`); ``name``: the model's name
+    when the file does not give one (default: its directory's name for a config.json, else the file's stem)."""
+    from dse.specs.hf import from_hf_config
+
+    try:
+        cfg = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}: JSON syntax error at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+    name = name or (path.parent.name if path.stem == "config" else path.stem)
+    return from_hf_config(cfg, where or str(path), default_name=name)
 
 
 def _build(cls, data: dict, where: str, head: str, overrides):

@@ -1,5 +1,6 @@
 """Models as people have them (issue 18, point 5): ``--model DIR`` reads ``DIR/config.json``; ``--model org/name``
-comes from the local Hugging Face cache, offline; anything else is one line, exit 2, saying where dse looked."""
+not shipped (models/hf/, tests/test_hub_configs.py) comes from the local Hugging Face cache, offline; anything else
+is one line, exit 2, saying where dse looked."""
 
 from __future__ import annotations
 
@@ -58,9 +59,9 @@ def test_a_directory_is_its_config_json(tmp_path, offline, capsys):
 def test_org_name_comes_from_the_hub_cache(tmp_path, monkeypatch, offline, variable, sub):
     monkeypatch.delenv("HF_HUB_CACHE", raising=False)
     monkeypatch.delenv("HF_HOME", raising=False)
-    fake_cache(tmp_path / sub if sub else tmp_path, "Qwen/Qwen2-7B", "Qwen2-7B")
+    fake_cache(tmp_path / sub if sub else tmp_path, "cache-only/Qwen2-7B", "Qwen2-7B")
     monkeypatch.setenv(variable, str(tmp_path))
-    r = dse.estimate("Qwen/Qwen2-7B", "dgx-h100", tp=4)
+    r = dse.estimate("cache-only/Qwen2-7B", "dgx-h100", tp=4)
     assert r["model"]["name"] == "Qwen2-7B" and r["model"]["params"] == 7_615_616_512
 
 
@@ -68,21 +69,22 @@ def test_the_default_cache_is_under_home(tmp_path, monkeypatch, offline):
     monkeypatch.delenv("HF_HUB_CACHE", raising=False)
     monkeypatch.delenv("HF_HOME", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
-    fake_cache(tmp_path / ".cache" / "huggingface" / "hub", "openai-community/gpt2", "gpt2")
-    assert load_model("openai-community/gpt2").hidden == 768
+    fake_cache(tmp_path / ".cache" / "huggingface" / "hub", "cache-only/gpt2", "gpt2")
+    assert load_model("cache-only/gpt2").hidden == 768
 
 
 def test_an_entry_without_refs_main_uses_its_only_snapshot(tmp_path, monkeypatch, offline):
-    monkeypatch.setenv("HF_HUB_CACHE", str(fake_cache(tmp_path, "facebook/opt-13b", "opt-13b", ref=False)))
-    assert load_model("facebook/opt-13b").hidden == 5120
+    monkeypatch.setenv("HF_HUB_CACHE", str(fake_cache(tmp_path, "cache-only/opt-13b", "opt-13b", ref=False)))
+    assert load_model("cache-only/opt-13b").hidden == 5120
 
 
 def test_a_model_not_in_the_cache_is_one_line_saying_where_it_looked(tmp_path, monkeypatch, offline, capsys):
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
-    code, out, err = run(capsys, "estimate", "--model", "mistralai/Mistral-7B-v0.1", "--hw", "dgx-h100")
+    code, out, err = run(capsys, "estimate", "--model", "cache-only/Mistral-7B-v0.1", "--hw", "dgx-h100")
     lines = err.strip().splitlines()
     assert code == 2 and out == "" and len(lines) == 1 and lines[0].startswith("dse: error: ")
-    assert "mistralai/Mistral-7B-v0.1" in lines[0] and str(tmp_path / "models--mistralai--Mistral-7B-v0.1") in lines[0]
+    assert "cache-only/Mistral-7B-v0.1" in lines[0]
+    assert str(tmp_path / "models--cache-only--Mistral-7B-v0.1") in lines[0]
 
 
 def test_other_bad_references_are_one_line(tmp_path, capsys):

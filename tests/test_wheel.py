@@ -97,6 +97,13 @@ def test_installed_wheel_ships_the_catalog(tmp_path):
                               "--offload-activations", "ssd", "--json", cwd=work, env=env).stdout)
     assert offloaded["activation_offload"]["bytes_offloaded_per_iteration"] > 0
 
+    # the shipped Hugging Face configs (models/hf/) come with the wheel: a hub id resolves offline
+    hub = json.loads(sh(dse, "estimate", "--model", "openai-community/gpt2-large", "--hw", "dgx-h100", "--json",
+                        cwd=work, env=env).stdout)
+    assert (hub["model"]["name"], hub["model"]["params"]) == ("gpt2-large", 774_030_080)
+    assert "dse/_catalog/models/hf/EleutherAI/pythia-1.4b/config.json" in names
+    assert "openai-community/gpt2-large" in {m["name"] for m in listed}
+
     validated = sh(dse, "show", "hardware", "h100-cluster", "--json", cwd=work, env=env).stdout
     assert json.loads(validated)["nodes"] == 32
 

@@ -28,10 +28,20 @@ def list_(what: Literal["models", "hardware", "components"] = typer.Argument("mo
         items = [(f"{sub}/{n}", catalog.read_yaml(catalog.hw_dir(sub) / f"{n}.yaml"))
                  for sub in sorted(set(catalog.COMPONENT_DIRS.values()) - {"systems"})
                  for n in catalog.names(catalog.hw_dir(sub))]
+    hub = _shipped_hub() if what == "models" else {}
     if json_out:
-        _print_json([{"name": n, **{k: v for k, v in d.items() if k != "name"}} for n, d in items])
+        _print_json([{"name": n, **{k: v for k, v in d.items() if k != "name"}} for n, d in items]
+                    + [{"name": n, "hf_config": where} for n, where in hub.items()])
         return
-    render_list(_console(), what, items)
+    render_list(_console(), what, items, hub)
+
+
+def _shipped_hub() -> dict[str, str]:
+    """The shipped Hugging Face configs: repository id -> file (relative to the catalog)."""
+    from dse import catalog
+    from dse.hf_cache import shipped
+
+    return {hub: path.relative_to(catalog.root()).as_posix() for hub, path in shipped().items()}
 
 
 def show(kind: Literal["model", "hardware"] = typer.Argument(..., help="model | hardware"),

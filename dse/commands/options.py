@@ -45,7 +45,8 @@ def _flag(default: Any, *names: str, **kwargs: Any) -> Callable[[], Any]:
 
 flag = SimpleNamespace(
     model=_flag("llama2-7b", "--model", "-m", help="catalog name, YAML file, HF config.json, a directory holding "
-                "one, or org/name from the local Hugging Face cache"),
+                "one, a shipped Hugging Face model (org/name or name: `dse list`), or org/name from the local "
+                "Hugging Face cache"),
     hw=_flag("dgx-a100-80gb", "--hw", help="hardware system: catalog name or YAML file"),
     tp=_flag(None, "--tp", min=1, help="tensor-parallel degree"),
     pp=_flag(None, "--pp", min=1, help="pipeline stages"),

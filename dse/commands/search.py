@@ -14,7 +14,7 @@ from dse.commands.options import flag
 def search(
     space: Optional[str] = typer.Option(None, "--space", help="search space file (YAML; see examples/spaces/)"),
     model: Optional[str] = typer.Option(None, "--model", "-m",
-                                        help="model (catalog name or file); overrides the space's"),
+                                        help="model (as --model of dse estimate); overrides the space's"),
     hw: Optional[str] = typer.Option(None, "--hw", help="hardware system; overrides the space's"),
     gpus: Optional[int] = typer.Option(None, "--gpus", min=1, help="total GPUs; dp = gpus / (tp x pp x cp)"),
     global_batch: Optional[int] = typer.Option(None, "--global-batch", "-B", min=1,

@@ -226,7 +226,9 @@ def render_explain(con, rows: list[dict]) -> None:
         con.print(f"      inputs:  {inputs}", highlight=False, markup=False)
 
 
-def render_list(con, what: str, items) -> None:
+def render_list(con, what: str, items, hub=None) -> None:
+    """The catalog table; ``hub``: the shipped Hugging Face configs (repository id -> file), listed by organization
+    after the models' table."""
     tab = Table(box=box.SIMPLE_HEAVY)
     tab.add_column("name", no_wrap=True)   # names must stay whole to be copied into --model/--hw
     if what == "models":
@@ -239,6 +241,15 @@ def render_list(con, what: str, items) -> None:
         for n, d in items:
             tab.add_row(n, str(d.get("description") or d.get("source") or ""))
     con.print(tab)
+    if hub:
+        orgs: dict[str, list[str]] = {}
+        for name in hub:
+            org, repo = name.split("/")
+            orgs.setdefault(org, []).append(repo)
+        con.print(f"[bold]Hugging Face configs shipped[/] ({len(hub)}; --model org/name or the bare name, any case; "
+                  "sources: models/hf/SOURCE.md)")
+        for org, repos in sorted(orgs.items(), key=lambda kv: kv[0].lower()):
+            con.print(f"  {org}/: {', '.join(repos)}", highlight=False, markup=False, soft_wrap=True)
 
 
 def render_spec(con, kind: str, data: dict) -> None:
