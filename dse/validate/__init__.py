@@ -32,6 +32,7 @@ SUITES = {
     "deepseek-v3": "dse.validate.deepseek_v3",
     "h200-hf": "dse.validate.h200_hf",
     "h100-hf-vm": "dse.validate.h100_hf_vm",
+    "llama3-405b": "dse.validate.llama3",
 }
 
 
