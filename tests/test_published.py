@@ -12,7 +12,8 @@ from dse.validate import published
 
 ROOT = Path(__file__).resolve().parents[1]
 SUITE_FILES = {"smart-infinity": "smart_infinity", "ssdtrain": "ssdtrain", "chiplet": "chiplet",
-               "formulas": "korthikanti2022", "megatron-bridge": "megatron_bridge", "moe-h100": "megatron_core_moe"}
+               "formulas": "korthikanti2022", "megatron-bridge": "megatron_bridge", "moe-h100": "megatron_core_moe",
+               "llama3-405b": "llama3"}
 
 
 def _numbers(v):
