@@ -84,7 +84,10 @@ BASE = (
         Part("megatron-a100-175b", what="iteration time, GPT-3 175B on 512 A100s (held out)")),
         lambda m, s, p: not _moe(m) and _stack(p) == "megatron" and "a100" in _gpu(s)),
     Regime("dense Megatron on Hopper and Blackwell", (
-        Part("megatron-bridge", "dense", "rate", "Megatron-Bridge's published dense throughput"),),
+        Part("megatron-bridge", "dense", "rate", "Megatron-Bridge's published dense throughput"),
+        Part("llama3-405b", "palm", "rate", "Llama 3 405B's published TFLOP/s on 8K-16K H100s, 8K and 128K tokens "
+             "(PaLM's FLOP counting)"),
+        Part("llama3-405b", "causal", "rate", "the same in the executed (causal) FLOP counting")),
         lambda m, s, p: not _moe(m) and _stack(p) == "megatron"),
 )
 TECHNIQUES = (
