@@ -72,6 +72,42 @@ def system_path(system: SystemSpec) -> Path:
                    (gl.latency if gl else None) or 0.0, (net.latency if net else None) or 0.0)
 
 
+def _measured(system: SystemSpec, n: Num, inside: Num, intra: Num, path: Path) -> tuple[Num, Path]:
+    """The intra-node link's rate and NCCL path for a collective over ``n`` ranks, where the link measures them per
+    group size (``LinkSpec.ranks``): inside one node, the entry of the smallest listed size >= n (a larger group,
+    or one that spans nodes, keeps the link's own ``efficiency`` and ``latency``); ``(intra, path)`` otherwise. The
+    next size up, not down: the measured extra latency of a whole all-reduce is about the same at 2, 4 and 8 GPUs
+    (~25 us), which the larger size's per-step value keeps closer for a group between them (3 GPUs: 16 us, against
+    53 us at the 2-GPU value).
+
+    Formula: B(n) = B_link eta_k, a_p(n) = a_p + (lambda_k - lambda), k = min{listed sizes >= n} (the difference to
+    the link's own latency lambda is the path's ``extra``, :func:`dse.formulas.parallelism.nccl.fastest_time`)
+    Source: the node's own nccl-tests all-reduce table (hwspecs/links/nvlink3-vtrain.yaml: NCCL's ring model fitted
+    to each group size's rows, data/a100_allreduce_nccl_tests.csv; tests/test_nccl_a100.py)."""
+    gl = system.node.gpu_link
+    if gl is None or not gl.ranks:
+        return intra, path
+    own = gl.latency or 0.0
+    bw: Num = intra
+    extra: Num = 0.0
+    for k, r in sorted(gl.ranks.items(), key=lambda kv: -int(kv[0])):   # largest first: the smallest >= n wins
+        here = inside & (n <= int(k))
+        bw = where(here, gl.bandwidth * r.efficiency, bw)
+        if r.latency is not None:
+            extra = where(here, r.latency - own, extra)
+    return bw, path._replace(extra=extra)
+
+
+def _group(system: SystemSpec, P: FormulaModule, n: Num, stride: Num, G: Num, rates: tuple[Num, Num, Path],
+           inside: Num) -> Link:
+    """The :class:`Link` of a ring over ``n`` ranks ``stride`` apart (``inside``: they share a node): its bandwidth
+    (:func:`dse.formulas.parallelism.group_bandwidth`, the link's measured rate for ``n`` ranks inside a node,
+    :func:`_measured`) and its NCCL path (:func:`_spanned`)."""
+    intra, inter, path = rates
+    bw, path = _measured(system, n, inside, intra, path)
+    return Link(n, P.group_bandwidth(n, stride, G, bw, inter), _spanned(path, n, stride, G, inside), inside)
+
+
 def _spanned(path: Path, n: Num, stride: Num, G: Num, inside: Num) -> Path:
     """``path`` for a group of ``n`` ranks ``stride`` apart: N = 1 inside a node, else n / clip(floor(G/stride), 1, n)
     (the ranks of the group one node holds, as :func:`dse.formulas.parallelism.group_bandwidth` places them)."""
@@ -89,8 +125,8 @@ def _cp_levels(system: SystemSpec, plan: Plan, P: FormulaModule) -> dict[str, Li
     a = a2a_degree(plan, system)
     r = cp // a
     a_in, r_in = t * a <= G, t * cp <= G
-    return {"cp_a2a": Link(a, P.group_bandwidth(a, t, G, intra, inter), _spanned(path, a, t, G, a_in), a_in),
-            "cp_ring": Link(r, P.group_bandwidth(r, t * a, G, intra, inter), _spanned(path, r, t * a, G, r_in), r_in)}
+    return {"cp_a2a": _group(system, P, a, t, G, (intra, inter, path), a_in),
+            "cp_ring": _group(system, P, r, t * a, G, (intra, inter, path), r_in)}
 
 
 def expert_replicas(plan: Plan, d: Num) -> Num:
@@ -114,17 +150,19 @@ def _links(system: SystemSpec, t: Num, d: Num, P: FormulaModule, cp: Num = 1, ep
            route: tuple[int, int, int, int] = (0, 0, 0, 0), dual: bool = False, et: Num | None = None,
            how: str | None = None) -> dict[str, Link]:
     G, intra, inter, path = _rates(system)
+    rates = (intra, inter, path)
     dc = d * cp                 # dp x cp ranks, tp apart: the gradient group (DualPipe: 2 dc, grad_ranks)
     dg = 2 * dc if dual else dc
     tp_in, cp_in, dp_in, pp_in = t <= G, t * cp <= G, t * dg <= G, t * dc * 2 <= G
-    return {"tp": Link(t, P.group_bandwidth(t, 1, G, intra, inter), _spanned(path, t, 1, G, tp_in), tp_in),
-            "cp": Link(cp, P.group_bandwidth(cp, t, G, intra, inter), _spanned(path, cp, t, G, cp_in), cp_in),
-            "dp": Link(dg, P.group_bandwidth(dg, t, G, intra, inter), _spanned(path, dg, t, G, dp_in), dp_in),
+    # pp: a send between two stages, which a link's all-reduce table (LinkSpec.ranks) does not measure
+    return {"tp": _group(system, P, t, 1, G, rates, tp_in), "cp": _group(system, P, cp, t, G, rates, cp_in),
+            "dp": _group(system, P, dg, t, G, rates, dp_in),
             "pp": Link(2, P.group_bandwidth(2, t * dc, G, intra, inter), _spanned(path, 2, t * dc, G, pp_in), pp_in),
-            **_expert_links(P, G, t, dg, ep, (intra, inter, path), route, t if et is None else et, how)}
+            **_expert_links(system, P, G, t, dg, ep, rates, route, t if et is None else et, how)}
 
 
-def _expert_links(P: FormulaModule, G: Num, t: Num, dc: Num, ep: Num, rates: tuple[Num, Num, Path],
+def _expert_links(system: SystemSpec, P: FormulaModule, G: Num, t: Num, dc: Num, ep: Num,
+                  rates: tuple[Num, Num, Path],
                   route: tuple[int, int, int, int], et: Num, how: str | None = None) -> dict[str, Link]:
     """The expert groups of Megatron-Core's expert rank order etp-ep-edp-pp (MoE Parallel Folding, Liu et al. 2025,
     arXiv 2504.14960; ``parallel_state``'s expert ``RankGenerator``, order tp-ep-dp-pp with cp folded away): the
@@ -145,8 +183,7 @@ def _expert_links(P: FormulaModule, G: Num, t: Num, dc: Num, ep: Num, rates: tup
     out = {}
     fold = bool(route[0]) and differs(t, et)   # an MoE model whose etp differs from tp
     if fold:
-        et_in = et <= G
-        out["etp"] = Link(et, P.group_bandwidth(et, 1, G, intra, inter), _spanned(path, et, 1, G, et_in), et_in)
+        out["etp"] = _group(system, P, et, 1, G, rates, et <= G)
     if type(ep) is int and ep == 1 and not fold:
         return out
     ep_in, edp_in = et * ep <= G, t * dc <= G
@@ -154,7 +191,7 @@ def _expert_links(P: FormulaModule, G: Num, t: Num, dc: Num, ep: Num, rates: tup
     E, k, groups, per_token = route
     share, stage, nvlink = P.dispatch_shares(how, E, k, ep, q, groups, per_token) if E else (0.0, None, None)
     n_e = t * dc / (et * ep)
-    return {**out, "ep": Link(ep, intra, path._replace(nodes=where(ep_in, 1, ep / q)), ep_in, q, share, inter / G,
+    e_bw, e_path = _measured(system, ep, ep_in, intra, path)
+    return {**out, "ep": Link(ep, e_bw, e_path._replace(nodes=where(ep_in, 1, ep / q)), ep_in, q, share, inter / G,
                               stage, nvlink),
-            "edp": Link(n_e, P.group_bandwidth(n_e, et * ep, G, intra, inter), _spanned(path, n_e, et * ep, G, edp_in),
-                        edp_in)}
+            "edp": _group(system, P, n_e, et * ep, G, rates, edp_in)}

@@ -99,6 +99,22 @@ class GPUSpec:
 
 
 @dataclass(frozen=True, kw_only=True)
+class GroupRate:
+    """What NCCL reaches on a link for a collective over a group of a given number of ranks in one node, measured.
+
+    A node's own nccl-tests table (e.g. data/a100_allreduce_nccl_tests.csv) gives less bus bandwidth and more latency
+    per ring step to a group of 2 or 4 GPUs than to 8; the link's own ``efficiency`` and ``latency`` are its largest
+    group's (:attr:`LinkSpec.ranks`).
+    """
+
+    efficiency: float = spec_field(unit="fraction", gt=0, le=1,
+                                   help="NCCL bus bandwidth of a group of this many ranks / the link's bandwidth")
+    latency: float | None = spec_field(None, unit="s", ge=0,
+                                       help="latency per ring step beyond NCCL's for the link's transport, for this "
+                                            "group size; default: the link's latency")
+
+
+@dataclass(frozen=True, kw_only=True)
 class LinkSpec:
     name: str
     bandwidth: float = spec_field(unit="bytes/s", gt=0, help="per direction")
@@ -112,9 +128,20 @@ class LinkSpec:
                                             "needs transport")
     efficiency: float = spec_field(0.8, unit="fraction", gt=0, le=1,
                                    help="achievable fraction of bandwidth for large transfers")
+    ranks: dict[str, GroupRate] = spec_field(factory=dict,
+                                             help="a gpu_link's measured rate per group size: ranks -> {efficiency, "
+                                                  "latency}; a collective over n ranks in one node takes the entry "
+                                                  "of the smallest listed size >= n, a larger group the link's own "
+                                                  "efficiency and latency (dse.estimate.links); default: none")
     source: str = ""
 
     def _check(self, where: str) -> None:
+        bad = [k for k in self.ranks if not (k.isdigit() and int(k) >= 2)]
+        if bad:
+            raise InputError(f"{where}.ranks: {bad[0]!r} is not a group size; keys are numbers of ranks >= 2")
+        if any(r.latency is not None for r in self.ranks.values()) and self.transport is None:
+            raise InputError(f"{where}.ranks: a group size's latency is added to NCCL's per-hop latency of the "
+                             f"link's transport: set transport ({', '.join(TRANSPORTS)})")
         if self.latency is not None and self.transport is None:
             raise InputError(f"{where}.latency: collectives now take NCCL's per-hop latencies from the link's "
                              f"transport; latency is what the link adds beyond them (0 for NVLink and "

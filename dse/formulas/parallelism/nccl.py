@@ -64,6 +64,7 @@ class Path(NamedTuple):
     base: Hops = _NONE               # once per collective [s]
     ll128: bool = True               # NCCL enables LL128 on this path
     overhead: float = 0.0            # network post overhead an intra-node hop costs at least across nodes [s]
+    extra: Num = 0.0                 # per intra-node hop of a group inside one node, every protocol [s]
 
 
 _US = 1e-6
@@ -133,7 +134,8 @@ def fastest_time(transfer: Num, ranks: Num, path: Path, passes: int = 1, p2p: bo
     Formula: t = min_p [ L_p + T / f_p ], L_p = base_p + k (n - N) a_p' + k (N - 1) b_p' (x 1.4 for Simple when
     k = 2 and N > 1); a_p' = max(a_p, o_p) across nodes (o = 1 us, 3 us Simple), b_p' = the exposed network
     latency when n = N; p in LL (f 0.5), LL128 (f 0.92, where enabled, not for p2p sends), Simple (f 1). A
-    send between two ranks is the ring over n = 2 (one step, across the network when N = 2).
+    send between two ranks is the ring over n = 2 (one step, across the network when N = 2). A group inside
+    one node whose link measures it apart (the path's ``extra``, e) adds k (n - 1) e: e on each protocol's hop.
     Source: NCCL 2.30.7 src/graph/tuning.cc (github.com/NVIDIA/nccl), ``ncclTopoTuneModel``: ring latency
     base + (nsteps - nInterSteps) intraLat + nInterSteps interLat, bus bandwidth x .5 (LL), x .92 (LL128);
     ``ncclTopoGetAlgoTime``: time = latency + bytes / bandwidth, ring all-reduce plateau x 1.4; NCCL picks the
@@ -169,6 +171,8 @@ def fastest_time(transfer: Num, ranks: Num, path: Path, passes: int = 1, p2p: bo
         t = lat + transfer / _SHARE[p]
         best = t if best is None else minimum(best, t)
     assert best is not None
+    if not (type(path.extra) in (int, float) and path.extra == 0):
+        best = best + inner * path.extra   # inside one node the same for every protocol: min_p unchanged
     return best
 
 
