@@ -19,7 +19,8 @@ Usage (needs torch and transformers, which dse itself does not):
     python scripts/trace_stack.py > tests/fixtures/pytorch_stack_trace.json
     python scripts/trace_stack.py llama > tests/fixtures/pytorch_stack_trace_llama.json
     python scripts/trace_stack.py gemma3 > tests/fixtures/pytorch_stack_trace_gemma3.json   (also: opt, gpt_neox, and
-    the AUTO families: gemma, phi, starcoder2, granite, olmo2, gpt_bigcode, gptj)
+    the AUTO families: gemma, phi, starcoder2, granite, olmo2, gpt_bigcode, gptj, bloom, olmo, olmoe, phimoe,
+    glm4_moe)
 """
 
 from __future__ import annotations
@@ -65,7 +66,22 @@ AUTO = {
              "embd_pdrop": 0.0, "attn_pdrop": 0.0, "n_positions": 1024},
     "bloom": {"hidden_size": 256, "n_head": 4, "vocab_size": 32000, "hidden_dropout": 0.0},
     "olmo": {"hidden_size": 256, "num_attention_heads": 4, "intermediate_size": 704, "vocab_size": 32000},
+    # the MoE families' attention under a dense MLP (their routed experts are priced by the MoE rows, not traced
+    # here): olmoe: Llama's layer with a QK-norm over the whole projections (LlamaRMSNorm), every layer's
+    # OlmoeSparseMoeBlock swapped for Transformers' own OlmoeMLP (DENSE_MLP); glm4_moe: q/k/v biases, a per-head
+    # QK-norm and rotary on half of each head, every layer a first_k_dense_replace dense layer (Glm4MoeMLP)
+    "olmoe": {"hidden_size": 256, "num_attention_heads": 4, "intermediate_size": 704, "vocab_size": 32000},
+    # phimoe: LayerNorms, biases on q, k, v and o, an lm_head bias; its experts swapped for MistralMLP (DENSE_MLP: a
+    # SwiGLU MLP without biases, as its experts are)
+    "phimoe": {"hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 704,
+               "vocab_size": 32000, "attention_bias": True, "lm_head_bias": True, "input_jitter_noise": 0.0},
+    "glm4_moe": {"hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
+                 "intermediate_size": 704, "vocab_size": 32000, "attention_bias": True, "use_qk_norm": True,
+                 "partial_rotary_factor": 0.5, "first_k_dense_replace": 8, "num_nextn_predict_layers": 0},
 }
+#: families whose MoE block is replaced by a dense MLP class after the build: "model_type:Class" of
+#: transformers.models.<model_type>.modeling_<model_type> (the layer attribute: block_sparse_moe or mlp)
+DENSE_MLP = {"olmoe": "olmoe:OlmoeMLP", "phimoe": "mistral:MistralMLP"}
 #: families whose Transformers model refuses SDPA (BloomForCausalLM: "does not support an attention implementation
 #: through torch.nn.functional.scaled_dot_product_attention"): traced eager only
 EAGER_ONLY = ("bloom",)
@@ -86,7 +102,15 @@ def build(arch: str, layers: int, attn: str, dims: dict):
         cfg = AutoConfig.for_model(arch, **{**dims["config"], layers_key: layers, "attention_dropout": 0.0,
                                             "max_position_embeddings": 1024})
         cfg._attn_implementation = attn
-        return AutoModelForCausalLM.from_config(cfg).to(torch.bfloat16).train()
+        model = AutoModelForCausalLM.from_config(cfg)
+        if arch in DENSE_MLP:
+            import importlib
+
+            family, cls = DENSE_MLP[arch].split(":")
+            mlp = getattr(importlib.import_module(f"transformers.models.{family}.modeling_{family}"), cls)
+            for layer in model.model.layers:
+                setattr(layer, "block_sparse_moe" if hasattr(layer, "block_sparse_moe") else "mlp", mlp(cfg))
+        return model.to(torch.bfloat16).train()
     if arch == "gpt2":
         from transformers import GPT2Config, GPT2LMHeadModel
         cfg = GPT2Config(n_layer=layers, n_embd=dims["h"], n_head=dims["heads"], vocab_size=dims["vocab"],

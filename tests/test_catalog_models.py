@@ -105,10 +105,11 @@ def parameters(spec) -> int:
                                                                                                  spec.norm)
     if spec.experts:    # MoE: the formula of the MoE MLP in the MoE layers (dse.formulas.transformer.moe)
         n = spec.moe_layers
-        mlp = T.mlp_parameters(spec.hidden, spec.ffn_hidden, spec.ffn_type, spec.bias)
+        mlp_bias = spec.bias if spec.mlp_bias is None else spec.mlp_bias   # PhiMoE: its attention's biases only
+        mlp = T.mlp_parameters(spec.hidden, spec.ffn_hidden, spec.ffn_type, mlp_bias)
         moe = T.moe_mlp_parameters(spec.hidden, spec.experts, spec.expert_ffn, spec.ffn_type,
                                    shared_experts=spec.shared_experts, shared_ffn=spec.shared_expert_ffn or 0,
-                                   shared_gate=spec.shared_expert_gate, bias=spec.bias)
+                                   shared_gate=spec.shared_expert_gate, bias=mlp_bias)
         return dense_parameters(spec) + n * (moe - mlp)
     return dense_parameters(spec)
 

@@ -116,7 +116,14 @@ REFERENCE = {
         ("stablelm-2-1_6b", "stablelm", 1_644_515_328, "1.6B"),
         ("granite-3.0-2b-base", "granite", 2_533_531_648, "2.5B"), ("SmolLM3-3B", "smollm3", 3_075_098_624, "3B"),
         ("OLMo-2-1124-7B", "olmo2", 7_298_617_344, "7.3B"), ("gpt-j-6b", "gptj", 6_050_882_784, "6B"),
-        ("bloom-560m", "bloom", 559_214_592, "559M"), ("OLMo-1B-hf", "olmo", 1_176_764_416, "1B (1.18B)"))},
+        ("bloom-560m", "bloom", 559_214_592, "559M"), ("OLMo-1B-hf", "olmo", 1_176_764_416, "1B (1.18B)"),
+        ("OLMoE-1B-7B-0924", "olmoe", 6_919_161_856, "6.9B total, 1.3B active"),
+        ("granite-3.0-1b-a400m-base", "granitemoe", 1_334_628_352, "1.3B total, 400M active"),
+        ("granite-3.0-3b-a800m-base", "granitemoe", 3_298_793_472, "3.3B total, 800M active"),
+        ("Phi-3.5-MoE-instruct", "phimoe", 41_873_153_344, "41.9B total, 6.6B active (its longrope rope_scaling "
+         "factors left out of the fixture: no parameters)"),
+        ("GLM-4.5-Air", "glm4_moe", 106_852_245_504, "106B total, 12B active (the MTP layer not built)"),
+        ("GLM-4.5", "glm4_moe", 352_797_814_784, "355B total, 32B active (the MTP layer not built)"))},
     "bert-large-uncased": ("bert", 335_174_458, "transformers BertForMaskedLM meta-device count; = KerasHub "
                            "bert_large_en_uncased backbone 335,141,888 - pooler 1,049,600 + MLM head 1,082,170"),
 }

@@ -126,11 +126,16 @@ _TRACES = {"gpt2": _json.loads((_FIXTURES / "pytorch_stack_trace.json").read_tex
            "gemma3": _json.loads((_FIXTURES / "pytorch_stack_trace_gemma3.json").read_text()),
            "gpt_neox": _json.loads((_FIXTURES / "pytorch_stack_trace_gpt_neox.json").read_text()),
            **{a: _json.loads((_FIXTURES / f"pytorch_stack_trace_{a}.json").read_text())
-              for a in ("gemma", "phi", "starcoder2", "granite", "olmo2", "gpt_bigcode", "gptj", "bloom", "olmo")}}
+              for a in ("gemma", "phi", "starcoder2", "granite", "olmo2", "gpt_bigcode", "gptj", "bloom", "olmo",
+                        "olmoe", "phimoe", "glm4_moe")}}
 #: the families scripts/trace_stack.py builds from a config (AUTO): the fixture config.json each is priced from
 _AUTO_FIXTURE = {"gemma": "gemma-2b", "phi": "phi-2", "starcoder2": "starcoder2-3b", "granite": "granite-3.0-2b-base",
                  "olmo2": "OLMo-2-1124-7B", "gpt_bigcode": "starcoderbase-1b", "gptj": "gpt-j-6b",
-                 "bloom": "bloom-560m", "olmo": "OLMo-1B-hf"}
+                 "bloom": "bloom-560m", "olmo": "OLMo-1B-hf", "olmoe": "OLMoE-1B-7B-0924", "glm4_moe": "GLM-4.5-Air",
+                 "phimoe": "Phi-3.5-MoE-instruct"}
+#: the MoE families traced with a dense MLP in every layer (scripts/trace_stack.py): their attention, priced dense
+_DENSE_MOE = ["model.experts=0", "model.experts_per_token=null", "model.expert_ffn=null", "model.shared_experts=0",
+              "model.shared_expert_ffn=null", "model.first_dense_layers=0", "model.mtp_layers=0"]
 _GEMM_OPS = {"addmm", "mm", "bmm", "baddbmm"}
 #: every traced run but GPT-J's eager ones: its eager attention multiplies in fp32 (query.to(float32)), which the
 #: stack prices as the fp32-softmax eager attention, a warning with every GPT-J estimate (measured: forward bytes
@@ -154,9 +159,11 @@ def _traced_model(arch: str, d: dict) -> tuple[str, list[str]]:
         sets = [f"model.hidden={h}", f"model.heads={a}", f"model.kv_heads={kv}",
                 f"model.head_dim={c.get('head_dim', 64)}", f"model.vocab={c['vocab_size']}",
                 f"model.ffn_hidden={c.get('intermediate_size', c.get('n_inner', 4 * h))}",
-                "model.dropout=0"] + (["model.sliding_window=null"] if arch == "starcoder2" else [])
+                "model.dropout=0"] + (["model.sliding_window=null"] if arch in ("starcoder2", "phimoe") else [])
         if "partial_rotary_factor" in c or "rotary_dim" in c:
             sets.append(f"model.rotary_fraction={c.get('partial_rotary_factor') or c['rotary_dim'] / 64}")
+        if arch in ("olmoe", "phimoe", "glm4_moe"):
+            sets += _DENSE_MOE + (["model.qk_norm=true"] if c.get("use_qk_norm") else [])   # GLM-4.5-Air: off
         return f"tests/fixtures/hf/{_AUTO_FIXTURE[arch]}/config.json", sets
     if arch == "gpt2":
         return "gpt2-small", [f"model.hidden={d['h']}", f"model.heads={d['heads']}", "model.dropout=0"]

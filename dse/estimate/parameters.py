@@ -97,16 +97,18 @@ def layer_counts(model: ModelSpec, T: FormulaModule = _transformer) -> Section:
            "moe_experts": 0, "moe_layers": model.moe_layers}
     if out["moe_layers"]:
         E, k = model.experts, model.experts_per_token
-        attn = dense - T.mlp_parameters(h, model.ffn_hidden, model.ffn_type, model.bias)
+        # the MLP's biases (gpt-oss: the router's and the experts'; PhiMoE: none, its attention's only)
+        mlp_b = model.bias if model.mlp_bias is None else model.mlp_bias
+        attn = dense - T.mlp_parameters(h, model.ffn_hidden, model.ffn_type, mlp_b)
         moe = dict(shared_experts=model.shared_experts, shared_ffn=model.shared_expert_ffn or 0,
-                   shared_gate=model.shared_expert_gate, **({"bias": True} if model.bias else {}))
+                   shared_gate=model.shared_expert_gate, **({"bias": True} if mlp_b else {}))
         out["moe"] = attn + T.moe_mlp_parameters(h, E, model.expert_ffn, model.ffn_type, **moe)
         out["moe_active"] = attn + T.moe_mlp_parameters(h, E, model.expert_ffn, model.ffn_type, routed=k, **moe)
         out["moe_experts"] = (T.moe_mlp_parameters(h, E, model.expert_ffn, model.ffn_type, **moe)
                               - T.moe_mlp_parameters(h, E, model.expert_ffn, model.ffn_type, routed=0, **moe))
-        out["moe_rep"] = (dense_rep - (h if model.bias else 0)
+        out["moe_rep"] = (dense_rep - (h if mlp_b else 0)
                           + T.moe_mlp_parameters_replicated(h, E, model.shared_expert_gate,
-                                                            **({"bias": True} if model.bias else {})))
+                                                            **({"bias": True} if mlp_b else {})))
     return out
 
 

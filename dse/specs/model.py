@@ -376,6 +376,8 @@ class ModelSpec:
         if weights == 7 and self.qkv_projection == "fused":   # Phi-3's qkv_proj (its fused gate_up_proj: not counted)
             weights = 5
         biases = weights if self.bias else (3 if self.qkv_bias else 0)
+        if self.bias and self.mlp_bias is False:   # biases on the attention only (PhiMoE): q, k, v (or qkv) and o
+            biases = 4 if self.qkv_projection == "separate" else 2
         if self.mla:   # q_a, q_b (or q), kv_a, kv_b, o instead of q, k, v, o; and the latents' RMSNorms
             weights, biases = weights + (1 if self.q_lora_rank else 0), 0
             return weights + self.layer_norms * (2 if self.norm == "layernorm" else 1) + (2 if self.q_lora_rank else 1)

@@ -28,7 +28,8 @@ ENTRIES: dict[str, tuple[str, ...] | None] = {
     "rotary_grads": ("fused", "separate"), "query_scale": None, "bias_grads": None, "grad_accumulate": None,
     "embedding": None, "final_norm": None, "qk_norm": None, "loss": None, "softcap": None, "logit_softcap": None,
     "embedding_scale": None, "residual_scale": None, "logit_scale": None, "rotary_fp32": None, "qkv_grad_cat": None,
-    "mlp_bias_grads": None, "rotary_tables": None}
+    "mlp_bias_grads": None, "rotary_tables": None, "qkv_bias_grads": None,
+    "attn_bias_grads": None}
 #: Entries that may name another entry (``final_norm: norm``): the same op over their own tensors.
 ALIASES = ("final_norm", "qk_norm")
 #: A variant a stack may leave out, and the one it then takes: Gemma's RMSNorm is RMSNorm with the weight applied in
@@ -46,7 +47,8 @@ _CHOICES = {"attention": ("flash", "math"), "recompute": ("none", "selective", "
             "scale_query": (True, False), "rotary": (True, False), "frozen": (True, False),
             "softcap": (True, False), "logit_softcap": (True, False), "embedding_scale": (True, False),
             "kv_cache": (True, False), "residual_scale": (True, False), "logit_scale": (True, False),
-            "rotary_fp32": (True, False), "mlp_bias": (True, False), "rotary_before_transpose": (True, False)}
+            "rotary_fp32": (True, False), "mlp_bias": (True, False), "rotary_before_transpose": (True, False),
+            "qkv_bias": (True, False)}
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,12 @@ MOE_KEYS = {"mixtral": ("num_local_experts", "num_experts_per_tok"),
             "qwen3_moe": ("num_experts", "num_experts_per_tok", "moe_intermediate_size"),
             "gpt_oss": ("num_local_experts", "num_experts_per_tok"),
             "llama4_text": ("num_local_experts", "num_experts_per_tok"),
+            "olmoe": ("num_experts", "num_experts_per_tok"),
+            "granitemoe": ("num_local_experts", "num_experts_per_tok"),
+            "phimoe": ("num_local_experts", "num_experts_per_tok"),
+            # and multi-token prediction (dse.specs.hf.moe_decoders)
+            "glm4_moe": ("n_routed_experts", "num_experts_per_tok", "n_shared_experts", "moe_intermediate_size",
+                         "num_nextn_predict_layers"),
             # and multi-head latent attention, multi-token prediction (dse.specs.hf.deepseek)
             **dict.fromkeys(("deepseek_v2", "deepseek_v3"), (
                 "n_routed_experts", "num_experts_per_tok", "n_shared_experts", "moe_intermediate_size",
@@ -127,7 +133,8 @@ def notes(cfg: dict, mt: str) -> list[str]:
     and MLP side by side, priced as sequential blocks. BERT ``position_embedding_type`` relative_key(_query): Shaw
     et al. 2018 (arXiv 1803.02155) add a (2 max_pos - 1) x d distance table and a score term per layer, priced as
     absolute positions. SmolLM3's NoPE layers (``no_rope_layers`` 0): priced with rotary positions. GPT-J's fp32
-    eager attention: priced as the fp32-softmax eager attention.
+    eager attention: priced as the fp32-softmax eager attention. PhiMoE's ``input_jitter_noise``: the MoE input
+    multiplied by uniform noise in training (PhimoeSparseMoeBlock and PhimoeTopKRouter), not priced.
     """
     out = []
     q = cfg.get("quantization_config")
@@ -145,6 +152,10 @@ def notes(cfg: dict, mt: str) -> list[str]:
         if nope:
             out.append(f"no_rope_layers: {nope} of {len(flags)} layers without rotary positions (NoPE) are priced "
                        "with the rotary kernels (same FLOPs and parameters)")
+    if mt == "phimoe" and cfg.get("input_jitter_noise"):
+        out.append(f"input_jitter_noise {cfg['input_jitter_noise']} is not modelled: the MoE input's training-time "
+                   "jitter (uniform fills and products over the layer input, in the block and again in the router) "
+                   "is not priced")
     if mt == "gptj":
         out.append("GPT-J's eager attention multiplies in fp32: priced as the fp32-softmax eager attention (SDPA, "
                    "Transformers' default, as traced)")
