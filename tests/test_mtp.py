@@ -143,3 +143,19 @@ def test_encoder_decoder_refuses_mtp(capsys):
     assert main(["estimate", "--model", "t5-base", "--hw", "dgx-h100", "--set", "model.mtp_layers=1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "mtp_layers needs a decoder model" in err[0]
+
+
+@pytest.mark.parametrize("stack", ["pytorch", "compiled"])
+def test_eager_stacks_refuse_mtp_depths_transformers_never_builds(capsys, stack):
+    """GLM-4.5's config asks for one MTP depth (num_nextn_predict_layers), which Megatron-Core builds and
+    Transformers' Glm4Moe does not: on an eager stack the depth would be priced for a module the run never has."""
+    cfg = "tests/fixtures/hf/GLM-4.5-Air/config.json"
+    args = ["estimate", "--model", cfg, "--hw", "dgx-h100", "--stack", stack, "--dp", "1", "-b", "1", "-s", "1024"]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"--stack {stack} is not modelled with multi-token prediction" in err[0]
+    assert "Transformers builds no MTP module" in err[0] and "model.mtp_layers=0" in err[0]
+    assert main([*args, "--set", "model.mtp_layers=0"]) == 0
+    capsys.readouterr()
+    assert main(["estimate", "--model", cfg, "--hw", "h100-cluster", "--tp", "8", "--dp", "8", "--ep", "8", "-s",
+                 "1024"]) == 0   # Megatron-Core builds the depth: priced
