@@ -45,7 +45,7 @@ above, a production job's stalls at 8K-16K GPUs).
 
 Results (this commit; docs/long-context.md "Checked against"): iterations 9.45, 5.06 and 12.53 s against the
 12.02-12.50, 6.46-6.72 and 10.90-15.28 s the paper implies (causal .. palm); TFLOPs/GPU 569 / 531 / 463 (palm:
-+32.3, +32.8, +21.9 %) and 547 / 511 / 331 (causal: +27.2, +27.7, -12.9 %). The 128K row lies inside the band; the
++32.3, +32.8, +21.9 %) and 547 / 511 / 331 (causal: +27.2, +27.7, -13.0 %). The 128K row lies inside the band; the
 8K rows are documented misses (:data:`MISS_8K`); the ordering 430 > 400 > 380 holds in both countings.
 Sensitivity to the recalled, unverified plan items (not the case): full recompute 12.73 and 16.47 s (8,192-GPU and
 128K rows); FSDP resharding every micro-batch (ZeRO-3) 20.2 and 13.8 s; the gradient reduction not overlapped 9.71

@@ -203,8 +203,9 @@ def cases():
                                           for f, h, L in short),
              expected_miss="at hidden 8192 a layer's backward needs 24 GB/s of reads and dse's path gives 21.6 "
                            "(the GPU's PCIe link and its 4- or 3-drive RAID0 at rated bandwidth), so SSDTrain's "
-                           "rule exposes 4-5 % of reads; the paper measured no loss, so its arrays read faster "
-                           "than dse assumes or its backward is slower. dse's `auto` keeps those layers instead."),
+                           "rule exposes ~5 % of reads (the case's value); the paper measured no loss, so its arrays "
+                           "read faster than dse assumes or its backward is slower. dse's `auto` keeps those layers "
+                           "instead."),
         Case("full recompute time overhead, mean over GPT/BERT shapes (30-40 %)", full,
              lambda: sum(time_ratio(*c, recompute="full") - 1 for c in configs()) / len(configs()), 0.05,
              full_src, kind="absolute"),
