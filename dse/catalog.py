@@ -62,18 +62,25 @@ def names(directory: Path) -> list[str]:
     return sorted(p.stem for p in directory.glob("*.yaml"))
 
 
-def read_yaml(path: Path, what: str = "spec") -> dict:
-    """Read a YAML mapping with one-line errors for missing files and bad syntax."""
-    import yaml
-
+def read_text(path: Path, what: str = "spec") -> str:
+    """A spec file's text, with one-line errors for a missing file, a directory and bytes that are not UTF-8."""
     try:
-        text = Path(path).read_text()
+        return Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
         raise InputError(f"{path}: no such file") from None
     except IsADirectoryError:
         raise InputError(f"{path}: is a directory, expected a {what} file") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: not a text file (byte {exc.start} is not UTF-8), expected a {what} file") from None
     except OSError as exc:
         raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+
+
+def read_yaml(path: Path, what: str = "spec") -> dict:
+    """Read a YAML mapping with one-line errors for missing files and bad syntax."""
+    import yaml
+
+    text = read_text(path, what)
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
         data = yaml.load(text, Loader=loader)
@@ -152,10 +159,9 @@ def _hf_json(path: Path, name: str | None, where: str | None = None) -> dict:
     when the file does not give one (default: its directory's name for a config.json, else the file's stem)."""
     from dse.specs.hf import from_hf_config
 
+    text = read_text(path, "config.json")
     try:
-        cfg = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
+        cfg = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(f"{path}: JSON syntax error at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
     name = name or (path.parent.name if path.stem == "config" else path.stem)
@@ -220,7 +226,8 @@ def _load_model(ref, overrides) -> ModelSpec:
 
 
 def _resolve_refs(cls, data: dict, where: str) -> dict:
-    """Replace component names (strings) by the component's fields, recursively."""
+    """Replace component names (strings) by the component's fields, recursively (``where``: ``file: `` or
+    ``file: a.b``, what an unknown component's error names)."""
     out = dict(data)
     for name, (_f, tp) in _schema._fields(cls).items():
         if name not in out:
@@ -230,12 +237,15 @@ def _resolve_refs(cls, data: dict, where: str) -> dict:
             continue
         value = out[name]
         if isinstance(value, str) and tp in COMPONENT_DIRS:
-            path = _catalog_file(hw_dir(COMPONENT_DIRS[tp]), value, f"{COMPONENT_DIRS[tp].rstrip('s')} component")
+            try:
+                path = _catalog_file(hw_dir(COMPONENT_DIRS[tp]), value, f"{COMPONENT_DIRS[tp].rstrip('s')} component")
+            except InputError as exc:    # name the field that names it
+                raise InputError(f"{_schema._join(where, name)}: {exc}") from None
             comp = read_yaml(path, COMPONENT_DIRS[tp])
             comp.setdefault("name", value)
             value = comp
         if isinstance(value, dict):
-            out[name] = _resolve_refs(tp, value, f"{where}.{name}")
+            out[name] = _resolve_refs(tp, value, _schema._join(where, name))
     return out
 
 
@@ -299,7 +309,7 @@ def hardware_data(ref: str) -> tuple[dict, str, str]:
 def system_data(ref: str) -> tuple[dict, str]:
     """Raw fields (components resolved) and place of a GPU-system file."""
     data, where, _ = hardware_data(ref)
-    return _resolve_refs(SystemSpec, data, where), where
+    return _resolve_refs(SystemSpec, data, where + ": "), where
 
 
 def kind_of(ref) -> str:
@@ -333,10 +343,10 @@ def _load_hardware(ref, overrides):
             return ref
         data, where, kind = dataclasses.asdict(ref), ref.name, ref.kind
     cls = hardware_class(kind)
-    data = _resolve_refs(cls, data, where)
+    data = _resolve_refs(cls, data, where + ": ")
     for path, value in overrides:
         _schema.set_path(data, path, value, cls, "--set hardware")
-        data = _resolve_refs(cls, data, where)  # a component named by one override can take sub-field overrides
+        data = _resolve_refs(cls, data, where + ": ")  # a component named by one override can take sub-field overrides
     return _build(cls, data, where + ": ", "hardware", overrides)
 
 
@@ -362,7 +372,7 @@ def find_hardware(name: str):
         if path.is_file():
             data = read_yaml(path, sub)
             data.setdefault("name", name)
-            spec = _schema.build(cls, _resolve_refs(cls, data, str(path)), f"hwspecs/{sub}/{name}.yaml: ")
+            spec = _schema.build(cls, _resolve_refs(cls, data, f"{path}: "), f"hwspecs/{sub}/{name}.yaml: ")
             return sub.rstrip("s"), spec
     everything = [n for sub in (*COMPONENT_DIRS.values(), "chiplets") for n in names(hw_dir(sub))]
     raise InputError(f"unknown hardware '{name}'{suggest(name, everything)} (see `dse list hardware`)")

@@ -69,6 +69,14 @@ _EXAMPLE = {
 _NUM = re.compile(r"^\s*(\$)?\s*([-+]?(?:\d[\d_,]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*(.*?)\s*$")
 
 
+def _finite(x: float, value, kind: str, where: str) -> float:
+    """``x``, or an error where it is NaN or infinite (``1e400``, YAML's ``.inf``): no quantity is."""
+    if not math.isfinite(x):
+        raise InputError(f"{where}: {value!r} is not a finite {kind} quantity; write it like "
+                         f"{_EXAMPLE.get(kind, 'a number')}")
+    return x
+
+
 def parse(value, kind: str, where: str = "value") -> float:
     """Parse a readable quantity of ``kind`` into SI base units.
 
@@ -82,14 +90,14 @@ def parse(value, kind: str, where: str = "value") -> float:
     if isinstance(value, bool):
         raise InputError(f"{where}: expected a {kind} quantity such as {_EXAMPLE.get(kind, 'a number')}, got {value!r}")
     if isinstance(value, (int, float)):
-        return float(value)
+        return _finite(float(value), value, kind, where)
     if not isinstance(value, str):
         raise InputError(f"{where}: expected a {kind} quantity such as {_EXAMPLE.get(kind, 'a number')}, got {value!r}")
     m = _NUM.match(value)
     if not m:
         raise InputError(f"{where}: cannot parse {value!r} as {kind}; write it like {_EXAMPLE.get(kind, 'a number')}")
     dollar, num, unit = m.groups()
-    number = float(num.replace(",", "").replace("_", ""))
+    number = _finite(float(num.replace(",", "").replace("_", "")), value, kind, where)
     unit = unit.replace(" ", "")
     if dollar:
         if kind not in ("USD",) or unit:
@@ -100,9 +108,9 @@ def parse(value, kind: str, where: str = "value") -> float:
         return number
     table = UNITS.get(kind, {})
     if unit in table:
-        return number * table[unit]
+        return _finite(number * table[unit], value, kind, where)
     if unit.endswith("/s") and kind == "flop/s" and unit[:-2] in UNITS["flop/s"]:
-        return number * UNITS["flop/s"][unit[:-2]]
+        return _finite(number * UNITS["flop/s"][unit[:-2]], value, kind, where)
     allowed = ", ".join(sorted({u for u in table if len(u) <= 7})[:12])
     raise InputError(f"{where}: unknown unit {unit!r} for {kind} in {value!r}; allowed units include {allowed}")
 

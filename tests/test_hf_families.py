@@ -119,20 +119,6 @@ def test_bloom_sliced_tp_layers_are_refused_and_flash_attention_is_an_error_nami
     assert resolve(fixture, "dgx-h100")[2].attention == "math"     # unset: its only attention, eager
 
 
-def test_a_bloom_search_runs_its_only_attention(tmp_path, capsys):
-    """dse search with a BLOOM model and no attention in the space: fixed at eager (math), as dse estimate defaults
-    it (before, every point failed the ALiBi rule at the plan's default, flash: "no feasible configuration");
-    flash asked for explicitly is still excluded by the rule."""
-    fixture = str(FIXTURES / "bloom-560m" / "config.json")
-    out = tmp_path / "r.json"
-    args = ["search", "--model", fixture, "--hw", "dgx-h100", "--gpus", "8", "-B", "64", "-s", "2048", "--engine",
-            "exhaustive", "--top", "1", "-q", "--json", str(out)]
-    assert main(args) == 0
-    assert "--attention math" in capsys.readouterr().out
-    assert main([*args, "--set", "plan.attention=flash"]) == 0
-    assert "ALiBi runs only eager attention" in capsys.readouterr().out
-
-
 def test_smollm3_nope_layers_are_a_warning():
     s = spec("SmolLM3-3B")
     assert len(s.unmodelled) == 1 and "9 of 36 layers without rotary positions" in s.unmodelled[0]

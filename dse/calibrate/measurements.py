@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +49,7 @@ class Measurement:
     peak_bytes: float | None       # measured peak allocated bytes per GPU
     optimizer_step: bool           # the measurement includes the optimizer step and its states
     note: str = ""                 # how the scenario was mapped onto dse's plan
+    where: str = ""                # file:row it was read from
 
 
 def read(path: str | Path, model_ref: Callable[[str], str] | None = None) -> list[Measurement]:
@@ -90,18 +92,39 @@ def read(path: str | Path, model_ref: Callable[[str], str] | None = None) -> lis
 
 
 def _number(row: dict, key: str, where: str, required: bool = True) -> float | None:
+    """``row[key]`` as a finite number > 0 (None where absent and not ``required``)."""
     v = row.get(key)
-    if v in (None, ""):
+    if v is None or v == "":
         if required:
             raise InputError(f"{where}: missing field '{key}'")
         return None
     try:
-        x = float(v)
+        x = None if isinstance(v, bool) else float(v)
     except (TypeError, ValueError):
-        raise InputError(f"{where}: {key} = {v!r} is not a number") from None
-    if not x > 0:
-        raise InputError(f"{where}: {key} = {v!r} must be > 0")
+        x = None
+    if x is None:
+        raise InputError(f"{where}: {key} = {v!r} is not a number")
+    if not 0 < x < math.inf:
+        raise InputError(f"{where}: {key} = {v!r} must be a finite number > 0")
     return x
+
+
+def _count(row: dict, key: str, where: str, required: bool = True) -> int | None:
+    """``row[key]`` as a whole number > 0 (a count: sequences, tokens, parameters)."""
+    x = _number(row, key, where, required)
+    if x is None:
+        return None
+    if x != int(x):
+        raise InputError(f"{where}: {key} = {row[key]!r} must be a whole number > 0")
+    return int(x)
+
+
+def _choice(row: dict, key: str, where: str, allowed, default: Any = None) -> Any:
+    """``row[key]`` (``default`` where absent), one of ``allowed``."""
+    v = row.get(key, default)
+    if not isinstance(v, str) or v not in allowed:
+        raise InputError(f"{where}: {key} = {v!r}; allowed: {', '.join(allowed)}")
+    return v
 
 
 def hf_model(row: dict, where: str, model_ref: Callable[[str], str] | None = None):
@@ -110,16 +133,19 @@ def hf_model(row: dict, where: str, model_ref: Callable[[str], str] | None = Non
     from dse.formulas.transformer import parameter_count
 
     cfg = row.get("config")
-    name = str(row.get("model", ""))
+    name = row.get("model", "")
+    if not isinstance(name, str) or not (name or cfg):
+        raise InputError(f"{where}: model = {name!r}; expected a catalog name or a model file (or a config)")
     if model_ref is not None and not cfg:
         name = model_ref(name)
     if cfg:
-        try:
-            ov = [(["name"], name or "measured"), (["layers"], int(cfg["layers"])), (["hidden"], int(cfg["hidden"])),
-                  (["heads"], int(cfg["heads"])), (["vocab"], int(cfg["vocab"])),
-                  (["max_seq_len"], int(cfg.get("n_positions", row["s"]))), (["dropout"], 0.0)]
-        except (KeyError, TypeError, ValueError) as exc:
-            raise InputError(f"{where}: config needs layers, hidden, heads, vocab (integers): {exc}") from None
+        if not isinstance(cfg, dict):
+            raise InputError(f"{where}: config = {cfg!r}; expected a mapping of layers, hidden, heads, vocab")
+        at = f"{where}: config"
+        dims = [([k], _count(cfg, k, at)) for k in ("layers", "hidden", "heads", "vocab")]
+        ov = [(["name"], name or "measured"), *dims,
+              (["max_seq_len"], _count(cfg, "n_positions", at, required=False) or _count(row, "s", where)),
+              (["dropout"], 0.0)]
         return load_model("gpt2-small", ov), "model from the row's config"
     model = load_model(name, [(["dropout"], 0.0)])
     note = ""
@@ -132,13 +158,13 @@ def hf_model(row: dict, where: str, model_ref: Callable[[str], str] | None = Non
                                    spec.vocab, ffn_type=spec.ffn_type, norm=spec.norm, bias=spec.bias,
                                    qkv_bias=spec.qkv_bias, position_embeddings=spec.position_embeddings,
                                    tied=spec.tied_embeddings, final_norm=spec.final_norm)
-        extra = int(params) - count(m)
+        extra = (_count(row, "params", where) or 0) - count(m)
         if extra and extra % m.hidden == 0 and m.position_embeddings + extra // m.hidden > 0:
             rows = m.position_embeddings + extra // m.hidden
             model = load_model(name, [(["dropout"], 0.0), (["position_embeddings"], rows)])
-            note = f"position table {rows} rows (from params {int(params):,})"
+            note = f"position table {rows} rows (from params {int(row['params']):,})"
         elif extra:
-            raise InputError(f"{where}: params {int(params):,} does not match the catalog's {name} "
+            raise InputError(f"{where}: params {int(row['params']):,} does not match the catalog's {name} "
                              f"({count(m):,}); give the row a config")
     return model, note
 
@@ -148,17 +174,12 @@ from dse.specs.stack import STACKS  # noqa: E402
 
 def hf_row(row: dict, where: str, model_ref: Callable[[str], str] | None = None) -> Measurement:
     """A ``kind: base`` row of the dse measure / shared H100 format."""
-    attn = row.get("attn")
-    if attn not in _HF_ATTENTION:
-        raise InputError(f"{where}: attn = {attn!r}; allowed: {', '.join(_HF_ATTENTION)}")
-    recompute = row.get("recompute", "none")
-    if recompute not in ("none", "full"):
-        raise InputError(f"{where}: recompute = {recompute!r}; allowed: none, full")
-    b, s = int(_number(row, "b", where) or 0), int(_number(row, "s", where) or 0)
+    attn = _choice(row, "attn", where, tuple(_HF_ATTENTION))
+    recompute = _choice(row, "recompute", where, ("none", "full"), "none")
+    b, s = _count(row, "b", where) or 0, _count(row, "s", where) or 0
     model, note = hf_model(row, where, model_ref)
-    stack = row.get("stack", "pytorch")    # the format's runs are eager PyTorch modules (Transformers, dse measure)
-    if stack not in STACKS:
-        raise InputError(f"{where}: stack = {stack!r}; allowed: {', '.join(STACKS)}")
+    # the format's runs are eager PyTorch modules (Transformers, dse measure)
+    stack = _choice(row, "stack", where, STACKS, "pytorch")
     plan = {"tp": 1, "pp": 1, "dp": 1, "zero": 0, "micro_batch": b, "global_batch": b, "seq_len": s,
             "recompute": recompute, "attention": _HF_ATTENTION[attn], "precision": "bf16-pure", "grad_dtype": "half",
             "stack": stack}
@@ -166,7 +187,8 @@ def hf_row(row: dict, where: str, model_ref: Callable[[str], str] | None = None)
         plan["kv_cache"] = _bool(row["use_cache"], "use_cache", where)
     name = f"{row.get('model')} {attn} b{b} s{s} rc-{recompute}"
     return Measurement(name=name, model=model, plan_data=plan, time_s=_number(row, "step_s", where),
-                       peak_bytes=_number(row, "peak_bytes", where, required=False), optimizer_step=False, note=note)
+                       peak_bytes=_number(row, "peak_bytes", where, required=False), optimizer_step=False, note=note,
+                       where=where)
 
 
 def _bool(v, key: str, where: str) -> bool:
@@ -208,14 +230,17 @@ def generic_row(row: dict, where: str) -> Measurement:
     return Measurement(name=str(row.get("name") or f"{row['model']} row {where.rsplit(':', 1)[-1]}"), model=model,
                        plan_data=plan, time_s=_number(row, "time_s", where),
                        peak_bytes=_number(row, "peak_bytes", where, required=False),
-                       optimizer_step=_bool(row.get("optimizer_step", True), "optimizer_step", where))
+                       optimizer_step=_bool(row.get("optimizer_step", True), "optimizer_step", where), where=where)
 
 
 def plan_for(m: Measurement, system):
-    """The measurement's plan, validated and resolved on ``system``."""
+    """The measurement's plan, validated and resolved on ``system`` (an invalid one: an error naming the row)."""
     from dse.estimate import make_plan
 
-    return make_plan(m.model, system, dict(m.plan_data))
+    try:
+        return make_plan(m.model, system, dict(m.plan_data))
+    except InputError as exc:
+        raise InputError(f"{m.where or m.name}: {exc}") from None
 
 
 def predict(m: Measurement, system, plan=None) -> tuple[float, float]:

@@ -64,7 +64,7 @@ flag = SimpleNamespace(
     micro_batch=_flag(None, "--micro-batch", "-b", min=1, help="sequences per micro-batch"),
     global_batch=_flag(None, "--global-batch", "-B", min=1, help="sequences per iteration"),
     seq_len=_flag(None, "--seq-len", "-s", min=1, help="tokens per sequence"),
-    attention=_flag(None, "--attention", help="flash | math"),
+    attention=_flag(None, "--attention", help="flash | math (default flash; math for an ALiBi model: BLOOM)"),
     zero=_flag(None, "--zero", min=0, max=3, help="ZeRO stage 0-3"),
     precision=_flag(None, "--precision", help="bf16 | fp16 | bf16-pure | fp8 (FP8 linear GEMMs, Transformer Engine)"),
     optimizer=_flag(None, "--optimizer", help="adam | adam-8bit (bitsandbytes, block-wise 8-bit states) | "

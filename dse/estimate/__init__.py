@@ -274,8 +274,6 @@ def make_plan(model: ModelSpec, system: Hardware, plan_data: dict[str, Any]) -> 
         hit, memo = None, False
     if hit is not None and hit[0] is model and hit[1] is system:
         return hit[2]
-    if getattr(model, "alibi", False) and "attention" not in plan_data:   # BLOOM: eager is its only attention
-        plan_data = {**plan_data, "attention": "math"}
     plan = Plan.resolved_from(_schema.arguments(Plan, plan_data, "plan: "), model, system)
     backend(system).check_plan(plan, model, system)
     if memo:

@@ -182,34 +182,64 @@ def table_time(table: Table, hw: KernelCost, link: Link, C: Module, P: Module, *
     ``stopped`` (a non-reentrant checkpoint's early stop: :func:`dse.formulas.kernels.early_stop`); selective runs
     the kernels flagged ``selective`` (the attention core).
     """
+    times: dict[str, tuple[Num, Num]] = {}
+    fwd, bwd, wgrad, sel, stop = _kernel_sums(table, hw, C, ep_link, times)
+    tp_f, tp_b, ep_f, ep_b = _collective_sums(table, link, P, async_tp, ep_link, etp_link, times)
+    fwd, bwd = fwd + tp_f + ep_f, bwd + tp_b + ep_b
+    rec = fwd - stop if recompute == "full" else (sel if recompute == "selective" else 0.0)
+    out = {"forward": fwd, "backward": bwd, "recompute": rec, "tp_forward": tp_f, "tp_backward": tp_b,
+           "ep_forward": ep_f, "ep_backward": ep_b, "weight_backward": wgrad}
+    if count:
+        ranks = (link.ranks, link.ranks if ep_link is None else ep_link.ranks,
+                 None if etp_link is None else etp_link.ranks)
+        out["kernels_forward"], out["kernels_backward"] = _kernels.table_launches(table, launches, *ranks)
+        if rows is not None:
+            rows.update({name: (times[name][0], _kernels.row_launches(name, row, launches, *ranks)[0])
+                         for name, row in table.items() if name in times})
+    return out
+
+
+def _kernel_sums(table: Table, hw: KernelCost, C: Module, ep_link: Link | None,
+                 times: dict[str, tuple[Num, Num]]) -> tuple[Num, Num, Num, Num, Num]:
+    """The compute kernels of :func:`table_time`: (forward, backward, weight-gradient GEMMs' share, selective
+    recompute, rows a non-reentrant checkpoint never reaches again); each row's (forward, backward) into ``times``."""
     fwd: Num = 0.0
     bwd: Num = 0.0
     sel: Num = 0.0
+    wgrad: Num = 0.0
+    stop: Num = 0.0                   # full recompute: the rows a non-reentrant checkpoint never reaches again
+    for name, row in table.items():
+        if row["kind"] == "collective":
+            continue
+        f, b = kernel_time(row, hw, C)
+        if "alltoall" in row and ep_link is not None:   # the alltoall dispatcher's rows: ep inside one node
+            inside = where(ep_link.inside, 1.0, 0.0)
+            f, b = f * inside, b * inside
+        times[name] = f, b
+        fwd, bwd = fwd + f, bwd + b
+        if row["kind"] == "gemm" and (row.get("split") or "adapter" in row) and "frozen" not in row:
+            wgrad = wgrad + f              # a weight's gradient GEMM (a LoRA adapter's A or B too)
+        if "selective" in row:
+            sel = sel + f
+        if "stopped" in row:
+            stop = stop + f
+    return fwd, bwd, wgrad, sel, stop
+
+
+def _collective_sums(table: Table, link: Link, P: Module, async_tp: bool, ep_link: Link | None,
+                     etp_link: Link | None, times: dict[str, tuple[Num, Num]]) -> tuple[Num, Num, Num, Num]:
+    """The collectives of :func:`table_time`: (tp forward, tp backward, ep forward, ep backward); each forward
+    collective's time into ``times`` (which holds the kernels' already: an async-TP collective hides under its GEMM)."""
     tp_f: Num = 0.0
     tp_b: Num = 0.0
     ep_f: Num = 0.0
     ep_b: Num = 0.0
-    times: dict[str, tuple[Num, Num]] = {}
     hidden: list[tuple[Num, str]] = []
     msg: Any = None
     op: Any = None
     ar: Num = 0.0
-    wgrad: Num = 0.0
-    stop: Num = 0.0                   # full recompute: the rows a non-reentrant checkpoint never reaches again
     for name, row in table.items():
         if row["kind"] != "collective":
-            f, b = kernel_time(row, hw, C)
-            if "alltoall" in row and ep_link is not None:   # the alltoall dispatcher's rows: ep inside one node
-                inside = where(ep_link.inside, 1.0, 0.0)
-                f, b = f * inside, b * inside
-            times[name] = f, b
-            fwd, bwd = fwd + f, bwd + b
-            if row["kind"] == "gemm" and (row.get("split") or "adapter" in row) and "frozen" not in row:
-                wgrad = wgrad + f              # a weight's gradient GEMM (a LoRA adapter's A or B too)
-            if "selective" in row:
-                sel = sel + f
-            if "stopped" in row:
-                stop = stop + f
             continue
         if row["group"] == "ep":
             a2a = collective_time(row, ep_link or link, P)
@@ -234,15 +264,4 @@ def table_time(table: Table, hw: KernelCost, link: Link, C: Module, P: Module, *
     for ar, gemm in hidden:                   # after the loop: the GEMM may come later in the table
         under = 0.0 if "frozen" in table[gemm] else times[gemm][0]   # a frozen weight has no gradient GEMM
         tp_b = tp_b + maximum(ar - under, 0.0)
-    fwd, bwd = fwd + tp_f + ep_f, bwd + tp_b + ep_b
-    rec = fwd - stop if recompute == "full" else (sel if recompute == "selective" else 0.0)
-    out = {"forward": fwd, "backward": bwd, "recompute": rec, "tp_forward": tp_f, "tp_backward": tp_b,
-           "ep_forward": ep_f, "ep_backward": ep_b, "weight_backward": wgrad}
-    if count:
-        ranks = (link.ranks, link.ranks if ep_link is None else ep_link.ranks,
-                 None if etp_link is None else etp_link.ranks)
-        out["kernels_forward"], out["kernels_backward"] = _kernels.table_launches(table, launches, *ranks)
-        if rows is not None:
-            rows.update({name: (times[name][0], _kernels.row_launches(name, row, launches, *ranks)[0])
-                         for name, row in table.items() if name in times})
-    return out
+    return tp_f, tp_b, ep_f, ep_b

@@ -68,18 +68,11 @@ def kernel_tables(model: ModelSpec, plan: Plan, r: Recipe, K: Module = _kernels)
     shared: read them, do not change them.
     """
     s, b, t, sp = _context.local_seq(plan), plan.micro_batch, plan.tp, plan.sequence_parallel   # s/cp tokens
-    e, comm, logits = r.activations, r.tp_messages, r.logits   # bytes per element (the precision recipe)
-    stack, fusion = getattr(plan, "stack", "megatron"), getattr(plan, "cross_entropy_fusion", None)
+    e, comm = r.activations, r.tp_messages   # bytes per element (the precision recipe)
+    stack = getattr(plan, "stack", "megatron")
     fp8 = plan.fp8_scaling if r.gemm_dtype == "fp8" else None     # FP8 linear layers (dse.formulas.fp8)
-    key = None
-    if K is _kernels:                      # not when traced: the trace records every formula call
-        key = (id(model), s, getattr(plan, "target_len", None), plan.cp, getattr(plan, "cp_comm", "p2p"), b, t,
-               getattr(plan, "ep", 1), getattr(plan, "moe_dispatch_dtype", "bf16"),
-               getattr(plan, "moe_dispatcher", None),
-               getattr(plan, "expert_capacity", None), getattr(plan, "pad_to_capacity", False), sp, plan.recompute,
-               plan.attention, e, comm, logits, stack, r.gradients, expert_tp(plan),
-               plan.finetune, plan.lora_rank, plan.lora_targets, plan.quantization, plan.lora_dropout, fp8,
-               getattr(plan, "kv_cache", None), fusion, *map(K.__getattribute__, _FORMULAS))
+    key = _tables_key(model, plan, r, s, fp8) if K is _kernels else None   # traced: the trace records every call
+    if key is not None:
         try:
             hit = _TABLES.get(key)
         except TypeError:                  # array plan fields: not hashable, not memoised
@@ -105,22 +98,8 @@ def kernel_tables(model: ModelSpec, plan: Plan, r: Recipe, K: Module = _kernels)
     if plan.recompute == "full" and stack_spec(stack).checkpoint_early_stop:   # the recomputation stops early
         layer = K.early_stop(layer, model.parallel_residual)
         dense = None if dense is None else K.early_stop(dense, model.parallel_residual)
-    s_in, s_out = _encdec.lengths(model, plan, s)    # encoder-decoder: both stacks' tokens in, the target's out
-    embedding = K.embedding_kernels(s_in, b, h, tp=t, sequence_parallel=sp, dropout=dropout, position=model.position,
-                                    bytes_per_element=e, comm_bytes_per_element=comm, vocab=model.vocab,
-                                    grad_bytes=r.gradients)
-    head = K.head_kernels(s_out, b, h, model.vocab, tp=t, sequence_parallel=sp, norm=model.norm,
-                          final_norm=model.final_norm, bytes_per_element=e, logits_bytes=logits, fusion=fusion)
-    if _encdec.is_encoder_decoder(model):
-        head = _encdec.encoder_output(head, model, s, b, tp=t, sequence_parallel=sp, bytes_per_element=e)
-    if ops:
-        embedding = _stacks.apply_embedding(embedding, ops, size, bytes_per_element=e, choices=choices)
-        head = _stacks.apply_head(head, ops, size, bytes_per_element=e, choices=choices)
-        if not stack_spec(stack).pads_vocab:    # an unpadded vocabulary: the LM-head GEMM's n may be unaligned
-            head["lm_head"] = {**head["lm_head"], "aligned": _stacks.aligned(head["lm_head"]["n"], e)}
-    if plan.finetune != "full":   # the LM head's weight and the embedding table are frozen too
-        head, embedding = _frozen_ends(head, embedding)
-    out = {"layer": layer, "embedding": embedding, "head": head}
+    embedding, head = _end_tables(model, plan, r, K, s, (ops, size, choices))
+    out: dict[str, Any] = {"layer": layer, "embedding": embedding, "head": head}
     # biases, learned positions, dropout: the host's launches per row (dse.formulas.kernels.megatron_launches)
     out["bias"] = {"bias": model.bias, "qkv_bias": model.bias if model.qkv_bias is None else model.qkv_bias,
                    "learned_positions": model.position == "learned", "dropout": dropout}
@@ -140,6 +119,45 @@ def kernel_tables(model: ModelSpec, plan: Plan, r: Recipe, K: Module = _kernels)
             _TABLES.clear()
         _TABLES[key] = (model, out)
     return out
+
+
+def _tables_key(model: ModelSpec, plan: Plan, r: Recipe, s: Num, fp8: str | None) -> tuple[Any, ...]:
+    """The memo key of :func:`kernel_tables`: every plan field and recipe width the tables read, and the formulas
+    they call (``s``: the tokens per sequence on one GPU)."""
+    return (id(model), s, getattr(plan, "target_len", None), plan.cp, getattr(plan, "cp_comm", "p2p"),
+            plan.micro_batch, plan.tp, getattr(plan, "ep", 1), getattr(plan, "moe_dispatch_dtype", "bf16"),
+            getattr(plan, "moe_dispatcher", None),
+            getattr(plan, "expert_capacity", None), getattr(plan, "pad_to_capacity", False), plan.sequence_parallel,
+            plan.recompute, plan.attention, r.activations, r.tp_messages, r.logits, getattr(plan, "stack", "megatron"),
+            r.gradients, expert_tp(plan),
+            plan.finetune, plan.lora_rank, plan.lora_targets, plan.quantization, plan.lora_dropout, fp8,
+            getattr(plan, "kv_cache", None), getattr(plan, "cross_entropy_fusion", None),
+            *map(_kernels.__getattribute__, _FORMULAS))
+
+
+def _end_tables(model: ModelSpec, plan: Plan, r: Recipe, K: Module, s: Num,
+                stack_in: tuple[Any, Any, Any]) -> tuple[Table, Table]:
+    """(embedding, head): the tables of the ends of one micro-batch (``s``: tokens per sequence on one GPU;
+    ``stack_in``: :func:`stack_inputs`' ops, sizes and choices)."""
+    ops, size, choices = stack_in
+    b, t, sp, h, e = plan.micro_batch, plan.tp, plan.sequence_parallel, model.hidden, r.activations
+    s_in, s_out = _encdec.lengths(model, plan, s)    # encoder-decoder: both stacks' tokens in, the target's out
+    embedding = K.embedding_kernels(s_in, b, h, tp=t, sequence_parallel=sp, dropout=model.dropout > 0,
+                                    position=model.position, bytes_per_element=e,
+                                    comm_bytes_per_element=r.tp_messages, vocab=model.vocab, grad_bytes=r.gradients)
+    head = K.head_kernels(s_out, b, h, model.vocab, tp=t, sequence_parallel=sp, norm=model.norm,
+                          final_norm=model.final_norm, bytes_per_element=e, logits_bytes=r.logits,
+                          fusion=getattr(plan, "cross_entropy_fusion", None))
+    if _encdec.is_encoder_decoder(model):
+        head = _encdec.encoder_output(head, model, s, b, tp=t, sequence_parallel=sp, bytes_per_element=e)
+    if ops:
+        embedding = _stacks.apply_embedding(embedding, ops, size, bytes_per_element=e, choices=choices)
+        head = _stacks.apply_head(head, ops, size, bytes_per_element=e, choices=choices)
+        if not stack_spec(getattr(plan, "stack", "megatron")).pads_vocab:   # the LM head's n may be unaligned
+            head["lm_head"] = {**head["lm_head"], "aligned": _stacks.aligned(head["lm_head"]["n"], e)}
+    if plan.finetune != "full":   # the LM head's weight and the embedding table are frozen too
+        head, embedding = _frozen_ends(head, embedding)
+    return embedding, head
 
 
 def _frozen_ends(head: Table, embedding: Table) -> tuple[Table, Table]:

@@ -23,9 +23,17 @@ def pyplot(needed_by: str = "--plot"):
 
 
 def check(path: str | None) -> None:
-    """Fail now (one line) when ``--plot`` is given and matplotlib is missing, before a long computation."""
+    """Fail now (one line) when ``--plot`` is given and matplotlib is missing, or the file's extension is not an image
+    format matplotlib writes, before a long computation."""
     if path:
         pyplot()
+        from pathlib import Path
+
+        suffix = Path(path).suffix.lstrip(".").lower()
+        formats = require("matplotlib.backend_bases", "plot", "--plot").FigureCanvasBase.get_supported_filetypes()
+        if suffix and suffix not in formats:
+            raise InputError(f"--plot {path}: .{suffix} is not an image format matplotlib writes; allowed: "
+                             f"{', '.join(sorted(formats))}")
 
 
 @contextmanager
@@ -40,6 +48,8 @@ def figure(path: str, **subplots):
             fig.savefig(path, **save)
         except OSError as exc:
             raise InputError(f"--plot {path}: cannot write ({exc.strerror or exc})") from None
+        except ValueError as exc:           # an extension that is not an image format
+            raise InputError(f"--plot {path}: cannot write ({exc})") from None
     finally:
         plt.close(fig)
 

@@ -49,30 +49,11 @@ def flag_space_data(model: str, hardware: str, gpus: int | None, global_batch: i
     }
 
 
-def _alibi_attention(data: dict) -> None:
-    """A model with ALiBi (BLOOM) runs only eager attention (Transformers refuses SDPA for it; the plan rule
-    "ALiBi runs only eager attention"): where the space leaves ``plan.attention`` open, fix it at ``math``, as
-    ``dse estimate`` defaults it, rather than let every point fail the rule at the plan's default (flash)."""
-    from dse.catalog import load_model
-
-    model = data.get("model")
-    params, fixed = data.get("parameters") or {}, data.get("fixed") or {}
-    if not isinstance(model, str) or not isinstance(params, dict) or not isinstance(fixed, dict):
-        return
-    if "plan.attention" in params or "plan.attention" in fixed:
-        return
-    try:
-        alibi = getattr(load_model(model), "alibi", False)
-    except InputError:          # reported where the search loads the model, as for any space
-        return
-    if alibi:
-        data["fixed"] = {**fixed, "plan.attention": "math"}
-
-
 def build_space(space_file, model, hw, gpus, global_batch, seq_len, objectives, budget, power_cap,
                 min_ssd_lifetime, params, sets):
     """A :class:`~dse.search.space.Space` from a file and/or flags (see the module docstring)."""
     from dse.catalog import read_yaml
+    from dse.search.objectives import constraint_bound
     from dse.search.space import from_dict
     from dse.specs._schema import parse_assignment
 
@@ -97,13 +78,13 @@ def build_space(space_file, model, hw, gpus, global_batch, seq_len, objectives, 
             raise InputError("dse search needs --space FILE, or --model and --hw (with optional --gpus N)")
         data = flag_space_data(model, hw, gpus, global_batch, seq_len)
         source = "flags"
-    _alibi_attention(data)
     if objectives:
         data["objectives"] = list(objectives)
     given = data.get("constraints") or {}
     cons = dict(given) if isinstance(given, dict) else data["constraints"]
     for key, v in (("budget", budget), ("power_cap", power_cap), ("min_ssd_lifetime", min_ssd_lifetime)):
         if v is not None:
+            constraint_bound(key, v, "--" + key.replace("_", "-"))    # a bad flag is named as the flag
             cons[key] = v
     if cons:
         data["constraints"] = cons

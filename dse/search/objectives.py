@@ -107,6 +107,22 @@ def parse_objectives(raw, where: str) -> list[Objective]:
     return out
 
 
+def constraint_bound(key: str, value, where: str) -> float:
+    """The bound of a named constraint (:data:`CONSTRAINTS`: ``budget``, ``power_cap``, ``min_ssd_lifetime``) from
+    its text or number, > 0; ``where`` names it in errors (the space file's key, or the flag)."""
+    kind = CONSTRAINTS[key][2]
+    if kind == "years":
+        bound = units.parse(value, "s", where)
+        bound = bound / SECONDS_PER_YEAR if isinstance(value, str) else float(value)
+    elif kind == "USD" and isinstance(value, str) and value.strip().upper().endswith(("M", "K", "B")):
+        bound = _money(value, where)
+    else:
+        bound = units.parse(value, kind, where)
+    if not bound > 0:
+        raise InputError(f"{where}: must be greater than 0, got {value!r}")
+    return float(bound)
+
+
 def parse_constraints(raw, where: str) -> list[Constraint]:
     if not isinstance(raw, dict):
         raise InputError(f"{where}: constraints: expected a mapping such as {{budget: $5M, power_cap: 500 kW}}")
@@ -114,27 +130,21 @@ def parse_constraints(raw, where: str) -> list[Constraint]:
     for key, value in raw.items():
         key = str(key)
         if key in CONSTRAINTS:
-            metric, sense, kind, label, unit = CONSTRAINTS[key]
+            metric, sense, _, label, unit = CONSTRAINTS[key]
             if value is None:
                 continue
-            if kind == "years":
-                bound = units.parse(value, "s", f"{where}: constraints.{key}")
-                bound = bound / SECONDS_PER_YEAR if isinstance(value, str) else float(value)
-            elif kind == "USD" and isinstance(value, str) and value.strip().upper().endswith(("M", "K", "B")):
-                bound = _money(value, f"{where}: constraints.{key}")
-            else:
-                bound = units.parse(value, kind, f"{where}: constraints.{key}")
-            if not bound > 0:
-                raise InputError(f"{where}: constraints.{key}: must be greater than 0, got {value!r}")
-            out.append(Constraint(key, metric, sense, bound, label, unit))
+            out.append(Constraint(key, metric, sense, constraint_bound(key, value, f"{where}: constraints.{key}"),
+                                  label, unit))
         elif key == "max_train_time":
             out.append(train_time_constraint(value, f"{where}: constraints.{key}"))
         elif "." in key and isinstance(value, dict) and set(value) <= {"max", "min"} and value:
             for sense, bound in value.items():
                 try:
-                    b = float(bound)
+                    b = float(bound) if not isinstance(bound, bool) else math.nan
                 except (TypeError, ValueError):
-                    raise InputError(f"{where}: constraints.{key}.{sense}: expected a number, got {bound!r}") from None
+                    b = math.nan
+                if not math.isfinite(b):
+                    raise InputError(f"{where}: constraints.{key}.{sense}: expected a finite number, got {bound!r}")
                 out.append(Constraint(f"{key} {sense}", key, sense, b, f"{key} ({sense} {b:g})", ""))
         else:
             raise InputError(f"{where}: unknown constraint '{key}'{suggest(key, (*CONSTRAINTS, 'max_train_time'))}; "

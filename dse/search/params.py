@@ -177,6 +177,7 @@ def _range_values(path: str, spec: dict, tp, meta, where: str):
         num = spec["num"]
         if not isinstance(num, int) or isinstance(num, bool) or num < 1:
             raise InputError(f"{where}: {path}.num: expected a positive integer, got {num!r}")
+        _check_count(num, where, path)
         if num == 1:
             return [lo], None
         if spec.get("log"):
@@ -192,6 +193,8 @@ def _range_values(path: str, spec: dict, tp, meta, where: str):
         step = units.parse(spec.get("step", 1), unit, f"{where}: {path}.step")
         if not step > 0:
             raise InputError(f"{where}: {path}.step: must be greater than 0, got {spec.get('step')!r}")
+        n = (hi - lo) / step + 1
+        _check_count(n, where, path)
         n = int(math.floor((hi - lo) / step + 1e-9)) + 1
         vals = [lo + i * step for i in range(n)]
         if kind == "int":
@@ -200,6 +203,18 @@ def _range_values(path: str, spec: dict, tp, meta, where: str):
             vals = [int(round(v)) for v in vals]
         return vals, None
     return None, (lo, hi, bool(spec.get("log")))
+
+
+#: The most values one parameter's range lists (a million points of one axis: past it a range is a mistake, and
+#: its list alone would fill the memory; a log2 range or a num has as many values as it says).
+MAX_VALUES = 1_000_000
+
+
+def _check_count(n: float, where: str, path: str) -> None:
+    """A range's number of values, at most :data:`MAX_VALUES` (checked before the list is built)."""
+    if not n <= MAX_VALUES:
+        raise InputError(f"{where}: {path}: the range has {n:.3g} values, more than {MAX_VALUES:,}; give a larger "
+                         "step, num: N or log2: true")
 
 
 def parse_param(path: str, spec, where: str, hw_classes=None) -> Param:

@@ -59,6 +59,9 @@ def choose_engine(space, engine: str, chunk: int = DEFAULT_CHUNK) -> tuple[str, 
     return engine, ""
 
 
+SEED_MAX = 2 ** 32 - 1
+
+
 def search(space, *, engine: str = "auto", trials: int = 300, seed: int | None = 0, storage: str | None = None,
            study: str | None = None, top: int = 10, chunk: int = DEFAULT_CHUNK, progress=None, sink=None,
            sampler: dict | None = None) -> dict:
@@ -74,6 +77,9 @@ def search(space, *, engine: str = "auto", trials: int = 300, seed: int | None =
         raise InputError(f"--trials {trials}: must be at least 1")
     if top < 1:
         raise InputError(f"--top {top}: must be at least 1")
+    if seed is not None and not 0 <= seed <= SEED_MAX:
+        raise InputError(f"--seed {seed}: must be between 0 and {SEED_MAX} (optuna's samplers seed numpy's "
+                         "RandomState, which takes 0 to 2**32 - 1)")
     engine, why = choose_engine(space, engine, chunk)
     ev = Evaluator(space)
     notes = []

@@ -97,6 +97,11 @@ def _table(cls) -> dict[str, _Field]:
     return {name: _Field(i, (*_kind(tp), dict(f.metadata))) for i, (name, (f, tp)) in enumerate(_fields(cls).items())}
 
 
+#: The largest integer field value: 2**53, the last integer a float64 holds exactly (the formulas multiply
+#: counts in floating point, and numpy's int64 arrays of the vectorised search overflow not far above).
+MAX_INT = 2 ** 53
+
+
 def _convert(value, tp, meta, where):
     return _convert_as(value, *_kind(tp), meta, where)
 
@@ -146,7 +151,7 @@ def _value(value, tp, meta, where):
             raise InputError(f"{where}: {value!r} is not one of {', '.join(choices)}{suggest(value, choices)}")
         return value
     if tp is int:
-        if type(value) is int:           # the common case: an int already
+        if type(value) is int and -MAX_INT <= value <= MAX_INT:    # the common case: an int already
             _check_range(value, meta, where)
             return value
         if isinstance(value, bool):
@@ -163,6 +168,9 @@ def _value(value, tp, meta, where):
             value = int(num)
         if not isinstance(value, int):
             raise InputError(f"{where}: expected an integer, got {value!r}")
+        if not -MAX_INT <= value <= MAX_INT:
+            raise InputError(f"{where}: {value:.3g} is too large (at most 2**53 = {MAX_INT:,}: beyond it an integer "
+                             "is not exact in the formulas' float arithmetic)")
         _check_range(value, meta, where)
         return value
     if tp is float:

@@ -20,8 +20,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from dse.errors import InputError
 from dse.specs._schema import spec_field
+from dse.specs.model_checks import check_model
 
 FFN_TYPES = ("gelu", "relu", "swiglu", "geglu")
 NORMS = ("layernorm", "rmsnorm")
@@ -38,12 +38,15 @@ LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention")
 #: to 8,192 (Llama 3, arXiv 2407.21783, §3.4.1: 4,096 first, then 8,192), and extends the context in a short
 #: last stage).
 TRAINING_SEQ_LEN = 4096
+#: The most layers a model spec takes: per-layer lists (``layer_types``, a config.json's ``mlp_only_layers``) and the
+#: pipeline layouts are built layer by layer, and 10**6 is four orders of magnitude beyond the deepest model trained.
+MAX_LAYERS = 1_000_000
 
 
 @dataclass(frozen=True, kw_only=True)
 class ModelSpec:
     name: str = spec_field(help="catalog name or file stem")
-    layers: int = spec_field(gt=0, help="transformer layers L")
+    layers: int = spec_field(gt=0, le=MAX_LAYERS, help="transformer layers L")
     hidden: int = spec_field(gt=0, help="hidden size h")
     heads: int = spec_field(gt=0, help="attention heads a")
     vocab: int = spec_field(gt=0, help="vocabulary size V (as allocated, i.e. padded if the framework pads)")
@@ -189,144 +192,21 @@ class ModelSpec:
     source: str = spec_field("", help="where the architecture numbers come from")
 
     def _check(self, where: str) -> None:
-        kv = self.kv_heads or self.heads
-        if self.heads % kv:
-            raise InputError(f"{where}: heads ({self.heads}) must be a multiple of kv_heads ({kv})")
-        if self.head_dim is None and self.hidden % self.heads:
-            raise InputError(f"{where}: hidden ({self.hidden}) is not divisible by heads ({self.heads}); set head_dim")
-        if self.ffn_type in ("swiglu", "geglu") and self.ffn_hidden is None:
-            raise InputError(f"{where}: ffn_hidden is required when ffn_type is {self.ffn_type}")
-        self._check_encoder_decoder(where)
-        if self.layer_norms == 1 and not self.parallel_residual:
-            raise InputError(f"{where}: layer_norms 1 (one norm shared by attention and MLP) needs parallel_residual")
-        self._check_experts(where)
-        self._check_layer_types(where)
-        self._check_mla(where)
-        if self.mtp_layers:
-            self._check_mtp(where)
-        if self.qk_norm_full and not self.qk_norm:
-            raise InputError(f"{where}: qk_norm_full needs qk_norm")
-        if self.glu_limit is not None and self.ffn_type not in ("swiglu", "geglu"):
-            raise InputError(f"{where}: glu_limit needs a gated MLP (ffn_type swiglu or geglu; ffn_type: "
-                             f"{self.ffn_type})")
-        if self.rotary_attention_factor != 1 and self.position != "rotary":
-            raise InputError(f"{where}: rotary_attention_factor {self.rotary_attention_factor:g} needs position "
-                             f"rotary (position: {self.position})")
-        table = self.position_embeddings or self.max_seq_len
-        if self.seq_len is not None and self.position == "learned" and self.seq_len > table:
-            raise InputError(f"{where}: seq_len {self.seq_len} exceeds the learned position table ({table})")
-
-    def _check_mtp(self, where: str) -> None:
-        """Multi-token prediction: a decoder, and (Megatron-Core builds its layer of the last layer's kind) a last
-        layer of the kind the estimate prices it as."""
-        if self.architecture != "decoder":
-            raise InputError(f"{where}: mtp_layers needs a decoder model (architecture: {self.architecture})")
-        last = self.layers - 1
-        if self.experts and (last < self.first_dense_layers or (last + 1) % self.moe_layer_step
-                             or last in self.dense_layers):
-            raise InputError(f"{where}: mtp_layers with a dense last layer in an MoE model is not modelled "
-                             "(the MTP layer is priced as an MoE layer)")
-
-    def _check_mla(self, where: str) -> None:
-        """Multi-head latent attention's fields (DeepSeek-V2, arXiv 2405.04434 §2.1): all three head dims, an even
-        rotary dim, rotary positions, one K/V head per query head, no attention biases; full attention only (no
-        window, chunk, sinks or QK-norm: the MLA kernels price none of them)."""
-        dims = ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
-        if self.kv_lora_rank is None:
-            for name in ("q_lora_rank",) + dims:
-                if getattr(self, name):
-                    raise InputError(f"{where}: {name} is a multi-head latent attention field; set kv_lora_rank "
-                                     "or remove it")
-            return
-        for name in dims:
-            if getattr(self, name) is None:
-                raise InputError(f"{where}: {name} is required with kv_lora_rank (multi-head latent attention)")
-        if (self.qk_rope_head_dim or 0) % 2:
-            raise InputError(f"{where}: qk_rope_head_dim ({self.qk_rope_head_dim}) must be even (rotary pairs)")
-        d = (self.qk_nope_head_dim or 0) + (self.qk_rope_head_dim or 0)
-        bad = [("position", self.position, "rotary"), ("kv_heads", self.kv_heads, self.heads),
-               ("head_dim", self.head_dim, d), ("bias", self.bias, False), ("qkv_bias", self.qkv_bias, False),
-               ("sliding_window", self.sliding_window, None), ("attention_chunk", self.attention_chunk, None),
-               ("attention_sinks", self.attention_sinks, False), ("qk_norm", self.qk_norm, False),
-               ("rotary_attention_factor", self.rotary_attention_factor, 1.0)]
-        for name, value, allowed in bad:
-            if value is not None and value != allowed:
-                raise InputError(f"{where}: {name} {value} is not modelled with multi-head latent attention "
-                                 f"(kv_lora_rank); allowed: {allowed}")
+        """The fields' consistency (:func:`dse.specs.model_checks.check_model`), after each field's own range."""
+        check_model(self, where)
 
     @property
     def mla(self) -> bool:
         """Multi-head latent attention: K/V (and Q) through low-rank latents (docs/mla.md)."""
         return self.kv_lora_rank is not None
 
-    def _check_encoder_decoder(self, where: str) -> None:
-        if self.architecture != "encoder-decoder":
-            for name in ("decoder_layers", "target_len"):
-                if getattr(self, name) is not None:
-                    raise InputError(f"{where}: {name} is an encoder-decoder field; set architecture: encoder-decoder")
-            return
-        dec = self.decoder_layers if self.decoder_layers is not None else self.layers // 2
-        if not 0 < dec < self.layers:
-            raise InputError(f"{where}: decoder_layers ({dec}) must leave encoder layers and be > 0 (layers "
-                             f"{self.layers} counts both stacks)")
-        if self.experts:
-            raise InputError(f"{where}: an encoder-decoder model with experts is not modelled")
-        if (self.position == "relative") != (self.relative_buckets > 0):
-            raise InputError(f"{where}: position relative and relative_buckets > 0 go together")
-
-    def _check_experts(self, where: str) -> None:
-        moe_fields = ("experts_per_token", "expert_ffn", "shared_expert_ffn", "expert_groups",
-                      "expert_groups_per_token")
-        if not self.experts:
-            for name in moe_fields + ("shared_experts",):
-                if getattr(self, name):
-                    raise InputError(f"{where}: {name} is an MoE field; set experts (routed experts) or remove it")
-            return
-        if self.experts_per_token is None:
-            raise InputError(f"{where}: experts_per_token (top-k) is required with experts ({self.experts})")
-        if self.experts_per_token > self.experts:
-            raise InputError(f"{where}: experts_per_token ({self.experts_per_token}) exceeds experts ({self.experts})")
-        self._check_expert_groups(where)
-        if self.shared_expert_gate and not self.shared_experts:
-            raise InputError(f"{where}: shared_expert_gate needs shared_experts > 0")
-        if self.first_dense_layers > self.layers:
-            raise InputError(f"{where}: first_dense_layers ({self.first_dense_layers}) exceeds layers ({self.layers})")
-        bad = [i for i in self.dense_layers if i >= self.layers]
-        if bad:
-            raise InputError(f"{where}: dense_layers {bad} are not layers (0 to {self.layers - 1})")
-
-    def _check_expert_groups(self, where: str) -> None:
-        """Group-limited routing (DeepSeek-V3 §2.1.2): E experts in G groups, a token's top-k within M of them."""
-        g, m = self.expert_groups, self.expert_groups_per_token
-        if m is not None and g is None:
-            raise InputError(f"{where}: expert_groups_per_token ({m}) needs expert_groups (the groups it limits)")
-        if g is None:
-            return
-        if self.experts % g:
-            raise InputError(f"{where}: expert_groups ({g}) does not divide experts ({self.experts})")
-        m = g if m is None else m
-        if m > g:
-            raise InputError(f"{where}: expert_groups_per_token ({m}) exceeds expert_groups ({g})")
-        if m * (self.experts // g) < (self.experts_per_token or 0):
-            raise InputError(f"{where}: experts_per_token ({self.experts_per_token}) exceeds the experts of "
-                             f"expert_groups_per_token ({m}) groups of {self.experts // g}")
-
-    def _check_layer_types(self, where: str) -> None:
-        types = self.layer_types
-        if types and len(types) != self.layers:
-            raise InputError(f"{where}: layer_types has {len(types)} entries; it needs one per layer ({self.layers})")
-        if "sliding_attention" in types and self.sliding_window is None:
-            raise InputError(f"{where}: layer_types has sliding_attention layers; set sliding_window")
-        if "chunked_attention" in types and self.attention_chunk is None:
-            raise InputError(f"{where}: layer_types has chunked_attention layers; set attention_chunk")
-        if self.attention_chunk is not None and "chunked_attention" not in types:
-            raise InputError(f"{where}: attention_chunk needs chunked_attention layers in layer_types")
-
     @property
     def attention_layers(self) -> dict[str, int]:
         """Layers of each attention kind: ``full``, ``sliding`` and ``chunked`` (:data:`LAYER_TYPES`)."""
-        types = self.layer_types or (("sliding_attention" if self.sliding_window else "full_attention"),) * self.layers
-        return {kind.split("_")[0]: types.count(kind) for kind in LAYER_TYPES}
+        if not self.layer_types:     # every layer alike (counted, not listed: the count may be large)
+            every = "sliding_attention" if self.sliding_window else "full_attention"
+            return {kind.split("_")[0]: self.layers if kind == every else 0 for kind in LAYER_TYPES}
+        return {kind.split("_")[0]: self.layer_types.count(kind) for kind in LAYER_TYPES}
 
     @property
     def moe(self) -> bool:

@@ -96,7 +96,9 @@ class Plan:
                                         "encoder-decoder model (seq_len is the encoder's input length); default the "
                                         "model's target_len, else seq_len")
     recompute: str = spec_field("none", choices=RECOMPUTE, help="activation recomputation")
-    attention: str = spec_field("flash", choices=ATTENTION, help="fused (flash) attention or materialised softmax")
+    attention: str | None = spec_field(None, choices=ATTENTION, help="fused (flash) attention or materialised "
+                                       "softmax; default flash, math for an ALiBi model (BLOOM: Transformers runs it "
+                                       "only in its eager attention)")
     stack: str = spec_field("megatron", choices=STACKS, help="software stack: megatron (fused kernels), pytorch "
                             "(eager modules as in Hugging Face Transformers) or compiled (torch.compile); "
                             "its kernels are catalog data, stacks/*.yaml")
@@ -290,8 +292,18 @@ def _derived(f: dict, model, system) -> dict:
     quant = f["quantization"] if f["quantization"] is not None or f["finetune"] != "qlora" else "nf4"
     etp = f["etp"] if f["etp"] is not None else tp   # expert tensor parallelism: Megatron's default, tp
     return {"dp": dp, "etp": etp, "cp_a2a": a2a, "global_batch": gb, "zero": zero, "seq_len": seq, "target_len": tgt,
+            "attention": default_attention(f["attention"], model),
             "sub_group_size": sg, "grad_dtype": grad,
             "lora_rank": rank, "lora_targets": targets, "quantization": quant}
+
+
+def default_attention(attention: str | None, model) -> str:
+    """The plan's attention kernel: ``attention`` where given, else flash -- or math for a model with ALiBi (BLOOM:
+    BloomPreTrainedModel declares no SDPA or flash support, Transformers 5.24 modeling_bloom.py, so eager is its only
+    attention; the rule "ALiBi runs only eager attention", :mod:`dse.specs.rules`, refuses flash asked for)."""
+    if attention is not None:
+        return attention
+    return "math" if getattr(model, "alibi", False) else "flash"
 
 
 def expert_tp(plan: Plan) -> Any:

@@ -44,8 +44,8 @@ def moe_layer_count(layers: int, first_dense: int = 0, step: int = 1, dense_laye
     >>> moe_layer_count(48, dense_layers=[0, 47])
     46
     """
-    dense = set(dense_layers)
-    return sum(1 for i in range(first_dense, layers) if (i + 1) % step == 0 and i not in dense)
+    moe = max(layers // step - first_dense // step, 0)     # the i + 1 in (first_dense, L] that step divides
+    return moe - len({i for i in dense_layers if first_dense <= i < layers and (i + 1) % step == 0})
 
 
 def router_parameters(h: Num, experts: Num, bias: bool = False) -> Num:

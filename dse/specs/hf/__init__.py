@@ -40,6 +40,7 @@ from dse.specs.hf import (
     t5,
 )
 from dse.specs.hf.common import MOE_KEYS, UNMODELLED, Get, get, notes, refuse_unmodelled
+from dse.specs.hf.config_types import check_types
 
 __all__ = ["MOE_KEYS", "READERS", "SUPPORTED", "UNMODELLED", "from_hf_config"]
 
@@ -68,6 +69,7 @@ def from_hf_config(cfg: dict, where: str, default_name: str = "hf-model") -> dic
     """
     if not isinstance(cfg, dict):
         raise InputError(f"{where}: expected a JSON object")
+    check_types(cfg, where)
     mt = cfg.get("model_type")
     if mt not in READERS:
         raise InputError(f"{where}: unsupported model_type {mt!r}; supported: {', '.join(SUPPORTED)}")
