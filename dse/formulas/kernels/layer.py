@@ -70,8 +70,6 @@ def softmax_row(s: Num, b: Num, heads: Num, bytes_per_element: Num = 2, kept: bo
     e = bytes_per_element
     scores = heads * s * s * b
     fused = fused_softmax_available(s, b, heads, e)
-    if fused is True:    # the fused kernel: the row as before (backward bytes twice the forward's)
-        return {"kind": "elementwise", "bytes": 2 * e * scores, "saved": e * scores if kept else 0, "selective": True}
     return {"kind": "elementwise", "bytes": where(fused, 2 * e, 2 * e + 32) * scores,
             "bytes_backward": where(fused, 4 * e, 2 * e + 36) * scores, "kernels": where(fused, 1, 5),
             "kernels_backward": where(fused, 1, 5), "saved": where(fused, e, 4) * scores if kept else 0,
