@@ -127,12 +127,12 @@ _TRACES = {"gpt2": _json.loads((_FIXTURES / "pytorch_stack_trace.json").read_tex
            "gpt_neox": _json.loads((_FIXTURES / "pytorch_stack_trace_gpt_neox.json").read_text()),
            **{a: _json.loads((_FIXTURES / f"pytorch_stack_trace_{a}.json").read_text())
               for a in ("gemma", "phi", "starcoder2", "granite", "olmo2", "gpt_bigcode", "gptj", "bloom", "olmo",
-                        "olmoe", "phimoe", "glm4_moe")}}
+                        "olmoe", "phimoe", "glm4_moe", "nemotron")}}
 #: the families scripts/trace_stack.py builds from a config (AUTO): the fixture config.json each is priced from
 _AUTO_FIXTURE = {"gemma": "gemma-2b", "phi": "phi-2", "starcoder2": "starcoder2-3b", "granite": "granite-3.0-2b-base",
                  "olmo2": "OLMo-2-1124-7B", "gpt_bigcode": "starcoderbase-1b", "gptj": "gpt-j-6b",
                  "bloom": "bloom-560m", "olmo": "OLMo-1B-hf", "olmoe": "OLMoE-1B-7B-0924", "glm4_moe": "GLM-4.5-Air",
-                 "phimoe": "Phi-3.5-MoE-instruct"}
+                 "phimoe": "Phi-3.5-MoE-instruct", "nemotron": "Minitron-4B-Base"}
 #: the MoE families traced with a dense MLP in every layer (scripts/trace_stack.py): their attention, priced dense
 _DENSE_MOE = ["model.experts=0", "model.experts_per_token=null", "model.expert_ffn=null", "model.shared_experts=0",
               "model.shared_expert_ffn=null", "model.first_dense_layers=0", "model.mtp_layers=0"]
@@ -201,7 +201,7 @@ def test_the_pytorch_stack_reproduces_the_traced_bytes_and_saved_tensors_of_a_la
     kv = tok * d.get("kv_heads", d["heads"]) * 64 * 2
     cuda_only_copy = 2 * q if attn == "sdpa" else 0             # the output-layout copy, each pass
     fa2 = (3 * q + 4 * tok * d["heads"] + 2 * 2 * q) if attn == "sdpa" else 0   # D = rowsum(dO*O); fp32 dQ
-    ln_second_kernel = 2 * m.layer_norms * h if m.norm_kind == "layernorm" else 0   # OLMo's: no weight gradients
+    ln_second_kernel = 2 * m.layer_norms * h if m.norm_kind in ("layernorm", "layernorm1p") else 0   # OLMo: none
     # CUDA's softmax backward multiplies grad by output in a kernel of its own (SoftMax.cu): 3 passes of the scores,
     # in the softmax's dtype (GPT-2's bf16; the Llama family's, OPT's and GPT-NeoX's fp32)
     scores = d["b"] * d["heads"] * d["s"] ** 2
@@ -264,7 +264,8 @@ def test_what_saved_tensor_hooks_pack_is_what_pytorch_packs(arch, key):
         # GPT-2's eager attention passes its (b, 1, s, s) causal mask into every checkpointed layer, and the
         # checkpoint packs it with the layer input: not modelled (no other traced family does it)
         packed -= d["b"] * d["s"] ** 2 * 2
-    if m.norm_kind == "layernorm" and rc == "none":   # the CPU's bf16 LayerNorm keeps mean, rstd in bf16, CUDA's fp32
+    if m.norm_kind in ("layernorm", "layernorm1p") and rc == "none":   # the CPU's bf16 LayerNorm keeps mean, rstd
+        # in bf16, CUDA's fp32
         packed += m.layer_norms * 2 * d["b"] * d["s"] * 2
     assert K.packed_bytes(t) == pytest.approx(packed, rel=0.001)
     if rc == "none":   # where the hooks see other bytes than the layer keeps alive, so does the stack

@@ -70,12 +70,11 @@ def read_model(imp: Imported, get, values: dict) -> None:
     if attn_drop != hidden_drop:
         imp.ignore("--attention-dropout", f"{attn_drop:g}: dse has one dropout probability, "
                                           f"--hidden-dropout's {hidden_drop:g}")
-    if get("--squared-relu"):
-        imp.ignore("--squared-relu", "estimated as a ReLU MLP")
     data = dict(name=f"megatron-{layers}x{hidden}", layers=layers, hidden=hidden, heads=heads,
                 vocab=_vocab(imp, get), max_seq_len=max_pos, ffn_hidden=ffn,
-                ffn_type="swiglu" if swiglu else ("relu" if get("--squared-relu") else "gelu"),
-                norm=norm.lower(), bias=not get("--disable-bias-linear"), position=position,
+                ffn_type="swiglu" if swiglu else ("relu2" if get("--squared-relu") else "gelu"),
+                norm=norm.lower(), zero_centered_gamma=bool(get("--apply-layernorm-1p")),
+                bias=not get("--disable-bias-linear"), position=position,
                 tied_embeddings=not get("--untie-embeddings-and-output-weights"), dropout=hidden_drop,
                 source="Megatron-LM arguments")
     if get("--group-query-attention"):
@@ -92,7 +91,7 @@ def read_model(imp: Imported, get, values: dict) -> None:
 
 
 MODEL_ONLY = ("--ffn-hidden-size", "--kv-channels", "--group-query-attention", "--num-query-groups", "--swiglu",
-               "--squared-relu", "--normalization", "--position-embedding-type", "--use-rotary-position-embeddings",
+               "--squared-relu", "--apply-layernorm-1p", "--normalization", "--position-embedding-type", "--use-rotary-position-embeddings",
                "--no-position-embedding", "--untie-embeddings-and-output-weights", "--max-position-embeddings",
                "--disable-bias-linear", "--add-qkv-bias", "--attention-dropout", "--hidden-dropout", "--vocab-size",
                "--padded-vocab-size", "--make-vocab-size-divisible-by", "--tokenizer-type", "--vocab-file",
@@ -140,7 +139,10 @@ def model_args(m, warnings: list[str]) -> list[str]:
         extra.append(f"--mtp-num-layers {m.mtp_layers}")
     if m.kv_heads != m.heads:
         extra.append(f"--group-query-attention --num-query-groups {m.kv_heads}")
-    extra.append({"swiglu": "--swiglu", "geglu": "--swiglu", "relu": "--squared-relu", "gelu": ""}[m.ffn_type])
+    extra.append({"swiglu": "--swiglu", "geglu": "--swiglu", "relu": "--squared-relu", "relu2": "--squared-relu",
+                  "gelu": ""}[m.ffn_type])
+    if m.zero_centered_gamma:   # Megatron-Core TransformerConfig.layernorm_zero_centered_gamma
+        extra.append("--apply-layernorm-1p")
     if m.ffn_type == "relu":
         warnings.append("a ReLU MLP has no Megatron-LM argument: --squared-relu is the nearest")
     if m.ffn_type == "geglu":

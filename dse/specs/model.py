@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from dse.specs._schema import spec_field
 from dse.specs.model_checks import check_model
 
-FFN_TYPES = ("gelu", "relu", "swiglu", "geglu")
+FFN_TYPES = ("gelu", "relu", "swiglu", "geglu", "relu2")
 NORMS = ("layernorm", "rmsnorm")
 POSITIONS = ("learned", "rotary", "relative", "none")
 ARCHITECTURES = ("decoder", "encoder", "encoder-decoder")
@@ -54,12 +54,16 @@ class ModelSpec:
     kv_heads: int | None = spec_field(None, gt=0, help="key/value heads (GQA); default = heads")
     head_dim: int | None = spec_field(None, gt=0, help="per-head dimension; default = hidden / heads")
     ffn_hidden: int | None = spec_field(None, gt=0, help="FFN inner size F; default 4h")
-    ffn_type: str = spec_field("gelu", choices=FFN_TYPES, help="two-matrix GeLU/ReLU MLP or gated SwiGLU / GeGLU "
-                                                                "(Gemma: tanh GELU gate)")
+    ffn_type: str = spec_field("gelu", choices=FFN_TYPES, help="two-matrix GeLU/ReLU MLP, gated SwiGLU / GeGLU "
+                                                                "(Gemma: tanh GELU gate) or two-matrix squared ReLU "
+                                                                "relu2 (Nemotron-4, Megatron --squared-relu)")
     activation: str | None = spec_field(None, choices=ACTIVATIONS, help="activation function as the framework "
                                         "writes it (gelu_new: Transformers' tanh GELU as 8 ops; bloom_gelu: "
                                         "BLOOM's autograd tanh GeLU, 9 ops saving x); default from ffn_type")
     norm: str = spec_field("layernorm", choices=NORMS, help="LayerNorm (weight+bias) or RMSNorm (weight)")
+    zero_centered_gamma: bool = spec_field(False, help="the LayerNorm scales by (1 + w), w stored centred on 0 "
+                                           "(Nemotron LayerNorm1P; Megatron-Core apply_layernorm_1p, TE "
+                                           "zero_centered_gamma): an eager stack's kernel over the weight per norm")
     bias: bool = spec_field(True, help="biases on the linear layers")
     qkv_bias: bool | None = spec_field(None, help="biases on Q/K/V only (Qwen-style); default = bias")
     mlp_bias: bool | None = spec_field(None, help="biases on the MLP's linear layers (GPT-J: there only); default = "
@@ -225,9 +229,11 @@ class ModelSpec:
     @property
     def norm_kind(self) -> str:
         """The norm as a software stack's ``norm`` variants name it (gemma_rmsnorm: the (1 + w) scale in fp32;
-        fp32_rmsnorm: the w scale in fp32, OLMo 2)."""
+        fp32_rmsnorm: the w scale in fp32, OLMo 2; layernorm1p: LayerNorm by (1 + w), Nemotron)."""
         if self.norm == "rmsnorm" and self.norm_fp32_weight:
             return "gemma_rmsnorm" if self.norm_offset else "fp32_rmsnorm"
+        if self.zero_centered_gamma:
+            return "layernorm1p"
         return "olmo_layernorm" if not self.norm_weight else self.norm
 
     @property
@@ -237,8 +243,10 @@ class ModelSpec:
 
     @property
     def activation_kind(self) -> str:
-        """The activation as a software stack's ``activation`` variants name it (silu_glu for a gated SwiGLU MLP)."""
-        if self.ffn_type == "swiglu":
+        """The activation as a software stack's ``activation`` variants name it (silu_glu for a gated SwiGLU MLP,
+        relu2 for the squared ReLU)."""
+        if self.ffn_type in ("swiglu", "relu2"):
+            return "silu_glu" if self.ffn_type == "swiglu" else "relu2"
             return "silu_glu"
         if self.ffn_type == "geglu":
             return "gelu_glu"

@@ -21,8 +21,8 @@ STACKS = ("megatron", "pytorch", "compiled")
 SIZES = ("tok", "h", "q", "kv", "qkv", "f", "scores", "heads", "logits", "table", "rope", "params", "param_tensors")
 #: Entries a stack file may hold, with the variants an entry may be split into (None: not split).
 ENTRIES: dict[str, tuple[str, ...] | None] = {
-    "norm": ("layernorm", "rmsnorm", "gemma_rmsnorm", "fp32_rmsnorm", "olmo_layernorm"), "residual": None,
-    "activation": ("gelu", "gelu_new", "relu", "silu_glu", "gelu_glu", "bloom_gelu"),
+    "norm": ("layernorm", "rmsnorm", "gemma_rmsnorm", "fp32_rmsnorm", "olmo_layernorm", "layernorm1p"),
+    "residual": None, "activation": ("gelu", "gelu_new", "relu", "silu_glu", "gelu_glu", "bloom_gelu", "relu2"),
     "rotary": None, "flash": ("fused", "separate"), "math": ("activation", "fp32", "alibi"), "dropout": None,
     "score_dropout": None, "kv_copy": ("fused", "separate"), "kv_repeat": None, "qkv_inputs": None, "qkv_grads": None,
     "rotary_grads": ("fused", "separate"), "query_scale": None, "bias_grads": None, "grad_accumulate": None,
@@ -37,7 +37,11 @@ ALIASES = ("final_norm", "qk_norm")
 FALLBACK = {"gemma_rmsnorm": "rmsnorm", "fp32_rmsnorm": "gemma_rmsnorm",
             # BLOOM's autograd GeLU is the tanh chain of gelu_new, its ALiBi attention the fp32-softmax one, OLMo's
             # weightless fp32 LayerNorm a LayerNorm, where a stack (compiled) does not trace them apart
-            "bloom_gelu": "gelu_new", "alibi": "fp32", "olmo_layernorm": "layernorm"}
+            "bloom_gelu": "gelu_new", "alibi": "fp32", "olmo_layernorm": "layernorm",
+            # Nemotron's LayerNorm1P is a LayerNorm (the (1 + w) add over the h weights: one small kernel, eager only;
+            # Megatron-Core and TE fold it into the norm kernel, zero_centered_gamma); its squared ReLU a chain of two
+            # element-wise ops that, fused (compiled), keeps its input and output as the GeLU chain does
+            "layernorm1p": "layernorm", "relu2": "gelu"}
 #: Which model property picks an entry's variant (an entry without variants applies as written).
 VARIANT_OF = {"norm": "norm", "activation": "activation", "flash": "qkv", "kv_copy": "qkv", "math": "softmax",
               "rotary_grads": "qkv"}

@@ -83,7 +83,7 @@ Symbols:
     backward_start: B, time from the start of the forward pass until backward reaches the stage's last layer [s]
     window: T_mb, the stage's time per micro-batch [s]
     write_read_ratio: rho, the drives' own write over read bandwidth (1 for host memory) [1]
-    ffn_type: gelu, relu, swiglu or geglu: the MLP's activation (how many tensors it keeps) [choice]
+    ffn_type: gelu, relu, swiglu, geglu or relu2: the MLP's activation (how many tensors it keeps) [choice]
     experts: E, routed experts of an MoE layer [count]
     experts_per_token: k, top-k [count]
     expert_ffn: F_e, a routed expert's FFN inner size [count]

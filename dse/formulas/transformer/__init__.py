@@ -27,7 +27,7 @@ Symbols:
     sequence_parallel: Megatron sequence parallelism (shards norm/dropout tensors over t) [bool]
     recompute: none, selective or full activation recomputation [choice]
     attention: flash (fused) or math (materialised softmax) [choice]
-    ffn_type: gelu, relu, swiglu or geglu [choice]
+    ffn_type: gelu, relu, swiglu, geglu or relu2 (squared ReLU: two tensors kept, as gelu) [choice]
     norm: layernorm or rmsnorm [choice]
     position: learned, rotary or none (position embeddings) [choice]
     dropout: dropout layers present [bool]

@@ -7,7 +7,7 @@ OPTConfig, BertConfig, MixtralConfig, Qwen2MoeConfig, Qwen3Config, Qwen3MoeConfi
 GptOssConfig, Llama4TextConfig, DeepseekV2Config, DeepseekV3Config, Phi3Config, GPTNeoXConfig, FalconConfig,
 T5Config, GemmaConfig, Starcoder2Config, StableLmConfig, GraniteConfig, SmolLM3Config, Olmo2Config, PhiConfig,
 GPTBigCodeConfig, GPTJConfig, BloomConfig, OlmoConfig, OlmoeConfig, GraniteMoeConfig, PhimoeConfig,
-Glm4MoeConfig).
+Glm4MoeConfig, NemotronConfig).
 How each family's modules are written where it changes an eager stack's kernels
 (``qkv_projection``, ``softmax_dtype``) follows the modeling files of Transformers 5.24: GPT-2's fused
 ``c_attn``, the separate ``q_proj``/``k_proj``/``v_proj`` (``query``/``key``/``value``) of the others, and the
@@ -35,6 +35,7 @@ from dse.specs.hf import (
     llama4,
     llama_like,
     moe_decoders,
+    nemotron,
     phi,
     phi3,
     t5,
@@ -55,7 +56,7 @@ READERS: dict[str, Callable[[dict, str, str, str, Get], dict]] = {
     **dict.fromkeys(falcon.TYPES, falcon.read), **dict.fromkeys(t5.TYPES, t5.read),
     **dict.fromkeys(decoders.TYPES, decoders.read), **dict.fromkeys(phi.TYPES, phi.read),
     "gptj": phi.gptj, **dict.fromkeys(bloom.TYPES, bloom.read),
-    **dict.fromkeys(moe_decoders.TYPES, moe_decoders.read),
+    **dict.fromkeys(moe_decoders.TYPES, moe_decoders.read), **dict.fromkeys(nemotron.TYPES, nemotron.read),
 }
 SUPPORTED = tuple(READERS)
 

@@ -1,0 +1,113 @@
+"""Nemotron-4 / Minitron read from config.json (dse.specs.hf.nemotron): what the reader sets, what it refuses, the
+exact parameter count against Transformers itself (the published Minitron-4B-Base config and NemotronConfig's
+defaults), the squared ReLU and LayerNorm1P rows, and a search over both eager stacks.
+
+tests/fixtures/hf/Minitron-4B-Base/config.json is nvidia/Minitron-4B-Base's config.json written from memory: its
+count, 4,190,509,056, is the model card's "4.2B" (and Transformers' own count of that config). The layer's bytes and
+saved tensors against the aten trace of NemotronForCausalLM: test_stacks.py (pytorch_stack_trace_nemotron.json).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from test_hf_families import FIXTURES, config, spec, test_parameter_count_is_transformers_own as transformers_count
+
+from dse.catalog import load_model
+from dse.cli import main
+from dse.errors import InputError
+
+
+def test_reader_sets_the_architecture():
+    m = spec("Minitron-4B-Base")
+    assert (m.layers, m.hidden, m.heads, m.kv_heads, m.head_dim, m.ffn_hidden, m.ffn_type, m.activation_kind,
+            m.norm, m.norm_kind, m.bias, m.qkv_bias, m.mlp_bias, m.rotary_fraction, m.tied_embeddings,
+            m.qkv_projection, m.softmax_dtype, m.vocab) == (
+        32, 3072, 24, 8, 128, 9216, "relu2", "relu2", "layernorm", "layernorm1p", False, False, False, 0.5, False,
+        "separate", "fp32", 256000)
+    assert m.unmodelled == ()
+
+
+def test_parameter_count_is_transformers_own():
+    transformers_count("Minitron-4B-Base")
+
+
+@pytest.mark.parametrize("extra, expected", [
+    # NemotronConfig's defaults: Transformers 5.24 leaves num_key_value_heads None there and NemotronAttention then
+    # fails (heads // None), so the default config is counted with it set to its meaning, every head (48)
+    ({"num_key_value_heads": 48}, 17_642_041_344),
+    ({"num_key_value_heads": 8, "attention_bias": True, "mlp_bias": True, "num_hidden_layers": 2,
+      "tie_word_embeddings": True}, 2_353_156_096),
+    ({"num_key_value_heads": 8, "mlp_bias": True, "num_hidden_layers": 2}, 3_925_991_424),
+    ({"num_key_value_heads": 8, "attention_bias": True, "num_hidden_layers": 2, "head_dim": 64}, 3_837_870_080),
+])
+def test_the_configuration_class_defaults_and_biases_are_counted_as_transformers_does(extra, expected, tmp_path):
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    import sys
+
+    sys.path.insert(0, str(FIXTURES))
+    from count_with_transformers import dse_count, hf_count
+
+    cfg = {"model_type": "nemotron", "architectures": ["NemotronForCausalLM"], **extra}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    assert dse_count(str(path)) == hf_count(cfg, "NemotronForCausalLM") == expected
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("hidden_act", "gelu", "hidden_act 'gelu' is not supported for nemotron"),
+    ("partial_rotary_factor", 1.5, "partial_rotary_factor 1.5 is not a share"),
+    ("num_local_experts", 8, "num_local_experts: 8 is not modelled"),
+])
+def test_unmodelled_keys_are_refused_in_one_line(tmp_path, key, value, message):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**config("Minitron-4B-Base"), key: value}))
+    with pytest.raises(InputError, match=message) as err:
+        load_model(str(path))
+    assert "\n" not in str(err.value)
+    assert main(["estimate", "--model", str(path), "--hw", "dgx-h100"]) == 2
+
+
+def test_zero_centered_gamma_needs_a_layernorm_with_weights():
+    with pytest.raises(InputError, match="zero_centered_gamma needs a LayerNorm with weights"):
+        load_model("llama2-7b", [(["zero_centered_gamma"], True)])
+
+
+def test_squared_relu_and_layernorm1p_rows():
+    """relu2: relu and pow forward (2 kernels, 4 passes of T F), pow's gradient (pow, mul, mul) and
+    threshold_backward (4 kernels, 10 passes), relu's output and the square kept; LayerNorm1P: LayerNorm with the
+    (1 + w) add (2 kernels forward); Megatron's kernel table: the fused squared ReLU keeps its input and output, as
+    GeLU (megatron/core/activations.py squared_relu, jit_fuser)."""
+    from dse.estimate import kernel_table as KT, resolve
+    from dse.formulas.precision import recipe_of
+
+    path = str(FIXTURES / "Minitron-4B-Base" / "config.json")
+    tok, f = 2048, 9216
+    for stack, kernels, fwd, bwd, saved in (("pytorch", 2, 4, 10, 2), ("megatron", 1, 2, 3, 2)):
+        m, _, p = resolve(path, "dgx-h100", None, (), stack=stack, dp=1, micro_batch=1, seq_len=tok)
+        t = KT.kernel_tables(m, p, recipe_of(p))["layer"]
+        act = t["activation"]
+        assert act["bytes"] == fwd * 2 * tok * f and act["saved"] == saved * 2 * tok * f, stack
+        assert act.get("kernels", 1) == kernels, stack
+        if stack == "pytorch":
+            assert act["bytes_backward"] == bwd * 2 * tok * f and t["norm1"]["kernels"] == 2
+
+
+def test_estimate_runs_with_the_pytorch_stack(capsys):
+    code = main(["estimate", "--model", str(FIXTURES / "Minitron-4B-Base" / "config.json"), "--stack", "pytorch",
+                 "--hw", "dgx-h100"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "peak reserved" in out
+
+
+@pytest.mark.parametrize("stack", ["pytorch", "compiled"])
+def test_an_exhaustive_search_finds_plans_on_both_eager_stacks(tmp_path, stack):
+    out = tmp_path / "r.json"
+    assert main(["search", "--model", str(FIXTURES / "Minitron-4B-Base" / "config.json"), "--hw", "dgx-h100",
+                 "--gpus", "8", "-B", "256", "-s", "4096", "--engine", "exhaustive", "--top", "1", "-q", "--json",
+                 str(out), "--set", f"plan.stack={stack}"]) == 0
+    result = json.loads(out.read_text())
+    assert result["feasible"] > 0 and result["best"]["metrics"]["time.iteration"] > 0
