@@ -91,7 +91,8 @@ def read_model(imp: Imported, get, values: dict) -> None:
 
 
 MODEL_ONLY = ("--ffn-hidden-size", "--kv-channels", "--group-query-attention", "--num-query-groups", "--swiglu",
-               "--squared-relu", "--apply-layernorm-1p", "--normalization", "--position-embedding-type", "--use-rotary-position-embeddings",
+               "--squared-relu", "--apply-layernorm-1p",
+               "--normalization", "--position-embedding-type", "--use-rotary-position-embeddings",
                "--no-position-embedding", "--untie-embeddings-and-output-weights", "--max-position-embeddings",
                "--disable-bias-linear", "--add-qkv-bias", "--attention-dropout", "--hidden-dropout", "--vocab-size",
                "--padded-vocab-size", "--make-vocab-size-divisible-by", "--tokenizer-type", "--vocab-file",
