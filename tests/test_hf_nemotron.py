@@ -111,3 +111,17 @@ def test_an_exhaustive_search_finds_plans_on_both_eager_stacks(tmp_path, stack):
                  str(out), "--set", f"plan.stack={stack}"]) == 0
     result = json.loads(out.read_text())
     assert result["feasible"] > 0 and result["best"]["metrics"]["time.iteration"] > 0
+
+
+def test_megatron_arguments_round_trip_the_squared_relu_and_layernorm1p(dse, tmp_path):
+    """--emit megatron writes --squared-relu and --apply-layernorm-1p (Megatron-Core's squared_relu and
+    layernorm_zero_centered_gamma), and --from megatron reads them back: the same count and step time."""
+    path = str(FIXTURES / "Minitron-4B-Base" / "config.json")
+    script = tmp_path / "minitron.sh"
+    r = dse("estimate", "--model", path, "--hw", "dgx-h100", "--emit", "megatron")
+    assert r.code == 0 and "--squared-relu --apply-layernorm-1p" in r.out
+    script.write_text(r.out)
+    back = dse("estimate", "--from", "megatron", str(script), "--hw", "dgx-h100", "--json").json()
+    same = dse("estimate", "--model", path, "--hw", "dgx-h100", "--json").json()
+    assert back["model"]["params"] == same["model"]["params"] == 4_190_509_056
+    assert back["time"]["iteration"] == same["time"]["iteration"]
