@@ -8,11 +8,11 @@ to the exact front's range, reference point 1.1 x that range).
 
 Beyond the default seed tested here, over seeds 0-39 (300 trials each) the default
 sampler was within 2% in 38/40 runs on gpu-choice, 40/40 on llama2-70b-parallelism
-and 40/40 (hypervolume) on cost-time-pareto; see dse/search/optuna_engine.py.
-cost-time-pareto (A100 nodes of a100-cluster-800g) had moved to 38/40 by the time its NVLink took its measured 2- and
-4-GPU rates (hwspecs/links/nvlink3-vtrain.yaml `ranks`), and is 38/40 after them too, but the default seed is now
-one of the two misses (hypervolume 0.952 of the exact front; seeds 17 0.953; before: 17 0.945, 25 0.978): a known
-miss of the sampler at that seed, not of the space, kept visible as an expected failure.
+and 40/40 (hypervolume) on cost-time-pareto; every shipped space's rate is in docs/search.md
+(scripts/optuna_seed_rates.py measures them). cost-time-pareto had fallen to 38/40 with NSGA-II's population of 30
+once the A100 NVLink took its measured 2- and 4-GPU rates, the default seed among the misses (hypervolume 0.952);
+a population of 20 (more generations in 300 trials) is within 2% in 40/40 of seeds 0-39 and 80/80 of the held-out
+seeds 40-119 (population 30: 79/80), the default seed at 0.997.
 """
 
 from __future__ import annotations
@@ -27,8 +27,6 @@ from dse.search import from_dict, load_space, search
 
 ROOT = Path(__file__).resolve().parent.parent
 SPACES = sorted((ROOT / "examples" / "spaces").glob("*.yaml"))
-#: the default seed's known misses (module docstring: the rate over seeds 0-39 is unchanged)
-SEED_MISSES = {"cost-time-pareto": "default seed: hypervolume 0.952; seeds 0-39 within 2 % in 38/40, as before"}
 
 
 def hypervolume_2d(F, ref):
@@ -42,6 +40,26 @@ def hypervolume_2d(F, ref):
     return hv
 
 
+def target_score(exact, found) -> tuple[float, bool]:
+    """(gap to the exact optimum, within 2 %) for one objective; (front hypervolume / the exact front's, >= 0.98)
+    for two (objectives scaled to the exact front's range, reference point 1.1). scripts/optuna_seed_rates.py
+    applies it over many seeds."""
+    objs = exact["objectives"]
+    if len(objs) == 1:
+        sign = 1.0 if objs[0]["direction"] == "minimize" else -1.0
+        best, got = exact["ranked"][0]["value"], found["ranked"][0]["value"]
+        gap = sign * (got - best) / abs(best)
+        return gap, -1e-9 <= gap <= 0.02
+    assert len(objs) == 2
+    signs = np.array([1.0 if o["direction"] == "minimize" else -1.0 for o in objs])
+    E = np.array([e["values"] for e in exact["ranked"]]) * signs
+    O = np.array([e["values"] for e in found["ranked"]]) * signs
+    lo, span = E.min(axis=0), E.max(axis=0) - E.min(axis=0)
+    ref = np.full(2, 1.1)
+    ratio = hypervolume_2d((O - lo) / span, ref) / hypervolume_2d((E - lo) / span, ref)
+    return ratio, ratio >= 0.98
+
+
 def test_every_example_space_is_shipped_and_parses():
     assert len(SPACES) >= 3
     for f in SPACES:
@@ -49,27 +67,13 @@ def test_every_example_space_is_shipped_and_parses():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.xfail(reason=SEED_MISSES[p.stem], strict=False))
-                                  if p.stem in SEED_MISSES else p for p in SPACES], ids=[p.stem for p in SPACES])
+@pytest.mark.parametrize("path", SPACES, ids=[p.stem for p in SPACES])
 def test_optuna_within_2_percent_of_exhaustive(path):
     exact = search(load_space(str(path)), engine="exhaustive")
     found = search(load_space(str(path)), engine="optuna", trials=300, storage="memory")
     assert found["evaluated"] == 300
-    objs = exact["objectives"]
-    if len(objs) == 1:
-        sign = 1.0 if objs[0]["direction"] == "minimize" else -1.0
-        best, got = exact["ranked"][0]["value"], found["ranked"][0]["value"]
-        gap = sign * (got - best) / abs(best)
-        assert -1e-9 <= gap <= 0.02, (best, got)
-    else:
-        assert len(objs) == 2
-        signs = np.array([1.0 if o["direction"] == "minimize" else -1.0 for o in objs])
-        E = np.array([e["values"] for e in exact["ranked"]]) * signs
-        O = np.array([e["values"] for e in found["ranked"]]) * signs
-        lo, span = E.min(axis=0), E.max(axis=0) - E.min(axis=0)
-        ref = np.full(2, 1.1)
-        ratio = hypervolume_2d((O - lo) / span, ref) / hypervolume_2d((E - lo) / span, ref)
-        assert ratio >= 0.98, ratio
+    score, hit = target_score(exact, found)
+    assert hit, score
 
 
 SMALL = {"model": "llama2-70b", "hardware": "a100-cluster-800g", "fixed": {"plan.global_batch": 512},
@@ -133,7 +137,7 @@ def test_study_for_another_space_is_refused(tmp_path):
         search(from_dict(other, "s.yaml"), engine="optuna", trials=5, storage=url, study="x")
 
 
-@pytest.mark.parametrize("sampler", ["tpe", "nsga2", "ga+tpe"])
+@pytest.mark.parametrize("sampler", ["tpe", "nsga2", "nsga3", "ga+tpe", "qmc+nsga2"])
 def test_every_sampler_runs(sampler):
     out = search(from_dict(SMALL, "s.yaml"), engine="optuna", trials=40, storage="memory",
                  sampler={"single": sampler, "multi": sampler})
@@ -143,7 +147,7 @@ def test_every_sampler_runs(sampler):
 def test_bad_sampler_flag(cli):
     rc, _, err = cli("search", "--model", "llama2-70b", "--hw", "a100-cluster-800g", "--gpus", "64",
                      "--engine", "optuna", "--sampler", "cmaes", "--storage", "memory", "-q")
-    assert rc == 2 and "not one of tpe, nsga2, ga+tpe" in err
+    assert rc == 2 and "not one of tpe, nsga2, nsga3, ga+tpe" in err
 
 
 def test_constraints_func_path_for_optuna_without_set_constraint(monkeypatch):
@@ -166,3 +170,13 @@ def test_constraints_func_path_for_optuna_without_set_constraint(monkeypatch):
     for t in trials:
         want = list(t.user_attrs["dse"]["constraints"].values())
         assert list(t.constraints.values()) == pytest.approx(want)
+
+
+def test_population_is_20_for_several_objectives_and_30_for_one():
+    """NSGA-II's population: 20 for a front (cost-time-pareto 40/40 of seeds 0-39; 30 gave 38/40), 30 for the
+    one-objective GA start (its rates were measured with 30: dse/search/optuna_engine.py, SAMPLER)."""
+    from dse.search.optuna_engine import make_sampler
+
+    assert make_sampler(2, 0)._population_size == 20
+    assert make_sampler(1, 0)._pick(type("T", (), {"number": 0})())._population_size == 30
+    assert make_sampler(2, 0, population_size=50)._population_size == 50

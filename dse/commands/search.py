@@ -33,7 +33,7 @@ def search(
     trials: Optional[int] = typer.Option(None, "--trials",
                                          help="completed optuna trials the study should hold (default 300)"),
     sampler: Optional[str] = typer.Option(None, "--sampler", help="optuna sampler: ga+tpe (default, one objective), "
-                                          "nsga2 (default, several), tpe"),
+                                          "nsga2 (default, several: population 20), nsga3, tpe"),
     seed: Optional[int] = typer.Option(None, "--seed", help="sampler seed (default 0)"),
     storage: Optional[str] = typer.Option(None, "--storage", help="optuna storage: sqlite:///FILE (default "
                                           "sqlite:///dse-search.db), postgresql://..., journal:FILE, memory"),

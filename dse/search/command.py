@@ -130,7 +130,7 @@ def run(*, space_file, model, hw, gpus, global_batch, seq_len, objectives, budge
         from dse._process import tune_allocator
 
         tune_allocator()                 # a process-wide setting: the command's to make, not the library's
-    samplers = ("tpe", "nsga2", "ga+tpe")
+    samplers = ("tpe", "nsga2", "nsga3", "ga+tpe")
     if sampler is not None and sampler not in samplers:
         raise InputError(f"--sampler {sampler!r} is not one of {', '.join(samplers)}")
     settings = {"single": sampler, "multi": sampler} if sampler else None
