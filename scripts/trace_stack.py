@@ -20,7 +20,7 @@ Usage (needs torch and transformers, which dse itself does not):
     python scripts/trace_stack.py llama > tests/fixtures/pytorch_stack_trace_llama.json
     python scripts/trace_stack.py gemma3 > tests/fixtures/pytorch_stack_trace_gemma3.json   (also: opt, gpt_neox, and
     the AUTO families: gemma, phi, starcoder2, granite, olmo2, gpt_bigcode, gptj, bloom, olmo, olmoe, phimoe,
-    glm4_moe, nemotron)
+    glm4_moe, nemotron, cohere)
 """
 
 from __future__ import annotations
@@ -82,6 +82,11 @@ AUTO = {
     # of each head, 2 K/V heads, an untied head
     "nemotron": {"hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
                  "intermediate_size": 1024, "vocab_size": 32000, "partial_rotary_factor": 0.5},
+    # cohere (Command-R): one CohereLayerNorm (weight only, in fp32 as separate ops) feeding attention and a SwiGLU
+    # MLP side by side, the rotary products in fp32 on interleaved pairs, 2 K/V heads, the logits times logit_scale,
+    # a tied head
+    "cohere": {"hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 704,
+               "vocab_size": 32000},
 }
 #: families whose MoE block is replaced by a dense MLP class after the build: "model_type:Class" of
 #: transformers.models.<model_type>.modeling_<model_type> (the layer attribute: block_sparse_moe or mlp)

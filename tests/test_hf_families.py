@@ -167,7 +167,7 @@ def test_granite_multipliers_and_olmo2_rotary_add_their_rows():
 
 @pytest.mark.parametrize("arch", ["gemma", "phi", "starcoder2", "granite", "olmo2", "gpt_bigcode", "gptj", "llama",
                                   "gpt2", "bloom", "olmo", "olmoe", "phimoe", "glm4_moe", "opt", "gpt_neox", "gemma3",
-                                  "nemotron"])
+                                  "nemotron", "cohere"])
 def test_forward_launches_of_a_layer_are_the_traced_ops(arch):
     """The pytorch stack's forward kernels of one layer against the aten ops the trace records for it (2-layer run
     minus 1-layer run) and SDPA's output-layout copy, which only CUDA makes (the CPU kernel returns the layout; not

@@ -127,12 +127,13 @@ _TRACES = {"gpt2": _json.loads((_FIXTURES / "pytorch_stack_trace.json").read_tex
            "gpt_neox": _json.loads((_FIXTURES / "pytorch_stack_trace_gpt_neox.json").read_text()),
            **{a: _json.loads((_FIXTURES / f"pytorch_stack_trace_{a}.json").read_text())
               for a in ("gemma", "phi", "starcoder2", "granite", "olmo2", "gpt_bigcode", "gptj", "bloom", "olmo",
-                        "olmoe", "phimoe", "glm4_moe", "nemotron")}}
+                        "olmoe", "phimoe", "glm4_moe", "nemotron", "cohere")}}
 #: the families scripts/trace_stack.py builds from a config (AUTO): the fixture config.json each is priced from
 _AUTO_FIXTURE = {"gemma": "gemma-2b", "phi": "phi-2", "starcoder2": "starcoder2-3b", "granite": "granite-3.0-2b-base",
                  "olmo2": "OLMo-2-1124-7B", "gpt_bigcode": "starcoderbase-1b", "gptj": "gpt-j-6b",
                  "bloom": "bloom-560m", "olmo": "OLMo-1B-hf", "olmoe": "OLMoE-1B-7B-0924", "glm4_moe": "GLM-4.5-Air",
-                 "phimoe": "Phi-3.5-MoE-instruct", "nemotron": "Minitron-4B-Base"}
+                 "phimoe": "Phi-3.5-MoE-instruct", "nemotron": "Minitron-4B-Base",
+                 "cohere": "c4ai-command-r-v01"}
 #: the MoE families traced with a dense MLP in every layer (scripts/trace_stack.py): their attention, priced dense
 _DENSE_MOE = ["model.experts=0", "model.experts_per_token=null", "model.expert_ffn=null", "model.shared_experts=0",
               "model.shared_expert_ffn=null", "model.first_dense_layers=0", "model.mtp_layers=0"]
@@ -216,12 +217,15 @@ def test_the_pytorch_stack_reproduces_the_traced_bytes_and_saved_tensors_of_a_la
     if m.position == "rotary":                                   # zero fills the trace does not count (rotate_half's,
         bwd -= (q + kv) * m.rotary_fraction                      # and a partial rotary's two slices of q and of k)
         bwd -= (q + kv) if m.rotary_fraction < 1 else 0
+        bwd -= (q + kv) if m.rotary_upcast else 0                # (Cohere's: fp32, twice the bytes)
         table = 4 * d["s"] * 64 * m.rotary_fraction * 2          # the 4 products' reads of the (s, d) cos/sin table,
         fwd, bwd = fwd + table, bwd + table                      # not in the stack (s d: nothing at scale)
     if m.norm == "rmsnorm":                                      # the broadcast mean gradient, counted at full size
         bwd += m.layer_norms * (2 * h - tok * 4)
         if m.qk_norm:                                            # per query and key head (64 wide)
             bwd += 2 * (q + kv) - (q + kv) / 64 / 2 * 4
+    if m.norm_kind == "fp32_layernorm":                          # Cohere: its two means' gradients, as RMSNorm's one
+        bwd += m.layer_norms * 2 * (2 * h - tok * 4)
     if attn == "eager" and kv < q:                               # repeat_kv's expanded reads, counted at full size
         fwd += 2 * (q - kv)
     saved = (K.rerun_bytes(t) if rc == "full" else K.saved_bytes(t)) - cuda_only_copy / 2

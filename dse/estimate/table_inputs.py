@@ -94,6 +94,7 @@ def stack_inputs(model: ModelSpec, plan: Plan, stack: str) -> tuple[Any, Any, An
                "kv_cache": plan.recompute != "full" if plan.kv_cache is None else bool(plan.kv_cache),
                "qk_norm_weight": model.qk_norm_weight, "residual_scale": model.residual_scale,
                "logit_scale": model.logit_scale, "rotary_fp32": model.rotary_fp32, "qk_norm_full": model.qk_norm_full,
+               "rotary_upcast": model.rotary_upcast,
                "mlp_bias": bool(model.bias if model.mlp_bias is None else model.mlp_bias),
                "rotary_before_transpose": model.rotary_before_transpose,
                "qkv_bias": bool(model.bias if model.qkv_bias is None else model.qkv_bias)}

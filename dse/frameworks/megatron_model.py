@@ -154,6 +154,8 @@ def model_args(m, warnings: list[str]) -> list[str]:
         warnings.append("a parallel residual (GPT-NeoX, Falcon) has no Megatron-LM argument: run as sequential blocks")
     if m.rotary_fraction != 1:
         extra.append(f"--rotary-percent {m.rotary_fraction:g}")
+    if not m.norm_bias:
+        warnings.append("a LayerNorm without bias (Cohere) has no Megatron-LM argument: its norms get biases there")
     if m.layer_norms > 2:
         warnings.append(f"{m.layer_norms} norms per layer (Gemma 2) have no Megatron-LM argument")
     if m.experts:

@@ -61,6 +61,8 @@ class ModelSpec:
                                         "writes it (gelu_new: Transformers' tanh GELU as 8 ops; bloom_gelu: "
                                         "BLOOM's autograd tanh GeLU, 9 ops saving x); default from ffn_type")
     norm: str = spec_field("layernorm", choices=NORMS, help="LayerNorm (weight+bias) or RMSNorm (weight)")
+    norm_bias: bool = spec_field(True, help="the LayerNorm has a bias; false: a weight only, as Cohere's "
+                                 "CohereLayerNorm, which runs as separate fp32 ops (norm variant fp32_layernorm)")
     zero_centered_gamma: bool = spec_field(False, help="the LayerNorm scales by (1 + w), w stored centred on 0 "
                                            "(Nemotron LayerNorm1P; Megatron-Core apply_layernorm_1p, TE "
                                            "zero_centered_gamma): an eager stack's kernel over the weight per norm")
@@ -160,6 +162,9 @@ class ModelSpec:
                                                "before the heads are transposed (GPT-J): its gradients need no copy")
     rotary_fp32: bool = spec_field(False, help="the rotary products run in fp32 and are cast back (OLMo 2: cos and sin "
                                    "kept in fp32): an eager stack's wider passes and two casts")
+    rotary_upcast: bool = spec_field(False, help="q and k are cast to fp32 before the rotary and back after (Cohere: "
+                                     "q.float()), the cos and sin tables kept in the activation dtype: every rotary op "
+                                     "in fp32; not with rotary_fp32 (OLMo 2's fp32 tables)")
     experts: int = spec_field(0, ge=0, help="routed experts E of an MoE layer; 0: a dense MLP in every layer")
     experts_per_token: int | None = spec_field(None, gt=0, help="routed experts each token runs (top-k); "
                                                                "required with experts")
@@ -229,17 +234,21 @@ class ModelSpec:
     @property
     def norm_kind(self) -> str:
         """The norm as a software stack's ``norm`` variants name it (gemma_rmsnorm: the (1 + w) scale in fp32;
-        fp32_rmsnorm: the w scale in fp32, OLMo 2; layernorm1p: LayerNorm by (1 + w), Nemotron)."""
+        fp32_rmsnorm: the w scale in fp32, OLMo 2; layernorm1p: LayerNorm by (1 + w), Nemotron; fp32_layernorm:
+        Cohere's LayerNorm without bias as fp32 ops)."""
         if self.norm == "rmsnorm" and self.norm_fp32_weight:
             return "gemma_rmsnorm" if self.norm_offset else "fp32_rmsnorm"
         if self.zero_centered_gamma:
             return "layernorm1p"
+        if not self.norm_bias:
+            return "fp32_layernorm"
         return "olmo_layernorm" if not self.norm_weight else self.norm
 
     @property
     def norm_params(self) -> str:
-        """The norm as the parameter formulas name it: "none" without weights (OLMo), else ``norm``."""
-        return self.norm if self.norm_weight else "none"
+        """The norm as the parameter formulas name it: "none" without weights (OLMo), "weight" for a LayerNorm without
+        bias (Cohere), else ``norm``."""
+        return ("weight" if not self.norm_bias else self.norm) if self.norm_weight else "none"
 
     @property
     def activation_kind(self) -> str:
@@ -269,7 +278,8 @@ class ModelSpec:
         if self.mla:   # q_a, q_b (or q), kv_a, kv_b, o instead of q, k, v, o; and the latents' RMSNorms
             weights, biases = weights + (1 if self.q_lora_rank else 0), 0
             return weights + self.layer_norms * (2 if self.norm == "layernorm" else 1) + (2 if self.q_lora_rank else 1)
-        return weights + biases + self.layer_norms * (2 if self.norm == "layernorm" else 1) * self.norm_weight
+        per_norm = 2 if self.norm == "layernorm" and self.norm_bias else 1
+        return weights + biases + self.layer_norms * per_norm * self.norm_weight
 
     def resolved(self) -> ModelSpec:
         """The same spec with every defaulted field filled in."""

@@ -33,6 +33,12 @@ def check_model(spec: ModelSpec, where: str) -> None:
     _check_mla(spec, where)
     if spec.mtp_layers:
         _check_mtp(spec, where)
+    if not spec.norm_bias and (spec.norm != "layernorm" or not spec.norm_weight or spec.zero_centered_gamma):
+        raise InputError(f"{where}: norm_bias false needs a LayerNorm with a weight (norm layernorm, norm_weight "
+                         "true, zero_centered_gamma false)")
+    if spec.rotary_upcast and (spec.rotary_fp32 or spec.position != "rotary"):
+        raise InputError(f"{where}: rotary_upcast needs position rotary and rotary_fp32 false (both price an fp32 "
+                         "rotary)")
     if spec.zero_centered_gamma and (spec.norm != "layernorm" or not spec.norm_weight):
         raise InputError(f"{where}: zero_centered_gamma needs a LayerNorm with weights (norm layernorm, "
                          f"norm_weight true; Gemma's (1 + w) RMSNorm: norm_fp32_weight)")

@@ -21,13 +21,15 @@ STACKS = ("megatron", "pytorch", "compiled")
 SIZES = ("tok", "h", "q", "kv", "qkv", "f", "scores", "heads", "logits", "table", "rope", "params", "param_tensors")
 #: Entries a stack file may hold, with the variants an entry may be split into (None: not split).
 ENTRIES: dict[str, tuple[str, ...] | None] = {
-    "norm": ("layernorm", "rmsnorm", "gemma_rmsnorm", "fp32_rmsnorm", "olmo_layernorm", "layernorm1p"),
+    "norm": ("layernorm", "rmsnorm", "gemma_rmsnorm", "fp32_rmsnorm", "olmo_layernorm", "layernorm1p",
+             "fp32_layernorm"),
     "residual": None, "activation": ("gelu", "gelu_new", "relu", "silu_glu", "gelu_glu", "bloom_gelu", "relu2"),
     "rotary": None, "flash": ("fused", "separate"), "math": ("activation", "fp32", "alibi"), "dropout": None,
     "score_dropout": None, "kv_copy": ("fused", "separate"), "kv_repeat": None, "qkv_inputs": None, "qkv_grads": None,
     "rotary_grads": ("fused", "separate"), "query_scale": None, "bias_grads": None, "grad_accumulate": None,
     "embedding": None, "final_norm": None, "qk_norm": None, "loss": None, "softcap": None, "logit_softcap": None,
     "embedding_scale": None, "residual_scale": None, "logit_scale": None, "rotary_fp32": None, "qkv_grad_cat": None,
+    "rotary_upcast": None,
     "mlp_bias_grads": None, "rotary_tables": None, "qkv_bias_grads": None,
     "attn_bias_grads": None}
 #: Entries that may name another entry (``final_norm: norm``): the same op over their own tensors.
@@ -41,7 +43,9 @@ FALLBACK = {"gemma_rmsnorm": "rmsnorm", "fp32_rmsnorm": "gemma_rmsnorm",
             # Nemotron's LayerNorm1P is a LayerNorm (the (1 + w) add over the h weights: one small kernel, eager only;
             # Megatron-Core and TE fold it into the norm kernel, zero_centered_gamma); its squared ReLU a chain of two
             # element-wise ops that, fused (compiled), keeps its input and output as the GeLU chain does
-            "layernorm1p": "layernorm", "relu2": "gelu"}
+            "layernorm1p": "layernorm", "relu2": "gelu",
+            # Cohere's LayerNorm without bias in fp32 ops: one LayerNorm kernel each way where fused
+            "fp32_layernorm": "layernorm"}
 #: Which model property picks an entry's variant (an entry without variants applies as written).
 VARIANT_OF = {"norm": "norm", "activation": "activation", "flash": "qkv", "kv_copy": "qkv", "math": "softmax",
               "rotary_grads": "qkv"}
@@ -51,7 +55,8 @@ _CHOICES = {"attention": ("flash", "math"), "recompute": ("none", "selective", "
             "scale_query": (True, False), "rotary": (True, False), "frozen": (True, False),
             "softcap": (True, False), "logit_softcap": (True, False), "embedding_scale": (True, False),
             "kv_cache": (True, False), "residual_scale": (True, False), "logit_scale": (True, False),
-            "rotary_fp32": (True, False), "mlp_bias": (True, False), "rotary_before_transpose": (True, False),
+            "rotary_fp32": (True, False), "rotary_upcast": (True, False), "mlp_bias": (True, False),
+            "rotary_before_transpose": (True, False),
             "qkv_bias": (True, False)}
 
 

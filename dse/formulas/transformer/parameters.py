@@ -19,16 +19,17 @@ GATED_FFN = ("swiglu", "geglu")
 def norm_parameters(h: Num, norm: str = "layernorm") -> Num:
     """Parameters of one normalisation layer.
 
-    Formula: LayerNorm 2h (weight + bias); RMSNorm h (weight only); "none" 0 (a norm without parameters: OLMo's
-    LayerNorm)
+    Formula: LayerNorm 2h (weight + bias); RMSNorm h (weight only); "weight" h (a LayerNorm without bias: Cohere's
+    CohereLayerNorm); "none" 0 (a norm without parameters: OLMo's LayerNorm)
     Source: Ba et al. 2016 (LayerNorm, arXiv 1607.06450); Zhang & Sennrich 2019 (RMSNorm, arXiv 1910.07467);
-    Groeneveld et al. 2024 (OLMo, arXiv 2402.00838, §2.1: "non-parametric layer norm").
+    Groeneveld et al. 2024 (OLMo, arXiv 2402.00838, §2.1: "non-parametric layer norm"); Transformers 5.24
+    modeling_cohere.py CohereLayerNorm (a weight, "bias=False").
 
     Returns:
         parameters [count]
 
-    >>> norm_parameters(4096), norm_parameters(4096, "rmsnorm"), norm_parameters(4096, "none")
-    (8192, 4096, 0)
+    >>> norm_parameters(4096), norm_parameters(4096, "rmsnorm"), norm_parameters(4096, "weight"), norm_parameters(4096, "none")
+    (8192, 4096, 4096, 0)
     """
     return 2 * h if norm == "layernorm" else 0 if norm == "none" else h
 

@@ -7,7 +7,7 @@ OPTConfig, BertConfig, MixtralConfig, Qwen2MoeConfig, Qwen3Config, Qwen3MoeConfi
 GptOssConfig, Llama4TextConfig, DeepseekV2Config, DeepseekV3Config, Phi3Config, GPTNeoXConfig, FalconConfig,
 T5Config, GemmaConfig, Starcoder2Config, StableLmConfig, GraniteConfig, SmolLM3Config, Olmo2Config, PhiConfig,
 GPTBigCodeConfig, GPTJConfig, BloomConfig, OlmoConfig, OlmoeConfig, GraniteMoeConfig, PhimoeConfig,
-Glm4MoeConfig, NemotronConfig).
+Glm4MoeConfig, NemotronConfig, CohereConfig).
 How each family's modules are written where it changes an eager stack's kernels
 (``qkv_projection``, ``softmax_dtype``) follows the modeling files of Transformers 5.24: GPT-2's fused
 ``c_attn``, the separate ``q_proj``/``k_proj``/``v_proj`` (``query``/``key``/``value``) of the others, and the
@@ -26,6 +26,7 @@ from dse.errors import InputError
 from dse.specs.hf import (
     bloom,
     classic,
+    cohere,
     decoders,
     deepseek,
     falcon,
@@ -57,6 +58,7 @@ READERS: dict[str, Callable[[dict, str, str, str, Get], dict]] = {
     **dict.fromkeys(decoders.TYPES, decoders.read), **dict.fromkeys(phi.TYPES, phi.read),
     "gptj": phi.gptj, **dict.fromkeys(bloom.TYPES, bloom.read),
     **dict.fromkeys(moe_decoders.TYPES, moe_decoders.read), **dict.fromkeys(nemotron.TYPES, nemotron.read),
+    **dict.fromkeys(cohere.TYPES, cohere.read),
 }
 SUPPORTED = tuple(READERS)
 

@@ -1,0 +1,39 @@
+"""config.json reader of Cohere's Command-R (CohereConfig; Transformers 5.24 modeling_cohere.py).
+
+CohereDecoderLayer: one ``input_layernorm`` feeding attention and MLP side by side, x + attn(ln(x)) + mlp(ln(x)) (a
+parallel residual with one norm, as Falcon-7B and Phi), where the norm is CohereLayerNorm -- a LayerNorm with a weight
+and no bias (``norm_bias`` false: h parameters), computed as separate fp32 ops and cast back (norm variant
+``fp32_layernorm``); separate q_proj/k_proj/v_proj/o_proj with ``attention_bias`` (default false) on all four, grouped
+K/V heads; Llama's SwiGLU MLP without biases (``hidden_act`` silu); rotary positions on every dimension, on
+interleaved pairs (rotate_half of x[..., ::2] and x[..., 1::2]) with q and k upcast to fp32 first and the result cast
+back (``rotary_upcast``: every rotary op in fp32, the tables in bf16); a final CohereLayerNorm; the logits
+multiplied by ``logit_scale`` (0.0625: an element-wise pass, ``logit_scale``) and a head tied to the embeddings by
+default. ``use_qk_norm`` (a CohereLayerNorm
+over each query and key head with a weight per head, Command R+) is refused.
+"""
+
+from __future__ import annotations
+
+from dse.errors import InputError
+from dse.specs.hf.common import Get, expect
+
+TYPES = ("cohere",)
+
+
+def read(cfg: dict, mt: str, where: str, name: str, g: Get) -> dict:
+    """CohereForCausalLM's fields; the defaults are CohereConfig's (Command-R 35B's)."""
+    if g("use_qk_norm", False):
+        raise InputError(f"{where}: use_qk_norm true is not modelled for cohere (a LayerNorm of each query and key "
+                         "head with a weight per head)")
+    expect(g, "hidden_act", "silu", where, mt)
+    h, heads = g("hidden_size", 8192), g("num_attention_heads", 64)
+    attn_bias = bool(g("attention_bias", False))
+    return dict(
+        name=name, layers=g("num_hidden_layers", 40), hidden=h, heads=heads, kv_heads=g("num_key_value_heads", heads),
+        head_dim=g("head_dim", h // heads), ffn_hidden=g("intermediate_size", 22528), ffn_type="swiglu",
+        norm="layernorm", norm_bias=False, bias=attn_bias, qkv_bias=attn_bias, mlp_bias=False,
+        vocab=g("vocab_size", 256000), max_seq_len=g("max_position_embeddings", 8192), position="rotary",
+        rotary_upcast=True, logit_scale=True, tied_embeddings=bool(g("tie_word_embeddings", True)),
+        qkv_projection="separate", softmax_dtype="fp32", parallel_residual=True, layer_norms=1,
+        dropout=float(g("attention_dropout", 0.0)), source=f"Hugging Face config {where}",
+    )
