@@ -1,6 +1,7 @@
 """Cohere's Command-R read from config.json (dse.specs.hf.cohere): what the reader sets, what it refuses, the exact
 parameter count against Transformers itself (the published c4ai-command-r-v01 config and CohereConfig's defaults), the
-rows of its fp32 LayerNorm without bias and its fp32 rotary, and a search over both eager stacks.
+rows of its fp32 LayerNorm without bias and its fp32 rotary (its estimate and a search over both eager stacks:
+tests/test_hf_nemotron.py).
 
 tests/fixtures/hf/c4ai-command-r-v01/config.json is CohereForAI/c4ai-command-r-v01's config.json written from memory:
 its count, 34,980,831,232, is the model card's "35 billion" (and Transformers' own count of that config). The layer's
@@ -9,13 +10,16 @@ bytes and saved tensors against the aten trace of CohereForCausalLM: test_stacks
 
 from __future__ import annotations
 
-import json
-
 import pytest
-from test_hf_families import FIXTURES, config, spec, test_parameter_count_is_transformers_own as transformers_count
+from test_hf_families import (
+    FIXTURES,
+    counted_as_transformers_does,
+    refused_in_one_line,
+    spec,
+    test_parameter_count_is_transformers_own as transformers_count,
+)
 
 from dse.catalog import load_model
-from dse.cli import main
 from dse.errors import InputError
 
 NAME = "c4ai-command-r-v01"
@@ -41,17 +45,7 @@ def test_parameter_count_is_transformers_own():
      5_603_651_584),
 ])
 def test_the_configuration_class_defaults_and_biases_are_counted_as_transformers_does(extra, expected, tmp_path):
-    pytest.importorskip("torch")
-    pytest.importorskip("transformers")
-    import sys
-
-    sys.path.insert(0, str(FIXTURES))
-    from count_with_transformers import dse_count, hf_count
-
-    cfg = {"model_type": "cohere", "architectures": ["CohereForCausalLM"], **extra}
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(cfg))
-    assert dse_count(str(path)) == hf_count(cfg, "CohereForCausalLM") == expected
+    counted_as_transformers_does("cohere", "CohereForCausalLM", extra, expected, tmp_path)
 
 
 @pytest.mark.parametrize("key, value, message", [
@@ -60,12 +54,7 @@ def test_the_configuration_class_defaults_and_biases_are_counted_as_transformers
     ("num_experts", 8, "num_experts: 8 is not modelled"),
 ])
 def test_unmodelled_keys_are_refused_in_one_line(tmp_path, key, value, message):
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps({**config(NAME), key: value}))
-    with pytest.raises(InputError, match=message) as err:
-        load_model(str(path))
-    assert "\n" not in str(err.value)
-    assert main(["estimate", "--model", str(path), "--hw", "dgx-h100"]) == 2
+    refused_in_one_line(NAME, key, value, message, tmp_path)
 
 
 @pytest.mark.parametrize("field, value, message", [
@@ -92,21 +81,3 @@ def test_fp32_layernorm_and_rotary_upcast_rows():
     assert t["norm1"]["saved"] == 3 * 4 * tok * h + 4 * tok
     assert (t["rotary_upcast"]["kernels"], t["rotary_upcast"]["kernels_backward"]) == (4, 4)
     assert "rotary_fp32" not in t and tables["head"]["logit_scale"]["kernels"] == 1
-
-
-def test_estimate_runs_with_the_pytorch_stack(capsys):
-    code = main(["estimate", "--model", str(FIXTURES / NAME / "config.json"), "--stack", "pytorch", "--hw",
-                 "h100-cluster", "--tp", "8", "--dp", "8", "--recompute", "full"])
-    out, err = capsys.readouterr()
-    assert code == 0, err
-    assert "peak reserved" in out
-
-
-@pytest.mark.parametrize("stack", ["pytorch", "compiled"])
-def test_an_exhaustive_search_finds_plans_on_both_eager_stacks(tmp_path, stack):
-    out = tmp_path / "r.json"
-    assert main(["search", "--model", str(FIXTURES / NAME / "config.json"), "--hw", "h100-cluster", "--gpus", "64",
-                 "-B", "256", "-s", "4096", "--engine", "exhaustive", "--top", "1", "-q", "--json", str(out),
-                 "--set", f"plan.stack={stack}"]) == 0
-    result = json.loads(out.read_text())
-    assert result["feasible"] > 0 and result["best"]["metrics"]["time.iteration"] > 0

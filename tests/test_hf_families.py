@@ -119,6 +119,32 @@ def test_bloom_sliced_tp_layers_are_refused_and_flash_attention_is_an_error_nami
     assert resolve(fixture, "dgx-h100")[2].attention == "math"     # unset: its only attention, eager
 
 
+def counted_as_transformers_does(model_type: str, cls: str, extra: dict, expected: int, tmp_path) -> None:
+    """A config of ``model_type`` with ``extra`` keys: dse's count, Transformers' on the meta device and ``expected``
+    agree."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    import sys
+
+    sys.path.insert(0, str(FIXTURES))
+    from count_with_transformers import dse_count, hf_count
+
+    cfg = {"model_type": model_type, "architectures": [cls], **extra}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    assert dse_count(str(path)) == hf_count(cfg, cls) == expected
+
+
+def refused_in_one_line(name: str, key: str, value, message: str, tmp_path) -> None:
+    """The fixture ``name`` with ``key`` set to ``value``: one line naming it, exit 2."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**config(name), key: value}))
+    with pytest.raises(InputError, match=message) as err:
+        load_model(str(path))
+    assert "\n" not in str(err.value)
+    assert main(["estimate", "--model", str(path), "--hw", "dgx-h100"]) == 2
+
+
 def test_smollm3_nope_layers_are_a_warning():
     s = spec("SmolLM3-3B")
     assert len(s.unmodelled) == 1 and "9 of 36 layers without rotary positions" in s.unmodelled[0]

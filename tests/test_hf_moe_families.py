@@ -12,11 +12,13 @@ import json
 from pathlib import Path
 
 import pytest
-from test_hf_families import config, spec, test_parameter_count_is_transformers_own as transformers_count
+from test_hf_families import (
+    refused_in_one_line,
+    spec,
+    test_parameter_count_is_transformers_own as transformers_count,
+)
 
-from dse.catalog import load_model
 from dse.cli import main
-from dse.errors import InputError
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hf"
 FAMILIES = ("OLMoE-1B-7B-0924", "granite-3.0-1b-a400m-base", "granite-3.0-3b-a800m-base", "Phi-3.5-MoE-instruct",
@@ -87,12 +89,7 @@ def test_the_configuration_class_defaults_are_read_as_transformers_fills_them_in
     ("OLMoE-1B-7B-0924", "kv_lora_rank", 512, "kv_lora_rank: 512 is not modelled"),
 ])
 def test_unmodelled_keys_are_refused_in_one_line(tmp_path, name, key, value, message):
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps({**config(name), key: value}))
-    with pytest.raises(InputError, match=message) as err:
-        load_model(str(path))
-    assert "\n" not in str(err.value)
-    assert main(["estimate", "--model", str(path), "--hw", "dgx-h100"]) == 2
+    refused_in_one_line(name, key, value, message, tmp_path)
 
 
 @pytest.mark.parametrize("name", FAMILIES)

@@ -12,7 +12,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_hf_families import FIXTURES, config, spec, test_parameter_count_is_transformers_own as transformers_count
+from test_hf_families import (
+    FIXTURES,
+    counted_as_transformers_does,
+    refused_in_one_line,
+    spec,
+    test_parameter_count_is_transformers_own as transformers_count,
+)
 
 from dse.catalog import load_model
 from dse.cli import main
@@ -43,17 +49,7 @@ def test_parameter_count_is_transformers_own():
     ({"num_key_value_heads": 8, "attention_bias": True, "num_hidden_layers": 2, "head_dim": 64}, 3_837_870_080),
 ])
 def test_the_configuration_class_defaults_and_biases_are_counted_as_transformers_does(extra, expected, tmp_path):
-    pytest.importorskip("torch")
-    pytest.importorskip("transformers")
-    import sys
-
-    sys.path.insert(0, str(FIXTURES))
-    from count_with_transformers import dse_count, hf_count
-
-    cfg = {"model_type": "nemotron", "architectures": ["NemotronForCausalLM"], **extra}
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(cfg))
-    assert dse_count(str(path)) == hf_count(cfg, "NemotronForCausalLM") == expected
+    counted_as_transformers_does("nemotron", "NemotronForCausalLM", extra, expected, tmp_path)
 
 
 @pytest.mark.parametrize("key, value, message", [
@@ -62,12 +58,7 @@ def test_the_configuration_class_defaults_and_biases_are_counted_as_transformers
     ("num_local_experts", 8, "num_local_experts: 8 is not modelled"),
 ])
 def test_unmodelled_keys_are_refused_in_one_line(tmp_path, key, value, message):
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps({**config("Minitron-4B-Base"), key: value}))
-    with pytest.raises(InputError, match=message) as err:
-        load_model(str(path))
-    assert "\n" not in str(err.value)
-    assert main(["estimate", "--model", str(path), "--hw", "dgx-h100"]) == 2
+    refused_in_one_line("Minitron-4B-Base", key, value, message, tmp_path)
 
 
 def test_zero_centered_gamma_needs_a_layernorm_with_weights():
@@ -95,20 +86,29 @@ def test_squared_relu_and_layernorm1p_rows():
             assert act["bytes_backward"] == bwd * 2 * tok * f and t["norm1"]["kernels"] == 2
 
 
-def test_estimate_runs_with_the_pytorch_stack(capsys):
-    code = main(["estimate", "--model", str(FIXTURES / "Minitron-4B-Base" / "config.json"), "--stack", "pytorch",
-                 "--hw", "dgx-h100"])
+#: each family's fixture and the machine its estimate and search run on (Command-R 35B: 8 nodes, tp 8)
+MACHINES = {"Minitron-4B-Base": ["--hw", "dgx-h100"], "c4ai-command-r-v01": ["--hw", "h100-cluster"]}
+
+
+@pytest.mark.parametrize("name", sorted(MACHINES))
+def test_estimate_runs_with_the_pytorch_stack(name, capsys):
+    """Nemotron's and Cohere's (tests/test_hf_cohere.py) fixtures."""
+    plan = ["--tp", "8", "--dp", "8", "--recompute", "full"] if name.startswith("c4ai") else []
+    code = main(["estimate", "--model", str(FIXTURES / name / "config.json"), "--stack", "pytorch", *MACHINES[name],
+                 *plan])
     out, err = capsys.readouterr()
     assert code == 0, err
     assert "peak reserved" in out
 
 
 @pytest.mark.parametrize("stack", ["pytorch", "compiled"])
-def test_an_exhaustive_search_finds_plans_on_both_eager_stacks(tmp_path, stack):
+@pytest.mark.parametrize("name", sorted(MACHINES))
+def test_an_exhaustive_search_finds_plans_on_both_eager_stacks(tmp_path, name, stack):
     out = tmp_path / "r.json"
-    assert main(["search", "--model", str(FIXTURES / "Minitron-4B-Base" / "config.json"), "--hw", "dgx-h100",
-                 "--gpus", "8", "-B", "256", "-s", "4096", "--engine", "exhaustive", "--top", "1", "-q", "--json",
-                 str(out), "--set", f"plan.stack={stack}"]) == 0
+    gpus = "64" if name.startswith("c4ai") else "8"
+    assert main(["search", "--model", str(FIXTURES / name / "config.json"), *MACHINES[name], "--gpus", gpus,
+                 "-B", "256", "-s", "4096", "--engine", "exhaustive", "--top", "1", "-q", "--json", str(out),
+                 "--set", f"plan.stack={stack}"]) == 0
     result = json.loads(out.read_text())
     assert result["feasible"] > 0 and result["best"]["metrics"]["time.iteration"] > 0
 

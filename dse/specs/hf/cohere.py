@@ -15,7 +15,7 @@ over each query and key head with a weight per head, Command R+) is refused.
 from __future__ import annotations
 
 from dse.errors import InputError
-from dse.specs.hf.common import Get, expect
+from dse.specs.hf.common import Get, expect, llama_shape
 
 TYPES = ("cohere",)
 
@@ -26,14 +26,11 @@ def read(cfg: dict, mt: str, where: str, name: str, g: Get) -> dict:
         raise InputError(f"{where}: use_qk_norm true is not modelled for cohere (a LayerNorm of each query and key "
                          "head with a weight per head)")
     expect(g, "hidden_act", "silu", where, mt)
-    h, heads = g("hidden_size", 8192), g("num_attention_heads", 64)
     attn_bias = bool(g("attention_bias", False))
     return dict(
-        name=name, layers=g("num_hidden_layers", 40), hidden=h, heads=heads, kv_heads=g("num_key_value_heads", heads),
-        head_dim=g("head_dim", h // heads), ffn_hidden=g("intermediate_size", 22528), ffn_type="swiglu",
-        norm="layernorm", norm_bias=False, bias=attn_bias, qkv_bias=attn_bias, mlp_bias=False,
-        vocab=g("vocab_size", 256000), max_seq_len=g("max_position_embeddings", 8192), position="rotary",
-        rotary_upcast=True, logit_scale=True, tied_embeddings=bool(g("tie_word_embeddings", True)),
+        name=name, **llama_shape(g, layers=40, hidden=8192, heads=64, ffn=22528, vocab=256000, max_pos=8192),
+        ffn_type="swiglu", norm="layernorm", norm_bias=False, bias=attn_bias, qkv_bias=attn_bias, mlp_bias=False,
+        position="rotary", rotary_upcast=True, logit_scale=True, tied_embeddings=bool(g("tie_word_embeddings", True)),
         qkv_projection="separate", softmax_dtype="fp32", parallel_residual=True, layer_norms=1,
         dropout=float(g("attention_dropout", 0.0)), source=f"Hugging Face config {where}",
     )

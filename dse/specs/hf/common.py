@@ -202,6 +202,16 @@ def text_config(cfg: dict, mt: str, multimodal: str, text_type: str, where: str,
     return text, lambda k, d=None, req=False: get(text, k, where, d, req)
 
 
+def llama_shape(g: Get, layers: int, hidden: int, heads: int, ffn: int, vocab: int, max_pos: int) -> dict:
+    """The sizes a config with Llama's field names states (num_hidden_layers, hidden_size, num_attention_heads,
+    num_key_value_heads -- default: every head --, head_dim -- default hidden_size / heads --, intermediate_size,
+    vocab_size, max_position_embeddings), each defaulting to its configuration class's value given here."""
+    h, a = g("hidden_size", hidden), g("num_attention_heads", heads)
+    return dict(layers=g("num_hidden_layers", layers), hidden=h, heads=a, kv_heads=g("num_key_value_heads", a),
+                head_dim=g("head_dim", h // a), ffn_hidden=g("intermediate_size", ffn), vocab=g("vocab_size", vocab),
+                max_seq_len=g("max_position_embeddings", max_pos))
+
+
 def expect(g: Get, key: str, default: str, where: str, mt: str) -> None:
     """An error naming ``key`` unless the config's ``key`` (``default`` when unset) is ``default``: the one
     activation a family's reader models."""

@@ -16,7 +16,7 @@ NemotronDecoderLayer: Llama's sequential pre-norm layer (x + attn(ln1(x)), then 
 
 from __future__ import annotations
 
-from dse.specs.hf.common import Get, expect, rotary_fraction
+from dse.specs.hf.common import Get, expect, llama_shape, rotary_fraction
 
 TYPES = ("nemotron",)
 
@@ -24,14 +24,11 @@ TYPES = ("nemotron",)
 def read(cfg: dict, mt: str, where: str, name: str, g: Get) -> dict:
     """NemotronForCausalLM's fields; the defaults are NemotronConfig's (the nemotron-15b style configuration)."""
     expect(g, "hidden_act", "relu2", where, mt)
-    h, heads = g("hidden_size", 6144), g("num_attention_heads", 48)
     attn_bias = bool(g("attention_bias", False))
     return dict(
-        name=name, layers=g("num_hidden_layers", 32), hidden=h, heads=heads, kv_heads=g("num_key_value_heads", heads),
-        head_dim=g("head_dim", h // heads), ffn_hidden=g("intermediate_size", 24576), ffn_type="relu2",
-        norm="layernorm", zero_centered_gamma=True, bias=attn_bias, qkv_bias=attn_bias,
-        mlp_bias=bool(g("mlp_bias", False)), vocab=g("vocab_size", 256000),
-        max_seq_len=g("max_position_embeddings", 4096), position="rotary",
+        name=name, **llama_shape(g, layers=32, hidden=6144, heads=48, ffn=24576, vocab=256000, max_pos=4096),
+        ffn_type="relu2", norm="layernorm", zero_centered_gamma=True, bias=attn_bias, qkv_bias=attn_bias,
+        mlp_bias=bool(g("mlp_bias", False)), position="rotary",
         rotary_fraction=rotary_fraction(cfg, where, 0.5), tied_embeddings=bool(g("tie_word_embeddings", False)),
         qkv_projection="separate", softmax_dtype="fp32", dropout=float(g("attention_dropout", 0.0)),
         source=f"Hugging Face config {where}",
