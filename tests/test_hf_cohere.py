@@ -81,3 +81,27 @@ def test_fp32_layernorm_and_rotary_upcast_rows():
     assert t["norm1"]["saved"] == 3 * 4 * tok * h + 4 * tok
     assert (t["rotary_upcast"]["kernels"], t["rotary_upcast"]["kernels_backward"]) == (4, 4)
     assert "rotary_fp32" not in t and tables["head"]["logit_scale"]["kernels"] == 1
+
+
+R7B = "c4ai-command-r7b-12-2024"
+
+
+def test_cohere2_reads_its_sliding_layers_and_warns_of_its_nope_layers():
+    """Command R7B (fixture from memory; 8,028,033,024 as Transformers builds it, the card's "7B"): every fourth layer
+    full attention without rotary positions (priced with them: a warning), the others over a 4,096-token window."""
+    m = spec(R7B)
+    assert (m.attention_layers, m.sliding_window, m.head_dim, m.kv_heads, m.norm_kind, m.rotary_upcast,
+            m.parallel_residual, m.logit_scale) == ({"full": 8, "sliding": 24, "chunked": 0}, 4096, 128, 8,
+                                                    "fp32_layernorm", True, True, True)
+    assert len(m.unmodelled) == 1 and "8 of 32 full-attention layers without rotary positions" in m.unmodelled[0]
+    transformers_count(R7B)
+
+
+@pytest.mark.parametrize("extra, expected", [
+    ({}, 34_980_831_232),      # Cohere2Config's sizes are CohereConfig's
+    # the config's head_dim wins over hidden_size / heads (Cohere2Config sets the latter, then the key)
+    ({"attention_bias": True, "num_hidden_layers": 6, "num_key_value_heads": 8, "tie_word_embeddings": False,
+      "head_dim": 64, "sliding_window_pattern": 3}, 7_969_314_816),
+])
+def test_cohere2_defaults_are_counted_as_transformers_does(extra, expected, tmp_path):
+    counted_as_transformers_does("cohere2", "Cohere2ForCausalLM", extra, expected, tmp_path)

@@ -125,7 +125,8 @@ REFERENCE = {
         ("GLM-4.5-Air", "glm4_moe", 106_852_245_504, "106B total, 12B active (the MTP layer not built)"),
         ("GLM-4.5", "glm4_moe", 352_797_814_784, "355B total, 32B active (the MTP layer not built)"),
         ("Minitron-4B-Base", "nemotron", 4_190_509_056, "4.2B (config written from memory)"),
-        ("c4ai-command-r-v01", "cohere", 34_980_831_232, "35B (config written from memory)"))},
+        ("c4ai-command-r-v01", "cohere", 34_980_831_232, "35B (config written from memory)"),
+        ("c4ai-command-r7b-12-2024", "cohere2", 8_028_033_024, "8.03B, the card's 7B (config written from memory)"))},
     "bert-large-uncased": ("bert", 335_174_458, "transformers BertForMaskedLM meta-device count; = KerasHub "
                            "bert_large_en_uncased backbone 335,141,888 - pooler 1,049,600 + MLM head 1,082,170"),
 }

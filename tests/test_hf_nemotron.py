@@ -87,13 +87,14 @@ def test_squared_relu_and_layernorm1p_rows():
 
 
 #: each family's fixture and the machine its estimate and search run on (Command-R 35B: 8 nodes, tp 8)
-MACHINES = {"Minitron-4B-Base": ["--hw", "dgx-h100"], "c4ai-command-r-v01": ["--hw", "h100-cluster"]}
+MACHINES = {"Minitron-4B-Base": ["--hw", "dgx-h100"], "c4ai-command-r-v01": ["--hw", "h100-cluster"],
+            "c4ai-command-r7b-12-2024": ["--hw", "dgx-h100"]}
 
 
 @pytest.mark.parametrize("name", sorted(MACHINES))
 def test_estimate_runs_with_the_pytorch_stack(name, capsys):
     """Nemotron's and Cohere's (tests/test_hf_cohere.py) fixtures."""
-    plan = ["--tp", "8", "--dp", "8", "--recompute", "full"] if name.startswith("c4ai") else []
+    plan = ["--tp", "8", "--dp", "8", "--recompute", "full"] if name == "c4ai-command-r-v01" else []
     code = main(["estimate", "--model", str(FIXTURES / name / "config.json"), "--stack", "pytorch", *MACHINES[name],
                  *plan])
     out, err = capsys.readouterr()
@@ -105,7 +106,7 @@ def test_estimate_runs_with_the_pytorch_stack(name, capsys):
 @pytest.mark.parametrize("name", sorted(MACHINES))
 def test_an_exhaustive_search_finds_plans_on_both_eager_stacks(tmp_path, name, stack):
     out = tmp_path / "r.json"
-    gpus = "64" if name.startswith("c4ai") else "8"
+    gpus = "64" if name == "c4ai-command-r-v01" else "8"
     assert main(["search", "--model", str(FIXTURES / name / "config.json"), *MACHINES[name], "--gpus", gpus,
                  "-B", "256", "-s", "4096", "--engine", "exhaustive", "--top", "1", "-q", "--json", str(out),
                  "--set", f"plan.stack={stack}"]) == 0

@@ -7,7 +7,7 @@ OPTConfig, BertConfig, MixtralConfig, Qwen2MoeConfig, Qwen3Config, Qwen3MoeConfi
 GptOssConfig, Llama4TextConfig, DeepseekV2Config, DeepseekV3Config, Phi3Config, GPTNeoXConfig, FalconConfig,
 T5Config, GemmaConfig, Starcoder2Config, StableLmConfig, GraniteConfig, SmolLM3Config, Olmo2Config, PhiConfig,
 GPTBigCodeConfig, GPTJConfig, BloomConfig, OlmoConfig, OlmoeConfig, GraniteMoeConfig, PhimoeConfig,
-Glm4MoeConfig, NemotronConfig, CohereConfig).
+Glm4MoeConfig, NemotronConfig, CohereConfig, Cohere2Config).
 How each family's modules are written where it changes an eager stack's kernels
 (``qkv_projection``, ``softmax_dtype``) follows the modeling files of Transformers 5.24: GPT-2's fused
 ``c_attn``, the separate ``q_proj``/``k_proj``/``v_proj`` (``query``/``key``/``value``) of the others, and the

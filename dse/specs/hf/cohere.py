@@ -10,27 +10,43 @@ back (``rotary_upcast``: every rotary op in fp32, the tables in bf16); a final C
 multiplied by ``logit_scale`` (0.0625: an element-wise pass, ``logit_scale``) and a head tied to the embeddings by
 default. ``use_qk_norm`` (a CohereLayerNorm
 over each query and key head with a weight per head, Command R+) is refused.
+
+cohere2 (Cohere2Config, modeling_cohere2.py; Command R7B, Command A): Cohere's layer without the QK-norm, its layers'
+attention by ``layer_types`` (default: every ``sliding_window_pattern``-th (4) full, the others sliding_attention over
+``sliding_window`` tokens, default 4096) and the rotary positions only in the sliding layers (Cohere2Attention: the
+full layers are NoPE) -- priced with the rotary kernels in every layer, a warning (:func:`dse.specs.hf.common.notes`).
 """
 
 from __future__ import annotations
 
 from dse.errors import InputError
-from dse.specs.hf.common import Get, expect, llama_shape
+from dse.specs.hf.common import Get, expect, layer_types, llama_shape
 
-TYPES = ("cohere",)
+TYPES = ("cohere", "cohere2")
 
 
 def read(cfg: dict, mt: str, where: str, name: str, g: Get) -> dict:
-    """CohereForCausalLM's fields; the defaults are CohereConfig's (Command-R 35B's)."""
+    """CohereForCausalLM's and Cohere2ForCausalLM's fields; the defaults are CohereConfig's (Command-R 35B's) and
+    Cohere2Config's."""
     if g("use_qk_norm", False):
         raise InputError(f"{where}: use_qk_norm true is not modelled for cohere (a LayerNorm of each query and key "
                          "head with a weight per head)")
     expect(g, "hidden_act", "silu", where, mt)
     attn_bias = bool(g("attention_bias", False))
+    shape = llama_shape(g, layers=40, hidden=8192, heads=64, ffn=22528, vocab=256000, max_pos=8192)
+    if mt == "cohere2":   # Cohere2Config's sliding layers
+        shape["layer_types"] = layer_types(cfg, shape["layers"], where, sliding_layer)
+        shape["sliding_window"] = g("sliding_window", 4096) if "sliding_attention" in shape["layer_types"] else None
     return dict(
-        name=name, **llama_shape(g, layers=40, hidden=8192, heads=64, ffn=22528, vocab=256000, max_pos=8192),
+        name=name, **shape,
         ffn_type="swiglu", norm="layernorm", norm_bias=False, bias=attn_bias, qkv_bias=attn_bias, mlp_bias=False,
         position="rotary", rotary_upcast=True, logit_scale=True, tied_embeddings=bool(g("tie_word_embeddings", True)),
         qkv_projection="separate", softmax_dtype="fp32", parallel_residual=True, layer_norms=1,
         dropout=float(g("attention_dropout", 0.0)), source=f"Hugging Face config {where}",
     )
+
+
+def sliding_layer(i: int, cfg: dict) -> bool:
+    """Cohere2Config's default layer_types: layer i is sliding_attention unless (i + 1) % sliding_window_pattern (4)
+    is 0."""
+    return bool((i + 1) % (cfg.get("sliding_window_pattern") or 4))

@@ -132,7 +132,8 @@ def notes(cfg: dict, mt: str) -> list[str]:
     ``use_parallel_residual`` in a model_type whose reader does not read them (:data:`PARALLEL_READ` do): attention
     and MLP side by side, priced as sequential blocks. BERT ``position_embedding_type`` relative_key(_query): Shaw
     et al. 2018 (arXiv 1803.02155) add a (2 max_pos - 1) x d distance table and a score term per layer, priced as
-    absolute positions. SmolLM3's NoPE layers (``no_rope_layers`` 0): priced with rotary positions. GPT-J's fp32
+    absolute positions. SmolLM3's NoPE layers (``no_rope_layers`` 0) and Cohere 2's full-attention layers: priced
+    with rotary positions. GPT-J's fp32
     eager attention: priced as the fp32-softmax eager attention. PhiMoE's ``input_jitter_noise``: the MoE input
     multiplied by uniform noise in training (PhimoeSparseMoeBlock and PhimoeTopKRouter), not priced.
     """
@@ -151,6 +152,15 @@ def notes(cfg: dict, mt: str) -> list[str]:
         nope = sum(1 for f in flags if not f)
         if nope:
             out.append(f"no_rope_layers: {nope} of {len(flags)} layers without rotary positions (NoPE) are priced "
+                       "with the rotary kernels (same FLOPs and parameters)")
+    if mt == "cohere2":   # Cohere2Attention applies the rotary only where the layer has a sliding window
+        from dse.specs.hf.cohere import sliding_layer
+
+        types = cfg.get("layer_types") or ["sliding_attention" if sliding_layer(i, cfg) else "full_attention"
+                                           for i in range(cfg.get("num_hidden_layers") or 40)]
+        nope = sum(1 for t in types if t != "sliding_attention")
+        if nope:
+            out.append(f"{nope} of {len(types)} full-attention layers without rotary positions (NoPE) are priced "
                        "with the rotary kernels (same FLOPs and parameters)")
     if mt == "phimoe" and cfg.get("input_jitter_noise"):
         out.append(f"input_jitter_noise {cfg['input_jitter_noise']} is not modelled: the MoE input's training-time "
