@@ -228,3 +228,27 @@ LLAMA_ARGS = ("--nnodes 1 --nproc_per_node 8 --num-layers 32 --hidden-size 4096 
               "--max-position-embeddings 4096 --seq-length 4096 --attention-dropout 0 --hidden-dropout 0 --bf16 "
               "--use-distributed-optimizer --tensor-model-parallel-size 2 --micro-batch-size 2 "
               "--global-batch-size 64 --lr 3e-4")
+
+
+def test_megatron_rotary_percent_round_trips(dse, tmp_path):
+    """--emit megatron writes --rotary-percent for a partial-rotary model (Pythia: 0.25) and --from megatron reads it
+    back into rotary_fraction (Megatron-LM arguments.py: "Percent of rotary dimension to use"); a bad value or one
+    without rotary positions says so."""
+    path = "models/hf/EleutherAI/pythia-410m/config.json"
+    r = dse("estimate", "--model", path, "--hw", "dgx-h100", "--emit", "megatron")
+    assert r.code == 0 and "--rotary-percent 0.25" in r.out
+    script = tmp_path / "pythia.sh"
+    script.write_text(r.out)
+    back = dse("estimate", "--from", "megatron", str(script), "--hw", "dgx-h100", "--stack", "pytorch", "--json")
+    same = dse("estimate", "--model", path, "--hw", "dgx-h100", "--stack", "pytorch", "--json")
+    assert back.code == same.code == 0
+    b, s = back.json(), same.json()
+    assert b["model"]["params"] == s["model"]["params"]
+    assert b["time"]["layer_forward"] == pytest.approx(s["time"]["layer_forward"], rel=1e-9)
+    bad = script.read_text().replace("--rotary-percent 0.25", "--rotary-percent 1.5")
+    script.write_text(bad)
+    r = dse("estimate", "--from", "megatron", str(script), "--hw", "dgx-h100")
+    assert r.code == 2 and "--rotary-percent" in r.err and "1.5" in r.err and len(r.err.strip().splitlines()) == 1
+    script.write_text(bad.replace("--rotary-percent 1.5", "--rotary-percent 0"))
+    r = dse("estimate", "--from", "megatron", str(script), "--hw", "dgx-h100")
+    assert r.code == 2 and "--rotary-percent: 0: must be in (0, 1]" in r.err

@@ -44,7 +44,7 @@ OPTIONS = {
     "--transformer-impl": "str", "--num-layers": "int", "--hidden-size": "int", "--num-attention-heads": "int",
     "--ffn-hidden-size": "int", "--kv-channels": "int", "--group-query-attention": "flag",
     "--num-query-groups": "int", "--swiglu": "flag", "--squared-relu": "flag", "--normalization": "str",
-    "--apply-layernorm-1p": "flag",
+    "--apply-layernorm-1p": "flag", "--rotary-percent": "float",
     "--position-embedding-type": "str", "--use-rotary-position-embeddings": "flag",
     "--no-position-embedding": "flag", "--untie-embeddings-and-output-weights": "flag",
     "--max-position-embeddings": "int", "--disable-bias-linear": "flag", "--add-qkv-bias": "flag",

@@ -83,6 +83,14 @@ def read_model(imp: Imported, get, values: dict) -> None:
         data["head_dim"] = get("--kv-channels")
     if get("--add-qkv-bias"):
         data["qkv_bias"] = True
+    rotary = get("--rotary-percent")    # Megatron-LM arguments.py: "Percent of rotary dimension to use" (default 1.0)
+    if rotary is not None and rotary != 1:
+        if position != "rotary":
+            imp.ignore("--rotary-percent", f"{rotary:g}: the positions are {position}, not rotary")
+        elif not 0 < rotary <= 1:
+            raise bad(imp.source, "--rotary-percent", f"{rotary:g}: must be in (0, 1]")
+        else:
+            data["rotary_fraction"] = rotary
     if seq is not None:
         data["seq_len"] = seq
     _moe.read_model(imp, get, data)
@@ -91,7 +99,7 @@ def read_model(imp: Imported, get, values: dict) -> None:
 
 
 MODEL_ONLY = ("--ffn-hidden-size", "--kv-channels", "--group-query-attention", "--num-query-groups", "--swiglu",
-               "--squared-relu", "--apply-layernorm-1p",
+               "--squared-relu", "--apply-layernorm-1p", "--rotary-percent",
                "--normalization", "--position-embedding-type", "--use-rotary-position-embeddings",
                "--no-position-embedding", "--untie-embeddings-and-output-weights", "--max-position-embeddings",
                "--disable-bias-linear", "--add-qkv-bias", "--attention-dropout", "--hidden-dropout", "--vocab-size",
