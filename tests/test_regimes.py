@@ -50,7 +50,7 @@ def _regimes(model, hw, **fields):
 
 @pytest.mark.parametrize("model,hw,plan,want", [
     ("llama2-7b", "dgx-a100-80gb", dict(tp=2), ["dense Megatron on A100"]),
-    ("llama3-8b", "dgx-h100", dict(tp=2), ["dense Megatron on Hopper and Blackwell"]),
+    ("llama3-8b", "dgx-h100", dict(tp=2), ["dense Megatron beyond the A100"]),
     ("mixtral-8x7b", "dgx-h100", dict(tp=2, ep=4, dp=4), ["MoE on Megatron-Core"]),
     ("gpt2-medium", "dgx-h100", dict(stack="pytorch", dp=1), ["eager PyTorch (Hugging Face Transformers) on one GPU"]),
     ("gpt2-medium", "dgx-h100", dict(stack="compiled", dp=1), []),
@@ -104,3 +104,20 @@ def test_the_html_page_says_it_too(dse, tmp_path):
     r = dse("estimate", "--model", "gpt2-medium", "--hw", "dgx-h100", "--stack", "pytorch", "--dp", "1", "--html", page)
     assert r.code == 0
     assert "checked against</b>: eager PyTorch" in page.read_text()
+
+
+@pytest.mark.parametrize("model,hw,plan,want", [
+    ("gpt2-medium", "dgx-h100", dict(stack="pytorch", dp=1), []),
+    ("gpt2-medium", "dgx-h100", dict(stack="pytorch", dp=8), ["measured on one GPU, this plan runs 8"]),
+    ("gpt2-medium", "server-l40s-x8", dict(stack="pytorch", dp=1), ["measured on H100, H200 only, not l40s"]),
+    ("llama3-8b", "dgx-b200", dict(tp=2), []),
+    ("llama3-8b", "mi300x-platform", dict(tp=2), ["measured on H100, B200, GB200 only, not mi300x"]),
+    ("llama2-7b", "dgx-a100-80gb", dict(tp=2), []),
+])
+def test_a_regime_says_where_the_plan_differs_from_every_measured_run(model, hw, plan, want):
+    assert _checked(model, hw, **plan)[0]["caveats"] == want
+
+
+def test_the_console_line_carries_the_caveats(dse):
+    r = dse("estimate", "--model", "gpt2-medium", "--hw", "server-l40s-x8", "--stack", "pytorch", "--dp", "1")
+    assert "on one GPU (measured on H100, H200 only, not l40s):" in " ".join(r.out.split())

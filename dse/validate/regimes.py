@@ -44,6 +44,8 @@ class Regime:
     name: str
     parts: tuple[Part, ...]
     applies: Callable[[Any, Any, Any], bool]   # (model, system, plan) -> bool
+    measured_on: tuple[str, ...] = ()          # the GPUs its suites ran on (name prefixes); () for any
+    one_gpu: bool = False                      # its suites ran one GPU each
 
 
 def _gpu(system: Any) -> str:
@@ -71,24 +73,24 @@ BASE = (
         Part("megatron-bridge", "moe", "rate", "Megatron-Bridge's published MoE throughput, H100"),
         Part("moe-h100", sense="rate", what="Megatron-Core MoE's published Mixtral TFLOP/s, H100"),
         Part("deepseek-v3", what="DeepSeek-V3's published H800 GPU-hours")),
-        lambda m, s, p: _moe(m) and _stack(p) == "megatron"),
+        lambda m, s, p: _moe(m) and _stack(p) == "megatron", ("h100", "h800")),
     Regime("eager PyTorch (Hugging Face Transformers) on one GPU", (
         Part("h100-hf", "time", what="step time, GPT-2 on one H100 (the shared file)"),
         Part("h200-hf", "time", what="step time, five families on one H200 and its VM host"),
         Part("h100-hf", "memory", what="peak allocated memory, one H100"),
         Part("h200-hf", "memory", what="peak allocated memory, one H200")),
-        lambda m, s, p: _stack(p) == "pytorch"),
+        lambda m, s, p: _stack(p) == "pytorch", ("h100", "h200"), one_gpu=True),
     Regime("dense Megatron on A100", (
         Part("megatron-a100", what="iteration time, GPT 3.6-39.1B on 64-512 A100s"),
         Part("megatron-a100-single", what="iteration time, small GPTs on 2-8 A100s"),
         Part("megatron-a100-175b", what="iteration time, GPT-3 175B on 512 A100s (held out)")),
         lambda m, s, p: not _moe(m) and _stack(p) == "megatron" and "a100" in _gpu(s)),
-    Regime("dense Megatron on Hopper and Blackwell", (
+    Regime("dense Megatron beyond the A100", (
         Part("megatron-bridge", "dense", "rate", "Megatron-Bridge's published dense throughput"),
         Part("llama3-405b", "palm", "rate", "Llama 3 405B's published TFLOP/s on 8K-16K H100s, 8K and 128K tokens "
              "(PaLM's FLOP counting)"),
         Part("llama3-405b", "causal", "rate", "the same in the executed (causal) FLOP counting")),
-        lambda m, s, p: not _moe(m) and _stack(p) == "megatron"),
+        lambda m, s, p: not _moe(m) and _stack(p) == "megatron", ("h100", "b200", "gb200")),
 )
 TECHNIQUES = (
     Regime("storage offload (ZeRO-Infinity, Smart-Infinity)", (
@@ -150,7 +152,8 @@ def stored() -> dict[str, dict]:
 
 def checked_against(model: Any, system: Any, plan: Any) -> list[dict]:
     """The regimes that apply to a plan, each ``{"regime", "parts": [{"suite", "quantity", "what", "cases", "mape",
-    "bias", "lean", "worst_optimistic", "worst_pessimistic"}]}`` ([] when no measured regime resembles it): ``bias``
+    "bias", "lean", "worst_optimistic", "worst_pessimistic"}], "caveats": [...]}`` ([] when no measured regime
+    resembles it; ``caveats``: :func:`caveats`, how the plan differs from the measured runs): ``bias``
     the mean optimism's size and ``lean`` its direction, the worst cases each way as shares of the measurement
     (the last four only for a suite with a direction)."""
     out = []
@@ -160,7 +163,22 @@ def checked_against(model: Any, system: Any, plan: Any) -> list[dict]:
     for r in chosen:
         rows = [{"suite": p.suite, "quantity": p.quantity, "what": p.what, **table.get(_key(p), {})}
                 for p in r.parts]
-        out.append({"regime": r.name, "parts": rows})
+        out.append({"regime": r.name, "parts": rows, "caveats": caveats(r, system, plan)})
+    return out
+
+
+def caveats(regime: Regime, system: Any, plan: Any) -> list[str]:
+    """How the plan differs from every run the regime's suites measured: another GPU, or several GPUs where they
+    ran one."""
+    out = []
+    gpu = _gpu(system)
+    if regime.measured_on and gpu and not gpu.startswith(regime.measured_on):
+        out.append(f"measured on {', '.join(g.upper() for g in regime.measured_on)} only, not {gpu}")
+    gpus = 1
+    for field in ("tp", "pp", "dp", "cp"):
+        gpus *= int(getattr(plan, field, 1) or 1)
+    if regime.one_gpu and gpus > 1:
+        out.append(f"measured on one GPU, this plan runs {gpus}")
     return out
 
 
@@ -181,5 +199,6 @@ def sentence(regimes: list[dict]) -> str:
                     text += (f" (worst {100 * p['worst_optimistic']:.0f} % optimistic, "
                              f"{100 * p['worst_pessimistic']:.0f} % pessimistic)")
             bits.append(text)
-        out.append(f"{r['regime']}: " + ", ".join(bits))
+        warn = f" ({'; '.join(r['caveats'])})" if r.get("caveats") else ""
+        out.append(f"{r['regime']}{warn}: " + ", ".join(bits))
     return "; ".join(out) + " (optimistic: dse said faster or leaner than measured)"
