@@ -33,6 +33,7 @@ SUITES = {
     "h200-hf": "dse.validate.h200_hf",
     "h100-hf-vm": "dse.validate.h100_hf_vm",
     "llama3-405b": "dse.validate.llama3",
+    "h200-holdout": "dse.validate.h200_holdout",
 }
 
 

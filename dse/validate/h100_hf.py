@@ -80,10 +80,11 @@ def cases():
     return measured_cases(measurements(), SYSTEM, SOURCE, time_cause)
 
 
-def measured_cases(ms, system_name: str, source: str, time_cause, name=lambda m: m.name):
+def measured_cases(ms, system_name: str, source: str, time_cause, name=lambda m: m.name, quantity=lambda m: ""):
     """A time and a peak-memory case per measured row on ``system_name`` (shared with :mod:`.h200_hf`).
 
-    ``time_cause(m)``: the documented reason a row's time may miss (its ``expected_miss``); ``name(m)``: its label.
+    ``time_cause(m)``: the documented reason a row's time may miss (its ``expected_miss``); ``name(m)``: its label;
+    ``quantity(m)``: a prefix of its cases' quantities ("moe " gives "moe time" and "moe memory").
     """
     from dse.calibrate.measurements import plan_for, predict
     from dse.catalog import load_system
@@ -102,8 +103,9 @@ def measured_cases(ms, system_name: str, source: str, time_cause, name=lambda m:
 
         note = "; ".join(filter(None, [m.note, _PRECISION_NOTE]))
         out.append(Case(name=f"{name(m)} time", reference=m.time_s, compute=lambda v=value: v(0),
-                        tolerance=TIME_TOLERANCE, source=source, unit="s", note=note, quantity="time",
+                        tolerance=TIME_TOLERANCE, source=source, unit="s", note=note, quantity=f"{quantity(m)}time",
                         expected_miss=time_cause(m)))
         out.append(Case(name=f"{name(m)} memory", reference=m.peak_bytes, compute=lambda v=value: v(1),
-                        tolerance=MEMORY_TOLERANCE, source=source, unit="bytes", note=note, quantity="memory"))
+                        tolerance=MEMORY_TOLERANCE, source=source, unit="bytes", note=note,
+                        quantity=f"{quantity(m)}memory"))
     return out

@@ -74,11 +74,17 @@ BASE = (
         Part("moe-h100", sense="rate", what="Megatron-Core MoE's published Mixtral TFLOP/s, H100"),
         Part("deepseek-v3", what="DeepSeek-V3's published H800 GPU-hours")),
         lambda m, s, p: _moe(m) and _stack(p) == "megatron", ("h100", "h800")),
+    Regime("MoE in eager PyTorch (Hugging Face Transformers) on one GPU", (
+        Part("h200-holdout", "moe time", what="step time, OLMoE and Granite MoE on one H200 (held out)"),
+        Part("h200-holdout", "moe memory", what="peak allocated memory, the same")),
+        lambda m, s, p: _moe(m) and _stack(p) == "pytorch", ("h200",), one_gpu=True),
     Regime("eager PyTorch (Hugging Face Transformers) on one GPU", (
         Part("h100-hf", "time", what="step time, GPT-2 on one H100 (the shared file)"),
         Part("h200-hf", "time", what="step time, five families on one H200 and its VM host"),
         Part("h100-hf", "memory", what="peak allocated memory, one H100"),
-        Part("h200-hf", "memory", what="peak allocated memory, one H200")),
+        Part("h200-hf", "memory", what="peak allocated memory, one H200"),
+        Part("h200-holdout", "time", what="step time, sixteen families on a second H200 VM (held out)"),
+        Part("h200-holdout", "memory", what="peak allocated memory, the same")),
         lambda m, s, p: _stack(p) == "pytorch", ("h100", "h200"), one_gpu=True),
     Regime("dense Megatron on A100", (
         Part("megatron-a100", what="iteration time, GPT 3.6-39.1B on 64-512 A100s"),
