@@ -10,8 +10,7 @@ import pytest
 
 from dse.catalog import data_dir, load_model
 from dse.estimate.parameters import model_parameters
-from dse.validate import h200_holdout as H
-from dse.validate import run_suite
+from dse.validate import h200_holdout as H, run_suite
 
 
 def _rows(path: str, kind: str) -> dict:

@@ -18,7 +18,8 @@ pytorch stack was set. Nothing was fitted to these rows: they check the model ou
 Compared as :mod:`.h200_hf` compares its rows (same plan mapping, quantities, targets and tolerances) on
 ``h200-vm``: the GPU is the same kind, the host is the first VM's measured host, which this VM's is not (its
 host-bound rows run slower: the repeated rows). Rows outside the tolerance carry their cause, read from their own
-profile (:data:`EXPECTED_TIME_MISSES`; the test checks the list is exactly those rows).
+profile (:data:`EXPECTED_TIME_MISSES`, printed by ``scripts/gen_holdout_misses.py``; the test checks the list is
+exactly those rows).
 """
 
 from __future__ import annotations
