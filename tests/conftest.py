@@ -22,6 +22,18 @@ class Ran:
         return json.loads(self.out)
 
 
+@pytest.fixture(scope="session")
+def _search_db_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("search-db")
+
+
+@pytest.fixture(autouse=True)
+def _search_storage_off_cwd(_search_db_dir, monkeypatch):
+    """A search that names no ``--storage`` writes its default database in a temporary folder, not in the folder
+    the tests were started from (``dse.search.storage.DEFAULT`` is ``dse-search.db`` in the working directory)."""
+    monkeypatch.setattr("dse.search.storage.DEFAULT", f"sqlite:///{_search_db_dir / 'dse-search.db'}")
+
+
 @pytest.fixture
 def dse(capsys):
     """Call ``dse ARGS`` in-process; returns (exit code, stdout, stderr)."""
