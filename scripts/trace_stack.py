@@ -157,9 +157,30 @@ def build(arch: str, layers: int, attn: str, dims: dict):
     return cls(cfg).to(torch.bfloat16).train()
 
 
+VIEWS = {"view", "_unsafe_view", "t", "transpose", "permute", "expand", "split", "slice", "select", "unsqueeze",
+         "squeeze", "detach", "alias", "as_strided", "_reshape_alias", "split_with_sizes", "lift_fresh"}
+
+
+def recorder(ops: dict, describe):
+    """A TorchDispatchMode that appends [op, describe(inputs), describe(outputs)] of every non-view aten op to
+    ``ops[mode.phase]`` (set ``mode.phase = "backward"`` before the backward pass)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Record(TorchDispatchMode):
+        phase = "forward"
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            name = func.__name__.split(".")[0]
+            if name not in VIEWS:
+                ops[self.phase].append([name, describe(args), describe(out)])
+            return out
+
+    return Record()
+
+
 def run(layers: int, attn: str, checkpoint: bool, arch: str = "gpt2") -> dict:
     import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_leaves
 
     dims = DIMS[arch]
@@ -168,22 +189,10 @@ def run(layers: int, attn: str, checkpoint: bool, arch: str = "gpt2") -> dict:
     if checkpoint:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     ids = torch.randint(0, vocab, (b, s))
-    views = {"view", "_unsafe_view", "t", "transpose", "permute", "expand", "split", "slice", "select", "unsqueeze",
-             "squeeze", "detach", "alias", "as_strided", "_reshape_alias", "split_with_sizes", "lift_fresh"}
     ops = {"forward": [], "backward": []}
 
     def nbytes(x) -> int:
         return sum(t.numel() * t.element_size() for t in tree_leaves(x) if isinstance(t, torch.Tensor))
-
-    class Record(TorchDispatchMode):
-        phase = "forward"
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            out = func(*args, **(kwargs or {}))
-            name = func.__name__.split(".")[0]
-            if name not in views:
-                ops[self.phase].append([name, nbytes(args), nbytes(out)])
-            return out
 
     saved: dict = {}
     packed: list = []      # every pack call: (bytes at the tensor's own size, storage)
@@ -194,7 +203,7 @@ def run(layers: int, attn: str, checkpoint: bool, arch: str = "gpt2") -> dict:
         packed.append((t.numel() * t.element_size(), st.data_ptr()))
         return t
 
-    mode = Record()
+    mode = recorder(ops, nbytes)
     with mode, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         loss = model(input_ids=ids, labels=ids).loss
         mode.phase = "backward"

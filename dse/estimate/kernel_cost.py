@@ -47,6 +47,8 @@ class KernelCost(NamedTuple):
     softmax_backward: Num | None = None  # row softmax backward elements per second (None: bytes-bound only) [1/s]
     unvectorized: Num | None = None     # achieved share of the HBM bandwidth on the non-vectorized path with
                                         # operands in one order (broadcast, slice, cast; None: strided) [fraction]
+    grouped: dict[str, dict[str, float]] | None = None   # measured grouped-GEMM rates: shape -> rows -> fraction
+                                                         # of peak (compute.grouped_gemm_time; None: none)
 
 
 class Link(NamedTuple):
@@ -71,7 +73,8 @@ def cost_of(gpu: GPUSpec, peak: Num, attention_peak: Num | None = None, head_pea
                       peak if attention_peak is None else attention_peak, peak if head_peak is None else head_peak,
                       eff.gemm if eff.gemm_unaligned is None else eff.gemm_unaligned, operand_bytes,
                       eff.kernel_overhead, eff.gemm_depth, eff.gemm_fp8, eff.gemm_fp8_depth, eff.memory_strided,
-                      eff.softmax_rate, eff.softmax_rate_backward, eff.memory_unvectorized)
+                      eff.softmax_rate, eff.softmax_rate_backward, eff.memory_unvectorized,
+                      eff.gemm_grouped or None)
 
 
 def kernel_time(row: Row, hw: KernelCost, C: Module) -> tuple[Num, Num]:
@@ -81,7 +84,9 @@ def kernel_time(row: Row, hw: KernelCost, C: Module) -> tuple[Num, Num]:
     ``launches``: Transformer Engine's GroupedLinear), twice that backward (data and weight gradients of the
     same shapes; once for a ``frozen`` weight, which has no weight gradient); a GEMM whose dimensions are not
     multiples of 16 bytes (``aligned`` false: an unpadded vocabulary) runs at ``eta_unaligned`` instead, an FP8
-    GEMM (``fp8``: precision fp8's linear layers) at ``eta_fp8`` with its own k0 and ``operand_bytes``. Flash
+    GEMM (``fp8``: precision fp8's linear layers) at ``eta_fp8`` with its own k0 and ``operand_bytes``, a
+    ``grouped_mm`` row (torch._grouped_mm: Transformers' experts) at the GPU's measured grouped rate where it has one
+    (:func:`dse.formulas.compute.grouped_gemm_time`; twice that backward). Flash
     attention: executed FLOPs / (peak eta_attn) + t0 forward, backward FLOPs + 2 t0 backward (FlashAttention-2's
     backward is two kernels). Element-wise: bytes /
     (B_hbm eta_mem), twice the bytes backward unless the row states its backward bytes (a software stack's).
@@ -95,6 +100,9 @@ def kernel_time(row: Row, hw: KernelCost, C: Module) -> tuple[Num, Num]:
         depth = hw.depth
         if "fp8" in row and hw.fp8 is not None:
             eff, depth = hw.fp8, (hw.depth if hw.fp8_depth is None else hw.fp8_depth)
+        if "grouped_mm" in row and hw.grouped:   # torch._grouped_mm (Transformers' experts): its measured rate
+            f = C.grouped_gemm_time(row["m"], row["k"], row["n"], row["batch"], peak, hw.grouped)
+            return f, 2 * f
         f = C.gemm_time(row["m"], row["k"], row["n"], peak, eff, hw.overhead, row["batch"], depth)
         if "launches" in row:   # a grouped GEMM run as one GEMM per expert: each its own fixed time
             f = f + (row["launches"] - 1) * hw.overhead

@@ -276,6 +276,7 @@ def _times_key(tables: dict[str, Any], gpu: GPUSpec, host: HostSpec, plan: Plan,
     return (id(tables), id(gpu), scales, plan.precision, plan.grad_dtype, peak, link, ep_link, etp_link,
             plan.recompute, async_tp,
             getattr(plan, "stack", "megatron"), bool(getattr(plan, "pad_to_capacity", False)),
-            C.gemm_time, C.memory_time, P.allreduce_time, P.allgather_time, P.hierarchical_alltoall_time,
+            C.gemm_time, C.grouped_gemm_time, C.memory_time, P.allreduce_time, P.allgather_time,
+            P.hierarchical_alltoall_time,
             _kernels.table_launches, _kernels.row_launches, _kernels.megatron_launches, _kernels.moe_host_syncs,
             _kernels.restart_exposed_time, _kernels.stream_time, _kernels.moe_sync_row, _kernels.host_pass_time)

@@ -86,6 +86,10 @@ def stack_inputs(model: ModelSpec, plan: Plan, stack: str) -> tuple[Any, Any, An
     size = _stacks.sizes(s, plan.micro_batch, model.hidden, model.heads, kv, d, ffn, model.vocab, tp=t,
                          sequence_parallel=plan.sequence_parallel,
                          layer_params=(p_layer - p_rep) / t + p_rep, param_tensors=model.layer_param_tensors)
+    if model.experts:   # an MoE layer's routed copies (T k h), their ids and weights (T k), the router scores (T E)
+        k: Any = model.experts_per_token
+        size.update(routed=size["h"] * k, picks=size["h"] * k / model.hidden, probs=size["h"] * model.experts
+                    / model.hidden)
     choices = {"attention": plan.attention, "recompute": plan.recompute, "bias": bool(model.bias),
                "dropout": model.dropout > 0, "qkv": model.qkv_projection, "grouped": kv < model.heads,
                "scale_query": model.scale_query, "rotary": model.position == "rotary",

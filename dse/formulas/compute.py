@@ -31,11 +31,14 @@ Symbols:
 from __future__ import annotations
 
 import dataclasses
+import math
+from typing import Any
 
 from dse.formulas import optimizer as _optimizer, precision as _precision
-from dse.formulas._array import Num
+from dse.formulas._array import Num, _np, is_scalar, minimum, where
 
-__all__ = ["gemm_time", "memory_time", "flash_attention_flops", "elementwise_bytes", "adam_step_bytes"]
+__all__ = ["gemm_time", "grouped_gemm_time", "memory_time", "flash_attention_flops", "elementwise_bytes",
+           "adam_step_bytes"]
 
 
 def gemm_time(m: Num, k: Num, n: Num, peak_flops: Num, efficiency: Num, overhead: Num = 0.0, batch: Num = 1,
@@ -72,6 +75,62 @@ def gemm_time(m: Num, k: Num, n: Num, peak_flops: Num, efficiency: Num, overhead
     if not (type(depth) in (int, float) and depth == 0):
         t = t * (1 + depth / k)
     return t + overhead
+
+
+def grouped_gemm_time(m: Num, k: Num, n: Num, batch: Num, peak_flops: Num,
+                      rates: dict[str, dict[str, float]]) -> Num:
+    """Time of one grouped GEMM kernel (``torch._grouped_mm``) over ``batch`` groups of (m x k)(k x n), at the
+    rate measured for the nearest measured group shape.
+
+    Formula: t = 2 m k n batch / (peak eta_g(m; k', n')), (k', n') the measured shape nearest (k, n) in
+    |ln(k/k')| + |ln(n/n')|, eta_g its measured share of the peak at m rows per group, linear in ln m between the
+    measured row counts (the nearest one outside them)
+    Source: PyTorch's grouped GEMM (aten/src/ATen/native/cuda/GroupMM.cu: one CUTLASS 3 sm90 kernel over every
+    group, ``GroupProblemShape``) measured as such: ``dse measure --moe`` times ``torch._grouped_mm`` for four
+    published expert shapes at 256, 1,024 and 4,096 rows per expert (dse.measure.micro.expert_gemm_tflops,
+    data/h200/micro.jsonl); at 256 rows it runs at 0.34-0.90 of the dense GEMM of the same FLOPs, lowest for the
+    smallest shapes (few output tiles per group), so neither the dense rate nor one factor describes it.
+
+    Args:
+        m: rows per group (an expert's routed tokens) [count]
+        k: inner dimension [count]
+        n: columns of a group's weight [count]
+        batch: groups (local experts) [count]
+        rates: measured shapes "k x n" -> {rows: share of the peak} [dict]
+    Returns:
+        time [s]
+
+    >>> r = {"2048x1536": {"256": 0.415, "1024": 0.679}, "768x2048": {"256": 0.361, "1024": 0.547}}
+    >>> round(grouped_gemm_time(256, 2048, 2048, 64, 989.5e12, r) * 1e6, 1)   # OLMoE's fc1: microseconds
+    334.7
+    >>> round(grouped_gemm_time(512, 1024, 1024, 32, 989.5e12, r) * 1e6, 1)   # Granite-MoE's fc1: 768x2048's rate
+    76.5
+    """
+    log = math.log if is_scalar(m, k, n) else _np().log
+    best: Any = None
+    eff: Any = None
+    for shape, points in rates.items():
+        kk, nn = (float(x) for x in shape.split("x"))
+        dist = abs(log(k / kk)) + abs(log(n / nn))
+        here = _interp(log(m), sorted((math.log(float(r)), v) for r, v in points.items()))
+        if best is None:
+            best, eff = dist, here
+        else:
+            eff, best = where(dist < best, here, eff), minimum(dist, best)
+    t: Num = 2 * m * k * n * batch / (peak_flops * eff)
+    return t
+
+
+def _interp(x: Any, points: list[tuple[float, float]]) -> Any:
+    """Piecewise-linear y(x) through sorted (x, y) ``points``, constant beyond the first and the last."""
+    if type(x) is float:
+        if x <= points[0][0]:
+            return points[0][1]
+        for (x0, y0), (x1, y1) in zip(points, points[1:]):
+            if x <= x1:
+                return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+        return points[-1][1]
+    return _np().interp(x, [p for p, _ in points], [v for _, v in points])
 
 
 def memory_time(nbytes: Num, bandwidth: Num, efficiency: Num = 1.0) -> Num:

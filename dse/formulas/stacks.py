@@ -230,9 +230,10 @@ def apply_layer(table: Table, ops: dict[str, Op], size: Sizes, choices: dict[str
     ``rotary_before_transpose``)
     Source: the framework's op trace, as recorded in the stack file (stacks/*.yaml).
 
-    GEMM rows keep their shapes and what they save (their inputs); fc2's input is counted by ``activation``. An MoE
-    layer's expert and shared-expert activations are the stack's ``activation`` over their own elements (T k F_e / t,
-    T S F_s / t); Gemma 2's extra norms are its ``norm``; the other MoE rows (router, permutations) stay fused.
+    GEMM rows keep their shapes and what they save (their inputs); fc2's input is counted by ``activation``. MoE: the
+    expert and shared activations are ``activation`` over their own elements (T k F_e / t, T S F_s / t; the experts'
+    ``expert_glu`` where given); routing, permute, unpermute the stack's ``moe_*`` (saved bytes kept), the expert GEMMs
+    then ``grouped_mm`` (Transformers' experts). Gemma 2's extra norms are its ``norm``.
 
     Returns:
         kernel name -> row [dict]
@@ -257,7 +258,13 @@ def apply_layer(table: Table, ops: dict[str, Op], size: Sizes, choices: dict[str
         elif name in ("activation", "rotary") and name in ops:
             out[name] = _elementwise(ops[name], size, e, g)
         elif name in ("expert_activation", "shared_activation") and "activation" in ops:   # T k F_e elements
-            out[name] = _scaled(_elementwise(ops["activation"], size, e, g), row["elements"] / size["f"])
+            routed = name[0] == "e" and "permute" in table        # the experts of a routed layer (E > 1)
+            op = ops.get("expert_glu", ops["activation"]) if routed else ops["activation"]
+            out[name] = _scaled(_elementwise(op, size, e, g), row["elements"] / size["f"])
+        elif name in ("routing", "permute", "unpermute") and "moe_" + name in ops:   # Transformers' MoE block
+            out[name] = _elementwise(ops["moe_" + name], size, e, g, saved=row["saved"])
+        elif name in ("expert_fc1", "expert_fc2") and "moe_permute" in ops and "permute" in table:   # grouped_mm
+            out[name] = {**row, "grouped_mm": True}
         elif name == "fc2" and "activation" in ops:
             out[name] = {**row, "saved": 0}
         elif name == "attention" and "flash" in ops:       # a fused kernel: its saved tensors, then its copies

@@ -10,6 +10,7 @@ Bandwidths are per direction.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from dse.errors import InputError
@@ -46,6 +47,10 @@ class GPUEfficiency:
                                         "it with its source, precision fp8 needs it")
     gemm_fp8_depth: float | None = spec_field(None, unit="count", ge=0, help="k0 of an FP8 GEMM (as gemm_depth: "
                                               "t x (1 + k0/k)); default: gemm_depth")
+    gemm_grouped: dict[str, dict[str, float]] = spec_field(
+        factory=dict, help="measured rate of a grouped GEMM kernel (torch._grouped_mm, what Transformers runs its "
+                           "experts with): group shape 'k x n' -> {rows per group: fraction of dense peak} "
+                           "(dse.formulas.compute.grouped_gemm_time); default: none (priced as batched dense GEMMs)")
     kernel_overhead: float = spec_field(0.0, unit="s", ge=0, help="fixed GPU time per element-wise kernel a software "
                                         "stack counts (launch, ramp and drain; stacks/*.yaml); 0: folded into the "
                                         "fitted efficiencies")
@@ -77,6 +82,14 @@ class GPUEfficiency:
     microbatch_overhead: float = spec_field(0.0, unit="s", ge=0,
                                             help="fixed time per micro-batch per pipeline stage (data broadcast, "
                                                  "schedule, synchronisation)")
+
+    def _check(self, where: str) -> None:
+        for shape, rows in self.gemm_grouped.items():
+            at = f"{where}.gemm_grouped.{shape}"
+            if not re.fullmatch(r"[1-9][0-9]*x[1-9][0-9]*", shape):
+                raise InputError(f"{at}: a group shape is 'k x n' written KxN (e.g. 2048x1536)")
+            if not rows or any(not r.isdigit() or int(r) < 1 or not 0 < v <= 1 for r, v in rows.items()):
+                raise InputError(f"{at}: expected {{rows per group (>= 1): fraction of peak in (0, 1]}}, got {rows!r}")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -18,7 +18,8 @@ from dse.formulas.stacks import DTYPE_BYTES
 #: The stacks a plan may name (files of the catalog's stacks/ directory).
 STACKS = ("megatron", "pytorch", "compiled")
 #: Size names an amount may use (dse.formulas.stacks.sizes).
-SIZES = ("tok", "h", "q", "kv", "qkv", "f", "scores", "heads", "logits", "table", "rope", "params", "param_tensors")
+SIZES = ("tok", "h", "q", "kv", "qkv", "f", "scores", "heads", "logits", "table", "rope", "params", "param_tensors",
+         "routed", "picks", "probs")
 #: Entries a stack file may hold, with the variants an entry may be split into (None: not split).
 ENTRIES: dict[str, tuple[str, ...] | None] = {
     "norm": ("layernorm", "rmsnorm", "gemma_rmsnorm", "fp32_rmsnorm", "olmo_layernorm", "layernorm1p",
@@ -31,7 +32,8 @@ ENTRIES: dict[str, tuple[str, ...] | None] = {
     "embedding_scale": None, "residual_scale": None, "logit_scale": None, "rotary_fp32": None, "qkv_grad_cat": None,
     "rotary_upcast": None,
     "mlp_bias_grads": None, "rotary_tables": None, "qkv_bias_grads": None,
-    "attn_bias_grads": None}
+    "attn_bias_grads": None, "moe_routing": None, "moe_permute": None, "moe_unpermute": None,
+    "expert_glu": ("silu_glu", "gelu_glu")}
 #: Entries that may name another entry (``final_norm: norm``): the same op over their own tensors.
 ALIASES = ("final_norm", "qk_norm")
 #: A variant a stack may leave out, and the one it then takes: Gemma's RMSNorm is RMSNorm with the weight applied in
@@ -47,8 +49,8 @@ FALLBACK = {"gemma_rmsnorm": "rmsnorm", "fp32_rmsnorm": "gemma_rmsnorm",
             # Cohere's LayerNorm without bias in fp32 ops: one LayerNorm kernel each way where fused
             "fp32_layernorm": "layernorm"}
 #: Which model property picks an entry's variant (an entry without variants applies as written).
-VARIANT_OF = {"norm": "norm", "activation": "activation", "flash": "qkv", "kv_copy": "qkv", "math": "softmax",
-              "rotary_grads": "qkv"}
+VARIANT_OF = {"norm": "norm", "activation": "activation", "expert_glu": "activation", "flash": "qkv", "kv_copy": "qkv",
+              "math": "softmax", "rotary_grads": "qkv"}
 _OP_KEYS = ("forward", "backward", "saved", "packed", "transient", "when", "frozen")
 _CHOICES = {"attention": ("flash", "math"), "recompute": ("none", "selective", "full"), "bias": (True, False),
             "dropout": (True, False), "qkv": ("fused", "separate"), "grouped": (True, False),
