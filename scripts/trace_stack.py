@@ -20,7 +20,7 @@ Usage (needs torch and transformers, which dse itself does not):
     python scripts/trace_stack.py llama > tests/fixtures/pytorch_stack_trace_llama.json
     python scripts/trace_stack.py gemma3 > tests/fixtures/pytorch_stack_trace_gemma3.json   (also: opt, gpt_neox, and
     the AUTO families: gemma, phi, starcoder2, granite, olmo2, gpt_bigcode, gptj, bloom, olmo, olmoe, phimoe,
-    glm4_moe, nemotron, cohere)
+    glm4_moe, nemotron, cohere, phi3)
 """
 
 from __future__ import annotations
@@ -87,6 +87,11 @@ AUTO = {
     # a tied head
     "cohere": {"hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 704,
                "vocab_size": 32000},
+    # phi3 (Phi-3): Llama's layer with Q, K, V sliced out of one qkv_proj, gate and up chunked out of one gate_up_proj,
+    # the rotary's q_rot / q_pass slices and cat; 2 K/V heads (token ids 0: its default pad id is past this vocabulary)
+    "phi3": {"hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 704,
+             "vocab_size": 32000, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "pad_token_id": 0, "bos_token_id": 0,
+             "eos_token_id": 0},
 }
 #: families whose MoE block is replaced by a dense MLP class after the build: "model_type:Class" of
 #: transformers.models.<model_type>.modeling_<model_type> (the layer attribute: block_sparse_moe or mlp)

@@ -119,7 +119,7 @@ def test_fused_rotary_keeps_the_rotated_q_and_k_under_the_pytorch_stack():
     from dse.specs.plan import Plan
 
     phi = spec("Phi-3-mini-4k-instruct")
-    separate = dataclasses.replace(phi, qkv_projection="separate")
+    separate = dataclasses.replace(phi, qkv_projection="separate", projection_slices=False)
 
     def kept(model, recompute):    # what the attention keeps, with the K/V-cache copies where it keeps those
         plan = Plan(tp=1, micro_batch=1, seq_len=2048, stack="pytorch", recompute=recompute)

@@ -127,13 +127,13 @@ _TRACES = {"gpt2": _json.loads((_FIXTURES / "pytorch_stack_trace.json").read_tex
            "gpt_neox": _json.loads((_FIXTURES / "pytorch_stack_trace_gpt_neox.json").read_text()),
            **{a: _json.loads((_FIXTURES / f"pytorch_stack_trace_{a}.json").read_text())
               for a in ("gemma", "phi", "starcoder2", "granite", "olmo2", "gpt_bigcode", "gptj", "bloom", "olmo",
-                        "olmoe", "phimoe", "glm4_moe", "nemotron", "cohere")}}
+                        "olmoe", "phimoe", "glm4_moe", "nemotron", "cohere", "phi3")}}
 #: the families scripts/trace_stack.py builds from a config (AUTO): the fixture config.json each is priced from
 _AUTO_FIXTURE = {"gemma": "gemma-2b", "phi": "phi-2", "starcoder2": "starcoder2-3b", "granite": "granite-3.0-2b-base",
                  "olmo2": "OLMo-2-1124-7B", "gpt_bigcode": "starcoderbase-1b", "gptj": "gpt-j-6b",
                  "bloom": "bloom-560m", "olmo": "OLMo-1B-hf", "olmoe": "OLMoE-1B-7B-0924", "glm4_moe": "GLM-4.5-Air",
                  "phimoe": "Phi-3.5-MoE-instruct", "nemotron": "Minitron-4B-Base",
-                 "cohere": "c4ai-command-r-v01"}
+                 "cohere": "c4ai-command-r-v01", "phi3": "Phi-3-mini-4k-instruct"}
 #: the MoE families traced with a dense MLP in every layer (scripts/trace_stack.py): their attention, priced dense
 _DENSE_MOE = ["model.experts=0", "model.experts_per_token=null", "model.expert_ffn=null", "model.shared_experts=0",
               "model.shared_expert_ffn=null", "model.first_dense_layers=0", "model.mtp_layers=0"]
@@ -192,7 +192,7 @@ def test_the_pytorch_stack_reproduces_the_traced_bytes_and_saved_tensors_of_a_la
     m, _, p = resolve(name, "dgx-h100", None, sets, micro_batch=d["b"], seq_len=d["s"], stack="pytorch",
                       attention={"sdpa": "flash", "eager": "math"}[attn],
                       recompute=rc, precision="bf16-pure", dp=1)
-    assert m.qkv_projection == ("fused" if arch in ("gpt2", "gpt_neox", "gpt_bigcode", "bloom") else "separate")
+    assert m.qkv_projection == ("fused" if arch in ("gpt2", "gpt_neox", "gpt_bigcode", "bloom", "phi3") else "separate")
     t = KT.kernel_tables(m, p, recipe_of(p))["layer"]
     ew = [r for r in t.values() if r["kind"] == "elementwise"]
     fwd = sum(r["bytes"] for r in ew)
@@ -211,9 +211,12 @@ def test_the_pytorch_stack_reproduces_the_traced_bytes_and_saved_tensors_of_a_la
     if m.alibi:   # CUDA only (BLOOM): baddbmm copies the bias into its result, which the GEMM reads back (2 score
         fwd -= 2 * scores * 2           # passes); each of the 3 select_backwards fills the whole qkv gradient (3 q)
         bwd -= 3 * q                    # and copies its q-sized view (2 q): the trace counts q in, 3 q out
-    if m.rotary_fraction < 1 and not m.rotary_before_transpose:   # a partial rotary's torch.cat writes q contiguous
-        cuda_only_copy = 0   # in (b, a, s, d) (GPT-NeoX, Phi): the CPU kernel returns that layout, copied as on CUDA
+    if (m.rotary_fraction < 1 or m.projection_slices) and not m.rotary_before_transpose:   # a partial rotary's (Phi-3:
+        cuda_only_copy = 0   # any) torch.cat writes q contiguous in (b, a, s, d) (GPT-NeoX, Phi): the CPU kernel
+        # returns that layout, copied as on CUDA
     fwd -= cuda_only_copy
+    if m.projection_slices:    # Phi-3's q, k, v slices: each slice_backward's copy writes its slice of the zero-filled
+        bwd -= q + 2 * kv      # gradient; the trace counts the slice read and the whole written, not that write (qkv)
     if m.position == "rotary":                                   # zero fills the trace does not count (rotate_half's,
         bwd -= (q + kv) * m.rotary_fraction                      # and a partial rotary's two slices of q and of k)
         bwd -= (q + kv) if m.rotary_fraction < 1 else 0

@@ -72,8 +72,12 @@ def stack_inputs(model: ModelSpec, plan: Plan, stack: str) -> tuple[Any, Any, An
     from dse.formulas import transformer as T
 
     spec = stack_spec(stack)
-    ops = spec.ops(model.norm_kind, model.activation_kind, model.qkv_projection,
-                   "alibi" if model.alibi else model.softmax_dtype)   # BLOOM's ALiBi attention: its own math variant
+    # BLOOM's ALiBi attention: its own math variant; Phi-3's Q, K and V slices of one projection reach the attention,
+    # the rotary and their gradients' copies as separate tensors, as the separate projections' do (where the stack
+    # traces the slices apart: eager; torch.compile's fused kernels keep the fused layout's rows)
+    slices = model.projection_slices and "qkv_slices" in spec.rows
+    ops = spec.ops(model.norm_kind, model.activation_kind, "separate" if slices else model.qkv_projection,
+                   "alibi" if model.alibi else model.softmax_dtype)
     t = plan.tp
     kv: Any = model.kv_heads          # resolved specs: set (Optional only before resolution)
     d: Any = model.head_dim
@@ -101,7 +105,8 @@ def stack_inputs(model: ModelSpec, plan: Plan, stack: str) -> tuple[Any, Any, An
                "rotary_upcast": model.rotary_upcast,
                "mlp_bias": bool(model.bias if model.mlp_bias is None else model.mlp_bias),
                "rotary_before_transpose": model.rotary_before_transpose,
-               "qkv_bias": bool(model.bias if model.qkv_bias is None else model.qkv_bias)}
+               "qkv_bias": bool(model.bias if model.qkv_bias is None else model.qkv_bias),
+               "slices": slices}
     return ops, size, choices
 
 

@@ -165,6 +165,11 @@ class ModelSpec:
     rotary_upcast: bool = spec_field(False, help="q and k are cast to fp32 before the rotary and back after (Cohere: "
                                      "q.float()), the cos and sin tables kept in the activation dtype: every rotary op "
                                      "in fp32; not with rotary_fp32 (OLMo 2's fp32 tables)")
+    projection_slices: bool = spec_field(False, help="Q, K and V are slices of one fused projection's output and the "
+                                         "gate and up halves of a SwiGLU MLP chunks of another, the rotary slicing "
+                                         "and concatenating q and k (Phi-3: qkv_proj, gate_up_proj): an eager stack's "
+                                         "non-vectorized GLU and the slices' zero-filled gradients; needs "
+                                         "qkv_projection fused")
     experts: int = spec_field(0, ge=0, help="routed experts E of an MoE layer; 0: a dense MLP in every layer")
     experts_per_token: int | None = spec_field(None, gt=0, help="routed experts each token runs (top-k); "
                                                                "required with experts")
@@ -255,8 +260,9 @@ class ModelSpec:
         """The activation as a software stack's ``activation`` variants name it (silu_glu for a gated SwiGLU MLP,
         relu2 for the squared ReLU)."""
         if self.ffn_type in ("swiglu", "relu2"):
-            return "silu_glu" if self.ffn_type == "swiglu" else "relu2"
-            return "silu_glu"
+            if self.ffn_type == "relu2":
+                return "relu2"
+            return "silu_glu_chunk" if self.projection_slices else "silu_glu"   # Phi-3's gate_up_proj chunks
         if self.ffn_type == "geglu":
             return "gelu_glu"
         act = self.activation or ("relu" if self.ffn_type == "relu" else "gelu")
@@ -270,8 +276,8 @@ class ModelSpec:
         present; two norms (LayerNorm: weight and bias; RMSNorm: weight).
         """
         weights = 7 if self.ffn_type in ("swiglu", "geglu") else 4
-        if weights == 7 and self.qkv_projection == "fused":   # Phi-3's qkv_proj (its fused gate_up_proj: not counted)
-            weights = 5
+        if weights == 7 and self.qkv_projection == "fused":   # Phi-3's qkv_proj, and its gate_up_proj
+            weights = 4 if self.projection_slices else 5
         biases = weights if self.bias else (3 if self.qkv_bias else 0)
         if self.bias and self.mlp_bias is False:   # biases on the attention only (PhiMoE): q, k, v (or qkv) and o
             biases = 4 if self.qkv_projection == "separate" else 2

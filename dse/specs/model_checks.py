@@ -39,6 +39,8 @@ def check_model(spec: ModelSpec, where: str) -> None:
     if spec.rotary_upcast and (spec.rotary_fp32 or spec.position != "rotary"):
         raise InputError(f"{where}: rotary_upcast needs position rotary and rotary_fp32 false (both price an fp32 "
                          "rotary)")
+    if spec.projection_slices and spec.qkv_projection != "fused":
+        raise InputError(f"{where}: projection_slices needs qkv_projection fused (Q, K and V slices of one projection)")
     if spec.zero_centered_gamma and (spec.norm != "layernorm" or not spec.norm_weight):
         raise InputError(f"{where}: zero_centered_gamma needs a LayerNorm with weights (norm layernorm, "
                          f"norm_weight true; Gemma's (1 + w) RMSNorm: norm_fp32_weight)")

@@ -24,7 +24,8 @@ SIZES = ("tok", "h", "q", "kv", "qkv", "f", "scores", "heads", "logits", "table"
 ENTRIES: dict[str, tuple[str, ...] | None] = {
     "norm": ("layernorm", "rmsnorm", "gemma_rmsnorm", "fp32_rmsnorm", "olmo_layernorm", "layernorm1p",
              "fp32_layernorm"),
-    "residual": None, "activation": ("gelu", "gelu_new", "relu", "silu_glu", "gelu_glu", "bloom_gelu", "relu2"),
+    "residual": None, "activation": ("gelu", "gelu_new", "relu", "silu_glu", "silu_glu_chunk", "gelu_glu", "bloom_gelu",
+                                     "relu2"),
     "rotary": None, "flash": ("fused", "separate"), "math": ("activation", "fp32", "alibi"), "dropout": None,
     "score_dropout": None, "kv_copy": ("fused", "separate"), "kv_repeat": None, "qkv_inputs": None, "qkv_grads": None,
     "rotary_grads": ("fused", "separate"), "query_scale": None, "bias_grads": None, "grad_accumulate": None,
@@ -33,7 +34,7 @@ ENTRIES: dict[str, tuple[str, ...] | None] = {
     "rotary_upcast": None,
     "mlp_bias_grads": None, "rotary_tables": None, "qkv_bias_grads": None,
     "attn_bias_grads": None, "moe_routing": None, "moe_permute": None, "moe_unpermute": None,
-    "expert_glu": ("silu_glu", "gelu_glu")}
+    "expert_glu": ("silu_glu", "gelu_glu"), "qkv_slices": None}
 #: Entries that may name another entry (``final_norm: norm``): the same op over their own tensors.
 ALIASES = ("final_norm", "qk_norm")
 #: A variant a stack may leave out, and the one it then takes: Gemma's RMSNorm is RMSNorm with the weight applied in
@@ -47,7 +48,9 @@ FALLBACK = {"gemma_rmsnorm": "rmsnorm", "fp32_rmsnorm": "gemma_rmsnorm",
             # element-wise ops that, fused (compiled), keeps its input and output as the GeLU chain does
             "layernorm1p": "layernorm", "relu2": "gelu",
             # Cohere's LayerNorm without bias in fp32 ops: one LayerNorm kernel each way where fused
-            "fp32_layernorm": "layernorm"}
+            "fp32_layernorm": "layernorm",
+            # Phi-3's SwiGLU over the chunks of one gate_up_proj: a SwiGLU where a stack does not trace it apart
+            "silu_glu_chunk": "silu_glu"}
 #: Which model property picks an entry's variant (an entry without variants applies as written).
 VARIANT_OF = {"norm": "norm", "activation": "activation", "expert_glu": "activation", "flash": "qkv", "kv_copy": "qkv",
               "math": "softmax", "rotary_grads": "qkv"}
@@ -59,7 +62,7 @@ _CHOICES = {"attention": ("flash", "math"), "recompute": ("none", "selective", "
             "kv_cache": (True, False), "residual_scale": (True, False), "logit_scale": (True, False),
             "rotary_fp32": (True, False), "rotary_upcast": (True, False), "mlp_bias": (True, False),
             "rotary_before_transpose": (True, False),
-            "qkv_bias": (True, False)}
+            "qkv_bias": (True, False), "slices": (True, False)}
 
 
 @dataclass(frozen=True)

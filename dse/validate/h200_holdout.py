@@ -76,7 +76,8 @@ EXPECTED_TIME_MISSES: dict[str, str] = {
 }
 #: Documented reasons the suite's aggregate targets are missed today.
 EXPECTED_TARGET_MISSES: dict[str, str] = {
-    "time mape": ("out of sample, before any change: 15.0 % (mean -14.7 %); every dense row outside the tolerance is "
+    "time mape": ("out of sample, before any change: 15.0 % (mean -14.7 %; now 14.7 %, -14.3 %: Phi-3's sliced "
+                  "projections priced); every dense row outside the tolerance is "
                   "host-bound (its profile's device time < 80 % of the step), and every GPU-bound row is inside it: "
                   "the kernels carry over to twelve new families, this VM's host does not carry over from the first "
                   "VM's (the repeated rows)"),

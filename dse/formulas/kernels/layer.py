@@ -271,8 +271,9 @@ def layer_kernels(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: N
         t = _stacks.apply_layer(t, stack, stack_sizes or {}, stack_choices or {}, bytes_per_element=e,
                                 grad_bytes=grad_bytes)
         if rotary:
+            ch = stack_choices or {}   # Phi-3's slices of one projection reach the attention as separate tensors
             t = _rotary_layout(t, rotary_fraction, e * tok * hd_q, e * tok * hd_kv,
-                                      fused=(stack_choices or {}).get("qkv") == "fused")
+                               fused=ch.get("qkv") == "fused" and not ch.get("slices"), cat=bool(ch.get("slices")))
     if parallel_residual:
         _parallel_residual(t, x_in, layer_norms, keeps_input=not stack or norm == "layernorm")
     if finetune:  # frozen weights with LoRA adapters (dse.formulas.finetune)

@@ -13,11 +13,18 @@ from dse.formulas.kernels.rows import Row, Table
 __all__ = ["unfused_rotary_row"]
 
 
-def _rotary_layout(table: Table, rotary_fraction: Num, q: Num, kv: Num, *, fused: bool) -> Table:
-    """A stack's layer table with partial rotary positions or a fused QKV (GPT-NeoX, Phi-3, Falcon).
+def _rotary_layout(table: Table, rotary_fraction: Num, q: Num, kv: Num, *, fused: bool, cat: bool = False) -> Table:
+    """A stack's layer table with partial rotary positions or a fused QKV (GPT-NeoX, Phi, Falcon).
 
     Formula: partial (rho < 1): rotary x rho + torch.cat of the two shares (2 passes of q and k, 2 kernels) forward;
-    backward each share's slice_backward (zero fill + copy) and their sum: 7 passes of q and k, 5 kernels each. Fused:
+    backward each share's slice_backward (zero fill + copy) and their sum: 7 passes of q and k, 5 kernels each.
+    ``cat`` (Phi-3: its apply_rotary_pos_emb slices and concatenates at any rho): at rho = 1 the cat of q with an
+    empty q_pass (a strided copy, 2 passes of q and k) forward; backward q_pass's slice_backward fills the whole
+    gradient (its copy moves nothing; q[..., :d] over the whole head is q itself: no slice) and an add sums it with
+    q_rot's: 4 passes of q and k, 2 kernels each (trace of Phi3ForCausalLM against Llama's rotary in the same layer:
+    scripts/trace_stack.py phi3); eager attention's matmuls then read the cat's contiguous q and K as at rho < 1; with
+    SDPA and no KV cache the V it keeps is a view of the fused projection's output, which stays alive: + q + kv saved
+    (the same trace with use_cache off: V's storage q + 2 kv). Fused:
     flash keeps the rotated q, k beside the buffer V views (+ q + kv), or with the cache (kv_copy) the copies instead
     (- qkv - kv); eager (fp32 variant): no q copy after the cat (- 2 q), without the cache a V copy (+ 2 kv), with it
     - 2 q kept; its three gradient copies become one cat (same bytes, - 2 kernels); separate projections, eager:
@@ -37,8 +44,15 @@ def _rotary_layout(table: Table, rotary_fraction: Num, q: Num, kv: Num, *, fused
     (9.0, 21.5, 28, 12.0)
     """
     out = dict(table)
-    partial = not (type(rotary_fraction) in (int, float) and rotary_fraction == 1)
-    if partial and "bytes_backward" in out.get("rotary", {}):   # a stack's unfused rotary (compiled: fused)
+    whole = type(rotary_fraction) in (int, float) and rotary_fraction == 1
+    if cat and whole and "bytes_backward" in out.get("rotary", {}):   # Phi-3 at rho = 1: the cat, q_pass's fill
+        row = out["rotary"]
+        out["rotary"] = {**row, "bytes": row["bytes"] + 2 * (q + kv),
+                         "bytes_backward": row["bytes_backward"] + 4 * (q + kv),
+                         "kernels": row["kernels"] + 2, "kernels_backward": row["kernels_backward"] + 4,
+                         **_more(row, strided=2 * (q + kv))}
+    partial = not whole or cat   # a cat writes q and k contiguous (eager attention below)
+    if not whole and "bytes_backward" in out.get("rotary", {}):   # a stack's unfused rotary (compiled: fused)
         row = out["rotary"]
         out["rotary"] = {**row, "bytes": row["bytes"] * rotary_fraction + 2 * (q + kv),
                          "bytes_backward": row["bytes_backward"] * rotary_fraction + 7 * (q + kv),
@@ -47,6 +61,9 @@ def _rotary_layout(table: Table, rotary_fraction: Num, q: Num, kv: Num, *, fused
                          **_more(_scaled_parts(row, rotary_fraction), strided=2 * (q + kv),
                                  strided_backward=2 * (q + kv))}
     cache = "kv_copy" in out
+    if cat and not fused and not cache and "attention" in out:   # Phi-3: V, a view of qkv_proj's output, keeps it
+        row = out["attention"]   # alive (+ q + kv over the separate variant's V); the cache's copy instead does not
+        out["attention"] = {**row, "saved": row["saved"] + q + kv}
     if fused and "attention" in out:
         kept = q + kv - ((q + 3 * kv) if cache else 0)
         row = out["attention"]   # the hooks pack q, k, v, the output and the log-sum-exp at their own sizes

@@ -1,7 +1,8 @@
 """config.json reader of Phi-3 (Phi3Config; Transformers 5.24 modeling_phi3.py).
 
 A Llama-like decoder whose projections are fused: ``qkv_proj`` (one h x (a + 2 kv) d GEMM, Q, K and V its slices)
-and ``gate_up_proj`` (one h x 2F GEMM, chunked into gate and up), RMSNorm, rotary positions on
+and ``gate_up_proj`` (one h x 2F GEMM, chunked into gate and up; ``projection_slices``: the views' non-vectorized
+GLU and zero-filled slice gradients in an eager stack), RMSNorm, rotary positions on
 ``partial_rotary_factor`` of each head (1 for Phi-3, 0.75 for Phi-4-mini), an untied head, the eager softmax in
 fp32, and a ``sliding_window`` mask whenever the config sets one (Phi3Model picks
 create_sliding_window_causal_mask).
@@ -29,6 +30,7 @@ def read(cfg: dict, mt: str, where: str, name: str, g: Get) -> dict:
         qkv_bias=False, vocab=g("vocab_size", req=True), max_seq_len=g("max_position_embeddings", 4096),
         position="rotary", rotary_fraction=rotary_fraction(cfg, where),
         tied_embeddings=bool(g("tie_word_embeddings", False)), qkv_projection="fused", softmax_dtype="fp32",
+        projection_slices=True,
         dropout=float(g("resid_pdrop", 0.0)), source=f"Hugging Face config {where}",
     )
     if g("sliding_window"):
