@@ -35,7 +35,8 @@ def profile_step(torch, step, device: str, top: int = 60) -> dict:
     """Profile one call of ``step()`` (a forward and backward pass) and summarise it.
 
     Returns device_s_by_category, kernels_by_category, kernels ([seconds, name, count], largest first),
-    ops ([device seconds, host seconds, name, count]) and host_s (the step's host wall time).
+    ops ([device seconds, host seconds, name, count]), host_s (the step's host wall time) and, on a GPU,
+    timeline: when the GPU waited for the host (:func:`dse.measure.timeline.summarise`).
     """
     import time
 
@@ -63,5 +64,7 @@ def profile_step(torch, step, device: str, top: int = 60) -> dict:
             kernels.append([dev, e.key[:160], e.count])
     kernels.sort(key=lambda r: -r[0])
     ops.sort(key=lambda r: (-r[0], -r[1]))
+    from dse.measure.timeline import timeline
+
     return {"device_s_by_category": by_cat, "kernels_by_category": counts, "kernels": kernels[:top],
-            "ops": ops[:top], "host_s": host}
+            "ops": ops[:top], "host_s": host, "timeline": timeline(prof) if cuda else {}}
