@@ -33,35 +33,19 @@ import argparse
 import json
 import math
 import platform
-import time
+import sys
+from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
+from dse.measure.host import best_us, count_ops, cpu_model, gpt2_block, layer_passes  # noqa: E402
 
 
 SYNC = [lambda: None]     # torch.cuda.synchronize with --device cuda: a repeat ends when its kernels have run
 
 
 def _best_us(fn, inner: int, repeats: int) -> float:
-    fn()
-    fn()
-    times = []
-    for _ in range(repeats):
-        SYNC[0]()
-        t0 = time.perf_counter()
-        for _ in range(inner):
-            fn()
-        SYNC[0]()
-        times.append((time.perf_counter() - t0) / inner)
-    return min(times) * 1e6     # the least-disturbed repeat: the machine may be shared
+    return best_us(fn, inner, repeats, SYNC[0])
 
 
 def megatron_layer(h: int = 64, heads: int = 4):
@@ -149,47 +133,6 @@ def megatron_layer(h: int = 64, heads: int = 4):
     return Layer()
 
 
-def layer_passes(layer, x, mask, checkpoint: bool, reentrant: bool = True):
-    """Callables for the forward pass and for forward + backward (with a checkpoint when asked)."""
-    import torch
-    from torch.utils.checkpoint import checkpoint as ckpt
-
-    def fwd():
-        with torch.no_grad() if checkpoint else torch.enable_grad():
-            return layer(x, mask) if mask is not None else layer(x)
-
-    def step():
-        if checkpoint:
-            y = ckpt(layer, x, mask, use_reentrant=True) if reentrant else ckpt(layer, x, use_reentrant=False)
-            y = y[0] if isinstance(y, tuple) else y
-        else:
-            y = layer(x, mask) if mask is not None else layer(x)
-            y = y[0] if isinstance(y, tuple) else y
-        y.sum().backward()
-
-    return fwd, step
-
-
-def count_ops(fn) -> int:
-    """Aten ops (non-view) dispatched by fn()."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class Count(TorchDispatchMode):
-        n = 0
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if not getattr(func, "is_view", False) and "view" not in func.__name__ and func.__name__ not in (
-                    "detach.default", "t.default", "transpose.int", "expand.default", "permute.default",
-                    "split.Tensor", "split_with_sizes.default", "_unsafe_view.default", "unsqueeze.default",
-                    "empty.memory_format", "alias.default", "slice.Tensor", "select.int"):
-                Count.n += 1
-            return func(*args, **(kwargs or {}))
-
-    with Count():
-        fn()
-    return Count.n
-
-
 def main() -> None:
     import torch
 
@@ -208,7 +151,7 @@ def main() -> None:
     what = ("host time of eager PyTorch per op, tiny tensors on the GPU: framework, CUDA launch and allocator" if cuda
             else "host-side (CPU) time of eager PyTorch per op, tiny tensors on the CPU build of torch; no CUDA "
                  "driver, allocator or NCCL time")
-    out = {"what": what, "cpu": _cpu_model(), "torch": torch.__version__, "python": platform.python_version(),
+    out = {"what": what, "cpu": cpu_model(), "torch": torch.__version__, "python": platform.python_version(),
            "threads": 1, "device": torch.cuda.get_device_name(0) if cuda else "cpu"}
     x = torch.ones(1)
     xg = torch.ones(1, requires_grad=True)
@@ -229,25 +172,7 @@ def main() -> None:
     out["megatron_layer"] = {"forward_us": t_f, "checkpointed_step_us": t_step, "forward_ops": n_f,
                              "checkpointed_step_ops": n_step, "us_per_op_forward": t_f / n_f,
                              "us_per_op_step": t_step / n_step}
-    try:
-        from transformers import GPT2Config
-        from transformers.models.gpt2.modeling_gpt2 import GPT2Block
-
-        cfg = GPT2Config(n_embd=h, n_head=2, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
-        cfg._attn_implementation = "sdpa"
-        blk = GPT2Block(cfg).train()
-        xb = torch.randn(b, s, h, requires_grad=True)
-        f2, st2 = layer_passes(blk, xb, None, checkpoint=False)
-        t_f2, t_s2 = _best_us(f2, 50, args.repeats), _best_us(st2, 20, args.repeats)
-        n_f2, n_s2 = count_ops(f2), count_ops(st2)
-        out["gpt2_block"] = {"forward_us": t_f2, "step_us": t_s2, "forward_ops": n_f2, "step_ops": n_s2,
-                             "us_per_op_forward": t_f2 / n_f2, "us_per_op_step": t_s2 / n_s2}
-        _, st3 = layer_passes(blk, xb, None, checkpoint=True, reentrant=False)   # as Transformers checkpoints
-        t_s3, n_s3 = _best_us(st3, 20, args.repeats), count_ops(st3)
-        out["gpt2_block"].update(checkpointed_step_us=t_s3, checkpointed_step_ops=n_s3,
-                                 us_per_op_checkpointed_step=t_s3 / n_s3)
-    except ImportError:
-        out["gpt2_block"] = None
+    out["gpt2_block"] = gpt2_block(args.device, args.repeats, sync=SYNC[0], hidden=h, seq=s)
     print(json.dumps(out, indent=1))
 
 

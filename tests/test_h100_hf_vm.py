@@ -22,6 +22,11 @@ def test_the_h100_vm_host_scales_are_its_measured_step_over_the_priced_step():
         ref = step_host_time((20, 50), spec.dispatch, spec.layer_dispatch, recompute)
         scale = host.dispatch_scale if recompute == "none" else host.checkpoint_dispatch_scale
         assert scale == pytest.approx(step * 1e-6 / ref, rel=1e-3)
+    # what dse calibrate derives from a measure file's host block (the same fields): the shipped scales
+    from dse.calibrate.host import host_scales
+
+    assert host_scales({"gpt2_block": gpt2}) == pytest.approx(
+        {"dispatch_scale": host.dispatch_scale, "checkpoint_dispatch_scale": host.checkpoint_dispatch_scale}, rel=1e-3)
     assert load_system("h100-vm").node.host == host
     assert load_system("h100-vm").node.gpu == load_system("dgx-h100").node.gpu
 

@@ -25,36 +25,21 @@ def _host_file():
     return json.loads((data_dir() / "h200" / "host_dispatch_cuda.json").read_text())
 
 
-def _gpt2_block_launches():
-    """The (forward, backward) launches dse prices for one Transformers GPT2Block (SDPA, no K/V cache)."""
-    from dse.estimate import make_plan
-    from dse.estimate.kernel_table import kernel_tables
-    from dse.formulas.kernels import table_launches
-    from dse.formulas.precision import recipe_of
-
-    m = catalog.load_model("gpt2-medium", [(["dropout"], 0.0)])
-    p = make_plan(m, load_system("h200-vm"), dict(dp=1, micro_batch=4, global_batch=4, seq_len=1024, stack="pytorch",
-                                                  kv_cache=False))
-    return table_launches(kernel_tables(m, p, recipe_of(p))["layer"])
-
-
-def gpt2_block_reference(recompute):
-    """The reference host's time dse prices for one GPT2Block step: L d + D per pass, the forward twice if full."""
-    from dse.formulas.kernels import step_host_time
-
-    spec = stack_spec("pytorch")
-    return step_host_time(_gpt2_block_launches(), spec.dispatch, spec.layer_dispatch, recompute)
-
-
 def test_the_vm_hosts_dispatch_scales_are_its_measured_step_over_the_priced_step():
+    from dse.calibrate.host import gpt2_block_launches, gpt2_block_reference, host_scales
+
     gpt2 = _host_file()["gpt2_block"]
     host = component("firecracker-xeon-vm")
-    assert _gpt2_block_launches() == (20, 50)
+    assert gpt2_block_launches() == (20, 50)
     # the reference GPT2Block step is 70 launches x 7.7 us, as the stack's single time per launch priced it
     assert gpt2_block_reference("none") == pytest.approx(70 * 7.7e-6, rel=2e-3)
     assert host.dispatch_scale == pytest.approx(gpt2["step_us"] * 1e-6 / gpt2_block_reference("none"), rel=1e-3)
     assert host.checkpoint_dispatch_scale == pytest.approx(
         gpt2["checkpointed_step_us"] * 1e-6 / gpt2_block_reference("full"), rel=1e-3)
+    # what dse calibrate derives from a measure file's host block (the same fields): the shipped scales
+    assert host_scales(_host_file()) == pytest.approx({"dispatch_scale": host.dispatch_scale,
+                                                       "checkpoint_dispatch_scale": host.checkpoint_dispatch_scale},
+                                                      rel=1e-3)
     # the same ratio with no launch model: the step on CPU tensors here and on the reference host
     cpu = json.loads((data_dir() / "h200" / "host_dispatch_cpu.json").read_text())["gpt2_block"]["step_us"]
     reference = json.loads((data_dir() / "host_dispatch_cpu.json").read_text())["gpt2_block"]["step_us"]

@@ -93,3 +93,27 @@ def test_second_vm_micro_benchmarks_reproduce_the_first():
         assert abs(b[k] / a[k] - 1) < 0.02, k
     for n, t in a["adamw_fused_fp32_step_s"].items():
         assert abs(b["adamw_fused_fp32_step_s"][n] / t - 1) < 0.02, n
+
+
+@pytest.mark.parametrize("half", [0, 1])
+def test_this_vms_host_speed_fitted_on_half_its_rows_predicts_the_other_half(half):
+    """``dse calibrate --params dispatch_scale`` on half of this VM's dense rows (every other row: each half holds
+    every family), the other half held out: the host speed is what the first VM's spec gets wrong here. Fitted
+    6.3-6.5 against h200-vm's measured 4.58 (the VM's host ~1.4x slower; its checkpointed scale moves in proportion,
+    dse.calibrate.fit.with_efficiency); the held-out time MAPE 18.3 -> 8.5 % and 13.6 -> 7.6 %. Not shipped as a
+    host spec: it would be fitted to the held-out set (docs/calibration.md)."""
+    from dse.calibrate import fit, measurements
+    from dse.catalog import load_system
+
+    ms = [m for m in H.measurements() if not getattr(m.model, "experts", 0)]
+    train = [m for i, m in enumerate(ms) if i % 2 == half]
+    test = [m for i, m in enumerate(ms) if i % 2 != half]
+    system = load_system(H.SYSTEM)
+    r = fit.calibrate(train, system, ("dispatch_scale",), folds=0)
+    scale = r["parameters"]["dispatch_scale"]["after"]
+    cal = fit.with_efficiency(system, {"dispatch_scale": scale})
+    assert cal.node.host.checkpoint_dispatch_scale == pytest.approx(6.474 * scale / 4.58, rel=1e-3)
+    before = fit.mape([measurements.predict(m, system)[0] / m.time_s - 1 for m in test])
+    after = fit.mape([measurements.predict(m, cal)[0] / m.time_s - 1 for m in test])
+    assert 1.2 < scale / system.node.host.dispatch_scale < 1.6
+    assert after < 0.65 * before and after < 0.1, (before, after)

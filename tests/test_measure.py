@@ -6,6 +6,8 @@ import json
 
 import pytest
 
+from dse.catalog import data_dir
+
 pytestmark = pytest.mark.torch
 
 
@@ -27,14 +29,19 @@ def test_smoke_mode_round_trips_through_calibrate(dse, tmp_path):
 
     ms = read(out)
     assert len(ms) == 8 and {m.model.hidden for m in ms} == {64}
-    # The rows are eager PyTorch runs (stack pytorch by default). The smoke model (h = 64) is host-bound under that
-    # stack's per-kernel dispatch floor, so no GPU efficiency changes its predicted time: calibrate refuses.
-    c = dse("calibrate", "--data", out, "--hw", "dgx-h100", "--params", "memory,gemm_overhead", "--folds", "2")
-    assert c.code == 2 and "not identifiable" in c.err and c.err.count("\n") == 1
+    # The rows are eager PyTorch runs (stack pytorch by default). On the reference host the smoke model's (h = 64)
+    # kernels take about the GPU's fixed time per kernel, as long as their launches: GEMM overhead and memory rate move
+    # its predicted time, and calibrate fits them (the micro row's host block apart: its measured host speed, which
+    # the next test checks, decides which side binds)
+    plain = tmp_path / "smoke-reference-host.jsonl"
+    plain.write_text("".join(json.dumps({k: v for k, v in x.items() if k != "host"}) + "\n" for x in rows))
+    c = dse("calibrate", "--data", plain, "--hw", "dgx-h100", "--params", "memory,gemm_overhead", "--folds", "2")
+    assert c.code == 0 and "time MAPE" in c.out, c.err
     # Priced as the megatron stack (a row may name its stack) the model is host-bound too (its launch floor), so the
     # host's per-layer time is what a fit can see: the round trip works with layer_overhead.
     meg = tmp_path / "smoke-megatron.jsonl"
-    meg.write_text("".join(json.dumps({**x, "stack": "megatron"} if x["kind"] == "base" else x) + "\n" for x in rows))
+    meg.write_text("".join(json.dumps({**x, "stack": "megatron"} if x["kind"] == "base" else x) + "\n"
+                           for x in map(json.loads, plain.read_text().splitlines())))
     c = dse("calibrate", "--data", meg, "--hw", "dgx-h100", "--params", "layer_overhead", "--folds", "2",
             "--out", tmp_path / "cal.yaml", "--json")
     assert c.code == 0, c.err
@@ -97,3 +104,94 @@ def test_bad_impl_one_line(dse):
     pytest.importorskip("torch")
     r = dse("measure", "--device", "cpu", "--smoke", "--impl", "jax", "--out", "/dev/null")
     assert r.code == 2 and "--impl" in r.err and "torch, hf" in r.err and r.err.count("\n") == 1
+
+
+def test_the_micro_row_carries_the_hosts_dispatch_speed_and_calibrate_sets_the_host_from_it(dse, tmp_path):
+    """dse measure times its own host (dse.measure.host: tiny ops back to back, Transformers' GPT2Block step plain
+    and checkpointed); dse calibrate sets the host's dispatch_scale from it -- a ratio to the reference host's
+    GPT2Block step, not a fit (a CPU-tensor measurement against the reference's CPU step, data/host_dispatch_cpu.json)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    out = tmp_path / "smoke.jsonl"
+    r = dse("measure", "--device", "cpu", "--smoke", "--out", out)
+    assert r.code == 0, r.err
+    host = json.loads(out.read_text().splitlines()[0])["host"]
+    assert host["device"] == "cpu" and host["threads"] == 1
+    assert 0 < host["aten_op_us"] < host["gpt2_block"]["forward_us"] < host["gpt2_block"]["step_us"]
+    assert host["launch_us"] > 0 and host["gpt2_block"]["step_ops"] == 61      # the GPT2Block the scales are set on
+    assert host["gpt2_block"]["checkpointed_step_us"] > host["gpt2_block"]["step_us"]
+    from dse.calibrate.host import host_scales
+
+    assert set(host_scales(host)) == {"dispatch_scale"} and host_scales(host)["dispatch_scale"] > 0   # no checkpointed
+    # reference on CPU tensors. The calibration below reads a host 4x the reference's CPU step (a fixed number: the
+    # smoke run's own speed varies with the machine, and decides whether the tiny model is host-bound)
+    ref = json.loads((data_dir() / "host_dispatch_cpu.json").read_text())["gpt2_block"]["step_us"]
+    host["gpt2_block"]["step_us"] = 4 * ref
+    scale = host_scales(host)
+    assert scale == {"dispatch_scale": pytest.approx(4.0)}
+    meg = tmp_path / "smoke-megatron.jsonl"
+    meg.write_text("".join(json.dumps({**x, "stack": "megatron"} if x["kind"] == "base" else
+                                      {**x, "host": host}) + "\n" for x in map(json.loads, out.read_text().splitlines())))
+    yaml_out = tmp_path / "cal.yaml"
+    c = dse("calibrate", "--data", meg, "--hw", "dgx-h100", "--params", "layer_overhead", "--folds", "0",
+            "--out", yaml_out, "--json")
+    assert c.code == 0, c.err
+    res = json.loads(c.out)
+    assert res["host"]["dispatch_scale"] == {"before": 1.0, "measured": pytest.approx(scale["dispatch_scale"])}
+    from dse.catalog import load_system
+
+    assert load_system(str(yaml_out)).node.host.dispatch_scale == pytest.approx(scale["dispatch_scale"], rel=1e-5)
+    assert "measured by the host" in yaml_out.read_text()
+
+
+def test_a_configuration_that_raises_is_skipped_with_its_reason(monkeypatch, capsys):
+    """Transformers refuses some (model, attention) pairs (Gemma 2 and sdpa: a ValueError): one stderr line naming
+    the configuration and the reason, and the run goes on; the profiler's per-cycle warning is not passed on."""
+    torch = pytest.importorskip("torch")
+    from dse.measure import command, gpt
+
+    real = gpt.train_steps
+
+    def refuse(cfg, attn, *args, **kw):
+        if attn == "sdpa":
+            raise ValueError("Gemma2ForCausalLM does not support sdpa\nsecond line")
+        return real(cfg, attn, *args, **kw)
+
+    monkeypatch.setattr(gpt, "train_steps", refuse)
+    rows = list(command.base_rows(torch, "cpu", True, {"smoke-gpt": command.SMOKE_CONFIG}, [1], 32))
+    assert {r["attn"] for r in rows} == {"eager"} and len(rows) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"dse measure: smoke-gpt sdpa b1 {rc}: skipped (ValueError: Gemma2ForCausalLM does not support "
+                   f"sdpa)" for rc in ("none", "full")]
+
+
+def test_the_profilers_cycle_warning_is_silenced():
+    torch = pytest.importorskip("torch")
+    import warnings
+
+    from dse.measure.profile import profile_step
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        import torch.profiler.profiler as pp
+
+        pp._WARNINGS_SHOWN.discard(next((w for w in list(getattr(pp, "_WARNINGS_SHOWN", ())) if "clears events" in w),
+                                        None))
+        x = torch.ones(4, requires_grad=True)
+        profile_step(torch, lambda: (x * x).sum().backward(), "cpu")
+    assert not [w for w in seen if "clears events" in str(w.message)]
+
+
+def test_every_dropout_probability_of_a_config_is_zeroed(tmp_path):
+    """StarCoder2's residual_dropout (0.1) ran in the held-out H200 rows: the harness zeroed only the names it knew."""
+    pytest.importorskip("transformers")
+    pytest.importorskip("torch")
+    from dse.measure.gpt import hf_gpt2
+
+    cfg = json.loads(open("models/hf/bigcode/starcoder2-3b/config.json").read())
+    cfg.update(num_hidden_layers=1, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+               num_key_value_heads=2, vocab_size=128)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    model, _ = hf_gpt2({"hf_config": str(path)}, "eager", "none")
+    assert model.config.residual_dropout == 0.0 and model.config.attention_dropout == 0.0

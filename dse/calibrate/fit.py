@@ -38,6 +38,9 @@ PARAMETERS = {
 }
 #: Fitted fields that belong to the host (the others are the GPU's efficiency fields).
 HOST_PARAMETERS = frozenset({"dispatch_scale"})
+#: Host fields a calibrated YAML may carry: the fitted ones and those a micro row's host measurement sets
+#: (:mod:`dse.calibrate.host`).
+HOST_FIELDS = HOST_PARAMETERS | {"checkpoint_dispatch_scale"}
 DEFAULT_PARAMS = ("gemm", "attention", "memory", "gemm_overhead")
 LOSS, F_SCALE = "soft_l1", 0.05
 # Step used to probe each parameter's effect before fitting: 5 % of its value, at least this (in fit units).
@@ -56,9 +59,17 @@ def parse_params(text: str) -> tuple[str, ...]:
 
 
 def with_efficiency(system, values: dict):
-    """``system`` with its GPU's efficiency fields (and its host's, :data:`HOST_PARAMETERS`) replaced by ``values``."""
+    """``system`` with its GPU's efficiency fields (and its host's, :data:`HOST_PARAMETERS`) replaced by ``values``.
+
+    A fitted ``dispatch_scale`` is the host's speed: where the host has measured its own
+    ``checkpoint_dispatch_scale`` it moves in the same proportion (their ratio, what torch.utils.checkpoint adds to
+    a layer's host time, is the checkpoint code's: 1.414 and 1.395 on the two measured VM hosts, stacks/pytorch.yaml
+    ``checkpoint_dispatch``)."""
     node = system.node
     host = {k: v for k, v in values.items() if k in HOST_PARAMETERS}
+    ckpt = node.host.checkpoint_dispatch_scale
+    if "dispatch_scale" in host and ckpt is not None:   # one host speed: its checkpointed step scales alike
+        host["checkpoint_dispatch_scale"] = ckpt * host["dispatch_scale"] / node.host.dispatch_scale
     eff = dataclasses.replace(node.gpu.efficiency, **{k: v for k, v in values.items() if k not in HOST_PARAMETERS})
     gpu = dataclasses.replace(node.gpu, efficiency=eff)
     node = dataclasses.replace(node, gpu=gpu, **({"host": dataclasses.replace(node.host, **host)} if host else {}))
@@ -242,13 +253,14 @@ def calibrated_yaml(hw: str, result: dict, name: str, data_file: str) -> str:
     data = dict(data, name=name)
     gpu, host = data["node"]["gpu"], data["node"]["host"]
     fitted = {nm: float(f"{p['after']:.6g}") for nm, p in result["parameters"].items()}
-    gpu["efficiency"] = {**gpu.get("efficiency", {}), **{k: v for k, v in fitted.items() if k not in HOST_PARAMETERS}}
-    host.update({k: v for k, v in fitted.items() if k in HOST_PARAMETERS})
+    gpu["efficiency"] = {**gpu.get("efficiency", {}), **{k: v for k, v in fitted.items() if k not in HOST_FIELDS}}
+    host.update({k: v for k, v in fitted.items() if k in HOST_FIELDS})
     cv = result["cross_validation"]
     cv_text = f"{cv['folds']}-fold cross-validated {100 * cv['mape']:.1f} %" if cv else "not cross-validated"
     head = [f"# {name}: {where} with GPU efficiency / host fields fitted by `dse calibrate` to {data_file}",
             (f"# ({result['points']} measured step times; MAPE {100 * result['mape_before']:.1f} % before, "
              f"{100 * result['mape_fit']:.1f} % fitted, {cv_text})."),
-            *(f"#   {nm}: {p['before']:.4g} -> {p['after']:.4g} +- {p['sigma']:.2g}"
+            *(f"#   {nm}: {p['before'] if p['before'] is None else format(p['before'], '.4g')} -> {p['after']:.4g} "
+              + ("(measured by the host: its micro row)" if p.get("measured") else f"+- {p['sigma']:.2g}")
               for nm, p in result["parameters"].items())]
     return "\n".join(head) + "\n" + yaml.safe_dump(data, sort_keys=False, allow_unicode=True)

@@ -93,6 +93,9 @@ def micro_row(torch, device: str, smoke: bool, moe: bool = False) -> dict:
         ar = micro.allreduce_busbw(2**28, reps)
         if ar:
             row["allreduce"] = ar
+    from dse.measure.host import host_block
+
+    row["host"] = host_block(torch, device, smoke)   # the host's dispatch speed: dse calibrate's dispatch_scale
     sizes = (1e5,) if smoke else ADAMW_PARAMS
     row["adamw_fused_fp32_step_s"] = {f"{n:.3g}": micro.adamw_step(n, device, reps) for n in sizes}
     if moe:
@@ -127,12 +130,30 @@ def base_rows(torch, device: str, smoke: bool, configs: dict, batches: list[int]
                         torch.cuda.empty_cache()
                         sys.stderr.write(f"dse measure: {name} {attn} b{b} {recompute}: out of memory, skipped\n")
                         continue
+                    except InputError:
+                        raise
+                    except Exception as exc:   # a configuration the library refuses (Gemma 2 and sdpa): go on
+                        if device == "cuda":
+                            torch.cuda.empty_cache()
+                        sys.stderr.write(f"dse measure: {name} {attn} b{b} {recompute}: skipped "
+                                         f"({skip_reason(exc)})\n")
+                        continue
                     prof = row.pop("profile", None)
                     own = {} if "hf_config" in cfg else {"config": cfg}
                     yield {**head, **row, **own, "dtype": str(dtype).replace("torch.", ""), "smoke": smoke}
                     if prof is not None:
                         yield {"kind": "profile", **{k: head[k] for k in ("model", "attn", "b", "s", "recompute",
                                                                            "impl")}, **prof}
+
+
+def skip_reason(exc: BaseException) -> str:
+    """One line for a configuration that raised: the exception's type and its message's first line.
+
+    >>> skip_reason(ValueError("Gemma2ForCausalLM does not support sdpa\\nmore"))
+    'ValueError: Gemma2ForCausalLM does not support sdpa'
+    """
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:300]}" if text else type(exc).__name__
 
 
 def run(out: str, device: str, smoke: bool, models: str, batches: str, seq_len: int, impl: str = "torch",

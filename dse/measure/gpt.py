@@ -93,8 +93,8 @@ def hf_gpt2(config: dict, attn: str, recompute: str):
         with open(config["hf_config"]) as f:
             fields = {k: v for k, v in json.load(f).items() if not k.startswith("_")}
         fields.update(use_cache=False)
-        for k in ("attention_dropout", "hidden_dropout", "resid_pdrop", "embd_pdrop", "attn_pdrop", "dropout"):
-            if k in fields:
+        for k, v in fields.items():   # every dropout probability (StarCoder2's residual_dropout, embedding_dropout)
+            if ("dropout" in k or k.endswith("pdrop")) and isinstance(v, (int, float)) and not isinstance(v, bool):
                 fields[k] = 0.0
         cfg = transformers.AutoConfig.for_model(**fields)
         cfg._attn_implementation = attn

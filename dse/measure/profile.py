@@ -39,16 +39,21 @@ def profile_step(torch, step, device: str, top: int = 60) -> dict:
     timeline: when the GPU waited for the host (:func:`dse.measure.timeline.summarise`).
     """
     import time
+    import warnings
 
     profile, ProfilerActivity = torch.profiler.profile, torch.profiler.ProfilerActivity
     cuda = device == "cuda"
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    with profile(activities=acts) as prof:
-        t0 = time.perf_counter()
-        step()
-        if cuda:
-            torch.cuda.synchronize()
-        host = time.perf_counter() - t0
+    with warnings.catch_warnings():
+        # torch.profiler warns at every profile's end that it clears its events each cycle (its schedule's
+        # behaviour, not this one-cycle use): one line per profiled configuration, nothing to act on
+        warnings.filterwarnings("ignore", message=r".*Profiler clears events at the end of each cycle")
+        with profile(activities=acts) as prof:
+            t0 = time.perf_counter()
+            step()
+            if cuda:
+                torch.cuda.synchronize()
+            host = time.perf_counter() - t0
     by_cat: dict[str, float] = {}
     counts: dict[str, int] = {}
     kernels, ops = [], []

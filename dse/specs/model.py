@@ -273,7 +273,7 @@ class ModelSpec:
         """Parameter tensors of one layer as Transformers' modules hold them (one gradient-accumulation add each).
 
         Weights: fused QKV, output, two MLP matrices (gated: q, k, v, o, gate, up, down); a bias per linear where
-        present; two norms (LayerNorm: weight and bias; RMSNorm: weight).
+        present; two norms (LayerNorm: weight and bias; RMSNorm: weight); a QK-norm's two weights (q_norm, k_norm).
         """
         weights = 7 if self.ffn_type in ("swiglu", "geglu") else 4
         if weights == 7 and self.qkv_projection == "fused":   # Phi-3's qkv_proj, and its gate_up_proj
@@ -285,7 +285,8 @@ class ModelSpec:
             weights, biases = weights + (1 if self.q_lora_rank else 0), 0
             return weights + self.layer_norms * (2 if self.norm == "layernorm" else 1) + (2 if self.q_lora_rank else 1)
         per_norm = 2 if self.norm == "layernorm" and self.norm_bias else 1
-        return weights + biases + self.layer_norms * per_norm * self.norm_weight
+        qk = 2 if self.qk_norm and self.qk_norm_weight else 0    # q_norm and k_norm weights (Qwen3, Gemma 3, OLMo 2)
+        return weights + biases + self.layer_norms * per_norm * self.norm_weight + qk
 
     def resolved(self) -> ModelSpec:
         """The same spec with every defaulted field filled in."""

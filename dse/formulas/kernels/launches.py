@@ -159,8 +159,8 @@ def host_pass_time(launches: Num, dispatch: Num, layer: Num = 0.0) -> Num:
     Returns:
         host time of the pass [s]
 
-    >>> round(host_pass_time(70, 4.37e-6, 233e-6) * 1e6, 1)   # a GPT2Block step on the reference host
-    538.9
+    >>> round(host_pass_time(70, 3.62e-6, 285e-6) * 1e6, 1)   # a GPT2Block step on the reference host
+    538.4
     """
     return launches * dispatch + layer
 
@@ -181,8 +181,8 @@ def step_host_time(launches: tuple[Num, Num], dispatch: Num, layer: tuple[Num, N
     Returns:
         host time of the step [s]
 
-    >>> round(step_host_time((20, 50), 4.37e-6, (109e-6, 124e-6), "full") * 1e6, 1)   # a checkpointed GPT2Block
-    735.3
+    >>> round(step_host_time((20, 50), 3.62e-6, (124e-6, 161e-6), "full") * 1e6, 1)   # a checkpointed GPT2Block
+    734.8
     """
     k = 2 if recompute == "full" else 1
     return k * host_pass_time(launches[0], dispatch, layer[0]) + host_pass_time(launches[1], dispatch, layer[1])
