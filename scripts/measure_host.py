@@ -40,7 +40,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from dse.measure.host import best_us, count_ops, cpu_model, gpt2_block, layer_passes  # noqa: E402
 
-
 SYNC = [lambda: None]     # torch.cuda.synchronize with --device cuda: a repeat ends when its kernels have run
 
 

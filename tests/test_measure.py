@@ -109,7 +109,8 @@ def test_bad_impl_one_line(dse):
 def test_the_micro_row_carries_the_hosts_dispatch_speed_and_calibrate_sets_the_host_from_it(dse, tmp_path):
     """dse measure times its own host (dse.measure.host: tiny ops back to back, Transformers' GPT2Block step plain
     and checkpointed); dse calibrate sets the host's dispatch_scale from it -- a ratio to the reference host's
-    GPT2Block step, not a fit (a CPU-tensor measurement against the reference's CPU step, data/host_dispatch_cpu.json)."""
+    GPT2Block step, not a fit (a CPU-tensor measurement against the reference's CPU step,
+    data/host_dispatch_cpu.json)."""
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
     out = tmp_path / "smoke.jsonl"
@@ -130,8 +131,9 @@ def test_the_micro_row_carries_the_hosts_dispatch_speed_and_calibrate_sets_the_h
     scale = host_scales(host)
     assert scale == {"dispatch_scale": pytest.approx(4.0)}
     meg = tmp_path / "smoke-megatron.jsonl"
-    meg.write_text("".join(json.dumps({**x, "stack": "megatron"} if x["kind"] == "base" else
-                                      {**x, "host": host}) + "\n" for x in map(json.loads, out.read_text().splitlines())))
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    meg.write_text("".join(json.dumps({**x, "stack": "megatron"} if x["kind"] == "base" else {**x, "host": host})
+                           + "\n" for x in rows))
     yaml_out = tmp_path / "cal.yaml"
     c = dse("calibrate", "--data", meg, "--hw", "dgx-h100", "--params", "layer_overhead", "--folds", "0",
             "--out", yaml_out, "--json")
