@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SPACE = ROOT / "examples" / "spaces" / "llama2-70b-parallelism.yaml"
 OPTIONAL = tuple(EXTRAS)
 # Modules imported only after require() succeeded in their one importer (dse/measure/command.py requires torch).
-AFTER_REQUIRE = {"dse/measure/micro.py", "dse/measure/gpt.py"}
+AFTER_REQUIRE = {"dse/measure/micro.py", "dse/measure/gpt.py", "dse/measure/host.py"}
 
 
 def _hide(monkeypatch, *names):
