@@ -100,7 +100,7 @@ def test_this_vms_host_speed_fitted_on_half_its_rows_predicts_the_other_half(hal
     """``dse calibrate --params dispatch_scale`` on half of this VM's dense rows (every other row: each half holds
     every family), the other half held out: the host speed is what the first VM's spec gets wrong here. Fitted
     6.3-6.5 against h200-vm's measured 4.58 (the VM's host ~1.4x slower; its checkpointed scale moves in proportion,
-    dse.calibrate.fit.with_efficiency); the held-out time MAPE 18.3 -> 8.5 % and 13.6 -> 7.6 %. Not shipped as a
+    dse.calibrate.fit.with_efficiency); the held-out time MAPE 17.9 -> 8.3 % and 13.2 -> 7.3 %. Not shipped as a
     host spec: it would be fitted to the held-out set (docs/calibration.md)."""
     from dse.calibrate import fit, measurements
     from dse.catalog import load_system
