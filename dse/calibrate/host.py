@@ -11,10 +11,11 @@ A host's scales are defined on that step (:func:`dse.estimate.passes.host_dispat
 with (L_f, L_b) the launches dse prices for one GPT2Block (20, 50: :func:`gpt2_block_launches`) and d, (D_f, D_b)
 the pytorch stack's reference host times per launch and per layer pass (stacks/pytorch.yaml): 538.9 us and
 735.3 us on the reference host (:func:`gpt2_block_reference`; 538.4 and 734.8 since the stack's host times were
-refitted at that level, rounded: the VMs' 4.580 / 6.474 come out 4.584 / 6.479, 0.1 % off). The measurement with CUDA tensors holds the CUDA
-launch and the caching allocator, as the reference prices them; a measurement with CPU tensors (``--device cpu``,
-the smoke mode) is set against the reference host's own CPU-tensor step (data/host_dispatch_cpu.json, 317 us: the
-same ratio within 2 % on the H200 VM, 4.64 against 4.58), and has no checkpointed reference.
+refitted at that level, rounded: the VMs' 4.580 / 6.474 come out 4.584 / 6.479, 0.1 % off). The measurement with
+CUDA tensors holds the CUDA launch and the caching allocator, as the reference prices them; a measurement with CPU
+tensors (``--device cpu``, the smoke mode) is set against the reference host's own CPU-tensor step
+(data/host_dispatch_cpu.json, 317 us: the same ratio within 2 % on the H200 VM, 4.64 against 4.58), and has no
+checkpointed reference.
 """
 
 from __future__ import annotations

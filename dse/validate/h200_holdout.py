@@ -78,8 +78,8 @@ EXPECTED_TIME_MISSES: dict[str, str] = {
 #: Documented reasons the suite's aggregate targets are missed today.
 EXPECTED_TARGET_MISSES: dict[str, str] = {
     "time mape": ("out of sample, before any change: 15.0 % (mean -14.7 %; 14.7 %, -14.3 % with Phi-3's sliced "
-                  "projections priced; 15.6 %, -15.3 % since the QK-norm's launches and the stack's refitted host times); every "
-                  "dense row outside the tolerance is "
+                  "projections priced; 15.6 %, -15.3 % since the QK-norm's launches and the stack's refitted host "
+                  "times); every dense row outside the tolerance is "
                   "host-bound (its profile's device time < 80 % of the step), and every GPU-bound row is inside it: "
                   "the kernels carry over to twelve new families, this VM's host does not carry over from the first "
                   "VM's (the repeated rows; this VM's host speed fitted on half its rows predicts the other half "
