@@ -75,14 +75,19 @@ def _model_ref(name: str) -> str:
     return str(data_dir() / "h200" / "configs" / p.parent.name / p.name) if p.name == "config.json" else name
 
 
-def _rows(kind: str) -> list[dict]:
+def rows_of(files, kind: str) -> list[dict]:
+    """The rows of ``kind`` ("base", "profile", "micro") of the data files ``files`` (paths under data/), in order."""
     from dse.catalog import data_dir
 
     out = []
-    for f in FILES:
+    for f in files:
         with open(data_dir() / f) as fh:
             out += [r for r in map(json.loads, filter(str.strip, fh)) if r.get("kind") == kind]
     return out
+
+
+def _rows(kind: str) -> list[dict]:
+    return rows_of(FILES, kind)
 
 
 def _key(row: dict) -> tuple:

@@ -25,7 +25,6 @@ exactly those rows).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from dse.validate.h100_hf import TARGETS, measured_cases  # noqa: F401
@@ -99,13 +98,9 @@ def model_ref(name: str) -> str:
 
 
 def _rows(kind: str) -> list[dict]:
-    from dse.catalog import data_dir
+    from dse.validate.h200_hf import rows_of
 
-    out = []
-    for f in FILES:
-        with open(data_dir() / f) as fh:
-            out += [r for r in map(json.loads, filter(str.strip, fh)) if r.get("kind") == kind]
-    return out
+    return rows_of(FILES, kind)
 
 
 def _family(model: str) -> str:
