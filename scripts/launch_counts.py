@@ -27,7 +27,9 @@ FILES = (("h200/hf_families.jsonl", "h200-hf"), ("h200/gpt2_hf.jsonl", "h200-hf"
 
 
 def dse_launches(m, system) -> dict:
-    """{layer_f, layer_b, layer_r, ends, total}: the launches dse prices for measurement ``m``'s step."""
+    """{layer_f, layer_b, layer_r, ends, total, gemm}: the launches dse prices for measurement ``m``'s step (``gemm``:
+    those of its GEMM rows, one a pass for each row -- where Transformers runs q_proj, k_proj and v_proj, or gate_proj
+    and up_proj, as separate GEMMs, the profile counts each)."""
     from dse.calibrate.measurements import plan_for
     from dse.estimate.kernel_table import kernel_tables
     from dse.formulas.kernels import table_launches
@@ -39,14 +41,20 @@ def dse_launches(m, system) -> dict:
     rec = f if plan.recompute == "full" else 0
     ends = sum(sum(table_launches(tables[p], None, 1, 1)) for p in ("embedding", "head"))
     n = m.model.layers
-    return {"layer_f": f, "layer_b": b, "layer_r": rec, "ends": ends, "total": n * (f + b + rec) + ends}
+
+    def gemms(part: str) -> tuple[int, int]:
+        return table_launches({k: r for k, r in tables[part].items() if r["kind"] == "gemm"}, None, 1, 1)
+    gf, gb = gemms("layer")
+    g_ends = sum(sum(gemms(p)) for p in ("embedding", "head"))
+    return {"layer_f": f, "layer_b": b, "layer_r": rec, "ends": ends, "total": n * (f + b + rec) + ends,
+            "gemm": n * (gf + gb + (gf if rec else 0)) + g_ends}
 
 
-def measured(p: dict) -> tuple[int, int]:
-    """(every kernel, memcpy and memset; the kernels alone): cuBLAS and cuDNN issue memsets of their own inside one
-    operator's call (the count grows with the micro-batch at equal ops: Qwen2-0.5B b2 221, b8 303)."""
+def measured(p: dict) -> tuple[int, int, int]:
+    """(every kernel, memcpy and memset; the kernels alone; the GEMMs): cuBLAS and cuDNN issue memsets of their own
+    inside one operator's call (the count grows with the micro-batch at equal ops: Qwen2-0.5B b2 221, b8 303)."""
     n = p["kernels_by_category"]
-    return sum(n.values()), sum(v for k, v in n.items() if k != "memcpy")
+    return sum(n.values()), sum(v for k, v in n.items() if k != "memcpy"), n.get("gemm", 0)
 
 
 def rows(files=FILES):
@@ -80,11 +88,13 @@ def main(argv: list[str]) -> None:
     for fam, attn, b, rc, tag, meas, d in rows():
         if a.match not in f"{fam} {attn}":
             continue
-        groups[(fam, attn, rc)].append((*meas, d["total"]))
+        groups[(fam, attn, rc)].append((meas[0], meas[1], d["total"]))
         if a.v:
             print(f"{tag:12s} {fam:28s} {attn:5s} b{b:<2d} {rc:4s} measured {meas[0]:6d} ({meas[1]:6d} without "
                   f"memcpy/memset) dse {d['total']:6d} ({d['total'] / meas[0]:.3f}, {d['total'] / meas[1]:.3f})  layer "
-                  f"f/b/r {d['layer_f']}/{d['layer_b']}/{d['layer_r']} ends {d['ends']}")
+                  f"f/b/r {d['layer_f']}/{d['layer_b']}/{d['layer_r']} ends {d['ends']}; without GEMMs measured "
+                  f"{meas[1] - meas[2]} dse {d['total'] - d['gemm']} "
+                  f"({(d['total'] - d['gemm']) / (meas[1] - meas[2]):.3f})")
     print(f"{'family':24s} {'attn':5s} {'rc':4s} {'measured':>16s} {'no memcpy/set':>16s} {'dse':>6s} {'ratio':>6s} "
           f"{'ratio2':>6s}")
     for (fam, attn, rc), v in sorted(groups.items()):

@@ -106,7 +106,8 @@ def run(model_dir: str, layers: int, b: int, s: int, attn: str, checkpoint: bool
     cfg.num_hidden_layers = layers
     if hasattr(cfg, "layer_types") and cfg.layer_types:
         cfg.layer_types = cfg.layer_types[:layers]
-    for k in ("attention_dropout", "hidden_dropout", "resid_pdrop", "embd_pdrop", "attn_pdrop"):
+    for k in ("attention_dropout", "hidden_dropout", "resid_pdrop", "embd_pdrop", "attn_pdrop", "residual_dropout",
+              "embedding_dropout"):     # StarCoder2's residual_dropout 0.1 ran otherwise (bernoulli_, div_, mul)
         if hasattr(cfg, k):
             setattr(cfg, k, 0.0)
     cfg._attn_implementation = attn

@@ -297,3 +297,36 @@ def test_a_partial_rotary_runs_on_the_compiled_stack(name, capsys):
     code = main(["estimate", "--model", str(FIXTURES / name / "config.json"), "--stack", "compiled", "--hw",
                  "dgx-h100"])
     assert code == 0, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_layer_parameter_tensors_are_what_transformers_builds(name):
+    """ModelSpec.layer_param_tensors (one gradient-accumulation add each: stacks/pytorch.yaml grad_accumulate) against
+    the parameter tensors of the first decoder layer Transformers builds from the same config (on the meta device).
+    Phi-2 and StarCoder2 (separate q_proj, k_proj, v_proj under a plain MLP) were counted as a fused QKV: 10 and 12,
+    where the H200 profiles show 14 and 16 accumulation adds a layer."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.AutoConfig.from_pretrained(str(FIXTURES / name))
+    cfg.num_hidden_layers = 1
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(cfg)
+    base = getattr(model, "model", None) or model.transformer
+    layer = (base.layers if hasattr(base, "layers") else base.h)[0]
+    assert spec(name).layer_param_tensors == len(list(layer.parameters()))
+
+
+def test_separate_biased_projections_sum_six_bias_gradients():
+    """Phi-2's and StarCoder2's q, k, v, output and two MLP biases: six column sums a layer backward (the traces'
+    ``sum`` ops, the H200 profiles' reduce_kernel<sum_functor>: 193 = 6 x 32 + the lm_head's, 180 = 6 x 30); GPT-2's
+    fused c_attn: four."""
+    from dse.estimate import kernel_table as KT, resolve
+    from dse.formulas.precision import recipe_of
+
+    def bias_kernels(name):
+        m, _, p = resolve(name, "dgx-h100", None, ("model.dropout=0",), stack="pytorch", dp=1, micro_batch=1,
+                          seq_len=1024)
+        return KT.kernel_tables(m, p, recipe_of(p))["layer"]["bias_grads"]["kernels_backward"]
+
+    assert [bias_kernels(str(FIXTURES / n / "config.json")) for n in ("phi-2", "starcoder2-3b")] == [6, 6]
+    assert bias_kernels("gpt2-small") == 4

@@ -7,7 +7,9 @@ Two formats are accepted (one row per scenario):
   ``s``, ``recompute`` none|full, ``step_s`` = forward + backward, ``peak_bytes`` =
   ``torch.cuda.max_memory_allocated``), other kinds are ignored. Weights and gradients in bf16,
   no fp32 master copy (plan ``precision: bf16-pure``) and no optimizer step in the timing, one
-  GPU, dropout 0. An optional
+  GPU, dropout 0 -- unless the row says what dropout ran (``dropout``: the probability on the layers' branch
+  outputs; ``attention_dropout``, ``embedding_dropout``: whether it ran on the attention probabilities and the
+  embedding output too, default false; fields added after a run, data/README.md). An optional
   ``config`` object (layers, hidden, heads, vocab, n_positions) describes a model that is not
   in the catalog; without it ``model`` is a catalog name and a ``params`` count that differs
   from the catalog's by whole rows of the position table sets that table's size.
@@ -127,8 +129,19 @@ def _choice(row: dict, key: str, where: str, allowed, default: Any = None) -> An
     return v
 
 
+def _dropout(row: dict, where: str) -> list[tuple[list[str], Any]]:
+    """The model overrides for the dropout a ``kind: base`` row ran: none (0) unless the row gives ``dropout``; then
+    on the branch outputs, and on the attention probabilities and the embedding only where the row says so."""
+    p = 0.0 if row.get("dropout") in (None, "", 0) else (_number(row, "dropout", where) or 0.0)
+    if not 0.0 <= p < 1.0:
+        raise InputError(f"{where}: dropout = {p!r}; expected a probability in [0, 1)")
+    return [(["dropout"], p), *(([k], _bool(row.get(k, False), k, where))
+                                for k in ("attention_dropout", "embedding_dropout"))]
+
+
 def hf_model(row: dict, where: str, model_ref: Callable[[str], str] | None = None):
-    """The model of a ``kind: base`` row (catalog name, or its ``config``), dropout 0, position table as measured."""
+    """The model of a ``kind: base`` row (catalog name, or its ``config``), its dropout (:func:`_dropout`; 0 unless
+    the row says), position table as measured."""
     from dse.catalog import load_model
     from dse.formulas.transformer import parameter_count
 
@@ -145,9 +158,9 @@ def hf_model(row: dict, where: str, model_ref: Callable[[str], str] | None = Non
         dims = [([k], _count(cfg, k, at)) for k in ("layers", "hidden", "heads", "vocab")]
         ov = [(["name"], name or "measured"), *dims,
               (["max_seq_len"], _count(cfg, "n_positions", at, required=False) or _count(row, "s", where)),
-              (["dropout"], 0.0)]
+              *_dropout(row, where)]
         return load_model("gpt2-small", ov), "model from the row's config"
-    model = load_model(name, [(["dropout"], 0.0)])
+    model = load_model(name, _dropout(row, where))
     note = ""
     params = row.get("params")
     if params and model.position == "learned":
@@ -161,7 +174,7 @@ def hf_model(row: dict, where: str, model_ref: Callable[[str], str] | None = Non
         extra = (_count(row, "params", where) or 0) - count(m)
         if extra and extra % m.hidden == 0 and m.position_embeddings + extra // m.hidden > 0:
             rows = m.position_embeddings + extra // m.hidden
-            model = load_model(name, [(["dropout"], 0.0), (["position_embeddings"], rows)])
+            model = load_model(name, [*_dropout(row, where), (["position_embeddings"], rows)])
             note = f"position table {rows} rows (from params {int(row['params']):,})"
         elif extra:
             raise InputError(f"{where}: params {int(row['params']):,} does not match the catalog's {name} "

@@ -95,6 +95,9 @@ def kernel_tables(model: ModelSpec, plan: Plan, r: Recipe, K: Module = _kernels)
         opts.update(attention_share=share, executed_share=executed)
     shape = (s, b, h, model.heads, model.kv_heads, model.head_dim, model.ffn_hidden)
     layer, dense, n_moe = _layer_tables(model, plan, K, shape, opts)
+    if not model.attention_dropout:     # dropout on the branches only: no score mask (attn_dropout, score_dropout)
+        layer = {k: v for k, v in layer.items() if k != "attn_dropout"}
+        dense = None if dense is None else {k: v for k, v in dense.items() if k != "attn_dropout"}
     if plan.recompute == "full" and stack_spec(stack).checkpoint_early_stop:   # the recomputation stops early
         layer = K.early_stop(layer, model.parallel_residual)
         dense = None if dense is None else K.early_stop(dense, model.parallel_residual)
@@ -102,7 +105,8 @@ def kernel_tables(model: ModelSpec, plan: Plan, r: Recipe, K: Module = _kernels)
     out: dict[str, Any] = {"layer": layer, "embedding": embedding, "head": head}
     # biases, learned positions, dropout: the host's launches per row (dse.formulas.kernels.megatron_launches)
     out["bias"] = {"bias": model.bias, "qkv_bias": model.bias if model.qkv_bias is None else model.qkv_bias,
-                   "learned_positions": model.position == "learned", "dropout": dropout}
+                   "learned_positions": model.position == "learned",
+                   "dropout": dropout and model.embedding_dropout}     # Megatron's: the embedding's dropout launch
     out["sums"] = table_sums(out, plan.recompute, K)
     if _mtp.depths(model):   # multi-token prediction: D depths of the last layer kind, head and embedding
         out["sums"].update(_mtp.sums(out["sums"], out.setdefault("mtp", _mtp.extra_table(model, plan, r, K, s)),
@@ -142,7 +146,8 @@ def _end_tables(model: ModelSpec, plan: Plan, r: Recipe, K: Module, s: Num,
     ops, size, choices = stack_in
     b, t, sp, h, e = plan.micro_batch, plan.tp, plan.sequence_parallel, model.hidden, r.activations
     s_in, s_out = _encdec.lengths(model, plan, s)    # encoder-decoder: both stacks' tokens in, the target's out
-    embedding = K.embedding_kernels(s_in, b, h, tp=t, sequence_parallel=sp, dropout=model.dropout > 0,
+    embedding = K.embedding_kernels(s_in, b, h, tp=t, sequence_parallel=sp,
+                                    dropout=model.dropout > 0 and model.embedding_dropout,
                                     position=model.position, bytes_per_element=e,
                                     comm_bytes_per_element=r.tp_messages, vocab=model.vocab, grad_bytes=r.gradients)
     head = K.head_kernels(s_out, b, h, model.vocab, tp=t, sequence_parallel=sp, norm=model.norm,

@@ -88,6 +88,11 @@ class ModelSpec:
     tied_embeddings: bool = spec_field(True, help="LM head shares the input embedding")
     head_bias: bool = spec_field(False, help="the LM head has a bias (Phi lm_head): V parameters")
     dropout: float = spec_field(0.0, unit="fraction", ge=0.0, lt=1.0, help="dropout probability (0 = no masks)")
+    attention_dropout: bool = spec_field(True, help="dropout (where > 0) also on the attention probabilities (eager "
+                                         "attention's score mask); false: on the layers' branch outputs only "
+                                         "(StarCoder2's residual_dropout with attention_dropout 0)")
+    embedding_dropout: bool = spec_field(True, help="dropout (where > 0) also on the embedding output; false: not "
+                                         "there (StarCoder2's embedding_dropout 0)")
     seq_len: int | None = spec_field(None, gt=0, help="default training sequence length; default 4096, or "
                                    "max_seq_len when smaller (a training length, not the longest context)")
     architecture: str = spec_field("decoder", choices=ARCHITECTURES, help="causal decoder, bidirectional encoder, "
@@ -272,13 +277,18 @@ class ModelSpec:
     def layer_param_tensors(self) -> int:
         """Parameter tensors of one layer as Transformers' modules hold them (one gradient-accumulation add each).
 
-        Weights: fused QKV, output, two MLP matrices (gated: q, k, v, o, gate, up, down); a bias per linear where
-        present; two norms (LayerNorm: weight and bias; RMSNorm: weight); a QK-norm's two weights (q_norm, k_norm).
+        Weights: Q, K, V (one fused QKV or three), output, two MLP matrices (gated: gate, up, down); a bias per linear
+        where present (MLP-only biases: GPT-J's fc_in, fc_out); two norms (LayerNorm: weight and bias; RMSNorm:
+        weight); a QK-norm's two weights (q_norm, k_norm). Separate q_proj, k_proj, v_proj under a plain MLP (Phi-2:
+        transformers 5.24 modeling_phi.py:164-167; StarCoder2: modeling_starcoder2.py:153-156): 6 weights, and with
+        biases 6 biases (H200 profiles: 14 and 16 gradient-accumulation adds a layer, vectorized CUDAFunctor_add).
         """
-        weights = 7 if self.ffn_type in ("swiglu", "geglu") else 4
-        if weights == 7 and self.qkv_projection == "fused":   # Phi-3's qkv_proj, and its gate_up_proj
-            weights = 4 if self.projection_slices else 5
-        biases = weights if self.bias else (3 if self.qkv_bias else 0)
+        gated = self.ffn_type in ("swiglu", "geglu")
+        mlp = 3 if gated else 2
+        weights = mlp + (4 if self.qkv_projection == "separate" else 2)
+        if gated and self.qkv_projection == "fused" and self.projection_slices:   # Phi-3's qkv_proj and gate_up_proj
+            weights = 4
+        biases = weights if self.bias else (3 if self.qkv_bias else 0) + (mlp if self.mlp_bias else 0)
         if self.bias and self.mlp_bias is False:   # biases on the attention only (PhiMoE): q, k, v (or qkv) and o
             biases = 4 if self.qkv_projection == "separate" else 2
         if self.mla:   # q_a, q_b (or q), kv_a, kv_b, o instead of q, k, v, o; and the latents' RMSNorms

@@ -28,7 +28,8 @@ ENTRIES: dict[str, tuple[str, ...] | None] = {
                                      "relu2"),
     "rotary": None, "flash": ("fused", "separate"), "math": ("activation", "fp32", "alibi"), "dropout": None,
     "score_dropout": None, "kv_copy": ("fused", "separate"), "kv_repeat": None, "qkv_inputs": None, "qkv_grads": None,
-    "rotary_grads": ("fused", "separate"), "query_scale": None, "bias_grads": None, "grad_accumulate": None,
+    "rotary_grads": ("fused", "separate"), "query_scale": None, "bias_grads": ("fused", "separate"),
+    "grad_accumulate": None,
     "embedding": None, "final_norm": None, "qk_norm": None, "loss": None, "softcap": None, "logit_softcap": None,
     "embedding_scale": None, "residual_scale": None, "logit_scale": None, "rotary_fp32": None, "qkv_grad_cat": None,
     "rotary_upcast": None,
@@ -53,7 +54,8 @@ FALLBACK = {"gemma_rmsnorm": "rmsnorm", "fp32_rmsnorm": "gemma_rmsnorm",
             "silu_glu_chunk": "silu_glu"}
 #: Which model property picks an entry's variant (an entry without variants applies as written).
 VARIANT_OF = {"norm": "norm", "activation": "activation", "expert_glu": "activation", "flash": "qkv", "kv_copy": "qkv",
-              "math": "softmax", "rotary_grads": "qkv"}
+              "math": "softmax", "rotary_grads": "qkv",
+              "bias_grads": "qkv"}
 _OP_KEYS = ("forward", "backward", "saved", "packed", "transient", "when", "frozen")
 _CHOICES = {"attention": ("flash", "math"), "recompute": ("none", "selective", "full"), "bias": (True, False),
             "dropout": (True, False), "qkv": ("fused", "separate"), "grouped": (True, False),
