@@ -56,26 +56,36 @@ def dse_by_category(m, system) -> dict[str, float]:
     return out
 
 
-def rows(sets) -> list[dict]:
-    """One record per profiled dense row of ``sets``: label, measured step and dse's time, per-category seconds."""
-    from dse.calibrate.measurements import predict, read
+def base_rows(sets: dict, tags, model_ref=None):
+    """(tag, system, measurement, its profile row or None) for each ``kind: base`` row of ``sets`` (tag -> (system,
+    files under data/)) named in ``tags``; ``model_ref``: as dse.calibrate.measurements.read takes it (default:
+    h200_holdout.model_ref, the rows' config.json paths)."""
+    from dse.calibrate.measurements import read
     from dse.catalog import data_dir, load_system
     from dse.validate import h200_holdout as H
 
-    out = []
-    for tag in sets:
-        system_name, files = SETS[tag]
+    for tag in tags:
+        system_name, files = sets[tag]
         system = load_system(system_name)
         for f in files:
             raw = [json.loads(line) for line in open(data_dir() / f) if line.strip()]
-            for m in read(data_dir() / f, H.model_ref):
+            for m in read(data_dir() / f, model_ref or H.model_ref):
                 i = int(m.where.rsplit(":", 1)[1])          # the base row's line; its profile follows it
-                prof = raw[i] if i < len(raw) and raw[i].get("kind") == "profile" else None
-                if prof is None or getattr(m.model, "experts", 0):
-                    continue
-                meas = {c: prof["device_s_by_category"].get(c, 0.0) for c in (*CATS, "memcpy")}
-                out.append({"set": tag, "label": H.label(m), "family": H.label(m).split(" ")[0], "step": m.time_s,
-                            "dse_time": predict(m, system)[0], "measured": meas, "dse": dse_by_category(m, system)})
+                yield tag, system, m, raw[i] if i < len(raw) and raw[i].get("kind") == "profile" else None
+
+
+def rows(sets) -> list[dict]:
+    """One record per profiled dense row of ``sets``: label, measured step and dse's time, per-category seconds."""
+    from dse.calibrate.measurements import predict
+    from dse.validate import h200_holdout as H
+
+    out = []
+    for tag, system, m, prof in base_rows(SETS, sets):
+        if prof is None or getattr(m.model, "experts", 0):
+            continue
+        meas = {c: prof["device_s_by_category"].get(c, 0.0) for c in (*CATS, "memcpy")}
+        out.append({"set": tag, "label": H.label(m), "family": H.label(m).split(" ")[0], "step": m.time_s,
+                    "dse_time": predict(m, system)[0], "measured": meas, "dse": dse_by_category(m, system)})
     return out
 
 

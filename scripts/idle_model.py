@@ -32,9 +32,10 @@ measured idle per profiled kernel, and profiled kernels / dse's launches.
 
 from __future__ import annotations
 
-import json
 import statistics
 import sys
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])   # device_by_category, beside this file
 
 SETS = {"h200": ("h200-vm", ("h200/hf_families.jsonl", "h200/gpt2_hf.jsonl")),
         "holdout": ("h200-vm", ("h200/vm2/dense_families.jsonl",)),
@@ -128,33 +129,31 @@ def passes(m, system, at_start: bool = False):
 
 
 def records(sets, at_start=False, whole_rows=False) -> list[dict]:
-    from dse.calibrate.measurements import predict, read
-    from dse.catalog import data_dir, load_system
+    """One record per row of ``sets`` (profiled only, but for h100-hf): the measured and the predicted idle."""
+    from device_by_category import base_rows
+
+    from dse.calibrate.measurements import predict
     from dse.validate import h200_holdout as H
 
     out = []
     for tag in sets:
-        system_name, files = SETS[tag]
-        system = load_system(system_name)
-        for f in files:
-            raw = [json.loads(line) for line in open(data_dir() / f) if line.strip()]
-            for m in read(data_dir() / f, None if tag == "h100-hf" else H.model_ref):
-                i = int(m.where.rsplit(":", 1)[1])
-                prof = raw[i] if i < len(raw) and raw[i].get("kind") == "profile" and tag != "h100-hf" else None
-                if prof is None and tag != "h100-hf":
-                    continue
-                dev = sum(prof["device_s_by_category"].values()) if prof else float("nan")
-                n_prof = sum(prof["kernels_by_category"].values()) if prof else 1
-                fwd, bwd, dse_f, dse_b = passes(m, system, at_start)
-                (ff, gf, hf), (fb, gb, hb) = queue(fwd, whole_rows), queue(bwd, whole_rows)
-                pred = predict(m, system)[0]
-                out.append({"set": tag, "label": H.label(m), "step": m.time_s, "busy": dev / m.time_s,
-                            "idle": 1 - dev / m.time_s, "q_idle": (ff - gf + fb - gb) / m.time_s,
-                            "gpu": gf + gb, "host": hf + hb, "finish": ff + fb, "dse": pred,
-                            "dse_q": pred - dse_f - dse_b + ff + fb, "ratio": (hf + hb) / (gf + gb),
-                            "moe": bool(getattr(m.model, "experts", 0)), "n_prof": n_prof,
-                            "n_dse": sum(x[2] for x in fwd + bwd),
-                            "gap_idle": GAP.get(system_name, 2.27e-6) * n_prof / m.time_s})
+        for _, system, m, prof in base_rows(SETS, [tag], (lambda name: name) if tag == "h100-hf" else None):
+            if tag == "h100-hf":
+                prof = None                   # its two profile rows are of other steps
+            elif prof is None:
+                continue
+            dev = sum(prof["device_s_by_category"].values()) if prof else float("nan")
+            n_prof = sum(prof["kernels_by_category"].values()) if prof else 1
+            fwd, bwd, dse_f, dse_b = passes(m, system, at_start)
+            (ff, gf, hf), (fb, gb, hb) = queue(fwd, whole_rows), queue(bwd, whole_rows)
+            pred = predict(m, system)[0]
+            out.append({"set": tag, "label": H.label(m), "step": m.time_s, "busy": dev / m.time_s,
+                        "idle": 1 - dev / m.time_s, "q_idle": (ff - gf + fb - gb) / m.time_s,
+                        "gpu": gf + gb, "host": hf + hb, "finish": ff + fb, "dse": pred,
+                        "dse_q": pred - dse_f - dse_b + ff + fb, "ratio": (hf + hb) / (gf + gb),
+                        "moe": bool(getattr(m.model, "experts", 0)), "n_prof": n_prof,
+                        "n_dse": sum(x[2] for x in fwd + bwd),
+                        "gap_idle": GAP.get(SETS[tag][0], 2.27e-6) * n_prof / m.time_s})
     return out
 
 
