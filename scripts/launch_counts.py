@@ -46,8 +46,9 @@ def dse_launches(m, system) -> dict:
         return table_launches({k: r for k, r in tables[part].items() if r["kind"] == "gemm"}, None, 1, 1)
     gf, gb = gemms("layer")
     g_ends = sum(sum(gemms(p)) for p in ("embedding", "head"))
-    return {"layer_f": f, "layer_b": b, "layer_r": rec, "ends": ends, "total": n * (f + b + rec) + ends,
-            "gemm": n * (gf + gb + (gf if rec else 0)) + g_ends}
+    # a mean layer may price a row on a share of the layers (NoPE: rotary_share): whole launches over the model
+    return {"layer_f": f, "layer_b": b, "layer_r": rec, "ends": ends, "total": round(n * (f + b + rec) + ends),
+            "gemm": round(n * (gf + gb + (gf if rec else 0)) + g_ends)}
 
 
 def measured(p: dict) -> tuple[int, int, int]:

@@ -98,6 +98,10 @@ def kernel_tables(model: ModelSpec, plan: Plan, r: Recipe, K: Module = _kernels)
     if not model.attention_dropout:     # dropout on the branches only: no score mask (attn_dropout, score_dropout)
         layer = {k: v for k, v in layer.items() if k != "attn_dropout"}
         dense = None if dense is None else {k: v for k, v in dense.items() if k != "attn_dropout"}
+    if model.nope_layers:               # NoPE layers: the mean layer's rotary rows at the rotary layers' share
+        share = 1 - model.nope_layers / model.layers
+        layer = rotary_share(layer, share)
+        dense = None if dense is None else rotary_share(dense, share)
     if plan.recompute == "full" and stack_spec(stack).checkpoint_early_stop:   # the recomputation stops early
         layer = K.early_stop(layer, model.parallel_residual)
         dense = None if dense is None else K.early_stop(dense, model.parallel_residual)
@@ -123,6 +127,27 @@ def kernel_tables(model: ModelSpec, plan: Plan, r: Recipe, K: Module = _kernels)
             _TABLES.clear()
         _TABLES[key] = (model, out)
     return out
+
+
+#: The rows a layer without rotary positions does not run (apply_rotary_pos_emb and what it brings along).
+ROTARY_ROWS = ("rotary", "rotary_grads", "rotary_fp32", "rotary_upcast", "rotary_tables")
+
+
+def rotary_share(table: Table, share: Num) -> Table:
+    """A layer table whose rotary rows are priced on ``share`` of the layers (the others NoPE), as the mean layer.
+
+    Formula: each :data:`ROTARY_ROWS` row's bytes, passes, saved and packed bytes and kernels (forward and backward)
+    times ``share``. Source: SmolLM3Attention applies the rotary only where ``no_rope_layers[layer_idx]`` is 1
+    (transformers 5.24 modeling_smollm3.py:192, 215); traced (scripts/trace_paths.py on SmolLM3-3B, b 1, s 32:
+    layers 1 -> 2 a RoPE layer, 3 -> 4 a NoPE one) the NoPE layer runs 10 forward and 16 backward aten ops fewer under
+    SDPA -- the rotary row's 10 and 18 kernels (its two slice_backwards two kernels each on CUDA) and rotary_grads' 2
+    copies -- and the rotary row's 10 and 18 under eager attention, nothing else.
+
+    >>> rotary_share({"rotary": {"kind": "elementwise", "bytes": 8, "kernels": 10, "kernels_backward": 18}}, 0.75)
+    {'rotary': {'kind': 'elementwise', 'bytes': 6.0, 'kernels': 7.5, 'kernels_backward': 13.5}}
+    """
+    return {k: {f: v * share if f != "kind" and isinstance(v, (int, float)) and not isinstance(v, bool) else v
+                for f, v in row.items()} if k in ROTARY_ROWS else row for k, row in table.items()}
 
 
 def _tables_key(model: ModelSpec, plan: Plan, r: Recipe, s: Num, fp8: str | None) -> tuple[Any, ...]:

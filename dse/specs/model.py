@@ -91,6 +91,8 @@ class ModelSpec:
     attention_dropout: bool = spec_field(True, help="dropout (where > 0) also on the attention probabilities (eager "
                                          "attention's score mask); false: on the layers' branch outputs only "
                                          "(StarCoder2's residual_dropout with attention_dropout 0)")
+    nope_layers: int = spec_field(0, ge=0, help="layers without rotary positions (NoPE: SmolLM3's no_rope_layers 0 "
+                                  "entries, every fourth layer); the rotary kernels are priced on the others only")
     embedding_dropout: bool = spec_field(True, help="dropout (where > 0) also on the embedding output; false: not "
                                          "there (StarCoder2's embedding_dropout 0)")
     seq_len: int | None = spec_field(None, gt=0, help="default training sequence length; default 4096, or "

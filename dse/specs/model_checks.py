@@ -44,6 +44,9 @@ def check_model(spec: ModelSpec, where: str) -> None:
     if spec.zero_centered_gamma and (spec.norm != "layernorm" or not spec.norm_weight):
         raise InputError(f"{where}: zero_centered_gamma needs a LayerNorm with weights (norm layernorm, "
                          f"norm_weight true; Gemma's (1 + w) RMSNorm: norm_fp32_weight)")
+    if spec.nope_layers and (spec.position != "rotary" or spec.nope_layers > spec.layers):
+        raise InputError(f"{where}: nope_layers {spec.nope_layers} needs position rotary and at most layers "
+                         f"({spec.layers}) (position: {spec.position})")
     if spec.qk_norm_full and not spec.qk_norm:
         raise InputError(f"{where}: qk_norm_full needs qk_norm")
     if spec.glu_limit is not None and spec.ffn_type not in ("swiglu", "geglu"):

@@ -132,8 +132,7 @@ def notes(cfg: dict, mt: str) -> list[str]:
     ``use_parallel_residual`` in a model_type whose reader does not read them (:data:`PARALLEL_READ` do): attention
     and MLP side by side, priced as sequential blocks. BERT ``position_embedding_type`` relative_key(_query): Shaw
     et al. 2018 (arXiv 1803.02155) add a (2 max_pos - 1) x d distance table and a score term per layer, priced as
-    absolute positions. SmolLM3's NoPE layers (``no_rope_layers`` 0) and Cohere 2's full-attention layers: priced
-    with rotary positions. GPT-J's fp32
+    absolute positions. Cohere 2's full-attention layers (NoPE): priced with rotary positions. GPT-J's fp32
     eager attention: priced as the fp32-softmax eager attention. PhiMoE's ``input_jitter_noise``: the MoE input
     multiplied by uniform noise in training (PhimoeSparseMoeBlock and PhimoeTopKRouter), not priced.
     """
@@ -146,13 +145,6 @@ def notes(cfg: dict, mt: str) -> list[str]:
         if cfg.get(key) and mt not in PARALLEL_READ:
             out.append(f"{key}: true is not modelled: attention and MLP priced as sequential blocks "
                          "(same FLOPs and parameters)")
-    if mt == "smollm3":   # SmolLM3Config: no_rope_layers, else every no_rope_layer_interval-th layer (4) is NoPE
-        flags = cfg.get("no_rope_layers") or [int((i + 1) % (cfg.get("no_rope_layer_interval") or 4) != 0)
-                                               for i in range(cfg.get("num_hidden_layers") or 0)]
-        nope = sum(1 for f in flags if not f)
-        if nope:
-            out.append(f"no_rope_layers: {nope} of {len(flags)} layers without rotary positions (NoPE) are priced "
-                       "with the rotary kernels (same FLOPs and parameters)")
     if mt == "cohere2":   # Cohere2Attention applies the rotary only where the layer has a sliding window
         from dse.specs.hf.cohere import sliding_layer
 

@@ -18,7 +18,7 @@ What each changes against Llama, from its modeling file (transformers/models/<ty
   logits divided by ``logits_scaling`` -- each an element-wise kernel of its own, run whatever the value -- and
   ``attention_multiplier`` as the attention's scale (no kernel).
 - smollm3: Llama with no rotary positions on the layers whose ``no_rope_layers`` entry is 0 (every fourth by default:
-  NoPE); the estimate prices rotary on every layer (a note: one rotary row per NoPE layer too many), a tied head.
+  NoPE; ``nope_layers``: the rotary kernels priced on the other layers only), a tied head.
 - olmo2: RMSNorm after each branch (x + norm(attn(x)), x + norm(mlp(x)): post_attention_layernorm and
   post_feedforward_layernorm, no pre-norms) and a QK-norm over the whole query and key projections (q_norm of a d,
   k_norm of kv d weights), an untied head.
@@ -98,6 +98,13 @@ def _granite(out: dict, cfg: dict, where: str, g: Get) -> None:
 def _smollm3(out: dict, cfg: dict, where: str, g: Get) -> None:
     if cfg.get("use_sliding_window") and g("sliding_window"):
         raise InputError(f"{where}: use_sliding_window true is not modelled for smollm3 (windows on its NoPE layers)")
+    # SmolLM3Config: no_rope_layers, else every no_rope_layer_interval-th layer (4) is NoPE; SmolLM3Attention applies
+    # the rotary only where no_rope_layers[layer_idx] is 1 (transformers 5.24 modeling_smollm3.py:192, 215)
+    layers = out["layers"]
+    flags = g("no_rope_layers") or [int((i + 1) % (g("no_rope_layer_interval") or 4) != 0) for i in range(layers)]
+    if len(flags) != layers:
+        raise InputError(f"{where}: no_rope_layers has {len(flags)} entries; it needs one per layer ({layers})")
+    out["nope_layers"] = sum(1 for f in flags if not f)
 
 
 def _olmo2(out: dict, cfg: dict, where: str, g: Get) -> None:
