@@ -28,8 +28,8 @@ FILES = (("h200/hf_families.jsonl", "h200-hf"), ("h200/gpt2_hf.jsonl", "h200-hf"
 
 def dse_launches(m, system) -> dict:
     """{layer_f, layer_b, layer_r, ends, total, gemm}: the launches dse prices for measurement ``m``'s step (``gemm``:
-    those of its GEMM rows, one a pass for each row -- where Transformers runs q_proj, k_proj and v_proj, or gate_proj
-    and up_proj, as separate GEMMs, the profile counts each)."""
+    those of its GEMM rows: q_proj, k_proj and v_proj, gate_proj and up_proj each its own GEMM where Transformers runs
+    them apart, :func:`dse.formulas.kernels.separate_linears`)."""
     from dse.calibrate.measurements import plan_for
     from dse.estimate.kernel_table import kernel_tables
     from dse.formulas.kernels import table_launches

@@ -40,6 +40,7 @@ from dse.estimate.table_inputs import (
 )
 from dse.formulas import compute as _compute, kernels as _kernels, parallelism as _parallelism, stacks as _stacks
 from dse.formulas._array import Num, maximum
+from dse.formulas.finetune import GATED
 from dse.formulas.precision import Recipe, peak_flops, recipe_of
 from dse.specs.plan import expert_tp
 
@@ -95,6 +96,11 @@ def kernel_tables(model: ModelSpec, plan: Plan, r: Recipe, K: Module = _kernels)
         opts.update(attention_share=share, executed_share=executed)
     shape = (s, b, h, model.heads, model.kv_heads, model.head_dim, model.ffn_hidden)
     layer, dense, n_moe = _layer_tables(model, plan, K, shape, opts)
+    if stack != "megatron":   # Transformers' modules: q, k, v (and gate, up) each their own nn.Linear GEMM
+        qkv = 3 if model.qkv_projection == "separate" else 1
+        fc1 = 2 if model.ffn_type in GATED and not model.projection_slices else 1   # Phi-3's gate_up_proj: one
+        layer = _kernels.separate_linears(layer, qkv, 2 if qkv == 3 else 1, fc1)
+        dense = None if dense is None else _kernels.separate_linears(dense, qkv, 2 if qkv == 3 else 1, fc1)
     if not model.attention_dropout:     # dropout on the branches only: no score mask (attn_dropout, score_dropout)
         layer = {k: v for k, v in layer.items() if k != "attn_dropout"}
         dense = None if dense is None else {k: v for k, v in dense.items() if k != "attn_dropout"}

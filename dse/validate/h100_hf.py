@@ -39,7 +39,7 @@ TIME_CAUSES = {
     "full": ("torch.utils.checkpoint's forward costs host time that is not priced: at micro-batch 4 the "
              "checkpointed GPT-2 medium forward takes 54 ms against 22 ms without checkpointing for the same GPU "
              "work (this workplace's VM host: 40 us per eager op, 63 under checkpointing, data/h200/"
-             "host_dispatch_cuda.json; the reference host the stack assumes: 3.62 us per launch and ~125-160 us per "
+             "host_dispatch_cuda.json; the reference host the stack assumes: 3.42 us per launch and ~130-170 us per "
              "layer pass, 7.7 us per launch of a GPT2Block)"),
 }
 _PRECISION_NOTE = ("precision bf16-pure: bf16 weights and gradients, no fp32 master copy, as measured; the measured "

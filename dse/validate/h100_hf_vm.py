@@ -1,8 +1,8 @@
 """The shared H100 file (``data/h100_hf_training.jsonl``) on the machine kind that measured it: ``h100-vm``.
 
 :mod:`.h100_hf` compares the file's 16 Transformers steps on the shipped ``dgx-h100``, as issue 14's acceptance
-asks: a DGX's host, which issues eager PyTorch's kernels at the stacks' reference rate (3.62 us per launch and
-124 / 161 us per layer pass). The file was measured on one H100 in this workplace's Firecracker VM (PyTorch 2.11 +
+asks: a DGX's host, which issues eager PyTorch's kernels at the stacks' reference rate (3.42 us per launch and
+128 / 171 us per layer pass). The file was measured on one H100 in this workplace's Firecracker VM (PyTorch 2.11 +
 CUDA 13.0, as the lent H100 machine runs; the file does not name its host), whose host is measured to be 4.2x
 slower on a GPT2Block step (5.8x under checkpointing: ``data/h100/host_dispatch_cuda.json``,
 ``hwspecs/hosts/firecracker-xeon-vm-h100.yaml``).

@@ -37,7 +37,7 @@ FILES = ("h200/gpt2_hf.jsonl", "h200/hf_families.jsonl")
 HOST_BOUND = 0.8
 
 _STACK = ("the pytorch stack prices the traced eager kernels; the host floor prices a layer pass as its launches x "
-          "16.6 us + 568 us forward, 737 us backward on this VM (the stack's 3.62 us, 124 and 161 us on the reference "
+          "15.7 us + 586 us forward, 783 us backward on this VM (the stack's 3.42 us, 128 and 171 us on the reference "
           "host x the VM's measured 4.58; x 6.47 checkpointed: data/host_layers_cpu.json, "
           "data/h200/host_dispatch_cuda.json)")
 CAUSES = {

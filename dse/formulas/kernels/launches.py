@@ -10,7 +10,7 @@ from typing import Any
 from dse.formulas._array import Num, where
 from dse.formulas.kernels.rows import Row, Table
 
-__all__ = ["MEGATRON_LAUNCHES", "megatron_launches", "row_launches", "table_launches", "host_pass_time",
+__all__ = ["MEGATRON_LAUNCHES", "megatron_launches", "separate_linears", "row_launches", "table_launches", "host_pass_time",
            "step_host_time", "moe_host_syncs", "sync_exposed_time"]
 
 #: (forward, backward) kernels Megatron-LM launches for a row of its layer, counted from microsoft/Megatron-DeepSpeed
@@ -72,14 +72,37 @@ def megatron_launches(bias: bool = True, qkv_bias: bool | None = None, learned_p
             "mlp_residual": (1, 2 + int(bias)), "activation": (1, 1 + int(bias)), "embedding": emb}
 
 
+def separate_linears(table: Table, qkv: int = 1, kv: int = 1, fc1: int = 1) -> Table:
+    """``table`` with the GEMM rows that a stack runs as several ``nn.Linear`` modules marked with how many
+    (``linears``: one GEMM kernel each per pass, :func:`row_launches`).
+
+    Formula: qkv: ``qkv`` linears (3: q_proj, k_proj, v_proj), cross_kv: ``kv`` (2: k and v of a cross-attention),
+    fc1 and shared_fc1: ``fc1`` (2: gate_proj and up_proj of a gated MLP); 1 leaves a row as it is
+    Source: Transformers 5.24 modeling files (LlamaAttention: ``self.q_proj(hidden_states)``, ``self.k_proj``,
+    ``self.v_proj``; LlamaMLP: ``self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))``; T5Attention's
+    k and v; GPT2Attention's fused c_attn, GPTNeoX's query_key_value and Phi-3's qkv_proj / gate_up_proj one GEMM);
+    the H200 profiles count each (data/h200/hf_families.jsonl ``kind: profile``: Qwen3-0.6B 592 GEMM kernels a step
+    = 28 layers x 7 linears x 3 + the head's 4; scripts/launch_counts.py)
+
+    >>> t = separate_linears({"qkv": {"kind": "gemm"}, "fc1": {"kind": "gemm"}, "fc2": {"kind": "gemm"}}, 3, fc1=2)
+    >>> [row_launches(k, r) for k, r in t.items()]
+    [(3, 6), (2, 4), (1, 2)]
+    """
+    count = {"qkv": qkv, "cross_kv": kv, "fc1": fc1, "shared_fc1": fc1}
+    return {k: {**r, "linears": count[k]} if r["kind"] == "gemm" and count.get(k, 1) > 1 else r
+            for k, r in table.items()}
+
+
 def row_launches(name: str, row: Row, launches: dict[str, tuple[int, int]] | None = None,
                  ranks: Num = 2, ep_ranks: Num = 2, etp_ranks: Num | None = None) -> tuple[Num, Num]:
     """(forward, backward) kernels the host launches for one row.
 
     Formula: the stack's count for the row where it has one (``launches``; a software stack's element-wise rows:
-    their ``kernels``, ``kernels_backward``), else by kind: GEMM (1, 2) (n, 2n for a grouped GEMM that launches
-    one GEMM per expert, ``launches`` n: Transformer Engine's ``GroupedLinear`` loops over the local experts'
-    cuBLAS GEMMs in ``general_grouped_gemm``, Transformers' MoE blocks over the experts in Python), flash (1, 2),
+    their ``kernels``, ``kernels_backward``), else by kind: GEMM (1, 2) (n, 2n for a row run as n GEMMs: its
+    ``linears`` separate linear modules (:func:`separate_linears`) times its ``launches``, a grouped GEMM that
+    launches one GEMM per expert; (n, n) for a frozen weight under LoRA, no weight gradient, as
+    :mod:`dse.estimate.kernel_cost` prices its time): Transformer Engine's ``GroupedLinear`` loops over the local
+    experts' cuBLAS GEMMs in ``general_grouped_gemm``, Transformers' MoE blocks over the experts in Python), flash (1, 2),
     element-wise (1, 1), a collective 1 in its pass when its group has more than one rank (``ranks``; an
     expert-parallel one: ``ep_ranks``, an expert tensor-parallel one: ``etp_ranks``) and, where the row may be empty
     (``optional``), bytes to move
@@ -107,8 +130,8 @@ def row_launches(name: str, row: Row, launches: dict[str, tuple[int, int]] | Non
     if launches is not None and name in launches and not ("kernels" in row or "bytes_backward" in row):
         return launches[name]
     if kind in ("gemm", "flash"):   # a grouped GEMM run as one GEMM per expert: ``launches`` of them each way
-        n = row.get("launches", 1)
-        return n, 2 * n
+        n = row.get("launches", 1) * row.get("linears", 1)
+        return n, (n if "frozen" in row else 2 * n)     # a frozen weight: the data gradient's GEMM only
     return row.get("kernels", 1), row.get("kernels_backward", 1)
 
 
@@ -148,7 +171,7 @@ def host_pass_time(launches: Num, dispatch: Num, layer: Num = 0.0) -> Num:
     and the arguments it passes on once per pass, however many kernels it launches (D). Measured on the CPU build
     of torch for the layers of five Transformers families, 93-227 launches per layer step (scripts/
     measure_host_layers.py -> data/host_layers_cpu.json): L d + D with one (d, D_forward, D_backward) fits their
-    steps within 6 % (mean; 12 % max), L d alone within 8-13 % (28-35 % max: a family with many small element-wise
+    steps within 6 % (mean; 13 % max), L d alone within 13-18 % (42-48 % max: a family with many small element-wise
     kernels, Gemma 3, takes 25-40 % less host time per launch than GPT-2). Megatron's ``dispatch`` is per launch of a
     whole checkpointed step (D = 0).
 
@@ -159,7 +182,7 @@ def host_pass_time(launches: Num, dispatch: Num, layer: Num = 0.0) -> Num:
     Returns:
         host time of the pass [s]
 
-    >>> round(host_pass_time(70, 3.62e-6, 285e-6) * 1e6, 1)   # a GPT2Block step on the reference host
+    >>> round(host_pass_time(70, 3.42e-6, 299e-6) * 1e6, 1)   # a GPT2Block step on the reference host
     538.4
     """
     return launches * dispatch + layer
@@ -181,7 +204,7 @@ def step_host_time(launches: tuple[Num, Num], dispatch: Num, layer: tuple[Num, N
     Returns:
         host time of the step [s]
 
-    >>> round(step_host_time((20, 50), 3.62e-6, (124e-6, 161e-6), "full") * 1e6, 1)   # a checkpointed GPT2Block
+    >>> round(step_host_time((20, 50), 3.42e-6, (128e-6, 171e-6), "full") * 1e6, 1)   # a checkpointed GPT2Block
     734.8
     """
     k = 2 if recompute == "full" else 1
