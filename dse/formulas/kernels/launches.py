@@ -84,6 +84,14 @@ def separate_linears(table: Table, qkv: int = 1, kv: int = 1, fc1: int = 1) -> T
     the H200 profiles count each (data/h200/hf_families.jsonl ``kind: profile``: Qwen3-0.6B 592 GEMM kernels a step
     = 28 layers x 7 linears x 3 + the head's 4; scripts/launch_counts.py)
 
+    Args:
+        table: a layer's kernel table [dict]
+        qkv: linear modules of the qkv row (1 fused, 3 separate q, k, v) [count]
+        kv: linear modules of a cross-attention's cross_kv row (1 fused, 2 separate k, v) [count]
+        fc1: linear modules of the MLP's first row (1 fused or ungated, 2 separate gate, up) [count]
+    Returns:
+        the table, its rows with more than one linear marked ``linears`` [dict]
+
     >>> t = separate_linears({"qkv": {"kind": "gemm"}, "fc1": {"kind": "gemm"}, "fc2": {"kind": "gemm"}}, 3, fc1=2)
     >>> [row_launches(k, r) for k, r in t.items()]
     [(3, 6), (2, 4), (1, 2)]
