@@ -86,14 +86,15 @@ def test_fp32_layernorm_and_rotary_upcast_rows():
 R7B = "c4ai-command-r7b-12-2024"
 
 
-def test_cohere2_reads_its_sliding_layers_and_warns_of_its_nope_layers():
+def test_cohere2_reads_its_sliding_layers_and_its_nope_layers():
     """Command R7B (fixture from memory; 8,028,033,024 as Transformers builds it, the card's "7B"): every fourth layer
-    full attention without rotary positions (priced with them: a warning), the others over a 4,096-token window."""
+    full attention without rotary positions (Cohere2Attention applies the rotary only with a sliding window:
+    ``nope_layers`` 8, the rotary kernels priced on the 24 sliding layers), the others over a 4,096-token window."""
     m = spec(R7B)
     assert (m.attention_layers, m.sliding_window, m.head_dim, m.kv_heads, m.norm_kind, m.rotary_upcast,
-            m.parallel_residual, m.logit_scale) == ({"full": 8, "sliding": 24, "chunked": 0}, 4096, 128, 8,
-                                                    "fp32_layernorm", True, True, True)
-    assert len(m.unmodelled) == 1 and "8 of 32 full-attention layers without rotary positions" in m.unmodelled[0]
+            m.parallel_residual, m.logit_scale, m.nope_layers) == ({"full": 8, "sliding": 24, "chunked": 0}, 4096,
+                                                                   128, 8, "fp32_layernorm", True, True, True, 8)
+    assert m.unmodelled == ()
     transformers_count(R7B)
 
 

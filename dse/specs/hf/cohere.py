@@ -14,7 +14,7 @@ over each query and key head with a weight per head, Command R+) is refused.
 cohere2 (Cohere2Config, modeling_cohere2.py; Command R7B, Command A): Cohere's layer without the QK-norm, its layers'
 attention by ``layer_types`` (default: every ``sliding_window_pattern``-th (4) full, the others sliding_attention over
 ``sliding_window`` tokens, default 4096) and the rotary positions only in the sliding layers (Cohere2Attention: the
-full layers are NoPE) -- priced with the rotary kernels in every layer, a warning (:func:`dse.specs.hf.common.notes`).
+full layers are NoPE: ``nope_layers``, the rotary kernels priced on the sliding layers only).
 """
 
 from __future__ import annotations
@@ -37,6 +37,9 @@ def read(cfg: dict, mt: str, where: str, name: str, g: Get) -> dict:
     if mt == "cohere2":   # Cohere2Config's sliding layers
         shape["layer_types"] = layer_types(cfg, shape["layers"], where, sliding_layer)
         shape["sliding_window"] = g("sliding_window", 4096) if "sliding_attention" in shape["layer_types"] else None
+        # Cohere2Attention applies the rotary only on its sliding layers (transformers 5.24 modeling_cohere2.py,
+        # Cohere2Attention.forward: `if self.sliding_window is not None`): the full-attention layers are NoPE
+        shape["nope_layers"] = sum(1 for t in shape["layer_types"] if t != "sliding_attention")
     return dict(
         name=name, **shape,
         ffn_type="swiglu", norm="layernorm", norm_bias=False, bias=attn_bias, qkv_bias=attn_bias, mlp_bias=False,

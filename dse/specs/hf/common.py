@@ -132,7 +132,7 @@ def notes(cfg: dict, mt: str) -> list[str]:
     ``use_parallel_residual`` in a model_type whose reader does not read them (:data:`PARALLEL_READ` do): attention
     and MLP side by side, priced as sequential blocks. BERT ``position_embedding_type`` relative_key(_query): Shaw
     et al. 2018 (arXiv 1803.02155) add a (2 max_pos - 1) x d distance table and a score term per layer, priced as
-    absolute positions. Cohere 2's full-attention layers (NoPE): priced with rotary positions. GPT-J's fp32
+    absolute positions. Llama 4's QK-norm: priced on every layer, applied on the RoPE layers only. GPT-J's fp32
     eager attention: priced as the fp32-softmax eager attention. PhiMoE's ``input_jitter_noise``: the MoE input
     multiplied by uniform noise in training (PhimoeSparseMoeBlock and PhimoeTopKRouter), not priced.
     """
@@ -145,15 +145,13 @@ def notes(cfg: dict, mt: str) -> list[str]:
         if cfg.get(key) and mt not in PARALLEL_READ:
             out.append(f"{key}: true is not modelled: attention and MLP priced as sequential blocks "
                          "(same FLOPs and parameters)")
-    if mt == "cohere2":   # Cohere2Attention applies the rotary only where the layer has a sliding window
-        from dse.specs.hf.cohere import sliding_layer
-
-        types = cfg.get("layer_types") or ["sliding_attention" if sliding_layer(i, cfg) else "full_attention"
-                                           for i in range(cfg.get("num_hidden_layers") or 40)]
-        nope = sum(1 for t in types if t != "sliding_attention")
-        if nope:
-            out.append(f"{nope} of {len(types)} full-attention layers without rotary positions (NoPE) are priced "
-                       "with the rotary kernels (same FLOPs and parameters)")
+    if mt in ("llama4", "llama4_text"):   # Llama4TextAttention (transformers 5.24 modeling_llama4.py:331, 360)
+        text = cfg.get("text_config") if mt == "llama4" and isinstance(cfg.get("text_config"), dict) else cfg
+        rope = text.get("no_rope_layers")
+        if (rope is None or 0 in rope) and text.get("use_qk_norm", True):
+            out.append("use_qk_norm: the QK L2-norm is priced on every layer; Llama 4 applies it on its RoPE layers "
+                       "only (its NoPE layers' attention temperature tuning, a few element-wise ops on the queries, "
+                       "is not priced)")
     if mt == "phimoe" and cfg.get("input_jitter_noise"):
         out.append(f"input_jitter_noise {cfg['input_jitter_noise']} is not modelled: the MoE input's training-time "
                    "jitter (uniform fills and products over the layer input, in the block and again in the router) "

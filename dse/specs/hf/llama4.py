@@ -5,8 +5,10 @@ Llama4ForCausalLM as Transformers 5.24 writes it: MoE layers (``moe_layers``, by
 ``interleave_moe_layer_step``-th) with a router without bias, ``num_local_experts`` experts and one shared expert of
 ``intermediate_size``, top ``num_experts_per_tok``; the other layers a dense MLP of ``intermediate_size_mlp``;
 QK L2-norm without weights (``use_qk_norm``); NoPE layers every ``no_rope_layer_interval``-th (``no_rope_layers``
-0), full attention, the others chunked attention over ``attention_chunk_size`` tokens (``layer_types``); untied head
-(Meta 2025, The Llama 4 herd, model card).
+0: ``nope_layers``, no rotary kernels there), full attention, the others chunked attention over
+``attention_chunk_size`` tokens (``layer_types``); untied head (Meta 2025, The Llama 4 herd, model card). Read but
+priced approximately (a warning, :func:`dse.specs.hf.common.notes`): the QK-norm on every layer (Transformers applies
+it on the RoPE layers only) and the NoPE layers' attention temperature tuning (not priced).
 """
 
 from __future__ import annotations
@@ -42,19 +44,22 @@ def read(cfg: dict, mt: str, where: str, name: str, g: Get) -> dict:
         out["moe_layer_step"] = g("interleave_moe_layer_step", 1)
     else:
         out["dense_layers"] = [i for i in range(layers) if i not in set(moe)]
-    out.update(_chunks(cfg, layers, where, g))
+    rope = g("no_rope_layers") or [int((i + 1) % g("no_rope_layer_interval", 4) != 0) for i in range(layers)]
+    if len(rope) != layers:
+        raise InputError(f"{where}: no_rope_layers has {len(rope)} entries; it needs one per layer ({layers})")
+    # Llama4TextAttention applies the rotary only where no_rope_layers[layer_idx] is 1 (transformers 5.24
+    # modeling_llama4.py:318, 350): the others are NoPE
+    out["nope_layers"] = sum(1 for r in rope if not r)
+    out.update(_chunks(cfg, layers, where, g, rope))
     return out
 
 
-def _chunks(cfg: dict, layers: int, where: str, g: Get) -> dict:
+def _chunks(cfg: dict, layers: int, where: str, g: Get, rope: list) -> dict:
     """Chunked attention on the RoPE layers (Llama4TextConfig: ``chunked_attention`` where no_rope_layers[i] is 1 and
     attention_chunk_size is set, else ``full_attention``)."""
     chunk = g("attention_chunk_size", 8192)
     types = cfg.get("layer_types")
     if types is None:
-        rope = g("no_rope_layers") or [int((i + 1) % g("no_rope_layer_interval", 4) != 0) for i in range(layers)]
-        if len(rope) != layers:
-            raise InputError(f"{where}: no_rope_layers has {len(rope)} entries; it needs one per layer ({layers})")
         types = ["chunked_attention" if r and chunk else "full_attention" for r in rope]
     types = layer_types({"layer_types": types}, layers, where)
     return dict(attention_chunk=chunk, layer_types=types) if "chunked_attention" in (types or ()) else {}
