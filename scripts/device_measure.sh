@@ -2,15 +2,7 @@
 # The GPU session behind data/h200_*.jsonl (see data/README.md): `dse measure` on one lent GPU, run from the
 # repository root as `OUT=dir bash scripts/device_measure.sh`. Sections run in order of importance, each under
 # its own time limit, each writing its rows as they are measured (a section cut short keeps what it measured).
-set -u
-OUT=${OUT:-measured}
-mkdir -p "$OUT"
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
-{ nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm,clocks.mem,power.limit,driver_version --format=csv
-  python3 -c "import sys, torch, transformers; print('python', sys.version.split()[0], 'torch', torch.__version__,
-'cuda', torch.version.cuda, 'transformers', transformers.__version__, torch.cuda.get_device_name(0))"
-  lscpu | grep -m1 'Model name'; } > "$OUT/env.txt" 2>&1
-cat "$OUT/env.txt"
+source scripts/device_env.sh   # $OUT, the environment, $OUT/env.txt (with the CPU count since 2026-11-27)
 HF=tests/fixtures/hf
 section() {   # name, seconds, dse measure arguments...
   local name=$1 limit=$2; shift 2
