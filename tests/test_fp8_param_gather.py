@@ -100,23 +100,23 @@ def test_megatron_bridge_suite():
     assert len(gb200) == 2 and all(c.error > 0 for c in gb200)
 
 
-def test_megatron_bridge_moe_row_is_a_documented_optimistic_miss():
-    """GPT-OSS-120B (BF16, 64 H100s, EP 8): the estimate is 42 % too fast (2026-11-27; +78 % before
-    Megatron-Core's per-expert GEMMs, sort, expert bias, GLU clamp and unfused YaRN RoPE were priced). The case
-    stays in the suite as a documented expected miss, so the direction of the error is visible; it fails if it
-    grows past +100 % or if the estimate comes within 25 % without the miss being re-examined."""
+def test_megatron_bridge_moe_row_is_host_bound_on_the_h100_host():
+    """GPT-OSS-120B (BF16, 64 H100s, EP 8): on dgx-h100-host's transferred launch price (4.17x the reference) the
+    layer is host-bound and the estimate 8 % slower than the published rate (NVIDIA's recipe graph-captures the
+    router and dispatcher, which the launch price does not take off); at the reference host it was 50 % too fast
+    (+78 % before Megatron-Core's per-expert GEMMs, sort, expert bias, GLU clamp and unfused YaRN RoPE were
+    priced). It fails if it leaves its 25 % tolerance either way."""
     r = run_suite("megatron-bridge")
     (moe,) = [c for c in r.cases if c.quantity == "moe" and "GPT-OSS" in c.name]
-    assert moe.expected_miss and 0.25 < moe.error < 1.0, moe.error
-    assert not r.passed and r.accepted
+    assert not moe.expected_miss and -0.25 < moe.error < 0, moe.error
+    assert r.passed
 
 
 def test_megatron_bridge_fp8_moe_row_shows_the_small_expert_pattern():
-    """Qwen3-30B-A3B in FP8 (16 H100s, EP 16; 26.06: 8,826 tokens/s/GPU): the estimate is 41 % too fast
-    (2026-11-27; 52 % before the per-expert GEMMs and FP8 casts were priced), the same direction as GPT-OSS in
-    BF16: small experts (2,048 x 768, 128 of them, top 8). A
-    documented expected miss; it fails if it grows past +100 % or turns slower than the measurement."""
+    """Qwen3-30B-A3B in FP8 (16 H100s, EP 16; 26.06: 8,826 tokens/s/GPU), small experts (2,048 x 768, 128 of them,
+    top 8) with their per-expert FP8 casts: host-bound like GPT-OSS, 17 % slower than published (+42 % at the
+    reference host). It fails if it leaves its tolerance."""
     r = run_suite("megatron-bridge")
     (moe,) = [c for c in r.cases if c.quantity == "moe" and "Qwen3" in c.name]
-    assert moe.expected_miss and 0.25 < moe.error < 1.0, moe.error
+    assert not moe.expected_miss and -0.25 < moe.error < 0, moe.error
     assert moe.reference == 8826

@@ -44,6 +44,9 @@ def test_the_suite_meets_both_targets_on_the_measured_host():
     assert missed == set(h100_hf_vm.EXPECTED_TIME_MISSES)
     assert {c.name.removesuffix(" time") for c in times if c.expected_miss} == missed
     assert r.accepted and not r.passed
-    # the same cases on the shipped DGX host are optimistic: the host is what the dgx-h100 miss is
-    fast = run_suite("h100-hf").stats["by_quantity"]["time"]
-    assert fast["mean_signed_error"] < by["time"]["mean_signed_error"] - 0.05
+    # the shipped DGX host carries the VM's measured scale (hwspecs/hosts/dgx-h100-host.yaml: transferred), so the
+    # same cases priced on dgx-h100 differ only by the checkpointed scale (the stack's 1.40 x 4.17 = 5.84 against the
+    # VM's measured 5.81)
+    dgx = run_suite("h100-hf").stats["by_quantity"]["time"]
+    assert abs(dgx["mean_signed_error"] - by["time"]["mean_signed_error"]) < 0.005
+    assert abs(dgx["mape"] - by["time"]["mape"]) < 0.005

@@ -55,14 +55,26 @@ def test_the_other_stack_agrees_with_the_measured_scale_within_ten_percent():
     assert predicted == pytest.approx(per_launch, rel=0.10)
 
 
+#: hosts whose dispatch_scale is transferred from a measured host of the same CPU class -> that host
+TRANSFERRED = {"dgx-h100-host": "firecracker-xeon-vm-h100", "xeon-8480-2s-1tb": "firecracker-xeon-vm-h100",
+               "dgx-b200-host": "firecracker-xeon-vm-h100", "dgx-a100-host": "vtrain-a100-host",
+               "dgx-a100-640gb-host": "vtrain-a100-host", "epyc-7763-2s": "vtrain-a100-host"}
+
+
 def test_every_other_host_is_the_reference():
     hosts = names(root() / "hwspecs" / "hosts")
     assert "firecracker-xeon-vm" in hosts and len(hosts) > 5
     for name in hosts:
+        h = component(name)
+        text = (root() / "hwspecs" / "hosts" / f"{name}.yaml").read_text()
+        if name in TRANSFERRED:   # the source host's scale, the file saying so; the checkpointed one left to the stack
+            assert "TRANSFERRED" in text, name
+            assert (h.dispatch_scale, h.checkpoint_dispatch_scale) == (component(TRANSFERRED[name]).dispatch_scale,
+                                                                       None), name
         # the two measured VM hosts (h200-vm, h100-vm) and the vTrain cluster's calibrated one (test_megatron_single)
-        if not name.startswith("firecracker-xeon-vm") and name != "vtrain-a100-host":
-            h = component(name)
+        elif not name.startswith("firecracker-xeon-vm") and name != "vtrain-a100-host":
             assert (h.dispatch_scale, h.checkpoint_dispatch_scale) == (1.0, None), name
+            assert "TRANSFERRED" not in text, name
 
 
 SCENARIO = dict(tp=1, pp=1, dp=1, zero=0, micro_batch=2, global_batch=2, seq_len=1024, stack="pytorch",
@@ -70,12 +82,14 @@ SCENARIO = dict(tp=1, pp=1, dp=1, zero=0, micro_batch=2, global_batch=2, seq_len
 
 
 def test_a_scale_of_one_is_bit_identical_and_a_slower_host_raises_only_the_host_floor():
-    base = dse.estimate("gpt2-medium", "dgx-h200", **SCENARIO)
+    base = dse.estimate("gpt2-medium", "dgx-h200", **SCENARIO)     # dgx-h100-host: 4.17, transferred
+    same = dse.estimate("gpt2-medium", "dgx-h200", overrides=["hardware.node.host.dispatch_scale=4.17"], **SCENARIO)
+    assert same["time"] == base["time"]
     one = dse.estimate("gpt2-medium", "dgx-h200", overrides=["hardware.node.host.dispatch_scale=1"], **SCENARIO)
-    assert one["time"] == base["time"]
+    assert one["time"]["iteration"] < base["time"]["iteration"]
     slow = dse.estimate("gpt2-medium", "dgx-h200", overrides=["hardware.node.host.dispatch_scale=5"], **SCENARIO)
     assert slow["time"]["iteration"] > base["time"]["iteration"]
-    assert slow["memory"] == base["memory"]
+    assert slow["memory"] == base["memory"] == one["memory"]
 
 
 def test_the_checkpoint_scale_applies_to_full_recompute_of_an_eager_stack_only():

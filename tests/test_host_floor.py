@@ -51,6 +51,11 @@ def test_megatron_launches_are_counted_per_row_and_collectives_in_their_own_pass
     assert K.row_launches("x", {"kind": "elementwise", "kernels": 8, "kernels_backward": 11}) == (8, 11)
 
 
+def _reference(system: str):
+    """``system`` with its host at the reference launch price (dispatch_scale 1), as the stacks' dispatch is stated."""
+    return load_system(system, overrides=[(["node", "host", "dispatch_scale"], 1.0)])
+
+
 def _layer_times(model, plan, system="a100-cluster-800g"):
     sysm = load_system(system) if isinstance(system, str) else system
     tables = KT.kernel_tables(model, plan, recipe_of(plan))
@@ -64,7 +69,7 @@ def test_a_layer_pass_takes_the_longer_of_its_gpu_and_host_time():
                      position="learned").resolved()
     plan = Plan(tp=1, pp=1, dp=1, micro_batch=1, global_batch=1, seq_len=64, recompute="full", attention="math",
                 precision="fp16", grad_dtype="half")
-    kt, tables = _layer_times(tiny, plan, "dgx-h100")
+    kt, tables = _layer_times(tiny, plan, _reference("dgx-h100"))
     dispatch = stack_spec.load("megatron").dispatch
     f, b = K.table_launches(tables["layer"], K.MEGATRON_LAUNCHES, ranks=1)
     # a 64-wide layer's kernels take a few microseconds of GPU time each on an H100: the host is the bottleneck
@@ -132,16 +137,17 @@ def test_megatrons_dropless_moe_dispatcher_syncs_once_per_forward_unless_padded_
     oss = load_model("gpt-oss-120b")
     base = dict(tp=1, pp=4, dp=16, ep=8, seq_len=4096, micro_batch=1, global_batch=1280, zero=1)
     dispatch = stack_spec.load("megatron").dispatch
-    kt, tables = _layer_times(oss, Plan(**base), "h100-cluster")
+    h100 = _reference("h100-cluster")    # at the reference host's 13.5 us a launch: GPU-bound
+    kt, tables = _layer_times(oss, Plan(**base), h100)
     f, _ = K.table_launches(tables["layer"], K.MEGATRON_LAUNCHES, ranks=1, ep_ranks=8)
     assert kt["gpu_fwd"] > dispatch * f                      # GPU-bound: the sync's launch is what is exposed
     assert kt["layer_fwd"] == pytest.approx(kt["gpu_fwd"] + dispatch)
     assert kt["layer_bwd"] == kt["gpu_bwd"]
-    kt, _ = _layer_times(oss, Plan(**base, recompute="full"), "h100-cluster")
+    kt, _ = _layer_times(oss, Plan(**base, recompute="full"), h100)
     assert kt["layer_rec"] == pytest.approx(kt["gpu_rec"] + dispatch)
-    kt, _ = _layer_times(oss, Plan(**base, expert_capacity=1.25, pad_to_capacity=True), "h100-cluster")
+    kt, _ = _layer_times(oss, Plan(**base, expert_capacity=1.25, pad_to_capacity=True), h100)
     assert kt["layer_fwd"] == kt["gpu_fwd"]
-    kt, _ = _layer_times(oss, Plan(**base, stack="pytorch"), "h100-cluster")
+    kt, _ = _layer_times(oss, Plan(**base, stack="pytorch"), h100)
     assert kt["layer_fwd"] == kt["gpu_fwd"]
     big = megatron.model_for(megatron.rows()[0])             # a dense layer: no router, no sync
     kt, _ = _layer_times(big, megatron.plan_for(megatron.rows()[0], big))
@@ -164,8 +170,8 @@ def test_checkpointing_adds_the_measured_factor_to_a_layers_host_time_where_the_
     spec = stack_spec.load("pytorch")
     assert spec.checkpoint_dispatch == pytest.approx(sum(ratios) / 2, abs=0.005)
     assert stack_spec.load("megatron").checkpoint_dispatch == 1.0
-    ref = component("dgx-h100-host")
-    assert ref.checkpoint_dispatch_scale is None and ref.dispatch_scale == 1.0
+    ref = dataclasses.replace(component("dgx-h100-host"), dispatch_scale=1.0)   # a host without its own checkpoint
+    assert ref.checkpoint_dispatch_scale is None
     args = (spec.dispatch, ref, "pytorch")
     plain, full = host_dispatch(*args, "none", spec.layer_dispatch, 1.4), host_dispatch(*args, "full",
                                                                                           spec.layer_dispatch, 1.4)

@@ -51,18 +51,22 @@ def test_layer_host_times_formula():
 
 
 def test_the_bottleneck_sentence_names_a_host_close_to_binding(dse):
-    # gpt2-medium, micro-batch 4, checkpointed, on a DGX's (reference) host: GPU-bound with the host at ~56 %
-    near = _run(dse, "-b", 4, "-B", 4, "--recompute", "full")
+    # gpt2-medium, micro-batch 4, checkpointed, on a host at the reference launch price: GPU-bound, the host at ~56 %
+    ref = ("--set", "hardware.node.host.dispatch_scale=1")
+    near = _run(dse, "-b", 4, "-B", 4, "--recompute", "full", *ref)
     assert HOST_LOAD_NOTE <= near["time"]["host_load"] < 1 and near["time"]["overhead"] == 0
     assert f"{1 / near['time']['host_load']:.1f}x slower makes that pass host-bound" in near["bottleneck"]
     assert "dse calibrate --params dispatch_scale" in near["bottleneck"]
     # micro-batch 16: the GPU's time is 4x longer, the host's the same: nothing said
-    far = _run(dse, "-b", 16, "-B", 16, "--recompute", "full")
+    far = _run(dse, "-b", 16, "-B", 16, "--recompute", "full", *ref)
     assert far["time"]["host_load"] < HOST_LOAD_NOTE and "host" not in far["bottleneck"].split(".", 1)[1]
     # the same case on the VM that measured it (4.2x / 5.8x the reference's host time): host-bound, and said so
     vm = _run(dse, "-b", 4, "-B", 4, "--recompute", "full", "--hw", "h100-vm")
     assert vm["time"]["host_load"] > 1 and vm["time"]["overhead"] > 0
     assert "waits for the host" in vm["bottleneck"]
+    # the shipped DGX host carries that VM's scale (transferred: hwspecs/hosts/dgx-h100-host.yaml): the same verdict
+    dgx = _run(dse, "-b", 4, "-B", 4, "--recompute", "full")
+    assert dgx["time"]["host_load"] > 1 and "waits for the host" in dgx["bottleneck"]
 
 
 def test_large_megatron_layers_are_far_from_the_host(dse):

@@ -103,7 +103,8 @@ def priced_layers():
 def test_measured_host_time_does_not_bind_the_published_moe_layers(priced_layers, case, experts, launches):
     """The whole layer's host time on the reference host (the dense TransformerLayer's attention part, the MoE layer
     at the row's local experts by the fit, cudaLaunchKernel per launch dse counts) is 0.55 of the GPU's forward and
-    0.32 of its backward: host-bound only on a host about 1.8x slower per thread, and a +40 % miss would need 3.5x."""
+    0.32 of its backward: host-bound only on a host about 1.8x slower per thread, and a +40 % miss would need 3.5x;
+    the H100 systems' host is priced 4.17x (hwspecs/hosts/dgx-h100-host.yaml), so their layers are host-bound."""
     dense = _rows("TransformerLayer")[0]
     mlp = _rows("MLP")[0]
     assert dense["experts"] == 0
@@ -114,4 +115,6 @@ def test_measured_host_time_does_not_bind_the_published_moe_layers(priced_layers
     t = priced_layers[case]
     assert 0.45 < host_f / t["gpu_fwd"] < 0.65
     assert 0.25 < host_b / t["gpu_bwd"] < 0.40
-    assert t["layer_host_excess"] < 0.01 * (t["gpu_fwd"] + t["gpu_bwd"])   # dse: not host-bound either
+    # the systems' host, dgx-h100-host, launches at 4.17x the reference (transferred from the measured H100 VM): the
+    # 1.8x that binds is passed, and dse prices the layer host-bound (at the reference host it was not: < 1 %)
+    assert t["layer_host_excess"] > 0.5 * (t["gpu_fwd"] + t["gpu_bwd"])   # 0.83 and 0.75 of the GPU time

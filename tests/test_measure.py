@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from _reference_host import reference_host_system
 
-from dse.catalog import data_dir
+from dse.catalog import data_dir, load_system
 
 pytestmark = pytest.mark.torch
 
@@ -35,7 +36,8 @@ def test_smoke_mode_round_trips_through_calibrate(dse, tmp_path):
     # the next test checks, decides which side binds)
     plain = tmp_path / "smoke-reference-host.jsonl"
     plain.write_text("".join(json.dumps({k: v for k, v in x.items() if k != "host"}) + "\n" for x in rows))
-    c = dse("calibrate", "--data", plain, "--hw", "dgx-h100", "--params", "memory,gemm_overhead", "--folds", "2")
+    reference = reference_host_system(tmp_path, "dgx-h100")
+    c = dse("calibrate", "--data", plain, "--hw", reference, "--params", "memory,gemm_overhead", "--folds", "2")
     assert c.code == 0 and "time MAPE" in c.out, c.err
     # Priced as the megatron stack (a row may name its stack) the model is host-bound too (its launch floor), so the
     # host's per-layer time is what a fit can see: the round trip works with layer_overhead.
@@ -139,9 +141,8 @@ def test_the_micro_row_carries_the_hosts_dispatch_speed_and_calibrate_sets_the_h
             "--out", yaml_out, "--json")
     assert c.code == 0, c.err
     res = json.loads(c.out)
-    assert res["host"]["dispatch_scale"] == {"before": 1.0, "measured": pytest.approx(scale["dispatch_scale"])}
-    from dse.catalog import load_system
-
+    before = load_system("dgx-h100").node.host.dispatch_scale      # 4.17: transferred (dgx-h100-host.yaml)
+    assert res["host"]["dispatch_scale"] == {"before": before, "measured": pytest.approx(scale["dispatch_scale"])}
     assert load_system(str(yaml_out)).node.host.dispatch_scale == pytest.approx(scale["dispatch_scale"], rel=1e-5)
     assert "measured by the host" in yaml_out.read_text()
 

@@ -200,10 +200,17 @@ def table_time(table: Table, hw: KernelCost, link: Link, C: Module, P: Module, *
     if count:
         ranks = (link.ranks, link.ranks if ep_link is None else ep_link.ranks,
                  None if etp_link is None else etp_link.ranks)
-        out["kernels_forward"], out["kernels_backward"] = _kernels.table_launches(table, launches, *ranks)
+        # the alltoall dispatcher's rows launch only where they run (ep inside one node, as _kernel_sums prices them)
+        runs = {name: where(ep_link.inside, 1.0, 0.0) for name, row in table.items()
+                if "alltoall" in row and ep_link is not None}
+        lf, lb = _kernels.table_launches(table, launches, *ranks)
+        for name, on in runs.items():
+            af, ab = _kernels.row_launches(name, table[name], launches, *ranks)
+            lf, lb = lf - (1 - on) * af, lb - (1 - on) * ab
+        out["kernels_forward"], out["kernels_backward"] = lf, lb
         if rows is not None:
-            rows.update({name: (times[name][0], _kernels.row_launches(name, row, launches, *ranks)[0])
-                         for name, row in table.items() if name in times})
+            rows.update({name: (times[name][0], _kernels.row_launches(name, row, launches, *ranks)[0]
+                                * runs.get(name, 1.0)) for name, row in table.items() if name in times})
     return out
 
 

@@ -11,12 +11,14 @@ measured run never allocated). The plan: tp = pp = dp = 1, ZeRO 0, ``precision: 
 (bf16 weights and gradients, no fp32 master copy), ``stack: pytorch`` (the eager modules' kernels,
 saved tensors and fp32 loss: ``stacks/pytorch.yaml``), ``sdpa`` -> ``attention: flash``,
 ``eager`` -> ``math``, on the shipped ``dgx-h100``, whose efficiencies come from the same file's
-micro-benchmarks and kernel profiles (tests/test_h100_micro.py), not from these cases.
+micro-benchmarks and kernel profiles (tests/test_h100_micro.py), not from these cases, and whose host carries the
+launch price transferred from the H100 VM of the kind that measured the file (4.17x the stacks' reference host,
+measured there on a tiny GPT2Block step: hwspecs/hosts/dgx-h100-host.yaml); at the reference host (1) the suite's
+time MAPE is 7.9 %, every row optimistic (scripts/host_transfer.py).
 
 Targets (issue 14's acceptance): time MAPE <= 8 %, memory MAPE <= 6 %; each case within
-twice its target. Nothing is fitted to the cases. Both targets are met (time since eager PyTorch's
-non-vectorized element-wise paths and CUDA's softmax-backward product are priced: stacks/pytorch.yaml);
-the one case outside its tolerance is a documented expected miss naming the cause (:data:`TIME_CAUSES`).
+twice its target. Nothing is fitted to the cases. Both targets are met; the one case outside its tolerance is a
+documented expected miss naming the cause (:data:`TIME_CAUSES`).
 """
 
 from __future__ import annotations
@@ -31,26 +33,21 @@ MEMORY_TOLERANCE = 2 * TARGETS["memory"]["mape"]
 
 _STACK = "the pytorch stack prices the traced eager kernels"
 TIME_CAUSES = {
-    "all": ("the measured profiles launch ~68 element-wise kernels per layer where the traced op list has ~50 "
-            "(CUDA-only kernels the CPU trace cannot show: the softmax backward's grad * output is priced, "
-            "stacks/pytorch.yaml; the rest is not)"),
-    "math": ("eager attention: the batched score GEMMs run below the roofline's copy rate when memory-bound (the "
-             "H200 profiles: ~0.95 ms per GPT-2 medium layer at b16 against 0.86 priced)"),
-    "full": ("torch.utils.checkpoint's forward costs host time that is not priced: at micro-batch 4 the "
-             "checkpointed GPT-2 medium forward takes 54 ms against 22 ms without checkpointing for the same GPU "
-             "work (this workplace's VM host: 40 us per eager op, 63 under checkpointing, data/h200/"
-             "host_dispatch_cuda.json; the reference host the stack assumes: 3.42 us per launch and ~130-170 us per "
-             "layer pass, 7.7 us per launch of a GPT2Block)"),
+    "host": ("the host floor binds: it prices a layer pass as its launches x 14.3 us + 534 us forward, 713 us "
+             "backward (the stack's reference host times, 3.42 us a launch and 128 / 171 us a pass, x dgx-h100-host's "
+             "4.17, transferred from the VM's measured tiny GPT2Block step), and this micro-batch-4 step ran faster "
+             "than that floor: the GPT2Block step sets one scale for every launch and pass, the full-size step's "
+             "own host time may differ (dse validate h100-hf-vm: the same row on the VM's own host)"),
 }
 _PRECISION_NOTE = ("precision bf16-pure: bf16 weights and gradients, no fp32 master copy, as measured; the measured "
                    "run has no optimizer, so the estimate's optimizer states and step are subtracted")
-#: The time rows outside the tolerance (``Measurement.name``): only they carry an expected miss, with the causes
-#: of :func:`_cause` (tests/test_validation.py checks that the list is exactly those rows). Every other row must
+#: The time rows outside the tolerance (``Measurement.name``): only they carry an expected miss, with the cause
+#: of :func:`time_cause` (tests/test_validation.py checks that the list is exactly those rows). Every other row must
 #: be within its tolerance.
-EXPECTED_TIME_MISSES = frozenset({"gpt2-medium sdpa b4 s1024 rc-full"})
+EXPECTED_TIME_MISSES = frozenset({"gpt2-medium sdpa b4 s1024 rc-none"})
 #: Documented reasons the suite's aggregate targets are missed today.
 EXPECTED_TARGET_MISSES: dict[str, str] = {}   # none: both targets met (was time 8.5 %, before eager PyTorch's
-                                               # non-vectorized paths were priced)
+                                               # non-vectorized paths were priced; 7.9 % at the reference host)
 
 
 def measurements():
@@ -61,19 +58,10 @@ def measurements():
     return read(data_dir() / FILE)
 
 
-def _cause(causes: dict, plan: dict) -> str:
-    parts = [causes["all"]]
-    if plan["attention"] == "math" and "math" in causes:
-        parts.append(causes["math"])
-    if plan["recompute"] in causes:
-        parts.append(causes[plan["recompute"]])
-    return f"{_STACK}: " + "; ".join(parts)
-
-
 def time_cause(m) -> str:
-    """The documented reason row ``m``'s time misses (:func:`_cause`); "" for a row not in
+    """The documented reason row ``m``'s time misses (:data:`TIME_CAUSES`); "" for a row not in
     :data:`EXPECTED_TIME_MISSES` (a row within its tolerance, which must stay so)."""
-    return _cause(TIME_CAUSES, m.plan_data) if m.name in EXPECTED_TIME_MISSES else ""
+    return f"{_STACK}: {TIME_CAUSES['host']}" if m.name in EXPECTED_TIME_MISSES else ""
 
 
 def cases():

@@ -53,23 +53,18 @@ MOE_ROWS["h100_qwen3_30b_a3b_gbs1024"] = ("qwen3-30b-a3b", "h100-cluster", dict(
 MOE_NAMES = {"h100_gpt_oss_120b_gbs1280": "H100 GPT-OSS-120B (MoE), 64 GPUs, EP 8, GBS 1280",
              "h100_qwen3_30b_a3b_gbs1024": "H100 Qwen3-30B-A3B (MoE, FP8), 16 GPUs, EP 16, GBS 1024"}
 MOE_TABLES = {"h100_gpt_oss_120b_gbs1280": MOE_TABLE, "h100_qwen3_30b_a3b_gbs1024": MOE_FP8_TABLE}
-MOE_MISS = ("MoE with small experts (128 of 2,880 x 2,880, top 4; 16 local experts x 1,024 tokens): still too fast "
-            "after pricing what Megatron-Core adds per layer (one GEMM and t0 per local expert, the alltoall "
-            "dispatcher's sort of the received copies, the fc2 bias weighted expert by expert, the eager GLU clamp, "
-            "the unfused YaRN RoPE: 6.8 -> 9.5 ms a layer, +78 -> +42 %; +50 % with Transformer Engine's fused "
-            "cross-entropy, 5 bytes a bf16 logit of 201k, for the unfused passes priced before); not priced: "
-            "the recipe's recompute of "
-            "norms and MoE activations (~1 %), the dispatcher's small collectives, and host overhead beyond 13.5 us "
-            "a launch (the layer launches 108 + 198 kernels; NVIDIA's recipes graph-capture the router and "
-            "dispatcher where the host shows); docs/moe.md. Mixtral's large experts are +12 % (dse validate moe-h100)")
-MOE_FP8_MISS = ("MoE with small experts again (128 of 2,048 x 768, top 8; 8 local experts x 4,096 tokens), in FP8: "
-                "per local expert one GEMM and t0 and, with current scaling, its own amax, scale and cast kernels "
-                "are priced (+52 -> +41 %; +42 % with Transformer Engine's fused cross-entropy); the estimate's "
-                "FP8 now runs at 0.96x its bf16 (NVIDIA: 29.7 s a step in "
-                "FP8, 24.7 s in BF16 with router graphs, Megatron-Bridge's MoE guide), the rest is not isolated "
-                "(host overhead of Transformer Engine's per-expert quantizers and modules, HybridEP's achieved "
-                "bandwidth across two nodes, priced as DeepEP's: moe_dispatcher flex); docs/moe.md")
-MOE_MISSES = {"h100_gpt_oss_120b_gbs1280": MOE_MISS, "h100_qwen3_30b_a3b_gbs1024": MOE_FP8_MISS}
+#: What the MoE rows rest on (notes, not expected misses: both are within their tolerance). Their layers are
+#: host-bound on the H100 systems' host (dgx-h100-host: 4.17x the reference launch price, transferred from this
+#: project's measured H100 VM, a Xeon of the same generation): 56 us a launch x 108 + 198 (GPT-OSS) and 86 + 112
+#: (Qwen3 FP8) launches a layer. At the reference host (1) both were too fast, by 50.5 and 42.2 %.
+_MOE_HOST = ("the layer is host-bound at dgx-h100-host's 4.17x launch price (transferred, not measured on a DGX; "
+             "50.5 / 42.2 % too fast at the reference host's): NVIDIA's recipes graph-capture the router and "
+             "dispatcher, which takes host time off that price, so a slower estimate is the expected side; docs/moe.md")
+MOE_NOTES = {"h100_gpt_oss_120b_gbs1280": "MoE with small experts (128 of 2,880 x 2,880, top 4; 16 local experts x "
+                                          "1,024 tokens): " + _MOE_HOST + "; GPT-OSS on 64 B200s at MBS 4, where the "
+                                          "host cannot bind, stays +47 % (not a suite row): not all of its gap is host",
+             "h100_qwen3_30b_a3b_gbs1024": "MoE with small experts (128 of 2,048 x 768, top 8; 8 local experts x 4,096 "
+                                           "tokens) in FP8, per-expert casts priced: " + _MOE_HOST}
 #: Per-case tolerance and the suite's aggregate target (throughput of tuned recipes on clusters dse never saw).
 TOLERANCE = 0.15
 MOE_TOLERANCE = 0.25          # as dse validate moe-h100: a MoE recipe's overheads are less pinned down
@@ -158,5 +153,5 @@ def cases():
         table = MOE_TABLES[case]
         out.append(Case(name=f"{MOE_NAMES[case]} (tokens/s/GPU)", reference=pub.values(table)[case],
                         compute=lambda c=case: tokens_per_gpu(c), tolerance=MOE_TOLERANCE,
-                        source=pub.source(table, case), unit="", expected_miss=MOE_MISSES[case], quantity="moe"))
+                        source=pub.source(table, case), unit="", note=MOE_NOTES[case], quantity="moe"))
     return out

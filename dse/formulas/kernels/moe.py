@@ -238,7 +238,8 @@ def sort_chunk_rows(copies: Num, h: Num, local: Num, bytes_per_element: Num = 2,
     flex) write the received tokens once into expert order (``get_permuted_hidden_states_by_experts``) and permute
     nothing before sending, one pass in all as the ``permute`` row prices: no rows. With the dispatcher unset
     (dse's default: alltoall in one node, flex across) the rows carry ``alltoall`` (``inside_only``) and
-    :func:`dse.estimate.kernel_table.table_time` prices them only where the expert-parallel group lies inside one
+    :func:`dse.estimate.kernel_table.table_time` prices them (their time and launches) only where the expert-parallel
+    group lies inside one
     node. The probabilities sorted along (e N) are left out.
 
     Args:

@@ -98,12 +98,14 @@ def moe_sync_row(table: Table) -> str | None:
     """The first row of an MoE layer's table the host issues after Megatron-Core's token dispatcher has waited for
     the per-expert token counts (None: no routed experts).
 
-    Formula: the expert-parallel dispatch (``ep_dispatch``) where the table has one, else the first expert GEMM
-    (``expert_fc1``); none without a router.
+    Formula: the expert-parallel dispatch (``ep_dispatch``) where the table has one, else the expert-TP all-gather
+    (``expert_allreduce``) where it has one, else the first expert GEMM (``expert_fc1``); none without a router.
     Source: Megatron-Core megatron/core/transformer/moe/token_dispatcher.py: ``MoEAlltoAllTokenDispatcher`` waits at
     ``cuda_sync_point`` ``before_ep_alltoall`` when ep or tp > 1 (NCCL's all-to-all takes its split sizes on the
     host; the counts were copied at ``before_permutation_1`` on a side stream, so the wait drains the GPU up to the
-    first permutation), ``before_finish`` otherwise (the grouped GEMM's ``m_splits``); ``MoEAllGatherTokenDispatcher``
+    first permutation; its ``tp_size`` is the expert-TP group's, and the all-gather over it runs after the all-to-all,
+    in ``dispatch_postprocess``: so with ep = 1 and expert TP > 1 the wait comes before that all-gather),
+    ``before_finish`` otherwise (the grouped GEMM's ``m_splits``); ``MoEAllGatherTokenDispatcher``
     calls ``.cpu()`` on the counts after its all-gather; the flex dispatcher's DeepEP backend busy-waits on the host
     for the received counts inside ``buffer.dispatch`` (megatron/core/transformer/moe/fused_a2a.py, "the CPU will
     wait for GPU's signal to arrive") and HybridEP does so (``non_blocking`` False) unless ``num_permuted_tokens``
@@ -116,9 +118,11 @@ def moe_sync_row(table: Table) -> str | None:
 
     >>> moe_sync_row({"router": {}, "permute": {}, "ep_dispatch": {}, "expert_fc1": {}})
     'ep_dispatch'
+    >>> moe_sync_row({"router": {}, "expert_allreduce": {}, "expert_fc1": {}})    # ep 1, expert TP > 1
+    'expert_allreduce'
     >>> moe_sync_row({"router": {}, "expert_fc1": {}}), moe_sync_row({"fc1": {}})
     ('expert_fc1', None)
     """
     if "router" not in table:
         return None
-    return "ep_dispatch" if "ep_dispatch" in table else "expert_fc1" if "expert_fc1" in table else None
+    return next((r for r in ("ep_dispatch", "expert_allreduce", "expert_fc1") if r in table), None)
