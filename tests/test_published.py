@@ -13,7 +13,7 @@ from dse.validate import published
 ROOT = Path(__file__).resolve().parents[1]
 SUITE_FILES = {"smart-infinity": "smart_infinity", "ssdtrain": "ssdtrain", "chiplet": "chiplet",
                "formulas": "korthikanti2022", "megatron-bridge": "megatron_bridge", "moe-h100": "megatron_core_moe",
-               "llama3-405b": "llama3"}
+               "llama3-405b": "llama3", "megatron-selene": "korthikanti2022_selene"}
 
 
 def _numbers(v):

@@ -22,6 +22,7 @@ SUITES = {
     "megatron-a100": "dse.validate.megatron",
     "megatron-a100-single": "dse.validate.megatron_single",
     "megatron-a100-175b": "dse.validate.megatron_175b",
+    "megatron-selene": "dse.validate.megatron_selene",
     "formulas": "dse.validate.formulas",
     "chiplet": "dse.validate.chiplet",
     "smart-infinity": "dse.validate.smart_infinity",

@@ -89,7 +89,9 @@ BASE = (
     Regime("dense Megatron on A100", (
         Part("megatron-a100", what="iteration time, GPT 3.6-39.1B on 64-512 A100s"),
         Part("megatron-a100-single", what="iteration time, small GPTs on 2-8 A100s"),
-        Part("megatron-a100-175b", what="iteration time, GPT-3 175B on 512 A100s (held out)")),
+        Part("megatron-a100-175b", what="iteration time, GPT-3 175B on 512 A100s (held out)"),
+        Part("megatron-selene", "time", what="iteration time, NVIDIA's GPT 22B-1T runs on 8-512 A100s of Selene "
+             "(Korthikanti et al. 2022 Table 5, held out)")),
         lambda m, s, p: not _moe(m) and _stack(p) == "megatron" and "a100" in _gpu(s)),
     Regime("dense Megatron beyond the A100", (
         Part("megatron-bridge", "dense", "rate", "Megatron-Bridge's published dense throughput"),
