@@ -22,7 +22,6 @@ SUITES = {
     "megatron-a100": "dse.validate.megatron",
     "megatron-a100-single": "dse.validate.megatron_single",
     "megatron-a100-175b": "dse.validate.megatron_175b",
-    "megatron-selene": "dse.validate.megatron_selene",
     "formulas": "dse.validate.formulas",
     "chiplet": "dse.validate.chiplet",
     "smart-infinity": "dse.validate.smart_infinity",
@@ -35,6 +34,7 @@ SUITES = {
     "h100-hf-vm": "dse.validate.h100_hf_vm",
     "llama3-405b": "dse.validate.llama3",
     "h200-holdout": "dse.validate.h200_holdout",
+    "megatron-selene": "dse.validate.megatron_selene",
 }
 
 
