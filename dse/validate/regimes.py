@@ -91,7 +91,9 @@ BASE = (
         Part("megatron-a100-single", what="iteration time, small GPTs on 2-8 A100s"),
         Part("megatron-a100-175b", what="iteration time, GPT-3 175B on 512 A100s (held out)"),
         Part("megatron-selene", "time", what="iteration time, NVIDIA's GPT 22B-1T runs on 8-512 A100s of Selene "
-             "(Korthikanti et al. 2022 Table 5, held out)")),
+             "(Korthikanti et al. 2022 Table 5, held out)"),
+        Part("megatron-selene", "tflops", "rate", "achieved TFLOP/s per GPU, NVIDIA's GPT 1.7B-1T weak-scaling runs "
+             "on 32-3,072 A100s of Selene (Narayanan et al. 2021 Table 1, held out)")),
         lambda m, s, p: not _moe(m) and _stack(p) == "megatron" and "a100" in _gpu(s)),
     Regime("dense Megatron beyond the A100", (
         Part("megatron-bridge", "dense", "rate", "Megatron-Bridge's published dense throughput"),
