@@ -347,7 +347,16 @@ def _load_hardware(ref, overrides):
     for path, value in overrides:
         _schema.set_path(data, path, value, cls, "--set hardware")
         data = _resolve_refs(cls, data, where + ": ")  # a component named by one override can take sub-field overrides
+        if path and path[-1] == "dispatch_scale" and not any(p[-1:] == ["dispatch_basis"] for p, _ in overrides):
+            _parent(data, path).pop("dispatch_basis", None)   # a stated launch speed: no longer the file's basis
     return _build(cls, data, where + ": ", "hardware", overrides)
+
+
+def _parent(data: dict, path: list[str]) -> dict:
+    """The mapping that holds ``path``'s last field ({} where a step is not a mapping)."""
+    for key in path[:-1]:
+        data = data.get(key) if isinstance(data, dict) else None
+    return data if isinstance(data, dict) else {}
 
 
 def load_system(ref: str | SystemSpec, overrides: list[tuple[list[str], object]] = ()) -> SystemSpec:

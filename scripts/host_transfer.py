@@ -21,13 +21,14 @@ sys.path.insert(0, str(ROOT))
 
 #: The suites whose systems run on a host with a transferred dispatch_scale.
 SUITES = ("h100-hf", "megatron-bridge", "moe-h100", "deepseek-v3", "llama3-405b")
-MARK = "TRANSFERRED"
 
 
 def transferred_hosts() -> list[str]:
-    """The host files whose dispatch_scale comment says it is transferred."""
+    """The hosts whose dispatch_scale is transferred (``dispatch_basis: transferred``)."""
+    from dse.catalog import find_hardware
+
     return sorted(p.stem for p in (ROOT / "hwspecs" / "hosts").glob("*.yaml")
-                  if MARK in p.read_text() and "\ndispatch_scale:" in p.read_text())
+                  if find_hardware(p.stem)[1].dispatch_basis == "transferred")
 
 
 def _errors(suites, reference: bool) -> dict:

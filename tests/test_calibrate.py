@@ -164,6 +164,7 @@ def test_host_dispatch_scale_is_fitted_from_a_grid_start_and_written_to_the_host
     assert system.node.host.dispatch_scale == pytest.approx(p["after"], rel=1e-5)
     assert system.node.gpu.efficiency == load_system("dgx-h100").node.gpu.efficiency     # the GPU untouched
     assert "dispatch_scale: 1 -> " in out.read_text()
+    assert system.node.host.dispatch_basis == "calibrated"       # fitted to these step times
     shipped = dse("calibrate", "--data", H100, "--hw", "dgx-h100", "--params", "dispatch_scale", "--folds", "0",
                   "--json")
     q = json.loads(shipped.out)["parameters"]["dispatch_scale"]

@@ -68,12 +68,16 @@ def test_every_other_host_is_the_reference():
         h = component(name)
         text = (root() / "hwspecs" / "hosts" / f"{name}.yaml").read_text()
         if name in TRANSFERRED:   # the source host's scale, the file saying so; the checkpointed one left to the stack
-            assert "TRANSFERRED" in text, name
+            assert "TRANSFERRED" in text and h.dispatch_basis == "transferred", name
             assert (h.dispatch_scale, h.checkpoint_dispatch_scale) == (component(TRANSFERRED[name]).dispatch_scale,
                                                                        None), name
         # the two measured VM hosts (h200-vm, h100-vm) and the vTrain cluster's calibrated one (test_megatron_single)
-        elif not name.startswith("firecracker-xeon-vm") and name != "vtrain-a100-host":
-            assert (h.dispatch_scale, h.checkpoint_dispatch_scale) == (1.0, None), name
+        elif name.startswith("firecracker-xeon-vm"):
+            assert h.dispatch_basis == "measured", name
+        elif name == "vtrain-a100-host":
+            assert h.dispatch_basis == "calibrated"
+        else:
+            assert (h.dispatch_scale, h.checkpoint_dispatch_scale, h.dispatch_basis) == (1.0, None, "unmeasured"), name
             assert "TRANSFERRED" not in text, name
 
 

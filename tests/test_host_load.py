@@ -67,6 +67,10 @@ def test_the_bottleneck_sentence_names_a_host_close_to_binding(dse):
     # the shipped DGX host carries that VM's scale (transferred: hwspecs/hosts/dgx-h100-host.yaml): the same verdict
     dgx = _run(dse, "-b", 4, "-B", 4, "--recompute", "full")
     assert dgx["time"]["host_load"] > 1 and "waits for the host" in dgx["bottleneck"]
+    # and the sentence says where each host's launch speed comes from: transferred, unmeasured, or nothing (measured)
+    assert "dgx-h100-host's is transferred from a measured host of its CPU generation (4.17x" in dgx["bottleneck"]
+    assert "not measured: the reference host's" in near["bottleneck"]      # --set scale 1: a stated value, but 1
+    assert "transferred" not in vm["bottleneck"] and "not measured" not in vm["bottleneck"]
 
 
 def test_large_megatron_layers_are_far_from_the_host(dse):

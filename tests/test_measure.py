@@ -144,6 +144,7 @@ def test_the_micro_row_carries_the_hosts_dispatch_speed_and_calibrate_sets_the_h
     before = load_system("dgx-h100").node.host.dispatch_scale      # 4.17: transferred (dgx-h100-host.yaml)
     assert res["host"]["dispatch_scale"] == {"before": before, "measured": pytest.approx(scale["dispatch_scale"])}
     assert load_system(str(yaml_out)).node.host.dispatch_scale == pytest.approx(scale["dispatch_scale"], rel=1e-5)
+    assert load_system(str(yaml_out)).node.host.dispatch_basis == "measured"     # the host's own micro row
     assert "measured by the host" in yaml_out.read_text()
 
 

@@ -255,6 +255,8 @@ def calibrated_yaml(hw: str, result: dict, name: str, data_file: str) -> str:
     fitted = {nm: float(f"{p['after']:.6g}") for nm, p in result["parameters"].items()}
     gpu["efficiency"] = {**gpu.get("efficiency", {}), **{k: v for k, v in fitted.items() if k not in HOST_FIELDS}}
     host.update({k: v for k, v in fitted.items() if k in HOST_FIELDS})
+    if "dispatch_scale" in fitted:   # the launch speed's basis: this host's own micro row, or a fit to its steps
+        host["dispatch_basis"] = "measured" if result["parameters"]["dispatch_scale"].get("measured") else "calibrated"
     cv = result["cross_validation"]
     cv_text = f"{cv['folds']}-fold cross-validated {100 * cv['mape']:.1f} %" if cv else "not cross-validated"
     head = [f"# {name}: {where} with GPU efficiency / host fields fitted by `dse calibrate` to {data_file}",

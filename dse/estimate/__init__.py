@@ -77,8 +77,9 @@ _HEADS = {"compute": "Compute-bound", "recompute": "Recompute-bound", "bubble": 
           "optimizer": "Optimizer-bound", "overhead": "Host-bound", "io_exposed": "I/O-bound"}
 
 
-def bottleneck(r: Result) -> str:
-    """One sentence naming the largest share of the iteration time."""
+def bottleneck(r: Result, host: Any = None) -> str:
+    """One sentence naming the largest share of the iteration time (``host``: the system's host spec, whose launch
+    speed's basis the sentence names where the host binds or nearly does)."""
     t = r["time"]
     total = t["iteration"]
     first = second = (-1.0, "")   # the two largest (time, part), in one pass (as sorting them would rank them)
@@ -95,11 +96,25 @@ def bottleneck(r: Result) -> str:
     load = float(t.get("host_load", 0.0))
     if load >= 1.0:
         out += (" A layer pass waits for the host (its launches take up to {:.1f}x the GPU's time): the estimate "
-                "rests on the host's speed" + _HOST_HINT).format(load)
+                "rests on the host's speed" + _host_basis(host) + _HOST_HINT).format(load)
     elif load >= HOST_LOAD_NOTE:
         out += (f" The host issues a layer pass's kernels in {100 * load:.0f}% of its GPU time: a host "
-                f"{1 / load:.1f}x slower makes that pass host-bound" + _HOST_HINT)
+                f"{1 / load:.1f}x slower makes that pass host-bound" + _host_basis(host) + _HOST_HINT)
     return out
+
+
+def _host_basis(host: Any) -> str:
+    """Where the host's launch speed comes from, for the bottleneck sentence ("" for a measured or calibrated one)."""
+    basis = getattr(host, "dispatch_basis", None)
+    scale = getattr(host, "dispatch_scale", 1.0)
+    if basis in (None, "unmeasured"):   # a scale other than 1 on such a host: stated by the user (--set, a file)
+        basis = "unmeasured" if host is not None and scale == 1.0 else None
+    if basis == "transferred":
+        return (f"; {host.name}'s is transferred from a measured host of its CPU generation "
+                f"({host.dispatch_scale:g}x the reference), not measured on it")
+    if basis == "unmeasured":
+        return f"; {host.name}'s is not measured: the reference host's, optimistic if it is slower"
+    return ""
 
 
 #: host_load (time.host_load) from which the bottleneck sentence says the host is close to binding: within a
@@ -209,12 +224,13 @@ def verdict(r: Result, system: SystemSpec, plan: Plan, extra: Iterable[str] = ()
     bad = feasibility.violated(checks)
     if not bad and not extra:      # feasible: the common case
         r["violation_details"] = []
-        return True, [], bottleneck(r)
+        return True, [], bottleneck(r, getattr(getattr(system, "node", None), "host", None))
     messages = [v.message for v in bad]
     r["violation_details"] = [v.as_dict(msg) for v, msg in zip(bad, messages)] + [
         {"kind": "other", "tier": None, "needed": None, "available": None, "message": x, "reason": x} for x in extra]
     violations = messages + list(extra)
-    text = bottleneck(r) if not violations else "Infeasible: " + "; ".join(violations) + "."
+    host = getattr(getattr(system, "node", None), "host", None)
+    text = bottleneck(r, host) if not violations else "Infeasible: " + "; ".join(violations) + "."
     return not violations, violations, text
 
 

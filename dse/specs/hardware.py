@@ -161,6 +161,10 @@ class LinkSpec:
                              f"InfiniBand): set transport ({', '.join(TRANSPORTS)}) or delete latency")
 
 
+#: Where a host's ``dispatch_scale`` comes from (``HostSpec.dispatch_basis``).
+DISPATCH_BASES = ("measured", "calibrated", "transferred", "unmeasured")
+
+
 @dataclass(frozen=True, kw_only=True)
 class HostSpec:
     name: str
@@ -183,6 +187,10 @@ class HostSpec:
         None, gt=0, help="the same for an op of a layer under torch.utils.checkpoint (non-reentrant: "
         "the eager stacks' recompute full; its forward, recompute and backward): us_per_op_checkpointed_step / 7.7 "
         "us; default: dispatch_scale x the stack's checkpoint_dispatch (stacks/pytorch.yaml: measured on two hosts)")
+    dispatch_basis: str | None = spec_field(
+        None, choices=DISPATCH_BASES, help="where dispatch_scale comes from: measured (this host's own GPT2Block "
+        "step), calibrated (fitted to its step times), transferred (a measured or calibrated host of its CPU "
+        "generation), unmeasured (the reference's 1); unset: stated by whoever wrote the file")
     source: str = ""
 
 
