@@ -201,6 +201,8 @@ def test_moe_layer_count_is_closed_form_and_agrees_with_the_count():
     ("Llama-2-70b-hf", ("num_attention_heads",), 0, "num_attention_heads: expected a whole number >= 1"),  # ZeroDiv
     ("Qwen2-0.5B", ("attention_dropout",), "x", "attention_dropout: expected a probability"),   # ValueError
     ("gpt2", ("resid_pdrop",), 1.5, "resid_pdrop: expected a probability"),
+    ("gpt2", ("embd_pdrop",), "x", "embd_pdrop: expected a probability"),                     # ValueError
+    ("starcoder2-3b", ("embedding_dropout",), -0.1, "embedding_dropout: expected a probability"),
     ("Qwen3-30B-A3B", ("mlp_only_layers",), 0.5, "mlp_only_layers: expected a list"),           # TypeError
     ("DeepSeek-V3", ("first_k_dense_replace",), float("inf"), "first_k_dense_replace: expected a whole number"),  # ran
     ("bloom-560m", ("model_type",), ["bloom"], "model_type: expected a name"),                  # unhashable

@@ -227,7 +227,8 @@ def compose_memory(model: ModelSpec, system: SystemSpec, plan: Plan, F: Formulas
         memory["gpu"]["total"] = memory["gpu"]["total"] + kv_buffers
     act_opts = dict(tp=t, sequence_parallel=plan.sequence_parallel, recompute=plan.recompute,
                     attention=plan.attention, ffn_type=model.ffn_type, norm=model.norm, position=model.position,
-                    dropout=model.dropout > 0, bytes_per_element=e)
+                    dropout=model.dropout > 0, bytes_per_element=e, score_dropout=model.attention_dropout,
+                    branch_dropouts=model.branch_dropouts)
     terms = BaseTerms(  # intermediate terms that technique modules (dse/estimate/*.py) build on
         seq_len=s, micro_batch=b, tp=t, pp=p, dp=d, virtual_stages=plan.virtual_stages, global_batch=B,
         micro_batches=m, bytes_per_element=e, grad_bytes=g_bytes, optimizer_bytes=opt_bytes, peak_flops=peak,

@@ -101,7 +101,9 @@ def work(model: ModelSpec, plan: Plan, e: Num, M: Formulas) -> dict[str, Any]:
                                model.ffn_hidden, model.vocab)
     table = Kn.layer_kernels(s, b, h, a, kv, hd, ffn, recompute=plan.recompute, attention="flash",
                              ffn_type=model.ffn_type, norm=model.norm, position=model.position,
-                             dropout=model.dropout > 0, causal=model.architecture == "decoder", bytes_per_element=e,
+                             dropout=model.dropout > 0, score_dropout=model.attention_dropout,
+                             branch_dropouts=model.branch_dropouts, causal=model.architecture == "decoder",
+                             bytes_per_element=e,
                              parallel_residual=model.parallel_residual, **norms)
     head = Kn.head_kernels(s, b, h, V, norm=model.norm, final_norm=model.final_norm, bytes_per_element=e)
     executed = Kn.executed_flops(table, plan.recompute)     # as executed: causal attention skips half

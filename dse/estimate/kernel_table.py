@@ -91,7 +91,8 @@ def kernel_tables(model: ModelSpec, plan: Plan, r: Recipe, K: Module = _kernels)
                 qk_norm=model.qk_norm, finetune=_frozen.kernel_inputs(model, plan), fp8=fp8,
                 softmax_fallback=stack == "megatron", mla=mla_options(model),
                 parallel_residual=model.parallel_residual, rotary_fraction=model.rotary_fraction,
-                rotary_unfused=stack == "megatron" and model.rotary_attention_factor != 1)
+                rotary_unfused=stack == "megatron" and model.rotary_attention_factor != 1,
+                score_dropout=model.attention_dropout, branch_dropouts=model.branch_dropouts)
     if share is not None:
         opts.update(attention_share=share, executed_share=executed)
     shape = (s, b, h, model.heads, model.kv_heads, model.head_dim, model.ffn_hidden)
@@ -101,9 +102,6 @@ def kernel_tables(model: ModelSpec, plan: Plan, r: Recipe, K: Module = _kernels)
         fc1 = 2 if model.ffn_type in GATED and not model.projection_slices else 1   # Phi-3's gate_up_proj: one
         layer = _kernels.separate_linears(layer, qkv, 2 if qkv == 3 else 1, fc1)
         dense = None if dense is None else _kernels.separate_linears(dense, qkv, 2 if qkv == 3 else 1, fc1)
-    if not model.attention_dropout:     # dropout on the branches only: no score mask (attn_dropout, score_dropout)
-        layer = {k: v for k, v in layer.items() if k != "attn_dropout"}
-        dense = None if dense is None else {k: v for k, v in dense.items() if k != "attn_dropout"}
     if model.nope_layers:               # NoPE layers: the mean layer's rotary rows at the rotary layers' share
         share = 1 - model.nope_layers / model.layers
         layer = rotary_share(layer, share)

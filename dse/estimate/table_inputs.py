@@ -95,7 +95,8 @@ def stack_inputs(model: ModelSpec, plan: Plan, stack: str) -> tuple[Any, Any, An
         size.update(routed=size["h"] * k, picks=size["h"] * k / model.hidden, probs=size["h"] * model.experts
                     / model.hidden)
     choices = {"attention": plan.attention, "recompute": plan.recompute, "bias": bool(model.bias),
-               "dropout": model.dropout > 0, "qkv": model.qkv_projection, "grouped": kv < model.heads,
+               "dropout": model.dropout > 0, "branch_dropouts": model.branch_dropouts, "qkv": model.qkv_projection,
+               "grouped": kv < model.heads,
                "scale_query": model.scale_query, "rotary": model.position == "rotary",
                "frozen": plan.finetune != "full", "softcap": model.attn_softcap is not None,
                "logit_softcap": model.logit_softcap is not None, "embedding_scale": model.embedding_scale,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dse.frameworks import megatron_moe as _moe
 from dse.frameworks.common import Imported, as_choice, as_int, bad
+from dse.specs.hf.common import dropout_fields
 
 TOKENIZER_VOCAB = {"GPT2BPETokenizer": 50257, "Llama2Tokenizer": 32000, "BertWordPieceLowerCase": 30522,
                    "BertWordPieceCase": 28996}
@@ -66,16 +67,16 @@ def read_model(imp: Imported, get, values: dict) -> None:
     if get("--position-embedding-type") in ("yarn", "mrope", "relative"):
         imp.ignore("--position-embedding-type", f"{get('--position-embedding-type')}: estimated as {position}")
     norm = as_choice(imp.source, "--normalization", get("--normalization", "LayerNorm"), ("LayerNorm", "RMSNorm"))
-    attn_drop, hidden_drop = get("--attention-dropout", 0.1), get("--hidden-dropout", 0.1)
-    if attn_drop != hidden_drop:
-        imp.ignore("--attention-dropout", f"{attn_drop:g}: dse has one dropout probability, "
-                                          f"--hidden-dropout's {hidden_drop:g}")
+    # Megatron-Core: --attention-dropout on the attention probabilities (DotProductAttention; TE's and the flash
+    # kernels drop inside themselves), --hidden-dropout in both bias-dropout-adds (TransformerLayer) and on the
+    # embedding output (LanguageModelEmbedding.embedding_dropout)
+    drops = dropout_fields(get("--attention-dropout", 0.1), get("--hidden-dropout", 0.1), get("--hidden-dropout", 0.1))
     data = dict(name=f"megatron-{layers}x{hidden}", layers=layers, hidden=hidden, heads=heads,
                 vocab=_vocab(imp, get), max_seq_len=max_pos, ffn_hidden=ffn,
                 ffn_type="swiglu" if swiglu else ("relu2" if get("--squared-relu") else "gelu"),
                 norm=norm.lower(), zero_centered_gamma=bool(get("--apply-layernorm-1p")),
                 bias=not get("--disable-bias-linear"), position=position,
-                tied_embeddings=not get("--untie-embeddings-and-output-weights"), dropout=hidden_drop,
+                tied_embeddings=not get("--untie-embeddings-and-output-weights"), **drops,
                 source="Megatron-LM arguments")
     if get("--group-query-attention"):
         data["kv_heads"] = get("--num-query-groups", 1)
@@ -178,7 +179,9 @@ def model_args(m, warnings: list[str]) -> list[str]:
     if m.position == "learned" and m.position_embeddings != m.max_seq_len:
         warnings.append(f"{m.position_embeddings} learned positions: Megatron-LM allocates "
                         "--max-position-embeddings rows")
-    args.append(f"--attention-dropout {m.dropout:g} --hidden-dropout {m.dropout:g} --padded-vocab-size {m.vocab}")
+    hidden = m.dropout if m.branch_dropouts or m.embedding_dropout else 0.0
+    args.append(f"--attention-dropout {m.dropout if m.attention_dropout else 0.0:g} --hidden-dropout {hidden:g} "
+                f"--padded-vocab-size {m.vocab}")
     if m.architecture != "decoder":
         if m.architecture == "encoder":
             warnings.append(f"{m.name} is an encoder: launch Megatron-LM's pretrain_bert.py, not pretrain_gpt.py")

@@ -87,10 +87,17 @@ class ModelSpec:
                                                  help="rows of the learned position table; default max_seq_len")
     tied_embeddings: bool = spec_field(True, help="LM head shares the input embedding")
     head_bias: bool = spec_field(False, help="the LM head has a bias (Phi lm_head): V parameters")
-    dropout: float = spec_field(0.0, unit="fraction", ge=0.0, lt=1.0, help="dropout probability (0 = no masks)")
+    dropout: float = spec_field(0.0, unit="fraction", ge=0.0, lt=1.0,
+                                help="dropout probability (0 = no masks); where it runs: attention_dropout, "
+                                     "branch_dropouts, embedding_dropout (a config with several: the largest; only "
+                                     "> 0 is priced)")
     attention_dropout: bool = spec_field(True, help="dropout (where > 0) also on the attention probabilities (eager "
                                          "attention's score mask); false: on the layers' branch outputs only "
                                          "(StarCoder2's residual_dropout with attention_dropout 0)")
+    branch_dropouts: int = spec_field(2, ge=0, le=2, help="branch outputs of a layer dropout (where > 0) runs on "
+                                      "before their residual add: 2 the attention's and the MLP's (GPT-2 resid_pdrop, "
+                                      "Megatron --hidden-dropout), 1 one (StableLM's MLP output, Falcon's parallel "
+                                      "sum), 0 none (Llama: attention_dropout only)")
     nope_layers: int = spec_field(0, ge=0, help="layers without rotary positions (NoPE: SmolLM3's no_rope_layers 0 "
                                   "entries, every fourth layer); the rotary kernels are priced on the others only")
     embedding_dropout: bool = spec_field(True, help="dropout (where > 0) also on the embedding output; false: not "

@@ -41,8 +41,8 @@ def hooks_saved_terms(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_di
       when math attention repeats K and V to a heads (the repeated copies are saved instead);
     - ``attention_output_again``: flash attention saves its output O, and the out-projection GEMM saves it
       again as its input, e s b hd_q (no recompute);
-    - ``softmax_output_again``: math attention without dropout saves the softmax output twice (softmax and
-      the PV GEMM), e a s^2 b / t (no recompute);
+    - ``softmax_output_again``: math attention without score dropout (``score_dropout`` in ``options``) saves the
+      softmax output twice (softmax and the PV GEMM), e a s^2 b / t (no recompute);
     - ``rotary_tables``: the cos and sin tables, saved by Q's and K's rotation, 4 e s d (rotary);
     - ``weights``: every GEMM saves its weight and every norm its weight and bias, W = the layer's parameter
       bytes on one GPU (GEMM biases are not saved; counted here, < 0.1 %). They stay on the GPU as parameters:
@@ -88,7 +88,7 @@ def hooks_saved_terms(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_di
     terms["qkv_output"] = e * sb * (q_view * hd_q + (1 - rotary) * hd_kv + hd_kv) * (1 - expanded)
     if recompute == "none" and attention == "flash":
         terms["attention_output_again"] = e * sb * hd_q
-    if recompute == "none" and attention == "math" and not dropout:
+    if recompute == "none" and attention == "math" and not (dropout and options.get("score_dropout", True)):
         terms["softmax_output_again"] = e * (heads / tp) * s * s * b
     if rotary:
         terms["rotary_tables"] = 4 * e * s * head_dim + 0 * sb

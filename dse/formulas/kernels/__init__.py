@@ -55,6 +55,10 @@ Symbols:
     norm: layernorm or rmsnorm [choice]
     position: learned, rotary or none (position embeddings) [choice]
     dropout: dropout layers present [bool]
+    score_dropout: with dropout, also on the attention probabilities (math attention's score mask; a flash kernel
+        drops inside itself, nothing priced apart) [bool]
+    branch_dropouts: with dropout, the branch outputs of a layer dropped before their residual add (2: attention and
+        MLP; 1: the MLP's only, or a parallel layer's one sum; 0: none) [count]
     causal: decoder (causal) attention: a flash kernel skips the masked half [bool]
     final_norm: a norm before the LM head [bool]
     bytes_per_element: e, bytes per activation element (2 for bf16/fp16) [bytes]

@@ -86,7 +86,8 @@ def layer_kernels(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: N
                   layer_norms: int = 2, qk_norm: bool = False, moe: dict[str, Any] | None = None,
                   softmax_fallback: bool = False, attention_share: Num | None = None,
                   executed_share: Num | None = None, mla: dict[str, Any] | None = None,
-                  parallel_residual: bool = False, rotary_fraction: Num = 1.0, rotary_unfused: bool = False) -> Table:
+                  parallel_residual: bool = False, rotary_fraction: Num = 1.0, rotary_unfused: bool = False,
+                  score_dropout: bool = True, branch_dropouts: int = 2) -> Table:
     """The kernels of one transformer layer on one GPU for one micro-batch (Megatron-LM's fused kernels).
 
     Formula: T = s b, r = 1/t with SP (else 1); GEMMs QKV (T, h, (a+2kv)d/t), out (T, a d/t, h), fc1 (T, h, n_g F/t),
@@ -133,6 +134,14 @@ def layer_kernels(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: N
     ``rotary_unfused``: Megatron-Core's RoPE of a model whose YaRN attention factor is not 1 (gpt-oss), which it
     applies with eager PyTorch ops instead of the fused kernel (:func:`unfused_rotary_row`).
 
+    ``dropout`` runs where the model applies it: on the attention probabilities (``score_dropout``: math attention's
+    dropout row; a flash kernel -- FlashAttention, SDPA's flash and memory-efficient kernels, Transformer Engine --
+    drops inside itself from its Philox state and saves no mask, so nothing is priced apart) and on
+    ``branch_dropouts`` branch outputs (the bias-dropout-residual's mask: the MLP's first, then the attention's).
+    Source: Megatron-Core DotProductAttention (``attention_dropout`` on the probabilities) and TransformerLayer
+    (``hidden_dropout`` in both bias-dropout-adds); Transformers 5.24's eager attention
+    (``nn.functional.dropout(attn_weights, p=dropout)``) and each family's branch dropouts (dse.specs.hf readers).
+
     The attention rows' ``flops`` (the model's FLOPs, what MFU counts) count the unmasked half of a causal score
     matrix, as the flash kernel executes it (FlashAttention-2, Dao 2023, arXiv 2307.08691 §4.1: "with causal
     mask, we divide the FLOPs count by 2"); math attention's GEMMs still execute the whole matrix (their time
@@ -155,7 +164,8 @@ def layer_kernels(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: N
     tok = s * b
     r = 1 / tp if sequence_parallel else 1
     stats = 8 if norm == "layernorm" else 4
-    drop = 1 if dropout else 0
+    drop_attn = 1 if dropout and branch_dropouts >= 2 else 0     # the attention output's dropout mask
+    drop_mlp = 1 if dropout and branch_dropouts >= 1 else 0      # the MLP output's (or the parallel sum's)
     full = recompute == "full"
     selective = recompute == "selective"
     split = not (type(tp) is int and tp == 1)     # unsplit (t = 1), shapes stay integers
@@ -208,7 +218,7 @@ def layer_kernels(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: N
             t["softmax"] = softmax_row(s, b, a_loc, e, math_kept) if softmax_fallback and not stack else {
                 "kind": "elementwise", "bytes": 2 * e * scores, "saved": e * scores if math_kept else 0,
                 "selective": True}
-            if dropout:
+            if dropout and score_dropout:
                 t["attn_dropout"] = {"kind": "elementwise", "bytes": (2 * e + 1) * scores,
                                      "saved": (e + 1) * scores if math_kept else 0, "selective": True}
             t["context"] = {"kind": "gemm", "m": s, "k": s, "n": head_dim, "batch": batch, "split": "",
@@ -232,7 +242,8 @@ def layer_kernels(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: N
     extra_norms = layer_norms > 2      # Gemma 2: a norm after the attention and after the MLP, before the adds
     if extra_norms:
         t["post_attn_norm"] = {"kind": "elementwise", "bytes": 2 * x_in, "saved": norm_in}
-    t["attn_residual"] = {"kind": "elementwise", "bytes": (3 * e + drop) * tok * h * r, "saved": drop * tok * h * r}
+    t["attn_residual"] = {"kind": "elementwise", "bytes": (3 * e + drop_attn) * tok * h * r,
+                          "saved": drop_attn * tok * h * r}
     shared_norm = parallel_residual and layer_norms == 1     # Falcon-7B: the attention's norm output feeds the MLP
     if not shared_norm:
         t["norm2"] = {"kind": "elementwise", "bytes": 2 * x_in, "saved": norm_in}
@@ -256,7 +267,8 @@ def layer_kernels(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: N
         mlp_msg, empty = msg * where(gathers, 1 if moe.get("shared_experts") else 0, 1), {"optional": True}
     t["mlp_allreduce"] = {"kind": "collective", "op": "allreduce", "group": "tp", "comm": mlp_msg,
                           "pass": "forward", "saved": 0, **empty}
-    t["mlp_residual"] = {"kind": "elementwise", "bytes": (3 * e + drop) * tok * h * r, "saved": drop * tok * h * r}
+    t["mlp_residual"] = {"kind": "elementwise", "bytes": (3 * e + drop_mlp) * tok * h * r,
+                         "saved": drop_mlp * tok * h * r}
     t["fc1_dgrad_allreduce"] = {"kind": "collective", "op": "allreduce", "group": "tp", "comm": mlp_msg,
                                 "pass": "backward", "hidden_by": "expert_fc1" if moe else "fc1", "saved": 0, **empty}
     if mla:   # the latents' input gradients (the up projections are column-parallel, the down ones duplicated)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from dse.formulas._array import Num
-from dse.formulas.stacks.amounts import Op, Sizes, Table, amount, qk_sizes
+from dse.formulas.stacks.amounts import Op, Row, Sizes, Table, amount, qk_sizes
 from dse.formulas.stacks.rows import _elementwise, _enabled, _norm, _packed, _scaled, _twice
 
 __all__ = ["apply_layer"]
@@ -20,7 +20,8 @@ def apply_layer(table: Table, ops: dict[str, Op], size: Sizes, choices: dict[str
     Formula: each element-wise row's bytes, kernels and saved bytes from the stack op that names it (norm1, norm2:
     ``norm``; the QK-norm: ``qk_norm`` over :func:`qk_sizes`, where it has a weight; the residual adds:
     ``residual``; ``activation``; ``rotary``); the attention core's saved bytes and its
-    copies from ``flash`` or ``math`` (eager attention's dropout: ``score_dropout``); added rows (``dropout``,
+    copies from ``flash`` or ``math`` (eager attention's dropout: ``score_dropout``, where the table has the
+    ``attn_dropout`` row); added rows (``dropout``: x b/2 for the choice ``branch_dropouts`` b, default 2,
     ``kv_copy``, ``kv_repeat``, ``qkv_inputs``, ``qkv_grads``, ``rotary_grads``, ``query_scale``, ``bias_grads``,
     ``grad_accumulate``, eager attention's logit soft-capping ``softcap``, Granite's branch scale ``residual_scale``,
     OLMo 2's fp32 rotary ``rotary_fp32`` (Cohere's upcast q and k: ``rotary_upcast``), a fused projection's gradient
@@ -88,11 +89,22 @@ def apply_layer(table: Table, ops: dict[str, Op], size: Sizes, choices: dict[str
             out[name] = _elementwise(ops[name], size, e, g)
             if name == "softcap":         # part of the attention core: selective recompute runs it again
                 out[name]["selective"] = True
+    if "dropout" in out and choices.get("branch_dropouts", 2) != 2:   # the stack's row: two branch dropouts
+        out["dropout"] = _branches(out["dropout"], choices.get("branch_dropouts", 2))
+        if not out["dropout"]["kernels"]:
+            del out["dropout"]
     if "qkv_grad_cat" in out and "softmax" in out:
         _repeat_kv_fused(out, size, e, choices)
     if choices.get("rotary_before_transpose"):   # GPT-J: the q, k gradients leave rotary in the projections' layout
         out.pop("rotary_grads", None)
     return out
+
+
+def _branches(row: Row, n: Num) -> Row:
+    """A stack's ``dropout`` row (one dropout on each of the two branch outputs) for ``n`` branch dropouts per layer:
+    every amount and kernel count x n / 2 (StableLM drops its MLP output only, a parallel Falcon layer one sum)."""
+    return {k: v * n / 2 if k != "kind" and isinstance(v, (int, float)) and not isinstance(v, bool) else v
+            for k, v in row.items()}
 
 
 def _repeat_kv_fused(out: Table, size: Sizes, e: Num, choices: dict[str, Any]) -> None:

@@ -31,6 +31,9 @@ Symbols:
     norm: layernorm or rmsnorm [choice]
     position: learned, rotary or none (position embeddings) [choice]
     dropout: dropout layers present [bool]
+    score_dropout: with dropout, also on the attention probabilities (math attention keeps its mask and output) [bool]
+    branch_dropouts: with dropout, the branch outputs of a layer dropped before their residual add (2: attention
+        and MLP; 1: one; 0: none) [count]
     causal: decoder attention: count the unmasked half of the score matrix (FlashAttention-2 §4.1) [bool]
     bias: linear layers have biases [bool]
     qkv_bias: the QKV projection has a bias (None: as ``bias``) [bool]

@@ -18,7 +18,7 @@ __all__ = ["activation_terms", "activation_bytes_per_layer", "recompute_working_
 def activation_terms(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim: Num, ffn: Num, *, tp: Num = 1,
                      sequence_parallel: bool = False, recompute: str = "none", attention: str = "flash",
                      ffn_type: str = "gelu", norm: str = "layernorm", position: str = "learned", dropout: bool = True,
-                     bytes_per_element: Num = 2) -> dict[str, Num]:
+                     bytes_per_element: Num = 2, score_dropout: bool = True, branch_dropouts: int = 2) -> dict[str, Num]:
     """Bytes one layer keeps for backward, per GPU and micro-batch, tensor by tensor.
 
     Formula: sum of the terms below; for GPT with dropout, math attention and no
@@ -54,6 +54,9 @@ def activation_terms(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim
     - selective recompute: core attention saves only its inputs Q, K, V (the repeat to a
       heads, the s^2 terms, O and LSE are recomputed);
     - out-projection input e·a d·sb/t; two residual dropout masks sbh·r (1 B each);
+    - with dropout, the attention's mask and output only with ``score_dropout`` (math attention) and one residual
+      mask per ``branch_dropouts`` (the MLP's first): the places the model drops (Megatron-Core's
+      ``attention_dropout`` and ``hidden_dropout``; Transformers' per-family dropouts, dse.specs.hf);
     - MLP: fc1 input e·sbh·r; GeLU keeps its input and output (2 e F), ReLU its output
       (e F), SwiGLU its 2F input and F output (3 e F), all /t.
 
@@ -88,13 +91,13 @@ def activation_terms(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim
         a_loc = heads / tp
         t["gqa_expanded_kv"] = 2 * e * sb * hd_q * grouped
         t["softmax_output"] = e * a_loc * s * s * b
-        if dropout:
+        if dropout and score_dropout:
             t["attn_dropout_mask"] = a_loc * s * s * b
             t["attn_dropout_output"] = e * a_loc * s * s * b
     elif recompute != "selective":
         t["flash_lse"] = 4 * sb * heads / tp
     t["out_proj_input"] = e * sb * hd_q
-    if dropout:
+    if dropout and branch_dropouts >= 2:
         t["attn_residual_dropout_mask"] = sb * h * r
     t["norm2_input"] = e * sb * h * r + stats * sb * r
     t["fc1_input"] = e * sb * h * r
@@ -105,7 +108,7 @@ def activation_terms(s: Num, b: Num, h: Num, heads: Num, kv_heads: Num, head_dim
         t["mlp_activation"] = e * sb * f_loc
     else:
         t["mlp_activation"] = 2 * e * sb * f_loc
-    if dropout:
+    if dropout and branch_dropouts >= 1:
         t["mlp_residual_dropout_mask"] = sb * h * r
     return t
 

@@ -18,7 +18,7 @@ is then eager, ``--attention math``: docs/estimate.md). BLOOM was trained at 2,0
 from __future__ import annotations
 
 from dse.errors import InputError
-from dse.specs.hf.common import Get
+from dse.specs.hf.common import Get, dropout_fields
 
 TYPES = ("bloom",)
 
@@ -31,10 +31,6 @@ def read(cfg: dict, mt: str, where: str, name: str, g: Get) -> dict:
     if g("slow_but_exact", False) and g("pretraining_tp", 1) > 1:
         raise InputError(f"{where}: slow_but_exact true with pretraining_tp {g('pretraining_tp')} is not modelled "
                          "for bloom (each dense layer as pretraining_tp sliced GEMMs); expected slow_but_exact false")
-    drop, attn_drop = float(g("hidden_dropout", 0.0)), float(g("attention_dropout", 0.0))
-    if attn_drop != drop:
-        raise InputError(f"{where}: attention_dropout {attn_drop:g} differs from hidden_dropout {drop:g}: dse models "
-                         "one dropout probability for bloom")
     h = g("hidden_size") or g("n_embed", 64)
     seq = g("seq_length", 2048)
     return dict(
@@ -43,5 +39,5 @@ def read(cfg: dict, mt: str, where: str, name: str, g: Get) -> dict:
         max_seq_len=seq, seq_len=seq, ffn_hidden=4 * h, ffn_type="gelu", activation="bloom_gelu", norm="layernorm",
         bias=True, position="none", alibi=True, embedding_norm=True,
         tied_embeddings=bool(g("tie_word_embeddings", True)), qkv_projection="fused", softmax_dtype="fp32",
-        dropout=drop, source=f"Hugging Face config {where}",
+        **dropout_fields(g("attention_dropout", 0.0), g("hidden_dropout", 0.0)), source=f"Hugging Face config {where}",
     )

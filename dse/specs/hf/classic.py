@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dse.errors import InputError
-from dse.specs.hf.common import Get, activation as _activation
+from dse.specs.hf.common import Get, activation as _activation, dropout_fields
 
 
 def gpt2(cfg: dict, mt: str, where: str, name: str, g: Get) -> dict:
@@ -16,7 +16,8 @@ def gpt2(cfg: dict, mt: str, where: str, name: str, g: Get) -> dict:
         ffn_hidden=g("n_inner") or 4 * h, ffn_type="relu" if act == "relu" else "gelu",
         activation=_activation(act, where, "activation_function"),
         norm="layernorm", bias=True, position="learned", tied_embeddings=g("tie_word_embeddings", True),
-        dropout=float(g("resid_pdrop", 0.1)), source=f"Hugging Face config {where}",
+        **dropout_fields(g("attn_pdrop", 0.1), g("resid_pdrop", 0.1), g("embd_pdrop", 0.1)),
+        source=f"Hugging Face config {where}",
     )
 
 
@@ -39,7 +40,7 @@ def opt(cfg: dict, mt: str, where: str, name: str, g: Get) -> dict:
         tied_embeddings=bool(g("tie_word_embeddings", True)),
         final_norm=not bool(g("_remove_final_layer_norm", False)), qkv_projection="separate", softmax_dtype="fp32",
         scale_query=True,
-        dropout=float(g("dropout", 0.1)), source=f"Hugging Face config {where}",
+        **dropout_fields(g("attention_dropout", 0.0), g("dropout", 0.1)), source=f"Hugging Face config {where}",
     )
 
 
@@ -58,7 +59,8 @@ def bert(cfg: dict, mt: str, where: str, name: str, g: Get) -> dict:
         name=name, layers=g("num_hidden_layers", req=True), hidden=h, heads=g("num_attention_heads", req=True),
         ffn_hidden=g("intermediate_size", 4 * h), ffn_type="gelu", norm="layernorm", bias=True,
         vocab=g("vocab_size", req=True), max_seq_len=g("max_position_embeddings", 512), position="learned",
-        tied_embeddings=True, dropout=float(g("hidden_dropout_prob", 0.1)), architecture="encoder",
+        tied_embeddings=True, **dropout_fields(g("attention_probs_dropout_prob", 0.1), g("hidden_dropout_prob", 0.1),
+                                               g("hidden_dropout_prob", 0.1)), architecture="encoder",
         token_types=g("type_vocab_size", 2), embedding_norm=True, final_norm=False, pooler=pooler,
         mlm_head=mlm, nsp_head=arch == "BertForPreTraining", qkv_projection="separate",
         source=f"Hugging Face config {where}",
@@ -80,6 +82,7 @@ def gpt_bigcode(cfg: dict, mt: str, where: str, name: str, g: Get) -> dict:
         vocab=g("vocab_size", req=True), max_seq_len=g("n_positions", 1024), ffn_hidden=g("n_inner") or 4 * h,
         ffn_type="relu" if act == "relu" else "gelu", activation=_activation(act, where, "activation_function"),
         norm="layernorm", bias=True, position="learned", tied_embeddings=bool(g("tie_word_embeddings", True)),
-        qkv_projection="fused", softmax_dtype="fp32", dropout=float(g("resid_pdrop", 0.1)),
+        qkv_projection="fused", softmax_dtype="fp32",
+        **dropout_fields(g("attn_pdrop", 0.1), g("resid_pdrop", 0.1), g("embd_pdrop", 0.1)),
         source=f"Hugging Face config {where}",
     )

@@ -20,7 +20,7 @@ full layers are NoPE: ``nope_layers``, the rotary kernels priced on the sliding 
 from __future__ import annotations
 
 from dse.errors import InputError
-from dse.specs.hf.common import Get, expect, layer_types, llama_shape
+from dse.specs.hf.common import Get, dropout_fields, expect, layer_types, llama_shape
 
 TYPES = ("cohere", "cohere2")
 
@@ -45,7 +45,7 @@ def read(cfg: dict, mt: str, where: str, name: str, g: Get) -> dict:
         ffn_type="swiglu", norm="layernorm", norm_bias=False, bias=attn_bias, qkv_bias=attn_bias, mlp_bias=False,
         position="rotary", rotary_upcast=True, logit_scale=True, tied_embeddings=bool(g("tie_word_embeddings", True)),
         qkv_projection="separate", softmax_dtype="fp32", parallel_residual=True, layer_norms=1,
-        dropout=float(g("attention_dropout", 0.0)), source=f"Hugging Face config {where}",
+        **dropout_fields(g("attention_dropout", 0.0)), source=f"Hugging Face config {where}",
     )
 
 

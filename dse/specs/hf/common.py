@@ -218,3 +218,26 @@ def expect(g: Get, key: str, default: str, where: str, mt: str) -> None:
     value = str(g(key, default))
     if value != default:
         raise InputError(f"{where}: {key} {value!r} is not supported for {mt} (expected {default})")
+
+
+def dropout_fields(attention: float | None = None, branch: float | None = None, embedding: float | None = None, *,
+                   branches: int = 2) -> dict:
+    """The model's dropout fields from the probabilities a Transformers model applies, by where it applies them.
+
+    ``attention``: on the attention probabilities (``attention_dropout``, GPT-2's ``attn_pdrop``); ``branch``: on
+    ``branches`` branch outputs of each layer before their residual add (``resid_pdrop``, ``hidden_dropout``,
+    ``residual_dropout``); ``embedding``: on the embedding output (``embd_pdrop``, ``embedding_dropout``). ``None``:
+    the model has no dropout there. Each place with a probability > 0 is priced; a config whose probabilities are all
+    0 keeps every place the model has (a later ``dropout`` override runs where Transformers would run it). ``dropout``
+    is the largest probability: only whether it is > 0 is priced (a mask per element, whatever p).
+
+    >>> dropout_fields(attention=0.1)        # Llama's attention_dropout: the scores only
+    {'dropout': 0.1, 'attention_dropout': True, 'branch_dropouts': 0, 'embedding_dropout': False}
+    >>> dropout_fields(0.0, 0.1, 0.0)        # StarCoder2's residual_dropout 0.1 alone
+    {'dropout': 0.1, 'attention_dropout': False, 'branch_dropouts': 2, 'embedding_dropout': False}
+    """
+    found = {k: float(p) for k, p in (("attention", attention), ("branch", branch), ("embedding", embedding))
+             if p is not None}
+    on = {k for k, p in found.items() if p > 0} or set(found)
+    return dict(dropout=max(found.values(), default=0.0), attention_dropout="attention" in on,
+                branch_dropouts=branches if "branch" in on else 0, embedding_dropout="embedding" in on)

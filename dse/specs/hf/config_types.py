@@ -30,7 +30,8 @@ COUNTS = ("num_experts", "num_local_experts", "n_routed_experts", "n_shared_expe
           "relative_attention_num_buckets", "sliding_window", "q_lora_rank", "sliding_window_pattern")
 #: dropout probabilities: numbers in [0, 1)
 PROBABILITIES = ("attention_dropout", "hidden_dropout", "hidden_dropout_prob", "resid_pdrop", "residual_dropout",
-                 "dropout", "dropout_rate")
+                 "dropout", "dropout_rate", "attn_pdrop", "embd_pdrop", "embedding_dropout",
+                 "attention_probs_dropout_prob")
 #: other numbers: finite
 NUMBERS = ("partial_rotary_factor", "attn_logit_softcapping", "final_logit_softcapping", "swiglu_limit", "clip_qkv",
            "mscale", "mscale_all_dim", "factor", "attention_factor", "input_jitter_noise")

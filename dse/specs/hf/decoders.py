@@ -31,7 +31,7 @@ What each changes against Llama, from its modeling file (transformers/models/<ty
 from __future__ import annotations
 
 from dse.errors import InputError
-from dse.specs.hf.common import Get, expect, rotary_fraction
+from dse.specs.hf.common import Get, dropout_fields, expect, rotary_fraction
 
 #: The model_types this module reads.
 TYPES = ("gemma", "starcoder2", "stablelm", "granite", "smollm3", "olmo2", "olmo")
@@ -50,7 +50,8 @@ def read(cfg: dict, mt: str, where: str, name: str, g: Get) -> dict:
                ffn_hidden=g("intermediate_size", req=True), ffn_type="swiglu", norm="rmsnorm", bias=False,
                qkv_bias=False, vocab=g("vocab_size", req=True), max_seq_len=g("max_position_embeddings", _MAXPOS[mt]),
                position="rotary", tied_embeddings=bool(g("tie_word_embeddings", _TIED[mt])), qkv_projection="separate",
-               softmax_dtype="fp32", dropout=float(g("attention_dropout", 0.0)), source=f"Hugging Face config {where}")
+               softmax_dtype="fp32", **dropout_fields(g("attention_dropout", 0.0)),
+               source=f"Hugging Face config {where}")
     if mt in ("granite", "smollm3", "olmo2", "olmo", "gemma"):
         if g("attention_bias", False):       # on q, k, v and o alike: not a Q/K/V-only bias
             raise InputError(f"{where}: attention_bias true is not modelled for {mt} (a bias on q, k, v and o)")
@@ -75,7 +76,8 @@ def _starcoder2(out: dict, cfg: dict, where: str, g: Get) -> None:
     expect(g, "hidden_act", "gelu_pytorch_tanh", where, "starcoder2")
     bias = bool(g("use_bias", True))
     out.update(ffn_type="gelu", activation="gelu_tanh", norm="layernorm", bias=bias, qkv_bias=bias,
-               dropout=float(g("residual_dropout", 0.0)))
+               **dropout_fields(g("attention_dropout", 0.0), g("residual_dropout", 0.0),
+                                g("embedding_dropout", 0.0)))
     if g("sliding_window"):
         out["sliding_window"] = g("sliding_window")
 
@@ -88,7 +90,8 @@ def _stablelm(out: dict, cfg: dict, where: str, g: Get) -> None:
     parallel = bool(g("use_parallel_residual", False))
     out.update(norm="layernorm", qkv_bias=bool(g("use_qkv_bias", False)),
                rotary_fraction=rotary_fraction(cfg, where, 0.25),
-               parallel_residual=parallel, layer_norms=1 if parallel else 2, dropout=float(g("hidden_dropout", 0.0)))
+               parallel_residual=parallel, layer_norms=1 if parallel else 2,
+               **dropout_fields(g("attention_dropout", 0.0), g("hidden_dropout", 0.0), branches=1))
 
 
 def _granite(out: dict, cfg: dict, where: str, g: Get) -> None:

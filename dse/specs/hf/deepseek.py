@@ -16,7 +16,7 @@ Group-limited routing (V3 ``noaux_tc``, V2 ``group_limited_greedy``): ``n_group`
 from __future__ import annotations
 
 from dse.errors import InputError
-from dse.specs.hf.common import Get
+from dse.specs.hf.common import Get, dropout_fields
 
 #: The model_types this module reads.
 TYPES = ("deepseek_v2", "deepseek_v3")   # the UNMODELLED keys they read: dse.specs.hf.common.MOE_KEYS
@@ -42,7 +42,7 @@ def read(cfg: dict, mt: str, where: str, name: str, g: Get) -> dict:
         bias=False, qkv_bias=False, vocab=g("vocab_size", 129280 if v3 else 102400),
         max_seq_len=g("max_position_embeddings", 4096 if v3 else 2048), position="rotary",
         tied_embeddings=bool(g("tie_word_embeddings", False)), qkv_projection="separate", softmax_dtype="fp32",
-        dropout=float(g("attention_dropout", 0.0)), source=f"Hugging Face config {where}",
+        **dropout_fields(g("attention_dropout", 0.0)), source=f"Hugging Face config {where}",
         q_lora_rank=(cfg["q_lora_rank"] or 0) if "q_lora_rank" in cfg else 1536,   # null: no query latent (V2-Lite)
         kv_lora_rank=g("kv_lora_rank", 512),
         qk_nope_head_dim=g("qk_nope_head_dim", 128), qk_rope_head_dim=g("qk_rope_head_dim", 64),

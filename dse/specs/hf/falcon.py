@@ -12,7 +12,7 @@ Falcon's eager attention, which dse does not price apart.
 from __future__ import annotations
 
 from dse.errors import InputError
-from dse.specs.hf.common import Get, activation, rotary_fraction
+from dse.specs.hf.common import Get, activation, dropout_fields, rotary_fraction
 
 TYPES = ("falcon",)
 
@@ -43,5 +43,17 @@ def read(cfg: dict, mt: str, where: str, name: str, g: Get) -> dict:
         vocab=g("vocab_size", req=True), max_seq_len=g("max_position_embeddings", 2048), position="rotary",
         rotary_fraction=rotary_fraction(cfg, where), tied_embeddings=bool(g("tie_word_embeddings", True)),
         qkv_projection="fused", parallel_residual=parallel, layer_norms=norms,
-        dropout=float(g("hidden_dropout", 0.0)), source=f"Hugging Face config {where}",
+        **_dropouts(parallel, g), source=f"Hugging Face config {where}",
     )
+
+
+def _dropouts(parallel: bool, g: Get) -> dict:
+    """Falcon's dropout fields. Never on the attention probabilities (ALiBi refused: without it both the SDPA call,
+    ``dropout_p=0.0``, and the eager path skip it, modeling_falcon.py:344, 353); ``hidden_dropout`` on the layer's
+    output branch -- one dropout_add of the parallel layer's attention + MLP sum (:621) -- and, in the sequential
+    layer, ``attention_dropout`` on the attention output before its residual add (:603-605): a branch dropout."""
+    hidden = float(g("hidden_dropout", 0.0))
+    if parallel:
+        return dropout_fields(branch=hidden, branches=1)
+    attn = float(g("attention_dropout", 0.0))
+    return dropout_fields(branch=max(attn, hidden), branches=(attn > 0) + (hidden > 0) or 2)

@@ -10,7 +10,7 @@ default ``sliding_attention`` unless (i + 1) % sliding_window_pattern == 0, patt
 from __future__ import annotations
 
 from dse.errors import InputError
-from dse.specs.hf.common import Get, expect, layer_types, text_config
+from dse.specs.hf.common import Get, dropout_fields, expect, layer_types, text_config
 
 #: The model_types this module reads.
 TYPES = ("gemma3_text", "gemma3")
@@ -31,7 +31,7 @@ def read(cfg: dict, mt: str, where: str, name: str, g: Get) -> dict:
         ffn_type="geglu", activation="gelu_tanh", norm="rmsnorm", layer_norms=4, qk_norm=True, bias=False,
         vocab=g("vocab_size", 262208), max_seq_len=g("max_position_embeddings", 131072), position="rotary",
         tied_embeddings=bool(g("tie_word_embeddings", True)), qkv_projection="separate", softmax_dtype="fp32",
-        embedding_scale=True, norm_fp32_weight=True, dropout=float(g("attention_dropout", 0.0)),
+        embedding_scale=True, norm_fp32_weight=True, **dropout_fields(g("attention_dropout", 0.0)),
         source=f"Hugging Face config {where}",
     )
     window = g("sliding_window", 4096)

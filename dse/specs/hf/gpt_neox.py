@@ -10,7 +10,7 @@ with two norms: x + attn(ln1(x)) + mlp(ln2(x)) (GPTNeoXLayer.forward).
 from __future__ import annotations
 
 from dse.errors import InputError
-from dse.specs.hf.common import Get, activation, rotary_fraction
+from dse.specs.hf.common import Get, activation, dropout_fields, rotary_fraction
 
 TYPES = ("gpt_neox",)
 
@@ -29,5 +29,6 @@ def read(cfg: dict, mt: str, where: str, name: str, g: Get) -> dict:
         rotary_fraction=rotary_fraction(cfg, where, 0.25, "rotary_pct"),
         tied_embeddings=bool(g("tie_word_embeddings", False)), qkv_projection="fused", softmax_dtype="fp32",
         parallel_residual=bool(g("use_parallel_residual", True)),
-        dropout=float(g("hidden_dropout", 0.0)), source=f"Hugging Face config {where}",
+        **dropout_fields(g("attention_dropout", 0.0), g("hidden_dropout", 0.0), g("hidden_dropout", 0.0)),
+        source=f"Hugging Face config {where}",
     )

@@ -13,7 +13,7 @@ card §2).
 from __future__ import annotations
 
 from dse.errors import InputError
-from dse.specs.hf.common import Get, expect, layer_types, yarn_attention_factor
+from dse.specs.hf.common import Get, dropout_fields, expect, layer_types, yarn_attention_factor
 
 #: The model_types this module reads.
 TYPES = ("gpt_oss",)
@@ -33,7 +33,7 @@ def read(cfg: dict, mt: str, where: str, name: str, g: Get) -> dict:
         norm="rmsnorm", bias=True, qkv_bias=True, attention_sinks=True, vocab=g("vocab_size", 201088),
         max_seq_len=g("max_position_embeddings", 131072), position="rotary",
         tied_embeddings=bool(g("tie_word_embeddings", False)), qkv_projection="separate", softmax_dtype="activation",
-        dropout=float(g("attention_dropout", 0.0)), source=f"Hugging Face config {where}",
+        **dropout_fields(g("attention_dropout", 0.0)), source=f"Hugging Face config {where}",
         experts=g("num_local_experts", 128), experts_per_token=g("num_experts_per_tok", 4), expert_ffn=ffn,
     )
     if g("swiglu_limit") is not None:        # the clamped gate and linear parts (GptOssExperts: limit 7.0)

@@ -14,7 +14,7 @@ it on the RoPE layers only) and the NoPE layers' attention temperature tuning (n
 from __future__ import annotations
 
 from dse.errors import InputError
-from dse.specs.hf.common import Get, expect, layer_types, text_config
+from dse.specs.hf.common import Get, dropout_fields, expect, layer_types, text_config
 
 #: The model_types this module reads.
 TYPES = ("llama4_text", "llama4")
@@ -33,7 +33,7 @@ def read(cfg: dict, mt: str, where: str, name: str, g: Get) -> dict:
         ffn_type="swiglu", norm="rmsnorm", bias=False, qkv_bias=False, vocab=g("vocab_size", 202048),
         max_seq_len=g("max_position_embeddings", 131072), position="rotary",
         tied_embeddings=bool(g("tie_word_embeddings", False)), qkv_projection="separate", softmax_dtype="fp32",
-        dropout=float(g("attention_dropout", 0.0)), source=f"Hugging Face config {where}",
+        **dropout_fields(g("attention_dropout", 0.0)), source=f"Hugging Face config {where}",
         experts=g("num_local_experts", 16), experts_per_token=g("num_experts_per_tok", 1), expert_ffn=expert_ffn,
         shared_experts=1, shared_expert_ffn=expert_ffn,
     )

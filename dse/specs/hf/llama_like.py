@@ -5,7 +5,7 @@ Llama, Mistral, Qwen2, Qwen3, Gemma 2 and the MoE variants Mixtral, Qwen2-MoE an
 from __future__ import annotations
 
 from dse.errors import InputError
-from dse.specs.hf.common import Get, layer_types
+from dse.specs.hf.common import Get, dropout_fields, layer_types
 
 #: The model_types this module reads.
 TYPES = ("llama", "mistral", "qwen2", "mixtral", "qwen2_moe", "qwen3", "qwen3_moe", "gemma2")
@@ -66,7 +66,7 @@ def _llama_like(cfg: dict, mt: str, where: str, name: str, g: Get) -> dict:
         vocab=g("vocab_size", req=True), max_seq_len=g("max_position_embeddings", 4096),
         position="rotary", tied_embeddings=bool(g("tie_word_embeddings", gemma)),
         qkv_projection="separate", softmax_dtype="fp32",
-        dropout=float(g("attention_dropout", 0.0)), source=f"Hugging Face config {where}",
+        **dropout_fields(g("attention_dropout", 0.0)), source=f"Hugging Face config {where}",
     )
     if gemma:   # Gemma2DecoderLayer: input, post-attention, pre- and post-feedforward RMSNorms
         out.update(activation="gelu_tanh", layer_norms=4)

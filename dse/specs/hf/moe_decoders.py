@@ -36,7 +36,7 @@ What each changes, from its modeling file (transformers/models/<type>/modular_<t
 from __future__ import annotations
 
 from dse.errors import InputError
-from dse.specs.hf.common import Get, expect, rotary_fraction
+from dse.specs.hf.common import Get, dropout_fields, expect, rotary_fraction
 
 #: The model_types this module reads (the UNMODELLED keys they read: dse.specs.hf.common.MOE_KEYS).
 TYPES = ("olmoe", "granitemoe", "phimoe", "glm4_moe")
@@ -62,7 +62,8 @@ def read(cfg: dict, mt: str, where: str, name: str, g: Get) -> dict:
                qkv_bias=False, vocab=g("vocab_size", _VOCAB[mt]),
                max_seq_len=g("max_position_embeddings", _MAXPOS[mt]), position="rotary",
                tied_embeddings=bool(g("tie_word_embeddings", False)), qkv_projection="separate",
-               softmax_dtype="fp32", dropout=float(g("attention_dropout", 0.0)), source=f"Hugging Face config {where}")
+               softmax_dtype="fp32", **dropout_fields(g("attention_dropout", 0.0)),
+               source=f"Hugging Face config {where}")
     if mt == "glm4_moe":
         _glm4_moe(out, cfg, where, g)
         return out

@@ -16,7 +16,7 @@ NemotronDecoderLayer: Llama's sequential pre-norm layer (x + attn(ln1(x)), then 
 
 from __future__ import annotations
 
-from dse.specs.hf.common import Get, expect, llama_shape, rotary_fraction
+from dse.specs.hf.common import Get, dropout_fields, expect, llama_shape, rotary_fraction
 
 TYPES = ("nemotron",)
 
@@ -30,6 +30,6 @@ def read(cfg: dict, mt: str, where: str, name: str, g: Get) -> dict:
         ffn_type="relu2", norm="layernorm", zero_centered_gamma=True, bias=attn_bias, qkv_bias=attn_bias,
         mlp_bias=bool(g("mlp_bias", False)), position="rotary",
         rotary_fraction=rotary_fraction(cfg, where, 0.5), tied_embeddings=bool(g("tie_word_embeddings", False)),
-        qkv_projection="separate", softmax_dtype="fp32", dropout=float(g("attention_dropout", 0.0)),
+        qkv_projection="separate", softmax_dtype="fp32", **dropout_fields(g("attention_dropout", 0.0)),
         source=f"Hugging Face config {where}",
     )

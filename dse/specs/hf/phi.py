@@ -12,7 +12,7 @@ softmax in fp32. ``qk_layernorm`` (a LayerNorm over each query and key head, wit
 from __future__ import annotations
 
 from dse.errors import InputError
-from dse.specs.hf.common import Get, activation, rotary_fraction
+from dse.specs.hf.common import Get, activation, dropout_fields, rotary_fraction
 
 TYPES = ("phi",)
 
@@ -32,7 +32,8 @@ def read(cfg: dict, mt: str, where: str, name: str, g: Get) -> dict:
         max_seq_len=g("max_position_embeddings", 2048), position="rotary",
         rotary_fraction=rotary_fraction(cfg, where, 0.5), tied_embeddings=bool(g("tie_word_embeddings", False)),
         head_bias=True, qkv_projection="separate", softmax_dtype="fp32", parallel_residual=True, layer_norms=1,
-        dropout=float(g("resid_pdrop", 0.0)), source=f"Hugging Face config {where}",
+        **dropout_fields(g("attention_dropout", 0.0), g("resid_pdrop", 0.0), g("embd_pdrop", 0.0)),
+        source=f"Hugging Face config {where}",
     )
 
 
@@ -55,5 +56,6 @@ def gptj(cfg: dict, mt: str, where: str, name: str, g: Get) -> dict:
         max_seq_len=g("n_positions", 2048), position="rotary", rotary_fraction=(rot or h // heads) / (h // heads),
         rotary_before_transpose=True, tied_embeddings=bool(g("tie_word_embeddings", False)), head_bias=True,
         qkv_projection="separate", softmax_dtype="fp32", parallel_residual=True, layer_norms=1,
-        dropout=float(g("resid_pdrop", 0.0)), source=f"Hugging Face config {where}",
+        **dropout_fields(g("attn_pdrop", 0.0), g("resid_pdrop", 0.0), g("embd_pdrop", 0.0)),
+        source=f"Hugging Face config {where}",
     )

@@ -11,7 +11,7 @@ create_sliding_window_causal_mask).
 from __future__ import annotations
 
 from dse.errors import InputError
-from dse.specs.hf.common import Get, rotary_fraction
+from dse.specs.hf.common import Get, dropout_fields, rotary_fraction
 
 TYPES = ("phi3",)
 
@@ -31,7 +31,8 @@ def read(cfg: dict, mt: str, where: str, name: str, g: Get) -> dict:
         position="rotary", rotary_fraction=rotary_fraction(cfg, where),
         tied_embeddings=bool(g("tie_word_embeddings", False)), qkv_projection="fused", softmax_dtype="fp32",
         projection_slices=True,
-        dropout=float(g("resid_pdrop", 0.0)), source=f"Hugging Face config {where}",
+        **dropout_fields(g("attention_dropout", 0.0), g("resid_pdrop", 0.0)),   # embd_pdrop: Phi3Model runs none
+        source=f"Hugging Face config {where}",
     )
     if g("sliding_window"):
         out["sliding_window"] = g("sliding_window")
