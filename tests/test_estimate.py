@@ -264,3 +264,18 @@ def test_library_entry_point():
     assert r["parallelism"]["gpus"] == 8 and r["time"]["iteration"] > 0 and math.isfinite(r["throughput"]["mfu"])
     m, s, p = resolve("gpt2-xl", "a100-cluster-800g", dp=2)
     assert p.global_batch == 2
+
+
+def test_run_resolves_and_checks_a_plan_built_by_hand():
+    """dse.estimate.run on a Plan whose defaults are unset (dp, ZeRO, gradients' dtype): resolved as make_plan
+    resolves it, the same numbers (it raised a TypeError from deep inside); make_plan is what checks a plan."""
+    from dse.catalog import load_model, load_system
+    from dse.errors import InputError
+    from dse.estimate import make_plan, run
+    from dse.specs.plan import Plan
+
+    m, s = load_model("gpt2-medium"), load_system("dgx-h100")
+    fields = dict(tp=1, pp=1, micro_batch=2, global_batch=16, seq_len=1024)   # dp: the node's 8
+    assert run(m, s, Plan(**fields))["time"] == run(m, s, make_plan(m, s, fields))["time"]
+    with pytest.raises(InputError, match="--tp 3"):
+        make_plan(m, s, dict(tp=3, pp=1, micro_batch=1, seq_len=1024))

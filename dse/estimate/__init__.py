@@ -126,8 +126,14 @@ _HOST_HINT = " (measure it: dse measure, then dse calibrate --params dispatch_sc
 
 
 def run(model: ModelSpec, system: Hardware, plan: Plan, *, trace: Trace | None = None) -> Result:
-    """Estimate one scenario from resolved specs. ``trace`` (a :class:`~dse.estimate.trace.Trace`) records formulas."""
+    """Estimate one scenario from resolved specs. ``trace`` (a :class:`~dse.estimate.trace.Trace`) records formulas.
+
+    A plan built by hand with fields left to their defaults (``Plan(tp=2, ...)``: dp, ZeRO, sequence length, the
+    gradients' dtype unset) is resolved here as :func:`make_plan` resolves it (not checked: :func:`make_plan` checks a
+    plan's fields against the model and system)."""
     hw = backend(system)
+    if plan.zero is None or plan.dp is None or plan.grad_dtype is None or plan.seq_len is None:
+        plan = plan.resolved(model, system)
     r, extra = hw.numbers(model, system, plan, trace=trace)
     r["feasible"], r["violations"], r["bottleneck"] = hw.verdict(r, system, plan, extra)
     return r

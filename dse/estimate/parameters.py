@@ -134,6 +134,10 @@ def _parameters(model: ModelSpec, t: Num, p: Num, v: Num, T: FormulaModule,
                                    model.norm_params)
     p_head = T.head_parameters(h, V, model.tied_embeddings, model.final_norm, model.norm_params, model.pooler,
                                model.mlm_head, model.nsp_head, model.head_bias)
+    # on every tensor-parallel rank whole: the learned positions, the segment table and the embedding norm (Megatron-
+    # Core LanguageModelEmbedding: torch.nn.Embedding beside the VocabParallelEmbedding of the words), the final norm
+    emb_rep = p_emb - V * h
+    head_rep = T.norm_parameters(h, model.norm_params) if model.final_norm else 0
     if model.architecture == "encoder-decoder":    # relative position tables; the encoder's final norm
         from dse.estimate.encoder_decoder import end_parameters
 
@@ -145,13 +149,16 @@ def _parameters(model: ModelSpec, t: Num, p: Num, v: Num, T: FormulaModule,
     tied_copy = V * h if model.tied_embeddings or D else 0
     single = p == 1
     mtp = _mtp_gpu(model, c, t, ep, split, et if fold else None) if D else (0.0, 0.0, 0.0)
-    p_first = l_stage * p_layer_gpu + p_emb / t + where(single, p_head / t + mtp[1], 0)
-    p_last = l_stage * p_layer_gpu + p_head / t + where(single, 0, tied_copy / t) + mtp[1]
+    emb_gpu = (p_emb - emb_rep) / t + emb_rep
+    head_gpu = (p_head - head_rep) / t + head_rep
+    p_first = l_stage * p_layer_gpu + emb_gpu + where(single, head_gpu + mtp[1], 0)
+    p_last = l_stage * p_layer_gpu + head_gpu + where(single, 0, tied_copy / t) + mtp[1]
     layers = (L - n) * c["dense"] + n * c["moe"]
     active = (L - n) * c["dense"] + n * c["moe_active"]
     out = {"params": p_emb + layers + p_head, "params_active": p_emb + active + p_head, "p_layer": p_layer,
            "p_layer_gpu": p_layer_gpu, "p_emb": p_emb, "p_head": p_head, "l_stage": l_stage, "p_first": p_first,
            "p_last": p_last, "p_gpu": maximum(p_first, p_last), "p_expert_gpu": l_stage * p_exp,
+           "p_emb_gpu": emb_gpu, "p_head_gpu": head_gpu,
            "p_layer_expert_gpu": p_exp}
     if 0 < n < L:   # a layer of each kind on a GPU, and its routed experts there (a custom layout's stages)
         dense_gpu, _ = _on_gpu(c["dense"], c["dense_rep"], 0, t, ep, None, False)

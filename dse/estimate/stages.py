@@ -194,7 +194,7 @@ def _rank_bytes(model: ModelSpec, plan: Plan, prm: Section, act: Section, tables
                                                                             else one)
     h_: Any = model.hidden   # resolved specs: set
     copy = model.vocab * h_ / t if not emb and ((loss and model.tied_embeddings) or mtp) else 0.0
-    params = layers + emb * (prm["p_emb"] / t) + loss * (prm["p_head"] / t) + copy + (prm["p_mtp_gpu"] if mtp else 0)
+    params = layers + emb * prm["p_emb_gpu"] + loss * prm["p_head_gpu"] + copy + (prm["p_mtp_gpu"] if mtp else 0)
     per_layer = prm["p_moe_expert_gpu"] if "p_moe_expert_gpu" in prm else prm["p_layer_expert_gpu"]
     experts = e * per_layer + (prm["p_expert_mtp"] if mtp and "p_expert_mtp" in prm else 0)
     kinds = tables.get("kind_a_layer", {"dense": act["a_layer"], "moe": act["a_layer"]})

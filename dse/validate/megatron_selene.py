@@ -16,8 +16,10 @@ The ``full_recompute`` column is Megatron's tensor parallelism with full recompu
 
 Figure 1 plots the paper's own equations (the data file's comment and tests/test_megatron_selene.py reproduce every
 bar), so the memory cases check the estimate's accounting against the paper's, not a measurement: the estimate's
-first pipeline stage also holds the embeddings with their optimizer states (+1.6 to +8.7 % on the states) and the
-activations outside the layers and of the layer being computed (+0.3 to +2.4 %).
+first pipeline stage also holds the embeddings with their optimizer states (+2.0 to +11.0 % on the states: the word
+table's shard and the whole learned position table, replicated on every tensor-parallel rank as Megatron-Core keeps
+it; 1T's +11.0 % is a documented expected miss) and the activations outside the layers and of the layer being
+computed (+0.3 to +2.4 %).
 
 Besides, Narayanan et al. 2021 (arXiv 2104.04473) Table 1 (quantity ``tflops``): the achieved teraFLOP/s per GPU of
 ten weak-scaling runs, GPT 1.7B on 32 GPUs to 1T on 3,072, with full recomputation in fp16 and data parallelism 6-32,
@@ -125,6 +127,14 @@ def narayanan_tflops(row: str) -> float:
     return eq3_flops(row) / (t * load(FILE).values("table1_configs")[row]["gpus"]) / 1e12
 
 
+#: The states cases outside the tolerance: the figure's equation leaves out the first stage's embeddings, and 1T's
+#: are the largest share (tests/test_megatron_selene.py checks the surplus is those parameters).
+STATES_MISSES = {"1t": ("the figure counts 12 L h^2 only; the first stage also holds its shard of the word table "
+                        "(51,200 x 25,600 / 8) and the whole learned position table (2,048 x 25,600: Megatron-Core's "
+                        "LanguageModelEmbedding keeps it on every tensor-parallel rank), 0.9 + 2.7 GiB at 18 B a "
+                        "parameter: +11.0 %, of the estimate's accounting, not of a measurement")}
+
+
 def _states(row: str) -> float:
     g = estimate(row, "seqsel")["memory"]["gpu"]
     return (g["weights"] + g["gradients"] + g["optimizer"]) / GiB
@@ -156,7 +166,8 @@ def cases():
         src = pub.source("figure1_memory")
         out.append(Case(name=f"{row.upper()} weights + gradients + optimizer per GPU (GiB)", reference=bars["states"],
                         compute=lambda r=row: _states(r), tolerance=MEMORY_TOLERANCE, source=src,
-                        quantity="memory", note="the first stage's: the figure leaves out the embeddings"))
+                        quantity="memory", note="the first stage's: the figure leaves out the embeddings",
+                        expected_miss=STATES_MISSES.get(row, "")))
         for mode in ("none", "seqsel"):
             out.append(Case(name=f"{row.upper()} activations per GPU, {mode} (GiB)",
                             reference=bars[f"activations_{mode}"],
