@@ -83,6 +83,32 @@ TIED = {
 GPT2 = {"openai-community/gpt2-medium": (24, 16, 1024), "openai-community/gpt2-large": (36, 20, 1280),
         "openai-community/gpt2-xl": (48, 25, 1600)}
 
+
+def _opt(layers: int, hidden: int, heads: int, ffn: int, proj: int, pre_ln: bool = True) -> dict:
+    """An OPT config.json's keys (models/hf/SOURCE.md, source 6): the size; vocab 50272, 2048 positions, ReLU,
+    dropout 0.1, attention_dropout 0 as every OPT config."""
+    return {"activation_function": "relu", "architectures": ["OPTForCausalLM"], "attention_dropout": 0.0,
+            "do_layer_norm_before": pre_ln, "dropout": 0.1, "ffn_dim": ffn, "hidden_size": hidden,
+            "max_position_embeddings": 2048, "model_type": "opt", "num_attention_heads": heads,
+            "num_hidden_layers": layers, "vocab_size": 50272, "word_embed_proj_dim": proj}
+
+
+def _neo(layers: int, hidden: int, heads: int) -> dict:
+    """A GPT-Neo config.json's keys (models/hf/SOURCE.md, source 7): the size; global and local layers alternating,
+    window 256, vocab 50257, 2048 positions, gelu_new, no dropout."""
+    return {"activation_function": "gelu_new", "architectures": ["GPTNeoForCausalLM"], "attention_dropout": 0,
+            "attention_types": [[["global", "local"], layers // 2]], "embed_dropout": 0, "hidden_size": hidden,
+            "intermediate_size": None, "max_position_embeddings": 2048, "model_type": "gpt_neo", "num_heads": heads,
+            "num_layers": layers, "resid_dropout": 0, "vocab_size": 50257, "window_size": 256}
+
+
+#: Configs written from their sources directly (models/hf/SOURCE.md, sources 6 to 8): OPT 125m to 6.7b, GPT-Neo
+#: and distilgpt2 (six of GPT-2's layers; the rest as openai-community/gpt2's config, added in main).
+HAND = {"facebook/opt-125m": _opt(12, 768, 12, 3072, 768), "facebook/opt-350m": _opt(24, 1024, 16, 4096, 512, False),
+        "facebook/opt-1.3b": _opt(24, 2048, 32, 8192, 2048), "facebook/opt-2.7b": _opt(32, 2560, 32, 10240, 2560),
+        "facebook/opt-6.7b": _opt(32, 4096, 32, 16384, 4096), "EleutherAI/gpt-neo-125m": _neo(12, 768, 12),
+        "EleutherAI/gpt-neo-1.3B": _neo(24, 2048, 16), "EleutherAI/gpt-neo-2.7B": _neo(32, 2560, 20)}
+
 #: litgpt entries generated per model_type, by hub id prefix (and the architectures class).
 FAMILIES = [
     ("EleutherAI/pythia-", "gpt_neox", "GPTNeoXForCausalLM"),
@@ -196,6 +222,8 @@ def main(litgpt_path: str) -> None:
     gpt2 = out["openai-community/gpt2"]
     for hub, (layers, heads, hidden) in GPT2.items():
         out[hub] = {**gpt2, "n_layer": layers, "n_head": heads, "n_embd": hidden}
+    out["distilbert/distilgpt2"] = {**gpt2, "n_layer": 6}
+    out.update(HAND)
     for hub, c in lit.items():
         family = next(((mt, arch) for prefix, mt, arch in FAMILIES if hub.startswith(prefix)), None)
         if family is None or SKIP.search(hub) or hub in out or hub in SAME_AS:

@@ -20,7 +20,7 @@ Usage (needs torch and transformers, which dse itself does not):
     python scripts/trace_stack.py llama > tests/fixtures/pytorch_stack_trace_llama.json
     python scripts/trace_stack.py gemma3 > tests/fixtures/pytorch_stack_trace_gemma3.json   (also: opt, gpt_neox, and
     the AUTO families: gemma, phi, starcoder2, granite, olmo2, gpt_bigcode, gptj, bloom, olmo, olmoe, phimoe,
-    glm4_moe, nemotron, cohere, phi3)
+    glm4_moe, nemotron, cohere, phi3, gpt_neo)
 """
 
 from __future__ import annotations
@@ -92,13 +92,18 @@ AUTO = {
     "phi3": {"hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 704,
              "vocab_size": 32000, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "pad_token_id": 0, "bos_token_id": 0,
              "eos_token_id": 0},
+    # gpt_neo (GPT-Neo): GPT-2's block with separate q_proj, k_proj, v_proj without biases (out_proj with one), q and
+    # k cast to fp32 before an unscaled score product, the causal (and, on local layers, the 256-token window) mask
+    # applied by torch.where, global and local layers alternating (attention_types: set per layer count in build)
+    "gpt_neo": {"hidden_size": 256, "num_heads": 4, "vocab_size": 32000, "resid_dropout": 0.0, "embed_dropout": 0.0,
+                "bos_token_id": 0, "eos_token_id": 0},
 }
 #: families whose MoE block is replaced by a dense MLP class after the build: "model_type:Class" of
 #: transformers.models.<model_type>.modeling_<model_type> (the layer attribute: block_sparse_moe or mlp)
 DENSE_MLP = {"olmoe": "olmoe:OlmoeMLP", "phimoe": "mistral:MistralMLP"}
 #: families whose Transformers model refuses SDPA (BloomForCausalLM: "does not support an attention implementation
 #: through torch.nn.functional.scaled_dot_product_attention"): traced eager only
-EAGER_ONLY = ("bloom",)
+EAGER_ONLY = ("bloom", "gpt_neo")   # GPTNeoPreTrainedModel: eager or flash_attention_2, no SDPA
 for _arch, _cfg in AUTO.items():
     _kv = _cfg.get("num_key_value_heads", 1 if _cfg.get("multi_query") else 4)
     DIMS[_arch] = {"h": 256, "heads": 4, "kv_heads": _kv, "b": 3, "s": 96, "vocab": 32000, "config": _cfg}
@@ -112,9 +117,11 @@ def build(arch: str, layers: int, attn: str, dims: dict):
     torch.manual_seed(0)
     if arch in AUTO:
         from transformers import AutoConfig, AutoModelForCausalLM
-        layers_key = "n_layer" if arch in ("gpt_bigcode", "gptj", "bloom") else "num_hidden_layers"
+        layers_key = ("n_layer" if arch in ("gpt_bigcode", "gptj", "bloom") else "num_layers" if arch == "gpt_neo"
+                      else "num_hidden_layers")
+        extra = {"attention_types": [[["global", "local"][:layers], 1]]} if arch == "gpt_neo" else {}
         cfg = AutoConfig.for_model(arch, **{**dims["config"], layers_key: layers, "attention_dropout": 0.0,
-                                            "max_position_embeddings": 1024})
+                                            "max_position_embeddings": 1024, **extra})
         cfg._attn_implementation = attn
         model = AutoModelForCausalLM.from_config(cfg)
         if arch in DENSE_MLP:

@@ -43,6 +43,9 @@ the ``transformers_version`` stamp is left out):
   gpt-j-6b: EleutherAI/gpt-j-6b (gptj: parallel block, rotary_dim 64, MLP-only biases). These eleven are the
   published configs' architecture fields written out here, not downloads; their counts are transformers 5.24.0's
   own (meta device) and the model cards' sizes.
+- gpt-neo-125m: EleutherAI/gpt-neo-125M (gpt_neo: global and 256-token local layers alternating, no q/k/v biases,
+  learned positions, tied head), as a public repository's copy of its config.json shows it (models/hf/SOURCE.md,
+  source 7); its count is transformers 5.24.0's own.
 - t5-base: google-t5/t5-base (t5: encoder-decoder, ReLU, tied head), flan-t5-xl: google/flan-t5-xl (gated-gelu,
   untied head), t5-v1_1-base: google/t5-v1_1-base (gated-gelu, untied head)
 
@@ -117,6 +120,7 @@ REFERENCE = {
         ("granite-3.0-2b-base", "granite", 2_533_531_648, "2.5B"), ("SmolLM3-3B", "smollm3", 3_075_098_624, "3B"),
         ("OLMo-2-1124-7B", "olmo2", 7_298_617_344, "7.3B"), ("gpt-j-6b", "gptj", 6_050_882_784, "6B"),
         ("bloom-560m", "bloom", 559_214_592, "559M"), ("OLMo-1B-hf", "olmo", 1_176_764_416, "1B (1.18B)"),
+        ("gpt-neo-125m", "gpt_neo", 125_198_592, "125M (a public copy of EleutherAI/gpt-neo-125M's config)"),
         ("OLMoE-1B-7B-0924", "olmoe", 6_919_161_856, "6.9B total, 1.3B active"),
         ("granite-3.0-1b-a400m-base", "granitemoe", 1_334_628_352, "1.3B total, 400M active"),
         ("granite-3.0-3b-a800m-base", "granitemoe", 3_298_793_472, "3.3B total, 800M active"),

@@ -38,6 +38,8 @@ PLACES: dict[str, dict[str, tuple]] = {
     "phi": {"attention_dropout": (ATT,), "resid_pdrop": (2,), "embd_pdrop": (EMB,)},
     "phi3": {"attention_dropout": (ATT,), "resid_pdrop": (2,), "embd_pdrop": ()},   # Phi3Model has no embed dropout
     "starcoder2": {"attention_dropout": (ATT,), "residual_dropout": (2,), "embedding_dropout": (EMB,)},
+    # GPTNeoSelfAttention attn_dropout and resid_dropout, GPTNeoMLP.dropout (resid_dropout), GPTNeoModel.drop
+    "gpt_neo": {"attention_dropout": (ATT,), "resid_dropout": (2,), "embed_dropout": (EMB,)},
 }
 #: A fixture per model_type (t5: ``dropout_rate`` everywhere, encoder-decoder: not listed).
 FIXTURE = {
@@ -52,9 +54,11 @@ FIXTURE = {
     "glm4_moe": "GLM-4.5-Air", "nemotron": "Minitron-4B-Base", "cohere": "c4ai-command-r-v01",
     "cohere2": "c4ai-command-r7b-12-2024", "gpt_oss": "gpt-oss-120b", "llama4_text": "Llama-4-Scout-17B-16E-text",
     "llama4": "Llama-4-Scout-17B-16E", "deepseek_v2": "DeepSeek-V2-Lite", "deepseek_v3": "DeepSeek-V3",
+    "gpt_neo": "gpt-neo-125m",
 }
 KEYS = ("attention_dropout", "hidden_dropout", "resid_pdrop", "embd_pdrop", "attn_pdrop", "residual_dropout",
-        "embedding_dropout", "dropout", "hidden_dropout_prob", "attention_probs_dropout_prob")
+        "embedding_dropout", "dropout", "hidden_dropout_prob", "attention_probs_dropout_prob", "resid_dropout",
+        "embed_dropout")
 
 
 def test_every_supported_model_type_is_checked():

@@ -217,7 +217,7 @@ def test_granite_multipliers_and_olmo2_rotary_add_their_rows():
 
 @pytest.mark.parametrize("arch", ["gemma", "phi", "starcoder2", "granite", "olmo2", "gpt_bigcode", "gptj", "llama",
                                   "gpt2", "bloom", "olmo", "olmoe", "phimoe", "glm4_moe", "opt", "gpt_neox", "gemma3",
-                                  "nemotron", "cohere"])
+                                  "nemotron", "cohere", "gpt_neo"])
 def test_forward_launches_of_a_layer_are_the_traced_ops(arch):
     """The pytorch stack's forward kernels of one layer against the aten ops the trace records for it (2-layer run
     minus 1-layer run) and SDPA's output-layout copy, which only CUDA makes (the CPU kernel returns the layout; not
@@ -249,26 +249,44 @@ def test_forward_launches_of_a_layer_are_the_traced_ops(arch):
         assert forward == traced, key
 
 
-def test_bloom_backward_launches_are_the_traced_ops_and_what_only_cuda_launches():
-    """BLOOM's layer backward (recompute none): the traced aten ops (51), what CUDA alone launches -- LayerNorm's
-    second kernel (2), the softmax backward's grad * output (1), a zero fill per select_backward where the CPU trace
-    shows two zeros for three (1) -- and one gradient-accumulation add per parameter tensor (12, a second step's)."""
+def _eager_backward(arch: str):
+    """(plan, model, layer table, its backward launches, the traced eager-none run, the traced layer's backward ops)
+    of a traced family at its traced size, recompute none."""
     from test_stacks import _TRACES, _traced_model
 
     from dse.estimate import kernel_table as KT, resolve
     from dse.formulas.kernels.launches import table_launches
     from dse.formulas.precision import recipe_of
 
-    trace = _TRACES["bloom"]
+    trace = _TRACES[arch]
     d, run = trace["dims"], trace["runs"]["eager-none"]
-    name, sets = _traced_model("bloom", d)
+    name, sets = _traced_model(arch, d)
     m, _, p = resolve(name, "dgx-h100", None, sets, micro_batch=d["b"], seq_len=d["s"], stack="pytorch",
                       recompute="none", precision="bf16-pure", dp=1)
     table = KT.kernel_tables(m, p, recipe_of(p))["layer"]
     _, backward = table_launches(table, None, ranks=1)
-    traced = len(run["2"]["ops"]["backward"]) - len(run["1"]["ops"]["backward"])
+    return p, m, table, backward, run, len(run["2"]["ops"]["backward"]) - len(run["1"]["ops"]["backward"])
+
+
+def test_bloom_backward_launches_are_the_traced_ops_and_what_only_cuda_launches():
+    """BLOOM's layer backward (recompute none): the traced aten ops (51), what CUDA alone launches -- LayerNorm's
+    second kernel (2), the softmax backward's grad * output (1), a zero fill per select_backward where the CPU trace
+    shows two zeros for three (1) -- and one gradient-accumulation add per parameter tensor (12, a second step's)."""
+    p, m, _, backward, _, traced = _eager_backward("bloom")
     assert (p.attention, traced) == ("math", 51)
     assert backward == traced + 2 + 1 + 1 + m.layer_param_tensors == 67
+
+
+def test_gpt_neo_backward_launches_are_the_traced_ops_and_what_only_cuda_launches():
+    """GPT-Neo's layer backward (recompute none, eager: its only attention without flash-attn): the traced aten ops
+    (48) less the two zero-element zeros of the KV cache's cat backward (no kernel on CUDA), plus what CUDA alone
+    launches -- LayerNorm's second kernel (2), the softmax backward's grad * output (1) -- and one
+    gradient-accumulation add per parameter tensor (13: no q/k/v biases, three column sums: out_bias_grads)."""
+    p, m, table, backward, run, traced = _eager_backward("gpt_neo")
+    empty = [o for o in run["2"]["ops"]["backward"] if o[0] == "zeros" and o[2] == 0]
+    assert (p.attention, traced, len(empty)) == ("math", 48, 4)     # two a layer
+    assert backward == traced - 2 + 2 + 1 + m.layer_param_tensors == 62
+    assert table["out_bias_grads"]["kernels_backward"] == 3 and "bias_grads" not in table
 
 
 _ALLOC = Path(__file__).parent / "fixtures" / "allocator_trace_families.json"

@@ -54,7 +54,10 @@ def test_the_popular_models_are_shipped():
                 "google/gemma-2-2b", "google/gemma-2-9b", "microsoft/phi-2", "microsoft/Phi-3-mini-4k-instruct",
                 "TinyLlama/TinyLlama-1.1B-intermediate-step-1431k-3T", "HuggingFaceTB/SmolLM2-135M",
                 "HuggingFaceTB/SmolLM2-360M", "HuggingFaceTB/SmolLM2-1.7B", "allenai/OLMo-1B-hf",
-                "allenai/OLMo-7B-hf", "tiiuae/falcon-7b", "stabilityai/stablelm-2-1_6b"):
+                "allenai/OLMo-7B-hf", "tiiuae/falcon-7b", "stabilityai/stablelm-2-1_6b", "facebook/opt-125m",
+                "facebook/opt-350m", "facebook/opt-1.3b", "facebook/opt-2.7b", "facebook/opt-6.7b",
+                "EleutherAI/gpt-neo-125m", "EleutherAI/gpt-neo-1.3B", "EleutherAI/gpt-neo-2.7B",
+                "distilbert/distilgpt2"):
         assert hub in SHIPPED, hub
 
 
@@ -155,6 +158,15 @@ PUBLISHED = {
     "HuggingFaceTB/SmolLM2-360M": (360e6, 0.006, "its name: 360M"),
     "HuggingFaceTB/SmolLM2-1.7B": (1.7e9, 0.01, "its name: 1.7B"),
     "TinyLlama/TinyLlama-1.1B-intermediate-step-1431k-3T": (1.1e9, 0.001, "its name: 1.1B"),
+    # KerasHub's OPT position table has 2,048 rows, OPTLearnedPositionalEmbedding 2,050 (the offset of 2)
+    "facebook/opt-125m": (125_237_760 + 2 * 768, 0, "KerasHub opt_125m_en + the 2 offset rows"),
+    "facebook/opt-1.3b": (1_315_753_984 + 2 * 2048, 0, "KerasHub opt_1.3b_en + the 2 offset rows"),
+    "facebook/opt-2.7b": (2.7e9, 0.02, "KerasHub opt_2.7b_en (rounded): 2.7B"),
+    "facebook/opt-6.7b": (6.7e9, 0.007, "KerasHub opt_6.7b_en (rounded): 6.7B"),
+    "distilbert/distilgpt2": (124_439_808 - 6 * 7_087_872, 0, "KerasHub gpt2_base_en less six GPT-2 layers; 82M"),
+    "EleutherAI/gpt-neo-125m": (125e6, 0.002, "its name: 125M"),
+    "EleutherAI/gpt-neo-1.3B": (1.3e9, 0.013, "its name: 1.3B"),
+    "EleutherAI/gpt-neo-2.7B": (2.7e9, 0.02, "its name: 2.7B"),
 }
 #: Pythia's model card (huggingface.co/EleutherAI/pythia-*): non-embedding parameters, which leave out embed_in
 #: and embed_out (vocab x hidden each); 12B's as the card's 11.3B.
@@ -187,7 +199,9 @@ def test_pythia_non_embedding_counts(size):
     ("gpt2", "openai-community/gpt2"), ("gpt2-large", "openai-community/gpt2-large"),
     ("openai-community/GPT2-XL", "openai-community/gpt2-xl"), ("pythia-1.4b", "EleutherAI/pythia-1.4b"),
     ("eleutherai/pythia-1.4B", "EleutherAI/pythia-1.4b"), ("Llama-3.2-1B", "meta-llama/Llama-3.2-1B"),
-    ("qwen/qwen2.5-0.5b", "Qwen/Qwen2.5-0.5B"),
+    ("qwen/qwen2.5-0.5b", "Qwen/Qwen2.5-0.5B"), ("opt-350m", "facebook/opt-350m"), ("opt-6.7b", "facebook/opt-6.7b"),
+    ("gpt-neo-125M", "EleutherAI/gpt-neo-125m"), ("gpt-neo-2.7B", "EleutherAI/gpt-neo-2.7B"),
+    ("distilgpt2", "distilbert/distilgpt2"),
 ])
 def test_hub_ids_and_bare_names_resolve_offline(ref, hub, monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty"))

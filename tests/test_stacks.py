@@ -127,7 +127,7 @@ _TRACES = {"gpt2": _json.loads((_FIXTURES / "pytorch_stack_trace.json").read_tex
            "gpt_neox": _json.loads((_FIXTURES / "pytorch_stack_trace_gpt_neox.json").read_text()),
            **{a: _json.loads((_FIXTURES / f"pytorch_stack_trace_{a}.json").read_text())
               for a in ("gemma", "phi", "starcoder2", "granite", "olmo2", "gpt_bigcode", "gptj", "bloom", "olmo",
-                        "olmoe", "phimoe", "glm4_moe", "nemotron", "cohere", "phi3")}}
+                        "olmoe", "phimoe", "glm4_moe", "nemotron", "cohere", "phi3", "gpt_neo")}}
 #: the families scripts/trace_stack.py builds from a config (AUTO): the fixture config.json each is priced from
 _AUTO_FIXTURE = {"gemma": "gemma-2b", "phi": "phi-2", "starcoder2": "starcoder2-3b", "granite": "granite-3.0-2b-base",
                  "olmo2": "OLMo-2-1124-7B", "gpt_bigcode": "starcoderbase-1b", "gptj": "gpt-j-6b",
@@ -166,6 +166,11 @@ def _traced_model(arch: str, d: dict) -> tuple[str, list[str]]:
         if arch in ("olmoe", "phimoe", "glm4_moe"):
             sets += _DENSE_MOE + (["model.qk_norm=true"] if c.get("use_qk_norm") else [])   # GLM-4.5-Air: off
         return f"tests/fixtures/hf/{_AUTO_FIXTURE[arch]}/config.json", sets
+    if arch == "gpt_neo":           # the shipped GPT-Neo config at the traced size (scripts/trace_stack.py AUTO)
+        c = d["config"]
+        return "models/hf/EleutherAI/gpt-neo-125m/config.json", [
+            f"model.hidden={c['hidden_size']}", f"model.heads={c['num_heads']}", f"model.vocab={c['vocab_size']}",
+            f"model.ffn_hidden={4 * c['hidden_size']}", "model.dropout=0"]
     if arch == "gpt2":
         return "gpt2-small", [f"model.hidden={d['h']}", f"model.heads={d['heads']}", "model.dropout=0"]
     if arch == "opt":
@@ -235,6 +240,10 @@ def test_the_pytorch_stack_reproduces_the_traced_bytes_and_saved_tensors_of_a_la
     if m.rotary_before_transpose and rc == "none":   # GPT-J repeat_interleaves sin and cos in every layer: its
         saved += 4 * d["s"] * 64 * m.rotary_fraction * 2   # four products save those (s, rotary_dim) tables
     f_tr, b_tr, s_tr = _traced_layer(trace["runs"][key])
+    if arch == "gpt_neo":   # GPT-Neo's where saves a slice of the layer's P x P bool mask buffer (P = 1,024 traced):
+        s_tr -= 1024 ** 2 if rc == "none" else 0   # module state on the GPU from load on, not an activation
+        if rc == "full":   # no KV cache under checkpointing: the score bmm copies the fp32 K (the kv_copy row's
+            fwd += 2 * kv  # copy is bf16: 2 bytes per element short each pass)
     if rc == "full":                                      # the checkpoint keeps the layer input; backward re-runs
         assert s_tr == pytest.approx(K.saved_bytes(t), rel=1e-6)
         # the traced backward includes the re-run forward, which stops once the last tensor the layer saves exists
@@ -267,6 +276,8 @@ def test_what_saved_tensor_hooks_pack_is_what_pytorch_packs(arch, key):
     t = KT.kernel_tables(m, p, recipe_of(p))["layer"]
     run = trace["runs"][key]
     packed = run["2"]["packed_bytes"] - run["1"]["packed_bytes"]
+    if arch == "gpt_neo" and rc == "none":   # where packs its (1, 1, s, s) bool mask slice: s^2 bytes
+        packed -= d["s"] ** 2
     if arch == "gpt2" and key == "eager-full":
         # GPT-2's eager attention passes its (b, 1, s, s) causal mask into every checkpointed layer, and the
         # checkpoint packs it with the layer input: not modelled (no other traced family does it)

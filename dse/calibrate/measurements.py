@@ -143,7 +143,7 @@ def hf_model(row: dict, where: str, model_ref: Callable[[str], str] | None = Non
     """The model of a ``kind: base`` row (catalog name, or its ``config``), its dropout (:func:`_dropout`; 0 unless
     the row says), position table as measured."""
     from dse.catalog import load_model
-    from dse.formulas.transformer import parameter_count
+    from dse.estimate.parameters import model_parameters
 
     cfg = row.get("config")
     name = row.get("model", "")
@@ -166,11 +166,8 @@ def hf_model(row: dict, where: str, model_ref: Callable[[str], str] | None = Non
     if params and model.position == "learned":
         m = model
 
-        def count(spec):
-            return parameter_count(spec.layers, spec.hidden, spec.heads, spec.kv_heads, spec.head_dim, spec.ffn_hidden,
-                                   spec.vocab, ffn_type=spec.ffn_type, norm=spec.norm, bias=spec.bias,
-                                   qkv_bias=spec.qkv_bias, position_embeddings=spec.position_embeddings,
-                                   tied=spec.tied_embeddings, final_norm=spec.final_norm)
+        def count(spec):   # dse's own count: every family's parameters as Transformers builds them
+            return int(model_parameters(spec)[0])
         extra = (_count(row, "params", where) or 0) - count(m)
         if extra and extra % m.hidden == 0 and m.position_embeddings + extra // m.hidden > 0:
             rows = m.position_embeddings + extra // m.hidden

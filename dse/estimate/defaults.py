@@ -55,6 +55,7 @@ def filled(model: Any, system: Any, plan: Any, given: Any) -> Defaults:
     add("grad_dtype", "gradients accumulated and reduced in this dtype")
     add("recompute", "activation recomputation")
     add("attention", "ALiBi: the model's only attention is eager" if getattr(model, "alibi", False)
+        else "Transformers has no SDPA path for this model: eager" if getattr(model, "eager_attention", False)
         else "attention kernel", when=gpu)      # a chiplet package runs fused attention
     add("stack", "software stack (kernels)", when=gpu)
     add("optimizer", "optimizer")

@@ -184,6 +184,9 @@ def _end_tables(model: ModelSpec, plan: Plan, r: Recipe, K: Module, s: Num,
                           fusion=getattr(plan, "cross_entropy_fusion", None))
     if _encdec.is_encoder_decoder(model):
         head = _encdec.encoder_output(head, model, s, b, tp=t, sequence_parallel=sp, bytes_per_element=e)
+    if model.embedding_dim:   # OPT-350m: project_in after the lookup, project_out before a narrower LM head
+        head, embedding = _kernels.embedding_projections(head, embedding, s_out * b, h, model.embedding_dim,
+                                                         bytes_per_element=e)
     if ops:
         embedding = _stacks.apply_embedding(embedding, ops, size, bytes_per_element=e, choices=choices)
         head = _stacks.apply_head(head, ops, size, bytes_per_element=e, choices=choices)
@@ -198,6 +201,9 @@ def _frozen_ends(head: Table, embedding: Table) -> tuple[Table, Table]:
     """The head and embedding tables of a frozen LM head and embedding table: no weight gradient, no table gradient."""
     emb = {k: v for k, v in embedding.items() if k != "embedding_grad"}
     emb["embedding"] = {**emb["embedding"], "bytes_backward": 0, "kernels_backward": 0}
+    if "project_in" in emb:    # OPT-350m's embedding projections are frozen weights too
+        emb["project_in"] = {**emb["project_in"], "frozen": True}
+        head = {**head, "project_out": {**head["project_out"], "frozen": True}}
     return {**head, "lm_head": {**head["lm_head"], "frozen": True}}, emb
 
 

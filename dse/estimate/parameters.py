@@ -130,14 +130,17 @@ def _parameters(model: ModelSpec, t: Num, p: Num, v: Num, T: FormulaModule,
     split = n > 0 and (fold or not (type(ep) is int and ep == 1))   # the experts split over ep (and etp)
     p_layer_gpu, p_exp = _on_gpu(p_layer, p_layer_rep, _mean(model, n, 0, c["moe_experts"]), t, ep,
                                  et if fold else None, split)
+    e = model.embedding_dim      # OPT-350m's narrower word embedding and head (None: h)
     p_emb = T.embedding_parameters(h, V, model.position_embeddings, model.token_types, model.embedding_norm,
-                                   model.norm_params)
+                                   model.norm_params, embedding_dim=e)
     p_head = T.head_parameters(h, V, model.tied_embeddings, model.final_norm, model.norm_params, model.pooler,
-                               model.mlm_head, model.nsp_head, model.head_bias)
+                               model.mlm_head, model.nsp_head, model.head_bias, embedding_dim=e)
     # on every tensor-parallel rank whole: the learned positions, the segment table and the embedding norm (Megatron-
-    # Core LanguageModelEmbedding: torch.nn.Embedding beside the VocabParallelEmbedding of the words), the final norm
-    emb_rep = p_emb - V * h
-    head_rep = T.norm_parameters(h, model.norm_params) if model.final_norm else 0
+    # Core LanguageModelEmbedding: torch.nn.Embedding beside the VocabParallelEmbedding of the words), the final norm;
+    # OPT-350m's projections (project_in, project_out: whole on every rank, as
+    # dse.formulas.kernels.embedding_projections prices their GEMMs)
+    emb_rep = p_emb - V * (e or h)
+    head_rep = (T.norm_parameters(h, model.norm_params) if model.final_norm else 0) + (h * e if e else 0)
     if model.architecture == "encoder-decoder":    # relative position tables; the encoder's final norm
         from dse.estimate.encoder_decoder import end_parameters
 
@@ -146,7 +149,7 @@ def _parameters(model: ModelSpec, t: Num, p: Num, v: Num, T: FormulaModule,
     l_stage = ceil(L / (p * v)) * v       # layers on the most loaded stage
     D = model.mtp_layers
     # multi-token prediction (dse.estimate.mtp) on the last stage, which then keeps a copy of the word embedding
-    tied_copy = V * h if model.tied_embeddings or D else 0
+    tied_copy = V * (e or h) if model.tied_embeddings or D else 0
     single = p == 1
     mtp = _mtp_gpu(model, c, t, ep, split, et if fold else None) if D else (0.0, 0.0, 0.0)
     emb_gpu = (p_emb - emb_rep) / t + emb_rep

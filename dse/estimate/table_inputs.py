@@ -148,15 +148,19 @@ def table_sums(tables: dict[str, Any], recompute: str, K: Any = _kernels) -> dic
     """What the estimate reads off the kernel tables besides time: activation bytes, FLOPs, TP message bytes.
 
     Per micro-batch on one GPU: bytes each table saves for backward (and the layer holds while recomputed; and
-    what saved-tensor hooks pack of a layer, ``a_packed``), forward FLOPs of a layer and of the head (the
-    embedding does none), the FLOPs recomputation repeats, and the tensor-parallel message bytes of a layer.
+    what saved-tensor hooks pack of a layer, ``a_packed``), forward FLOPs of a layer and of the ends (the
+    embedding's only where it projects: OPT-350m's project_in), the FLOPs recomputation repeats, and the
+    tensor-parallel message bytes of a layer.
     """
     layer = tables["layer"]
     return {"a_layer": K.saved_bytes(layer), "a_packed": K.packed_bytes(layer),
-            "flops_backward_layer": K.backward_flops(layer), "flops_backward_head": K.backward_flops(tables["head"]),
+            "flops_backward_layer": K.backward_flops(layer),
+            # the embedding's GEMMs (OPT-350m's project_in; none elsewhere) are counted with the head's
+            "flops_backward_head": K.backward_flops(tables["head"]) + K.backward_flops(tables["embedding"]),
             "a_work": K.rerun_bytes(layer) if recompute == "full" else 0,
             "a_head": K.saved_bytes(tables["head"]) + _stacks.transient_bytes(tables["head"]),
             "a_emb": K.saved_bytes(tables["embedding"]),
-            "flops_layer": K.forward_flops(layer), "flops_head": K.forward_flops(tables["head"]),
+            "flops_layer": K.forward_flops(layer),
+            "flops_head": K.forward_flops(tables["head"]) + K.forward_flops(tables["embedding"]),
             "flops_recompute": K.recomputed_flops(layer, recompute),
             **{f"{g}_messages": K.message_bytes(layer, g, recompute) for g in ("tp", "ep", "etp")}}

@@ -29,7 +29,7 @@ POSITIONS = ("learned", "rotary", "relative", "none")
 ARCHITECTURES = ("decoder", "encoder", "encoder-decoder")
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_tanh", "relu", "silu", "bloom_gelu")
 QKV_PROJECTIONS = ("fused", "separate")
-SOFTMAX_DTYPES = ("activation", "fp32")
+SOFTMAX_DTYPES = ("activation", "fp32", "fp32_scores")
 #: The attention of a layer, as Hugging Face configs' ``layer_types`` name it (docs/attention.md).
 LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention")
 #: The default training sequence length when the model states none: a training length, not the longest context
@@ -75,7 +75,8 @@ class ModelSpec:
                                           "Face Llama, Mistral, Qwen2, OPT, BERT): an eager stack's copies and sums")
     softmax_dtype: str = spec_field("activation", choices=SOFTMAX_DTYPES,
                                     help="dtype of the unfused (eager) attention softmax: the activation dtype "
-                                         "(GPT-2, BERT) or fp32 (Hugging Face Llama, Mistral, Qwen2, OPT)")
+                                         "(GPT-2, BERT), fp32 (Hugging Face Llama, Mistral, Qwen2, OPT) or the "
+                                         "scores fp32 from the product on: q and k cast to fp32 first (GPT-Neo)")
     scale_query: bool = spec_field(False, help="the query is multiplied by 1/sqrt(d) by a kernel of its own before "
                                                "the attention (Hugging Face OPT); an eager stack's extra pass")
     alibi: bool = spec_field(False, help="ALiBi (arXiv 2108.12409): a per-head distance bias the score GEMM adds "
@@ -86,6 +87,13 @@ class ModelSpec:
     position_embeddings: int | None = spec_field(None, gt=0,
                                                  help="rows of the learned position table; default max_seq_len")
     tied_embeddings: bool = spec_field(True, help="LM head shares the input embedding")
+    embedding_dim: int | None = spec_field(None, gt=0, help="width e of the word embedding and the LM head where it "
+                                           "differs from hidden (OPT-350m word_embed_proj_dim 512): project_in (e x "
+                                           "h) after the lookup and project_out (h x e) before the head, two GEMMs "
+                                           "without bias; default hidden")
+    eager_attention: bool = spec_field(False, help="Transformers has no SDPA path for the model's attention (GPT-Neo: "
+                                       "eager, or flash-attn's flash_attention_2 when asked for): the plan's attention "
+                                       "defaults to math")
     head_bias: bool = spec_field(False, help="the LM head has a bias (Phi lm_head): V parameters")
     dropout: float = spec_field(0.0, unit="fraction", ge=0.0, lt=1.0,
                                 help="dropout probability (0 = no masks); where it runs: attention_dropout, "
@@ -300,6 +308,8 @@ class ModelSpec:
         biases = weights if self.bias else (3 if self.qkv_bias else 0) + (mlp if self.mlp_bias else 0)
         if self.bias and self.mlp_bias is False:   # biases on the attention only (PhiMoE): q, k, v (or qkv) and o
             biases = 4 if self.qkv_projection == "separate" else 2
+        elif self.bias and self.qkv_bias is False:   # no Q/K/V biases (GPT-Neo): out_proj's and the MLP's
+            biases = 1 + mlp
         if self.mla:   # q_a, q_b (or q), kv_a, kv_b, o instead of q, k, v, o; and the latents' RMSNorms
             weights, biases = weights + (1 if self.q_lora_rank else 0), 0
             return weights + self.layer_norms * (2 if self.norm == "layernorm" else 1) + (2 if self.q_lora_rank else 1)
@@ -321,6 +331,7 @@ class ModelSpec:
             if self.shared_experts else None,
             expert_groups_per_token=self.expert_groups_per_token or self.expert_groups,
             qkv_bias=self.bias if self.qkv_bias is None else self.qkv_bias,
+            embedding_dim=None if self.embedding_dim == self.hidden else self.embedding_dim,
             mlp_bias=self.bias if self.mlp_bias is None else self.mlp_bias,
             position_embeddings=(self.position_embeddings or self.max_seq_len) if self.position == "learned" else 0,
             seq_len=self.seq_len or min(TRAINING_SEQ_LEN, self.max_seq_len),

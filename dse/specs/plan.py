@@ -300,10 +300,12 @@ def _derived(f: dict, model, system) -> dict:
 def default_attention(attention: str | None, model) -> str:
     """The plan's attention kernel: ``attention`` where given, else flash -- or math for a model with ALiBi (BLOOM:
     BloomPreTrainedModel declares no SDPA or flash support, Transformers 5.24 modeling_bloom.py, so eager is its only
-    attention; the rule "ALiBi runs only eager attention", :mod:`dse.specs.rules`, refuses flash asked for)."""
+    attention; the rule "ALiBi runs only eager attention", :mod:`dse.specs.rules`, refuses flash asked for), or for a
+    model whose Transformers class has no SDPA path (``eager_attention``: GPTNeoPreTrainedModel declares eager and
+    flash_attention_2 only, Transformers 5.24 modeling_gpt_neo.py GPT_NEO_ATTENTION_CLASSES)."""
     if attention is not None:
         return attention
-    return "math" if getattr(model, "alibi", False) else "flash"
+    return "math" if getattr(model, "alibi", False) or getattr(model, "eager_attention", False) else "flash"
 
 
 def expert_tp(plan: Plan) -> Any:

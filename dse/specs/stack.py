@@ -26,7 +26,8 @@ ENTRIES: dict[str, tuple[str, ...] | None] = {
              "fp32_layernorm"),
     "residual": None, "activation": ("gelu", "gelu_new", "relu", "silu_glu", "silu_glu_chunk", "gelu_glu", "bloom_gelu",
                                      "relu2"),
-    "rotary": None, "flash": ("fused", "separate"), "math": ("activation", "fp32", "alibi"), "dropout": None,
+    "rotary": None, "flash": ("fused", "separate"), "math": ("activation", "fp32", "alibi", "fp32_scores"),
+    "dropout": None,
     "score_dropout": None, "kv_copy": ("fused", "separate"), "kv_repeat": None, "qkv_inputs": None, "qkv_grads": None,
     "rotary_grads": ("fused", "separate"), "query_scale": None, "bias_grads": ("fused", "separate"),
     "grad_accumulate": None,
@@ -34,7 +35,7 @@ ENTRIES: dict[str, tuple[str, ...] | None] = {
     "embedding_scale": None, "residual_scale": None, "logit_scale": None, "rotary_fp32": None, "qkv_grad_cat": None,
     "rotary_upcast": None,
     "mlp_bias_grads": None, "rotary_tables": None, "qkv_bias_grads": None,
-    "attn_bias_grads": None, "moe_routing": None, "moe_permute": None, "moe_unpermute": None,
+    "attn_bias_grads": None, "out_bias_grads": None, "moe_routing": None, "moe_permute": None, "moe_unpermute": None,
     "expert_glu": ("silu_glu", "gelu_glu"), "qkv_slices": None}
 #: Entries that may name another entry (``final_norm: norm``): the same op over their own tensors.
 ALIASES = ("final_norm", "qk_norm")
@@ -44,6 +45,8 @@ FALLBACK = {"gemma_rmsnorm": "rmsnorm", "fp32_rmsnorm": "gemma_rmsnorm",
             # BLOOM's autograd GeLU is the tanh chain of gelu_new, its ALiBi attention the fp32-softmax one, OLMo's
             # weightless fp32 LayerNorm a LayerNorm, where a stack (compiled) does not trace them apart
             "bloom_gelu": "gelu_new", "alibi": "fp32", "olmo_layernorm": "layernorm",
+            # GPT-Neo's fp32 q and k before the score product: the fp32-softmax attention where not traced apart
+            "fp32_scores": "fp32",
             # Nemotron's LayerNorm1P is a LayerNorm (the (1 + w) add over the h weights: one small kernel, eager only;
             # Megatron-Core and TE fold it into the norm kernel, zero_centered_gamma); its squared ReLU a chain of two
             # element-wise ops that, fused (compiled), keeps its input and output as the GeLU chain does

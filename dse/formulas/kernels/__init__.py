@@ -128,6 +128,7 @@ from dse.formulas.kernels.ends import (
     embedding_gradient,
     embedding_kernels,
     embedding_mask_row,
+    embedding_projections,
     head_kernels,
     vocab_parallel_loss,
 )
@@ -167,7 +168,7 @@ from dse.formulas.kernels.sums import (
 from dse.formulas.kernels.sync import moe_sync_row, restart_exposed_time, stream_time
 
 __all__ = ["KINDS", "layer_kernels", "moe_mlp_kernels", "dispatcher_gathers", "mla_attention_kernels",
-           "cross_attention_kernels", "position_bias_kernel", "embedding_kernels", "embedding_mask_row", "embedding_gradient", "head_kernels", "vocab_parallel_loss", "LOSS_KERNELS", "CROSS_ENTROPY_KERNELS", "mtp_kernels", "weight_gemms",
+           "cross_attention_kernels", "position_bias_kernel", "embedding_kernels", "embedding_mask_row", "embedding_gradient", "embedding_projections", "head_kernels", "vocab_parallel_loss", "LOSS_KERNELS", "CROSS_ENTROPY_KERNELS", "mtp_kernels", "weight_gemms",
            "forward_flops", "recomputed_flops", "executed_flops", "backward_flops", "saved_bytes", "packed_bytes",
            "rerun_bytes", "message_bytes", "MEGATRON_LAUNCHES", "megatron_launches", "row_launches", "table_launches",
            "separate_linears",

@@ -10,7 +10,7 @@ from dse.formulas.kernels.layer import _per_gpu
 from dse.formulas.kernels.rows import Row, Table
 
 __all__ = ["embedding_kernels", "embedding_mask_row", "embedding_gradient", "head_kernels", "vocab_parallel_loss",
-           "LOSS_KERNELS", "CROSS_ENTROPY_KERNELS"]
+           "embedding_projections", "LOSS_KERNELS", "CROSS_ENTROPY_KERNELS"]
 
 
 def embedding_kernels(s: Num, b: Num, h: Num, *, tp: Num = 1, sequence_parallel: bool = False,
@@ -147,6 +147,41 @@ def head_kernels(s: Num, b: Num, h: Num, vocab: Num, *, tp: Num = 1, sequence_pa
                                         "pass": "backward", "hidden_by": "lm_head", "saved": 0}
     t.update(vocab_parallel_loss(tok, v_loc, tp=tp, bytes_per_element=e, logits_bytes=logits_bytes, fusion=fusion))
     return t
+
+
+def embedding_projections(head: Table, embedding: Table, tokens: Num, h: Num, embedding_dim: Num, *,
+                          bytes_per_element: Num = 2) -> tuple[Table, Table]:
+    """(head, embedding) tables of a word embedding narrower than the layers (OPT-350m: e = 512, h = 1,024).
+
+    Formula: project_in, GEMM (T, e, h) after the lookup, saves its e T e-byte input; project_out, GEMM (T, h, e)
+    before the LM head, saves its e T h input; the LM head's GEMM (T, e, V/t) reads the e-wide output (its saved
+    input e T e, FLOPs 2 T e V/t); each GEMM 2 T e h FLOPs forward, its data and weight gradients backward; the
+    weights whole on every GPU (not split over tp)
+    Source: Transformers 5.24 modeling_opt.py (OPTDecoder: project_in = nn.Linear(word_embed_proj_dim, h,
+    bias=False) on the embedding output, project_out = nn.Linear(h, word_embed_proj_dim, bias=False) after the final
+    norm; OPTForCausalLM.lm_head = nn.Linear(word_embed_proj_dim, V, bias=False)).
+
+    Args:
+        head: the output side's table (:func:`head_kernels`) [dict]
+        embedding: the input side's table (:func:`embedding_kernels`) [dict]
+        tokens: T, tokens of the micro-batch on one GPU (s b) [count]
+        embedding_dim: e, the word embedding's width [count]
+    Returns:
+        (head table, embedding table) [dict]
+
+    >>> head, emb = embedding_projections(head_kernels(1024, 1, 1024, 50272), embedding_kernels(1024, 1, 1024),
+    ...                                   1024, 1024, 512)
+    >>> head["lm_head"]["k"], head["project_out"]["n"], emb["project_in"]["k"], emb["project_in"]["flops"] / 2**30
+    (512, 512, 512, 1.0)
+    """
+    e, w = bytes_per_element, embedding_dim
+    lm = head["lm_head"]
+    head = {**head, "project_out": {"kind": "gemm", "m": tokens, "k": h, "n": w, "batch": 1, "split": "",
+                                    "saved": e * tokens * h, "flops": 2 * tokens * h * w},
+            "lm_head": {**lm, "k": w, "saved": e * tokens * w, "flops": 2 * tokens * w * lm["n"]}}
+    embedding = {**embedding, "project_in": {"kind": "gemm", "m": tokens, "k": w, "n": h, "batch": 1, "split": "",
+                                             "saved": e * tokens * w, "flops": 2 * tokens * w * h}}
+    return head, embedding
 
 
 #: kernels Megatron's vocab-parallel cross-entropy launches, (forward, backward), by ``fusion`` (None: unfused), and

@@ -26,9 +26,10 @@ def apply_layer(table: Table, ops: dict[str, Op], size: Sizes, choices: dict[str
     ``grad_accumulate``, eager attention's logit soft-capping ``softcap``, Granite's branch scale ``residual_scale``,
     OLMo 2's fp32 rotary ``rotary_fp32`` (Cohere's upcast q and k: ``rotary_upcast``), a fused projection's gradient
     cat under grouped eager attention ``qkv_grad_cat``, GPT-J's MLP-only biases ``mlp_bias_grads``, Q/K/V-only
-    ``qkv_bias_grads``, attention-only ``attn_bias_grads``, per-layer rotary tables ``rotary_tables``, and Phi-3's
-    slices of its fused projection ``qkv_slices``) where enabled; no ``rotary_grads`` copies where the rotary runs
-    before the heads are transposed (GPT-J: ``rotary_before_transpose``)
+    ``qkv_bias_grads``, attention-only ``attn_bias_grads``, GPT-Neo's out_proj and MLP biases ``out_bias_grads``,
+    per-layer rotary tables ``rotary_tables``, and Phi-3's slices of its fused projection ``qkv_slices``) where
+    enabled; no ``rotary_grads`` copies where the rotary runs before the heads are transposed (GPT-J:
+    ``rotary_before_transpose``)
     Source: the framework's op trace, as recorded in the stack file (stacks/*.yaml).
 
     GEMM rows keep their shapes and what they save (their inputs); fc2's input is counted by ``activation``. MoE: the
@@ -84,7 +85,8 @@ def apply_layer(table: Table, ops: dict[str, Op], size: Sizes, choices: dict[str
             out[name] = row
     for name in ("dropout", "kv_copy", "kv_repeat", "qkv_inputs", "qkv_grads", "rotary_grads", "query_scale",
                  "bias_grads", "grad_accumulate", "softcap", "residual_scale", "rotary_fp32", "rotary_upcast",
-                 "qkv_grad_cat", "mlp_bias_grads", "rotary_tables", "qkv_bias_grads", "attn_bias_grads", "qkv_slices"):
+                 "qkv_grad_cat", "mlp_bias_grads", "rotary_tables", "qkv_bias_grads", "attn_bias_grads",
+                 "out_bias_grads", "qkv_slices"):
         if name in ops and _enabled(ops[name], choices):
             out[name] = _elementwise(ops[name], size, e, g)
             if name == "softcap":         # part of the attention core: selective recompute runs it again

@@ -176,34 +176,44 @@ def relative_position_parameters(buckets: Num, heads: Num) -> Num:
 
 
 def embedding_parameters(h: Num, vocab: Num, position_embeddings: Num = 0, token_types: Num = 0,
-                         embedding_norm: bool = False, norm: str = "layernorm") -> Num:
-    """Input-side parameters: token table, learned positions, segments, embedding norm.
+                         embedding_norm: bool = False, norm: str = "layernorm", embedding_dim: Num | None = None
+                         ) -> Num:
+    """Input-side parameters: token table, learned positions, segments, embedding norm, embedding projection.
 
-    Formula: V h + P_pos h + n_types h (+ norm)
-    Source: Radford et al. 2019 (GPT-2) and Devlin et al. 2019 (BERT) model definitions.
+    Formula: V h + P_pos h + n_types h (+ norm); a word embedding of its own width e (``embedding_dim``): V e + e h
+    (the table and project_in, an e x h linear without bias) in place of V h
+    Source: Radford et al. 2019 (GPT-2) and Devlin et al. 2019 (BERT) model definitions; Transformers 5.24
+    modeling_opt.py OPTDecoder (embed_tokens V x word_embed_proj_dim, project_in Linear(word_embed_proj_dim, h,
+    bias=False) where the two differ: OPT-350m).
 
     Args:
         position_embeddings: P_pos, learned position embeddings (0 for rotary) [count]
         token_types: n_types, segment embeddings (BERT: 2) [count]
         embedding_norm: a norm after the embedding (BERT) [bool]
+        embedding_dim: e, the word embedding's width where it differs from h (None: h) [count]
     Returns:
         parameters [count]
 
     >>> embedding_parameters(1600, 50257, position_embeddings=1024)   # GPT-2 XL
     82049600
+    >>> embedding_parameters(1024, 50272, position_embeddings=2050, embedding_dim=512)   # OPT-350m
+    28362752
     """
-    return vocab * h + position_embeddings * h + token_types * h + (norm_parameters(h, norm) if embedding_norm else 0)
+    words = vocab * h if embedding_dim is None else vocab * embedding_dim + embedding_dim * h
+    return words + position_embeddings * h + token_types * h + (norm_parameters(h, norm) if embedding_norm else 0)
 
 
 def head_parameters(h: Num, vocab: Num, tied: bool = True, final_norm: bool = True, norm: str = "layernorm",
-                    pooler: bool = False, mlm_head: bool = False, nsp_head: bool = False, head_bias: bool = False
-                    ) -> Num:
-    """Output-side parameters: final norm, untied LM head, BERT pooler/MLM/NSP heads.
+                    pooler: bool = False, mlm_head: bool = False, nsp_head: bool = False, head_bias: bool = False,
+                    embedding_dim: Num | None = None) -> Num:
+    """Output-side parameters: final norm, untied LM head, BERT pooler/MLM/NSP heads, the head's projection.
 
     Formula: norm + (V h if untied) (+ V: the head's bias) + (h^2 + h if pooler) + (h^2 + h + norm + V if MLM)
-    + (2h + 2 if NSP)
+    + (2h + 2 if NSP); a word embedding of its own width e (``embedding_dim``): h e (project_out, an h x e linear
+    without bias) and an untied head V e in place of V h
     Source: Radford et al. 2019 (GPT-2), Touvron et al. 2023 (Llama 2, untied head), Devlin et al. 2019 (BERT heads);
-    Transformers 5.24 PhiForCausalLM (lm_head = nn.Linear(h, V, bias=True)).
+    Transformers 5.24 PhiForCausalLM (lm_head = nn.Linear(h, V, bias=True)); modeling_opt.py (project_out
+    Linear(h, word_embed_proj_dim, bias=False), lm_head Linear(word_embed_proj_dim, V)).
 
     Args:
         tied: the LM head shares the token embedding [bool]
@@ -212,15 +222,20 @@ def head_parameters(h: Num, vocab: Num, tied: bool = True, final_norm: bool = Tr
         mlm_head: BERT masked-LM head (transform + norm + output bias) [bool]
         nsp_head: BERT next-sentence head [bool]
         head_bias: the LM head's bias (Phi) [bool]
+        embedding_dim: e, the word embedding's width where it differs from h (None: h) [count]
     Returns:
         parameters [count]
 
     >>> head_parameters(4096, 32000, tied=False, norm="rmsnorm")   # Llama-2-7B: final RMSNorm + LM head
     131076096
+    >>> head_parameters(1024, 50272, final_norm=False, embedding_dim=512)   # OPT-350m: project_out, tied head
+    524288
     """
     p = norm_parameters(h, norm) if final_norm else 0
+    if embedding_dim is not None:
+        p = p + h * embedding_dim
     if not tied:
-        p = p + vocab * h
+        p = p + vocab * (h if embedding_dim is None else embedding_dim)
     if head_bias:
         p = p + vocab
     if pooler:

@@ -7,7 +7,7 @@ OPTConfig, BertConfig, MixtralConfig, Qwen2MoeConfig, Qwen3Config, Qwen3MoeConfi
 GptOssConfig, Llama4TextConfig, DeepseekV2Config, DeepseekV3Config, Phi3Config, GPTNeoXConfig, FalconConfig,
 T5Config, GemmaConfig, Starcoder2Config, StableLmConfig, GraniteConfig, SmolLM3Config, Olmo2Config, PhiConfig,
 GPTBigCodeConfig, GPTJConfig, BloomConfig, OlmoConfig, OlmoeConfig, GraniteMoeConfig, PhimoeConfig,
-Glm4MoeConfig, NemotronConfig, CohereConfig, Cohere2Config).
+Glm4MoeConfig, NemotronConfig, CohereConfig, Cohere2Config, GPTNeoConfig).
 How each family's modules are written where it changes an eager stack's kernels
 (``qkv_projection``, ``softmax_dtype``) follows the modeling files of Transformers 5.24: GPT-2's fused
 ``c_attn``, the separate ``q_proj``/``k_proj``/``v_proj`` (``query``/``key``/``value``) of the others, and the
@@ -31,6 +31,7 @@ from dse.specs.hf import (
     deepseek,
     falcon,
     gemma3,
+    gpt_neo,
     gpt_neox,
     gpt_oss,
     llama4,
@@ -54,6 +55,7 @@ READERS: dict[str, Callable[[dict, str, str, str, Get], dict]] = {
     **dict.fromkeys(llama4.TYPES, llama4.read),
     **dict.fromkeys(deepseek.TYPES, deepseek.read),
     **dict.fromkeys(phi3.TYPES, phi3.read), **dict.fromkeys(gpt_neox.TYPES, gpt_neox.read),
+    **dict.fromkeys(gpt_neo.TYPES, gpt_neo.read),
     **dict.fromkeys(falcon.TYPES, falcon.read), **dict.fromkeys(t5.TYPES, t5.read),
     **dict.fromkeys(decoders.TYPES, decoders.read), **dict.fromkeys(phi.TYPES, phi.read),
     "gptj": phi.gptj, **dict.fromkeys(bloom.TYPES, bloom.read),

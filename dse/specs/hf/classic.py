@@ -1,4 +1,5 @@
-"""config.json readers of the classic architectures: GPT-2, OPT and BERT (GPT2Config, OPTConfig, BertConfig)."""
+"""config.json readers of the classic architectures: GPT-2, OPT, BERT and GPTBigCode (GPT2Config, OPTConfig, BertConfig,
+GPTBigCodeConfig)."""
 
 from __future__ import annotations
 
@@ -22,13 +23,17 @@ def gpt2(cfg: dict, mt: str, where: str, name: str, g: Get) -> dict:
 
 
 def opt(cfg: dict, mt: str, where: str, name: str, g: Get) -> dict:
-    """OPTForCausalLM (pre-LN, unprojected embeddings; learned positions offset by 2)."""
+    """OPTForCausalLM (Transformers 5.24 modeling_opt.py; learned positions offset by 2).
+
+    ``word_embed_proj_dim`` e != h (OPT-350m: 512 of 1,024): the word embedding and the tied LM head are e wide, with
+    ``project_in`` (e x h) after the lookup and ``project_out`` (h x e) before the head, both without bias
+    (``embedding_dim``). ``do_layer_norm_before`` false (OPT-350m: post-LN): each LayerNorm runs after its residual
+    add instead of before its branch -- the same two norms a layer, the same passes and the same saved tensors (the
+    norm's input and the next GEMM's input either way) -- and OPTDecoder builds no final LayerNorm. Priced as the
+    pre-LN layer."""
     h = g("hidden_size", req=True)
-    if g("word_embed_proj_dim", h) != h:
-        raise InputError(f"{where}: OPT with word_embed_proj_dim != hidden_size (projected embeddings) "
-                         "is not supported")
-    if not g("do_layer_norm_before", True):
-        raise InputError(f"{where}: post-LN OPT (do_layer_norm_before=false) is not supported")
+    e = g("word_embed_proj_dim", h)
+    pre_ln = bool(g("do_layer_norm_before", True))
     act = str(g("activation_function", "relu"))
     _activation(act, where, "activation_function")
     maxpos = g("max_position_embeddings", 2048)
@@ -37,9 +42,9 @@ def opt(cfg: dict, mt: str, where: str, name: str, g: Get) -> dict:
         ffn_hidden=g("ffn_dim", 4 * h), ffn_type="relu" if act == "relu" else "gelu", norm="layernorm",
         bias=bool(g("enable_bias", True)), vocab=g("vocab_size", req=True), max_seq_len=maxpos,
         position="learned", position_embeddings=maxpos + 2,  # OPTLearnedPositionalEmbedding offsets by 2
-        tied_embeddings=bool(g("tie_word_embeddings", True)),
-        final_norm=not bool(g("_remove_final_layer_norm", False)), qkv_projection="separate", softmax_dtype="fp32",
-        scale_query=True,
+        tied_embeddings=bool(g("tie_word_embeddings", True)), embedding_dim=None if e == h else e,
+        final_norm=pre_ln and not bool(g("_remove_final_layer_norm", False)), qkv_projection="separate",
+        softmax_dtype="fp32", scale_query=True,
         **dropout_fields(g("attention_dropout", 0.0), g("dropout", 0.1)), source=f"Hugging Face config {where}",
     )
 

@@ -133,8 +133,9 @@ def notes(cfg: dict, mt: str) -> list[str]:
     and MLP side by side, priced as sequential blocks. BERT ``position_embedding_type`` relative_key(_query): Shaw
     et al. 2018 (arXiv 1803.02155) add a (2 max_pos - 1) x d distance table and a score term per layer, priced as
     absolute positions. Llama 4's QK-norm: priced on every layer, applied on the RoPE layers only. GPT-J's fp32
-    eager attention: priced as the fp32-softmax eager attention. PhiMoE's ``input_jitter_noise``: the MoE input
-    multiplied by uniform noise in training (PhimoeSparseMoeBlock and PhimoeTopKRouter), not priced.
+    eager attention: priced as the fp32-softmax eager attention; GPT-Neo's fp32 score GEMM: at the bf16 rate.
+    PhiMoE's ``input_jitter_noise``: the MoE input multiplied by uniform noise in training (PhimoeSparseMoeBlock and
+    PhimoeTopKRouter), not priced.
     """
     out = []
     q = cfg.get("quantization_config")
@@ -156,6 +157,9 @@ def notes(cfg: dict, mt: str) -> list[str]:
         out.append(f"input_jitter_noise {cfg['input_jitter_noise']} is not modelled: the MoE input's training-time "
                    "jitter (uniform fills and products over the layer input, in the block and again in the router) "
                    "is not priced")
+    if mt == "gpt_neo":
+        out.append("GPT-Neo's eager attention multiplies q and k in fp32 (query.to(float32)): the score and context "
+                   "GEMMs are priced at the bf16 rate (an fp32 GEMM runs slower)")
     if mt == "gptj":
         out.append("GPT-J's eager attention multiplies in fp32: priced as the fp32-softmax eager attention (SDPA, "
                    "Transformers' default, as traced)")

@@ -23,7 +23,7 @@ SIZES = ("hidden_size", "num_attention_heads", "num_key_value_heads", "num_kv_he
          "word_embed_proj_dim", "seq_length", "moe_intermediate_size", "shared_expert_intermediate_size",
          "num_experts_per_tok", "attention_chunk_size", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
          "v_head_dim", "decoder_sparse_step", "interleave_moe_layer_step", "no_rope_layer_interval",
-         "num_ln_in_parallel_attn", "pretraining_tp", "moe_layer_freq")
+         "num_ln_in_parallel_attn", "pretraining_tp", "moe_layer_freq", "window_size")
 #: counts that may be 0: whole numbers >= 0
 COUNTS = ("num_experts", "num_local_experts", "n_routed_experts", "n_shared_experts", "first_k_dense_replace",
           "max_window_layers", "n_group", "topk_group", "num_nextn_predict_layers", "type_vocab_size", "rotary_dim",
@@ -31,7 +31,7 @@ COUNTS = ("num_experts", "num_local_experts", "n_routed_experts", "n_shared_expe
 #: dropout probabilities: numbers in [0, 1)
 PROBABILITIES = ("attention_dropout", "hidden_dropout", "hidden_dropout_prob", "resid_pdrop", "residual_dropout",
                  "dropout", "dropout_rate", "attn_pdrop", "embd_pdrop", "embedding_dropout",
-                 "attention_probs_dropout_prob")
+                 "attention_probs_dropout_prob", "resid_dropout", "embed_dropout")
 #: other numbers: finite
 NUMBERS = ("partial_rotary_factor", "attn_logit_softcapping", "final_logit_softcapping", "swiglu_limit", "clip_qkv",
            "mscale", "mscale_all_dim", "factor", "attention_factor", "input_jitter_noise")
