@@ -205,7 +205,7 @@ TIMED = (".time.", ".throughput.", ".cost.per_million", ".cost.tokens_per_s", ".
 #: GEMM launch fewer shortens it): the copies it hides, writes or forwards, their rates and what they take
 OFFLOAD_TIMED = (".activation_offload.",)
 #: the model's states and their split (what an activation offload's layer choice leaves alone)
-STATES = (".memory.gpu.weights", ".memory.gpu.gradients", ".memory.gpu.optimizer", ".parallelism.")
+STATE_KEYS = (".memory.gpu.weights", ".memory.gpu.gradients", ".memory.gpu.optimizer", ".parallelism.")
 
 
 @settings(max_examples=40, **SLOW)
@@ -235,7 +235,7 @@ def test_one_expert_top1_is_the_dense_model(model, system, plan):
         if plan["offload_activations"] != "none":
             # which layers go out (SSDTrain's rule), and so the GPU's and the host's activations and the traffic,
             # follow the layer's time too: the model's states are what must agree
-            m = {k: v for k, v in m.items() if k.startswith(STATES)}
+            m = {k: v for k, v in m.items() if k.startswith(STATE_KEYS)}
     for k, v in m.items():
         assert v == pytest.approx(d[k], rel=1e-12, abs=1e-12), k
     assert moe["model"]["params"] == dense["model"]["params"]
