@@ -112,6 +112,10 @@ def estimate(
     fp8_scaling: Optional[Fp8Scaling] = typer.Option(
         None, "--fp8-scaling", help="--precision fp8's scaling: delayed (default: amax history, casts fused into "
                                     "norms and activation) | current (each tensor's own amax: one more pass per cast)"),
+    grad_accumulation_fusion: Optional[bool] = typer.Option(
+        None, "--grad-accumulation-fusion/--no-grad-accumulation-fusion", help="megatron stack: the weight-gradient "
+        "GEMMs accumulate into the main gradients (default); --no-...: one add per parameter tensor and micro-batch "
+        "(Megatron-LM --no-gradient-accumulation-fusion, or the 2021 code)"),
     set_: List[str] = flag.set(),
     json_out: bool = flag.json(),
     explain: bool = typer.Option(False, "--explain", help="print every term with its formula, inputs and value"),
@@ -151,6 +155,8 @@ def estimate(
     fields.update(finetune_fields(finetune, lora_rank, lora_targets, quantization, paged_optimizer, lora_dropout))
     if fp8_scaling is not None:
         fields["fp8_scaling"] = fp8_scaling
+    if grad_accumulation_fusion is not None:
+        fields["grad_accumulation_fusion"] = grad_accumulation_fusion
     fields.update({k: v for k, v in (("ep", ep), ("etp", etp), ("moe_dispatcher", moe_dispatcher)) if v is not None})
     imported = None
     if from_ and from_[0] is not None:

@@ -101,10 +101,17 @@ def input_warnings(model: Any, plan: Any, system: Any = None) -> list[str]:
     """What the estimate prices approximately because the model has it and dse does not model it.
 
     The notes of the model's source (:attr:`~dse.specs.model.ModelSpec.unmodelled`, e.g. a ``config.json``'s
-    quantization). Sliding-window and chunked attention are priced on GPU systems (docs/attention.md); a chiplet
+    quantization); ``grad_accumulation_fusion`` false on a stack other than megatron or on a chiplet package
+    (ignored). Sliding-window and chunked attention are priced on GPU systems (docs/attention.md); a chiplet
     package's attention is full causal, so a window or chunk shorter than the sequence is a warning there.
     """
     out = list(model.unmodelled)
+    stack = getattr(plan, "stack", "megatron")
+    chiplet = system is not None and getattr(system, "kind", GPU_SYSTEM) != GPU_SYSTEM
+    if not getattr(plan, "grad_accumulation_fusion", True) and (stack != "megatron" or chiplet):
+        out.append("grad_accumulation_fusion false: ignored on a chiplet package (its own dataflow)" if chiplet else
+                   f"grad_accumulation_fusion false: ignored on the {stack} stack, which never fuses the gradient "
+                   "accumulation (its grad_accumulate row prices AccumulateGrad's add either way)")
     if system is not None and getattr(system, "kind", GPU_SYSTEM) != GPU_SYSTEM:
         n = model.attention_layers
         short = [f"{name} {v}" for name, v, k in (("sliding_window", model.sliding_window, "sliding"),

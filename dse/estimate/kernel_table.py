@@ -54,7 +54,8 @@ _TABLES: dict[tuple[Any, ...], tuple[Any, dict[str, Any]]] = {}
 # the formulas kernel_tables and table_sums call: part of the memo's key, so that a replaced one (a test, the
 # reference page's perturbation) is never served a stale table
 _FORMULAS = ("layer_kernels", "embedding_kernels", "head_kernels", "saved_bytes", "packed_bytes", "rerun_bytes",
-             "forward_flops", "backward_flops", "recomputed_flops", "message_bytes", "mtp_kernels")
+             "forward_flops", "backward_flops", "recomputed_flops", "message_bytes", "mtp_kernels",
+             "unfused_grad_accumulation")
 
 
 def kernel_tables(model: ModelSpec, plan: Plan, r: Recipe, K: Module = _kernels) -> dict[str, Any]:
@@ -110,6 +111,8 @@ def kernel_tables(model: ModelSpec, plan: Plan, r: Recipe, K: Module = _kernels)
         layer = K.early_stop(layer, model.parallel_residual)
         dense = None if dense is None else K.early_stop(dense, model.parallel_residual)
     embedding, head = _end_tables(model, plan, r, K, s, (ops, size, choices))
+    if stack == "megatron" and not getattr(plan, "grad_accumulation_fusion", True) and plan.finetune == "full":
+        layer, dense, head = _unfused_accumulation(model, plan, r, K, (layer, dense, head))
     out: dict[str, Any] = {"layer": layer, "embedding": embedding, "head": head}
     # biases, learned positions, dropout: the host's launches per row (dse.formulas.kernels.megatron_launches)
     out["bias"] = {"bias": model.bias, "qkv_bias": model.bias if model.qkv_bias is None else model.qkv_bias,
@@ -165,7 +168,59 @@ def _tables_key(model: ModelSpec, plan: Plan, r: Recipe, s: Num, fp8: str | None
             r.gradients, expert_tp(plan),
             plan.finetune, plan.lora_rank, plan.lora_targets, plan.quantization, plan.lora_dropout, fp8,
             getattr(plan, "kv_cache", None), getattr(plan, "cross_entropy_fusion", None),
-            *map(_kernels.__getattribute__, _FORMULAS))
+            *_accumulation_key(plan), *map(_kernels.__getattribute__, _FORMULAS))
+
+
+def _accumulation_key(plan: Plan) -> tuple[Any, ...]:
+    """The plan fields the unfused gradient accumulation's rows read (:func:`_unfused_accumulation`)."""
+    if getattr(plan, "grad_accumulation_fusion", True):
+        return (True,)
+    return False, plan.global_batch, plan.dp, plan.pp, plan.virtual_stages, plan.schedule
+
+
+def _unfused_accumulation(model: ModelSpec, plan: Plan, r: Recipe, K: Module,
+                          tables: tuple[Table, Table | None, Table]) -> tuple[Table, Table | None, Table]:
+    """(layer, other layer kind, head) with the unfused gradient accumulation's rows
+    (:func:`dse.formulas.kernels.unfused_grad_accumulation`): a layer's parameters on this GPU in its parameter
+    tensors, and the LM head's weight V/t h where the head's GEMM writes its gradient; fp32 main grads: Megatron's
+    main-grad hook, every micro-batch; half gradients: the 2021 code's AccumulateGrad into ``.grad``, m - 1 of the m
+    micro-batches (:func:`~dse.formulas.kernels.unfused_grad_accumulation` states both from the source). The word
+    embedding's own gradient is accumulated unfused whatever the plan (its ``embedding_grad`` row)."""
+    from dse.estimate.parameters import parameters
+
+    layer, dense, head = tables
+    e, g = r.activations, r.gradients
+    B: Any = plan.global_batch   # a resolved plan: global_batch and dp are set
+    d: Any = plan.dp
+    m = B / (d * plan.micro_batch)   # micro-batches per replica per iteration
+    passes = (m - 1) / m if plan.grad_dtype == "half" else 1
+    per_gpu = parameters(model, plan)
+    kw = dict(passes=passes, bytes_per_element=e, grad_bytes=g)
+    n = megatron_param_tensors(model, plan)
+    mean = per_gpu["p_layer_gpu"]
+    kinds = ("p_moe_gpu", "p_dense_gpu") if dense is not None and "p_moe_gpu" in per_gpu else None
+    layer = {**layer, **K.unfused_grad_accumulation(per_gpu[kinds[0]] if kinds else mean, n, **kw)}
+    if dense is not None:
+        dense = {**dense, **K.unfused_grad_accumulation(per_gpu[kinds[1]] if kinds else mean, n, **kw)}
+    if "lm_head" in head and not head["lm_head"].get("frozen"):
+        vocab = head["lm_head"]["n"]    # V/t columns on this GPU
+        head = {**head, **K.unfused_grad_accumulation(vocab * model.hidden, 1, name="head_grad_accum", **kw)}
+    return layer, dense, head
+
+
+def megatron_param_tensors(model: ModelSpec, plan: Plan) -> Any:
+    """Parameter tensors of one Megatron layer on one GPU (one accumulation add each, unfused).
+
+    Weights: the fused QKV, the output projection, fc1 (gate and up fused) and fc2; a bias per linear (or on QKV only,
+    on the MLP only); the norms' weights (and biases: LayerNorm); a QK-norm's two; an MoE layer's router and each of
+    its E/ep local experts' fc1 and fc2 (Transformer Engine's GroupedLinear: a weight per expert)."""
+    mlp_bias = model.bias if model.mlp_bias is None else model.mlp_bias
+    qkv_bias = model.bias if model.qkv_bias is None else model.qkv_bias
+    biases = int(qkv_bias) + int(model.bias) + 2 * int(mlp_bias)
+    norms = model.layer_norms * (2 if model.norm == "layernorm" and model.norm_bias else 1)
+    qk = 2 if model.qk_norm and model.qk_norm_weight else 0
+    experts = 1 + 2 * model.experts / plan.ep if model.experts else 0
+    return 4 + biases + norms + qk + experts
 
 
 def _end_tables(model: ModelSpec, plan: Plan, r: Recipe, K: Module, s: Num,

@@ -35,6 +35,7 @@ OPTIONS = {
     "--hierarchical-context-parallel-sizes": "list",
     "--sequence-parallel": "flag", "--use-distributed-optimizer": "flag", "--use-torch-fsdp2": "flag",
     "--use-megatron-fsdp": "flag", "--data-parallel-sharding-strategy": "str", "--overlap-grad-reduce": "flag",
+    "--no-gradient-accumulation-fusion": "flag",
     "--overlap-param-gather": "flag", "--recompute-granularity": "str", "--recompute-activations": "flag",
     "--recompute-method": "str", "--recompute-num-layers": "int", "--bf16": "flag", "--fp16": "flag",
     "--grad-reduce-in-bf16": "flag", "--fp8-format": "str", "--fp8-recipe": "str", "--fp8-param-gather": "flag",
@@ -139,6 +140,8 @@ def _parallelism(imp: Imported, get) -> None:
     imp.set("zero", zero, key)
     if get("--overlap-grad-reduce") or get("--overlap-param-gather"):
         imp.set("overlap_grad_reduce", True, "--overlap-grad-reduce")
+    if get("--no-gradient-accumulation-fusion"):   # Megatron-LM's default fuses it (dse.formulas.kernels.accumulate)
+        imp.set("grad_accumulation_fusion", False, "--no-gradient-accumulation-fusion")
     if get("--cross-entropy-loss-fusion"):   # Megatron-LM: --cross-entropy-fusion-impl native (default) or te
         impl = as_choice(imp.source, "--cross-entropy-fusion-impl", get("--cross-entropy-fusion-impl", "native"),
                          ("native", "te"))
@@ -226,6 +229,7 @@ def emit(model, system, plan) -> tuple[str, list[str]]:
             3: "--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params"}[plan.zero]
     args.append(" ".join(a for a in (zero, "--sequence-parallel" * (plan.sequence_parallel and plan.tp > 1),
                                      "--overlap-grad-reduce" * plan.overlap_grad_reduce,
+                                     "--no-gradient-accumulation-fusion" * (not plan.grad_accumulation_fusion),
                                      (f"--cross-entropy-loss-fusion --cross-entropy-fusion-impl "
                                       f"{plan.cross_entropy_fusion}") * bool(plan.cross_entropy_fusion)) if a))
     seq = (f"--encoder-seq-length {plan.seq_len} --decoder-seq-length {plan.target_len}"   # pretrain_t5.py

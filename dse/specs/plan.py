@@ -140,6 +140,12 @@ class Plan:
                                            "forward, ZeRO-3's prefetch (False: Megatron's default, all exposed)")
     async_tp_allreduce: bool = spec_field(True, help="overlap each column-parallel linear's backward input-gradient "
                                           "all-reduce with its weight-gradient GEMM (Megatron-LM default since 2.6)")
+    grad_accumulation_fusion: bool = spec_field(True, help="megatron stack: each weight-gradient GEMM accumulates "
+                                                "into the main gradient (Megatron-LM's default since 2022, "
+                                                "--gradient-accumulation-fusion); false: --no-gradient-accumulation-"
+                                                "fusion, or the 2021 code, one element-wise add per parameter tensor "
+                                                "and micro-batch (dse/formulas/kernels/accumulate.py); the pytorch "
+                                                "and compiled stacks always add (their grad_accumulate row)")
     cross_entropy_fusion: str | None = spec_field(None, choices=CROSS_ENTROPY_FUSIONS, help="megatron stack: "
                                                   "the fused vocab-parallel cross-entropy, Megatron-Core's native "
                                                   "(jit-fused) or Transformer Engine's (te: Triton, no fp32 upcast) "

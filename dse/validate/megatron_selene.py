@@ -26,10 +26,10 @@ ten weak-scaling runs, GPT 1.7B on 32 GPUs to 1T on 3,072, with full recomputati
 on the plans of NVIDIA's scripts for the paper (examples/sc21/run_table_1.sh): the estimate's iteration time turned
 into the paper's rate with its Eq. 3 FLOPs (recomputation counted). These runs are Megatron-LM of 2021: no
 asynchronous TP all-reduce, fp16 gradients, PyTorch DDP (overlapped) up to 18.4B, Megatron's local DDP (after the
-backward pass) above. Not priced: that code had no gradient-accumulation fusion, so each micro-batch after the first
-adds its weight gradients to the accumulated ones in a separate pass (autograd's AccumulateGrad; 6 bytes a parameter
-in fp16); sized by hand in docs/reference/selene.md (+0.3 to +5.3 % of the iteration where micro-batches accumulate),
-it would bring this part's MAPE from 3.8 to 2.2 % and its largest error (530B, +8.1 %) to +4.9 %.
+backward pass) above, and no gradient-accumulation fusion (``grad_accumulation_fusion`` false): each micro-batch
+after the first adds its weight gradients to the accumulated ones in a separate pass (autograd's AccumulateGrad into
+the fp16 ``.grad``, 6 bytes a parameter; :func:`dse.formulas.kernels.unfused_grad_accumulation`), which brought this
+part's MAPE from 3.8 to 2.2 % and its largest error from +8.1 % (530B) to +4.9 % (76B) (docs/reference/selene.md).
 
 Targets: the time rows are held to :mod:`.megatron`'s targets, unchanged (MAPE <= 10 %, Spearman >= 0.85, each row
 within 30 %); the Table 1 rates to MAPE <= 10 %, each within 30 % (no Spearman target: 135-163 TFLOP/s with ties,
@@ -100,7 +100,8 @@ def narayanan_model(row: str):
 
 
 def narayanan_plan(row: str):
-    """A Table 1 run's plan (run_table_1.sh): full recompute, fp16 with fp16 gradients, no async TP all-reduce."""
+    """A Table 1 run's plan (run_table_1.sh): full recompute, fp16 with fp16 gradients, no async TP all-reduce, no
+    gradient-accumulation fusion (added to Megatron-LM in 83b1e42f30, 2022-02-13, after the scripts' de7dc40f88)."""
     from dse.specs.plan import Plan
 
     c = load(FILE).values("table1_configs")[row]
@@ -108,7 +109,8 @@ def narayanan_plan(row: str):
     return Plan(tp=c["tp"], pp=c["pp"], dp=c["gpus"] // (c["tp"] * c["pp"]), micro_batch=c["micro_batch"],
                 global_batch=c["global_batch"], seq_len=SEQ, recompute="full", attention="math", stack="megatron",
                 precision="fp16", grad_dtype="half", zero=0, overlap_grad_reduce=bool(c["torch_ddp"]),
-                async_tp_allreduce=False, virtual_stages=v, schedule="interleaved" if v > 1 else "1f1b")
+                async_tp_allreduce=False, grad_accumulation_fusion=False, virtual_stages=v,
+                schedule="interleaved" if v > 1 else "1f1b")
 
 
 def eq3_flops(row: str) -> float:

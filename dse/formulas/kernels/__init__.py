@@ -116,10 +116,14 @@ Symbols:
         node, flex across [choice]
     s_q: decoder (query) tokens per sequence of a cross-attention [count]
     s_k: encoder (key/value) tokens per sequence of a cross-attention [count]
+    params: P, parameters on this GPU whose gradients accumulate [count]
+    tensors: n, parameter tensors holding them [count]
+    passes: accumulation adds per micro-batch (mean over the iteration) [count]
 """
 
 from __future__ import annotations
 
+from dse.formulas.kernels.accumulate import unfused_grad_accumulation
 from dse.formulas.kernels.checkpoint import early_stop
 from dse.formulas.kernels.cross import cross_attention_kernels, position_bias_kernel
 from dse.formulas.kernels.ends import (
@@ -176,4 +180,4 @@ __all__ = ["KINDS", "layer_kernels", "moe_mlp_kernels", "dispatcher_gathers", "m
            "fused_softmax_available", "moe_host_syncs", "sync_exposed_time", "stream_time", "restart_exposed_time",
            "moe_sync_row",
            "sort_chunk_rows", "expert_bias_row",
-           "unfused_rotary_row", "glu_clamp_row", "early_stop"]
+           "unfused_rotary_row", "glu_clamp_row", "early_stop", "unfused_grad_accumulation"]
