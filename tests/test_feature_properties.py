@@ -202,8 +202,9 @@ dense_plans = st.fixed_dictionaries({
 
 TIMED = (".time.", ".throughput.", ".cost.per_million", ".cost.tokens_per_s", ".energy.iteration", ".energy.per_token")
 #: activation offload's numbers follow a layer's time (where the eager stack's host binds, the one-expert layer's one
-#: GEMM launch fewer shortens it): the copies it hides, writes or forwards, their rates and what they take
-OFFLOAD_TIMED = (".activation_offload.",)
+#: GEMM launch fewer shortens it; its GEMM call's memsets fewer shorten its GPU time): the copies it hides, writes or
+#: forwards, their rates and what they take, and the drives' write rate and lifetime under them
+OFFLOAD_TIMED = (".activation_offload.", ".endurance.write_rate", ".endurance.lifetime")
 #: the model's states and their split (what an activation offload's layer choice leaves alone)
 STATE_KEYS = (".memory.gpu.weights", ".memory.gpu.gradients", ".memory.gpu.optimizer", ".parallelism.")
 
@@ -226,7 +227,8 @@ def test_one_expert_top1_is_the_dense_model(model, system, plan):
     assert set(m) <= set(d)
     if plan["stack"] != "megatron":
         # Transformers' dense MLP runs gate_proj and up_proj as two GEMMs, its experts one gate_up_proj: the expert
-        # launches one GEMM fewer per pass (dse.formulas.kernels.separate_linears), never more host time
+        # launches one GEMM fewer per pass (dse.formulas.kernels.separate_linears), never more host time, and that
+        # GEMM call's memsets (stacks/pytorch.yaml gemm_memsets) fewer, never more GPU time
         assert m[".time.host_load"] <= d[".time.host_load"] * (1 + 1e-12)
         assert m[".time.per_microbatch"] <= d[".time.per_microbatch"] * (1 + 1e-12)
         if plan["offload_activations"] == "none":   # offloaded activations' exposed copies follow the layer's time

@@ -172,6 +172,10 @@ def test_one_expert_top1_prices_as_the_dense_layer(plan):
         # fewer per pass (dse.formulas.kernels.separate_linears): less host load, the same time (GPU-bound here)
         assert m.pop(".time.host_load") < d[".time.host_load"]
     for k, v in m.items():
+        if plan.get("stack") == "pytorch" and k.startswith((".time.", ".throughput.", ".cost.", ".energy.")):
+            # and that GEMM call's memsets (stacks/pytorch.yaml gemm_memsets: 0.57 x kernel_overhead per call)
+            assert v == pytest.approx(d[k], rel=1e-3, abs=1e-12), k
+            continue
         assert v == pytest.approx(d[k], rel=1e-12, abs=1e-12), k
     assert moe["model"]["params"] == dense["model"]["params"] and moe["model"]["active_params"] == dense["model"][
         "params"]

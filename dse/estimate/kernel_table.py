@@ -28,7 +28,7 @@ from dse.estimate.kernel_cost import (  # noqa: F401 (re-exported: the estimate'
     kernel_time,
     table_time,
 )
-from dse.estimate.passes import host_dispatch, layer_entries, moe_sync_time
+from dse.estimate.passes import host_dispatch, layer_entries, moe_sync_time, with_memsets
 from dse.estimate.table_inputs import (
     END_SUMS,
     attention_shares,
@@ -303,18 +303,25 @@ def kernel_times(tables: dict[str, Any], system: SystemSpec, plan: Plan, peak: N
     rows: dict[str, tuple[Num, Num]] = {}     # the layer's rows in order: the MoE dispatcher's wait (below)
     lt = table_time(tables["layer"], hw, lk["tp"], C, P, recompute=plan.recompute, async_tp=async_tp, count=count,
                     ep_link=lk.get("ep"), launches=launches, etp_link=lk.get("etp"), rows=rows)
-    last = lt
+    # the memsets cuBLAS and PyTorch's reductions issue inside the GEMM calls (stacks/pytorch.yaml gemm_memsets)
+    memsets = (spec.gemm_memsets, hw.kernel_overhead, spec.memset_host * host_spec.dispatch_scale)
+    lt = last = with_memsets(lt, tables["layer"], plan.recompute, *memsets)
     if "dense_layer" in tables:   # a mixed dense/MoE model: the mean layer's time
-        dt = table_time(tables["dense_layer"], hw, lk["tp"], C, P, recompute=plan.recompute, async_tp=async_tp,
-                        count=count, launches=launches)
+        dt = with_memsets(table_time(tables["dense_layer"], hw, lk["tp"], C, P, recompute=plan.recompute,
+                                     async_tp=async_tp, count=count, launches=launches),
+                          tables["dense_layer"], plan.recompute, *memsets)
         share = tables["moe_share"]
         lt = {k: v * share + dt[k] * (1 - share) for k, v in lt.items()}
-    head = table_time(tables["head"], hw, lk["tp"], C, P, count=count, launches=launches)
-    emb = table_time(tables["embedding"], hw, lk["tp"], C, P, count=count, launches=launches)
+    head = with_memsets(table_time(tables["head"], hw, lk["tp"], C, P, count=count, launches=launches),
+                        tables["head"], "none", *memsets)
+    emb = with_memsets(table_time(tables["embedding"], hw, lk["tp"], C, P, count=count, launches=launches),
+                       tables["embedding"], "none", *memsets)
     if count:
         for part in (head, emb):
-            part["forward"] = maximum(part["forward"], ends * part["kernels_forward"])
-            part["backward"] = maximum(part["backward"], ends * part["kernels_backward"])
+            part["forward"] = maximum(part["forward"], ends * part["kernels_forward"]
+                                      + part.get("memset_host_forward", 0.0))
+            part["backward"] = maximum(part["backward"], ends * part["kernels_backward"]
+                                       + part.get("memset_host_backward", 0.0))
     # Megatron-Core's dropless token dispatcher waits for the per-expert token counts once per MoE layer forward
     # (and its full recompute): the pipeline restarts from an empty GPU queue (dse.estimate.passes.moe_sync_time)
     sync: Num = 0.0
@@ -374,4 +381,5 @@ def _times_key(tables: dict[str, Any], gpu: GPUSpec, host: HostSpec, plan: Plan,
             C.gemm_time, C.grouped_gemm_time, C.memory_time, P.allreduce_time, P.allgather_time,
             P.hierarchical_alltoall_time,
             _kernels.table_launches, _kernels.row_launches, _kernels.megatron_launches, _kernels.moe_host_syncs,
-            _kernels.restart_exposed_time, _kernels.stream_time, _kernels.moe_sync_row, _kernels.host_pass_time)
+            _kernels.restart_exposed_time, _kernels.stream_time, _kernels.moe_sync_row, _kernels.host_pass_time,
+            _kernels.library_memsets, _kernels.gemm_launches)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from dse.formulas import kernels as _kernels
 from dse.formulas._array import Num, maximum
-from dse.formulas.kernels.launches import host_pass_time
+from dse.formulas.kernels.launches import gemm_launches, host_pass_time, library_memsets
 from dse.formulas.kernels.rows import Table
 
 if TYPE_CHECKING:
@@ -36,8 +36,10 @@ def layer_host_times(lt: dict[str, Num], overhead: Num, dispatch: Num, recompute
     L the pass's launched kernels, d the host time per launch (``dispatch``; 0: the host is not counted, only
     ``overhead`` o), D the layer's own code per pass (``layer_host``; :func:`~dse.formulas.kernels.host_pass_time`).
     """
-    host_f = overhead + (host_pass_time(lt["kernels_forward"], dispatch, layer_host[0]) if dispatch else 0.0)
-    host_b = 2 * overhead + (host_pass_time(lt["kernels_backward"], dispatch, layer_host[1]) if dispatch else 0.0)
+    host_f = overhead + (host_pass_time(lt["kernels_forward"], dispatch, layer_host[0])
+                         + lt.get("memset_host_forward", 0.0) if dispatch else 0.0)
+    host_b = 2 * overhead + (host_pass_time(lt["kernels_backward"], dispatch, layer_host[1])
+                             + lt.get("memset_host_backward", 0.0) if dispatch else 0.0)
     return host_f, host_b, host_f if recompute == "full" else 0.0 * host_f
 
 
@@ -72,6 +74,23 @@ def moe_sync_time(table: Table, rows: dict[str, tuple[Num, Num]], dispatch: Num,
         seq.append((n * dispatch, g, n))
     host, gpu, kernels = zip(*(seq[start:] + seq[:start]))
     return _kernels.restart_exposed_time(host, gpu, kernels)
+
+
+def with_memsets(lt: dict[str, Num], table: Table, recompute: str, per_gemm: float, kernel_overhead: Num,
+                 host: Num) -> dict[str, Num]:
+    """A table's time (:func:`dse.estimate.kernel_cost.table_time`) with the memsets the libraries issue inside its
+    GEMM calls (:func:`dse.formulas.kernels.library_memsets`): their GPU time added to ``forward``, ``backward`` and,
+    under full recompute, ``recompute`` (the GEMMs it reaches again), their host time per pass as
+    ``memset_host_forward`` and ``memset_host_backward`` (what :func:`layer_host_times` adds; the recompute's host
+    time is the forward's). ``per_gemm`` 0 (a stack without them): ``lt`` unchanged."""
+    if not per_gemm:
+        return lt
+    f, b, r = gemm_launches(table)
+    gf, hf = library_memsets(f, per_gemm, kernel_overhead, host)
+    gb, hb = library_memsets(b, per_gemm, kernel_overhead, host)
+    gr = library_memsets(r, per_gemm, kernel_overhead, host)[0] if recompute == "full" else 0.0
+    return {**lt, "forward": lt["forward"] + gf, "backward": lt["backward"] + gb, "recompute": lt["recompute"] + gr,
+            "memset_host_forward": hf, "memset_host_backward": hb}
 
 
 def layer_entries(lt: dict[str, Num], overhead: Num, dispatch: Num, recompute: str, sync: Num,

@@ -84,6 +84,8 @@ class StackSpec:
     pads_vocab: bool = True        # the LM head's vocabulary is padded to an aligned size (Megatron: 128 t)
     flash_window: bool = True      # its flash kernel skips the tiles outside a sliding window or chunk (false: masks)
     checkpoint_early_stop: bool = False  # full recompute stops after the last saved tensor (torch non-reentrant)
+    gemm_memsets: float = 0.0      # cudaMemsetAsync the libraries issue per GEMM call (cuBLAS, PyTorch's reductions)
+    memset_host: float = 0.0       # host time per such memset on the reference host [s]
     rows: dict = field(default_factory=dict)
 
     def ops(self, norm: str, activation: str, qkv: str = "fused", softmax: str = "activation") -> dict:
@@ -172,7 +174,7 @@ def parse(data: dict, where: str) -> StackSpec:
     from dse.units import parse as parse_unit
 
     allowed = ("name", "title", "source", "dispatch", "layer_dispatch", "checkpoint_dispatch", "ends_dispatch",
-               "pads_vocab", "flash_window", "checkpoint_early_stop", "rows")
+               "pads_vocab", "flash_window", "checkpoint_early_stop", "gemm_memsets", "memset_host", "rows")
     for key in data:
         if key not in allowed:
             raise InputError(f"{where}: unknown field '{key}'; allowed: {', '.join(allowed)}")
@@ -199,6 +201,10 @@ def parse(data: dict, where: str) -> StackSpec:
     dispatch = data.get("dispatch", 0)
     ends = data.get("ends_dispatch", 0)
     ckpt = data.get("checkpoint_dispatch", 1.0)
+    memsets = data.get("gemm_memsets", 0.0)
+    if isinstance(memsets, bool) or not isinstance(memsets, (int, float)) or not memsets >= 0:
+        raise InputError(f"{where}.gemm_memsets: {memsets!r}; expected a number >= 0 (memsets per GEMM call)")
+    memset_host = data.get("memset_host", 0)
     if isinstance(ckpt, bool) or not isinstance(ckpt, (int, float)) or not ckpt >= 1:
         raise InputError(f"{where}.checkpoint_dispatch: {ckpt!r}; expected a number >= 1 (a factor on the host time)")
     return StackSpec(name=str(data.get("name", "")), title=str(data.get("title", "")),
@@ -209,7 +215,10 @@ def parse(data: dict, where: str) -> StackSpec:
                      ends_dispatch=parse_unit(ends, "s", f"{where}.ends_dispatch") if ends else 0.0,
                      pads_vocab=bool(data.get("pads_vocab", True)),
                      flash_window=bool(data.get("flash_window", True)),
-                     checkpoint_early_stop=bool(data.get("checkpoint_early_stop", False)), rows=_freeze(rows))
+                     checkpoint_early_stop=bool(data.get("checkpoint_early_stop", False)),
+                     gemm_memsets=float(memsets),
+                     memset_host=parse_unit(memset_host, "s", f"{where}.memset_host") if memset_host else 0.0,
+                     rows=_freeze(rows))
 
 
 def _layer_dispatch(value: Any, where: str) -> tuple[float, float]:

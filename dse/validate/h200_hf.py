@@ -60,6 +60,7 @@ EXPECTED_TIME_MISSES = {
     "Qwen2-0.5B eager b2 s1024 rc-none": "host", "pythia-1.4b sdpa b2 s1024 rc-none": "host",
     "gemma-3-1b-pt sdpa b8 s1024 rc-none": "mixed",
     "Llama-3.1-8B sdpa b1 s1024 rc-full": "host", "Llama-3.1-8B eager b1 s1024 rc-full": "gpu",
+    "gpt2-xl sdpa b4 s1024 rc-full": "host", "gemma-3-1b-pt eager b2 s1024 rc-full": "host",
 }
 #: Documented reasons the suite's aggregate targets are missed today: none (time 9.6 % before eager PyTorch's
 #: non-vectorized element-wise paths and CUDA's softmax-backward product were priced, stacks/pytorch.yaml).

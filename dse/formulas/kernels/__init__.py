@@ -138,7 +138,9 @@ from dse.formulas.kernels.ends import (
 )
 from dse.formulas.kernels.launches import (
     MEGATRON_LAUNCHES,
+    gemm_launches,
     host_pass_time,
+    library_memsets,
     megatron_launches,
     moe_host_syncs,
     row_launches,
@@ -175,7 +177,7 @@ __all__ = ["KINDS", "layer_kernels", "moe_mlp_kernels", "dispatcher_gathers", "m
            "cross_attention_kernels", "position_bias_kernel", "embedding_kernels", "embedding_mask_row", "embedding_gradient", "embedding_projections", "head_kernels", "vocab_parallel_loss", "LOSS_KERNELS", "CROSS_ENTROPY_KERNELS", "mtp_kernels", "weight_gemms",
            "forward_flops", "recomputed_flops", "executed_flops", "backward_flops", "saved_bytes", "packed_bytes",
            "rerun_bytes", "message_bytes", "MEGATRON_LAUNCHES", "megatron_launches", "row_launches", "table_launches",
-           "separate_linears",
+           "separate_linears", "gemm_launches", "library_memsets",
            "host_pass_time", "step_host_time", "softmax_row",
            "fused_softmax_available", "moe_host_syncs", "sync_exposed_time", "stream_time", "restart_exposed_time",
            "moe_sync_row",

@@ -11,7 +11,7 @@ from dse.formulas._array import Num, where
 from dse.formulas.kernels.rows import Row, Table
 
 __all__ = ["MEGATRON_LAUNCHES", "megatron_launches", "separate_linears", "row_launches", "table_launches", "host_pass_time",
-           "step_host_time", "moe_host_syncs", "sync_exposed_time"]
+           "step_host_time", "moe_host_syncs", "sync_exposed_time", "gemm_launches", "library_memsets"]
 
 #: (forward, backward) kernels Megatron-LM launches for a row of its layer, counted from microsoft/Megatron-DeepSpeed
 #: megatron/model/transformer.py (ParallelTransformerLayer, ParallelAttention, ParallelMLP), megatron/mpu/layers.py
@@ -166,6 +166,66 @@ def table_launches(table: Table, launches: dict[str, tuple[int, int]] | None = N
         rf, rb = row_launches(name, row, launches, ranks, ep_ranks, etp_ranks)
         f, b = f + rf, b + rb
     return f, b
+
+
+def gemm_launches(table: Table) -> tuple[Num, Num, Num]:
+    """(forward, backward, recomputed forward) GEMM kernels of a table: the cuBLAS calls its passes make.
+
+    Formula: :func:`row_launches` summed over the ``gemm`` rows (a row of n ``linears`` n, 2n; a frozen weight n, n);
+    the recomputed forward leaves out the rows a non-reentrant checkpoint never reaches again (``stopped``:
+    :func:`dse.formulas.kernels.early_stop`)
+    Source: :func:`row_launches`
+
+    Args:
+        table: a layer's (or an end's) kernel table [dict]
+    Returns:
+        (forward, backward, recomputed forward) GEMM kernels [count]
+
+    >>> gemm_launches({"qkv": {"kind": "gemm", "linears": 3}, "ln": {"kind": "elementwise"},
+    ...                "fc2": {"kind": "gemm", "stopped": True}})
+    (4, 8, 3)
+    """
+    f: Num = 0
+    b: Num = 0
+    r: Num = 0
+    for name, row in table.items():
+        if row["kind"] == "gemm":
+            rf, rb = row_launches(name, row)
+            f, b, r = f + rf, b + rb, r + (0 if row.get("stopped") else rf)
+    return f, b, r
+
+
+def library_memsets(gemms: Num, per_gemm: Num, kernel_overhead: Num, host: Num) -> tuple[Num, Num]:
+    """(GPU time, host time) of the memsets the libraries under eager PyTorch issue inside a pass's GEMM calls.
+
+    Formula: n = r g memsets for g GEMM calls; GPU t = n t_k, host t = n t_m, with r the stack's memsets per GEMM
+    call (``gemm_memsets``), t_k the GPU's fixed time per element-wise kernel (``kernel_overhead``: each memset is one
+    more operation on the stream, its own ~1 us and the GPU's idle between two operations; its bytes, a workspace's
+    counters, are negligible) and t_m the host's time per cudaMemsetAsync (the stack's ``memset_host`` x the host's
+    ``dispatch_scale``: a driver call made inside the library, never a PyTorch operator's dispatch)
+    Source: the H200 profiles of eager Transformers steps (data/h200/hf_families.jsonl, gpt2_hf.jsonl,
+    vm2/dense_families.jsonl; data/h100/gpt2_hf.jsonl: ``Memset (Device)`` beside the GEMM kernels): 140-1,164
+    memsets a step, 0.15-1.44 per GEMM kernel (median 0.57), each 0.75-1.25 us of device time whatever the
+    micro-batch (a workspace's counters, not a tensor); their count changes with the micro-batch at equal operators
+    (Qwen2-0.5B b2 171, b8 253: cuBLAS's choice of kernel per GEMM shape) and with the batched GEMMs of eager attention
+    (0 or 4 a layer). PyTorch's own reductions over the tokens (bias and norm-weight gradients) memset their
+    semaphores as well (aten/src/ATen/native/cuda/Reduce.cuh ``launch_reduce_kernel``: ``cudaMemsetAsync(semaphores)``
+    when ``config.should_global_reduce()``), counted in the same rate. Host: cudaMemsetAsync as cudaLaunchKernel,
+    2.5 us on the reference host (data/host_dispatch_cpu.json ``cuda_launch_us``).
+
+    Args:
+        gemms: GEMM calls in the pass (:func:`gemm_launches`) [count]
+        per_gemm: memsets per GEMM call [count]
+        kernel_overhead: GPU time per memset [s]
+        host: host time per memset on the host at hand [s]
+    Returns:
+        (GPU time, host time) of the pass's memsets [s]
+
+    >>> [round(t * 1e6, 1) for t in library_memsets(21, 0.57, 3.82e-6, 2.5e-6 * 4.58)]   # a Llama layer's backward
+    [45.7, 137.1]
+    """
+    n = gemms * per_gemm
+    return n * kernel_overhead, n * host
 
 
 def host_pass_time(launches: Num, dispatch: Num, layer: Num = 0.0) -> Num:
