@@ -6,6 +6,9 @@ systems use one of those hosts twice: with the hosts as shipped, and with their 
 reference host, 1), and prints each case's error both ways and each suite's MAPE. Nothing is fitted.
 
     python scripts/host_transfer.py [--suites h100-hf megatron-bridge ...] [--json]
+
+``SUITE@SYSTEM`` prices a suite's rows on another system, e.g. ``h200-hf@dgx-h200``: the H200 VM's Transformers
+steps on a DGX H200 (whose host is transferred), what a user pricing their VM-measured steps on the DGX would see.
 """
 
 from __future__ import annotations
@@ -49,7 +52,12 @@ def _errors(suites, reference: bool) -> dict:
         catalog.read_yaml = without_scale
     out = {}
     for s in suites:
-        out[s] = [(c.name, c.error) for c in run_suite(s).cases]
+        name, _, system = s.partition("@")   # SUITE@SYSTEM: the suite's rows priced on another system
+        if system:
+            from dse.validate import load
+
+            load(name).SYSTEM = system
+        out[s] = [(c.name, c.error, c.quantity) for c in run_suite(name).cases]
     return out
 
 
@@ -73,14 +81,23 @@ def main(argv=None) -> int:
     for s in a.suites:
         ref, shp = runs["reference"][s], runs["shipped"][s]
         print(f"\n{s}: MAPE {100 * _mape(ref):.1f} % at the reference host -> {100 * _mape(shp):.1f} % as shipped")
-        for (name, e0), (_, e1) in zip(ref, shp):
+        for q in sorted({r[2] for r in ref} - {""}):
+            r0, r1 = [r for r in ref if r[2] == q], [r for r in shp if r[2] == q]
+            print(f"  {q}: MAPE {100 * _mape(r0):.1f} % (mean {100 * _mean(r0):+.1f} %) -> {100 * _mape(r1):.1f} % "
+                  f"(mean {100 * _mean(r1):+.1f} %)")
+        for (name, e0, _), (_, e1, _) in zip(ref, shp):
             if e0 is not None and e1 is not None and abs(e1 - e0) > 5e-4:
                 print(f"  {name[:70]:70s} {100 * e0:+7.1f} % -> {100 * e1:+7.1f} %")
     return 0
 
 
 def _mape(rows) -> float:
-    errs = [abs(e) for _, e in rows if e is not None]
+    errs = [abs(r[1]) for r in rows if r[1] is not None]
+    return sum(errs) / len(errs) if errs else float("nan")
+
+
+def _mean(rows) -> float:
+    errs = [r[1] for r in rows if r[1] is not None]
     return sum(errs) / len(errs) if errs else float("nan")
 
 
