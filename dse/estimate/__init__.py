@@ -228,14 +228,14 @@ def verdict(r: Result, system: SystemSpec, plan: Plan, extra: Iterable[str] = ()
                                nodes=r["parallelism"]["nodes"], c=r,
                                techniques=[t for t in techniques() if t.active(plan)])
     bad = feasibility.violated(checks)
+    host = getattr(getattr(system, "node", None), "host", None)   # a chiplet package has none
     if not bad and not extra:      # feasible: the common case
         r["violation_details"] = []
-        return True, [], bottleneck(r, getattr(getattr(system, "node", None), "host", None))
+        return True, [], bottleneck(r, host)
     messages = [v.message for v in bad]
     r["violation_details"] = [v.as_dict(msg) for v, msg in zip(bad, messages)] + [
         {"kind": "other", "tier": None, "needed": None, "available": None, "message": x, "reason": x} for x in extra]
     violations = messages + list(extra)
-    host = getattr(getattr(system, "node", None), "host", None)
     text = bottleneck(r, host) if not violations else "Infeasible: " + "; ".join(violations) + "."
     return not violations, violations, text
 
